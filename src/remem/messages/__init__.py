@@ -2,6 +2,7 @@
 
 from remem.messages.history import (
     DEFAULT_MAX_MESSAGE_CHARS,
+    check_can_append,
     check_provider_valid,
     coerce_messages,
     history_problems,
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
     "TokenCounter",
     "approximate_token_count",
+    "check_can_append",
     "check_provider_valid",
     "coerce_messages",
     "exact_token_counter",

@@ -22,6 +22,7 @@ from remem.errors import InvalidMessagesError
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
+    "check_can_append",
     "check_provider_valid",
     "coerce_messages",
     "history_problems",
@@ -42,8 +43,12 @@ def system_prefix_length(messages: Sequence[BaseMessage]) -> int:
     return n
 
 
-def history_problems(messages: Sequence[BaseMessage]) -> list[str]:
-    """Every reason a provider would reject this history; empty when it is valid."""
+def history_problems(messages: Sequence[BaseMessage], *, allow_pending_calls: bool = False) -> list[str]:
+    """Every reason a provider would reject this history; empty when it is valid.
+
+    ``allow_pending_calls`` accepts a history that ends on tool calls still waiting for their results,
+    as a graph's state does in the middle of a tool loop.
+    """
     problems: list[str] = []
     start = system_prefix_length(messages)
     if start < len(messages) and isinstance(messages[start], ToolMessage):
@@ -66,7 +71,7 @@ def history_problems(messages: Sequence[BaseMessage]) -> list[str]:
         if isinstance(message, AIMessage) and message.tool_calls:
             open_calls = {str(call["id"]) for call in message.tool_calls}
             answered = set()
-    if open_calls:
+    if open_calls and not allow_pending_calls:
         problems.append(f"the history ends before the results of tool calls {sorted(open_calls)}")
     return problems
 
@@ -84,6 +89,23 @@ def check_provider_valid(messages: Sequence[BaseMessage]) -> None:
             + "; ".join(problems[:5])
             + ("; …" if len(problems) > 5 else "")
             + ". Send every tool result right after the AI message that called it."
+        )
+
+
+def check_can_append(history: Sequence[BaseMessage], new: Sequence[BaseMessage]) -> None:
+    """Raise :class:`InvalidMessagesError` if appending ``new`` would break a valid ``history``.
+
+    Call it before writing, so that a malformed input leaves the stored thread as it was.
+    """
+    from langgraph.graph.message import add_messages
+
+    merged: list[BaseMessage] = add_messages(list(history), list(new))  # type: ignore[arg-type,assignment]
+    problems = history_problems(merged, allow_pending_calls=True)
+    if problems and not history_problems(history, allow_pending_calls=True):
+        raise InvalidMessagesError(
+            "these messages would make the thread's history invalid: "
+            + "; ".join(problems[:3])
+            + ". Send each tool result right after the AI message that called it; the thread was not changed"
         )
 
 

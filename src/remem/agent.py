@@ -1,0 +1,268 @@
+"""The seeds' memory-managed agent: ``call_model``, then compaction when the strategy asks for it.
+
+State = messages + rolling summary + a usage ledger. Each turn:
+
+    START -> call_model -> (strategy compacts?) -> summarize_conversation | delete_messages -> END
+                                               \\-> END
+
+``call_model`` sends the strategy's view (always provider-valid) and records tokens and latency next to
+the turn. If compaction fails after the model replied, the reply is already checkpointed: invoking the
+graph again with ``None`` resumes at the compaction step without calling the chat model again
+(:func:`run_turn` does that for you).
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
+
+from remem.config import Settings
+from remem.errors import BudgetExceededError, InvalidMessagesError, ModelError, RememError
+from remem.messages import (
+    DEFAULT_MAX_MESSAGE_CHARS,
+    TokenCounter,
+    approximate_token_count,
+    check_can_append,
+    check_provider_valid,
+    coerce_messages,
+)
+from remem.strategies import Strategy, build_view, strategy_from_name
+from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+
+__all__ = ["MemoryState", "UsageRecord", "arun_turn", "build_agent", "run_turn", "thread_config"]
+
+
+class UsageRecord(TypedDict):
+    """One model call: which turn and node it served, what it cost, how long it took."""
+
+    turn: int
+    node: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    latency_ms: float
+    at: str
+
+
+class MemoryState(TypedDict, total=False):
+    """The agent's state: the messages, the rolling summary, and every model call's usage."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
+    summary: str
+    usage: Annotated[list[UsageRecord], operator.add]
+
+
+def thread_config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+def _model_name(model: BaseChatModel) -> str:
+    return str(getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _turn_of(usage: Sequence[UsageRecord]) -> int:
+    return sum(1 for record in usage if record["node"] == "call_model")
+
+
+class _Nodes:
+    """The graph's nodes, closed over the agent's parts."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        strategy: Strategy,
+        summarizer: Summarizer,
+        count: TokenCounter,
+        system_prompt: str | None,
+        turn_budget: int,
+        session_budget: int,
+    ) -> None:
+        self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
+        self.system_prompt, self.turn_budget, self.session_budget = system_prompt, turn_budget, session_budget
+
+    def view(self, state: MemoryState) -> list[BaseMessage]:
+        """Exactly what the model is sent for this state."""
+        summary = state.get("summary", "")
+        plan = self.strategy.view_plan(state.get("messages", []), summary)
+        head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
+        return [*head, *build_view(plan, summary)]
+
+    def _check_budgets(self, view: list[BaseMessage], usage: Sequence[UsageRecord]) -> None:
+        tokens = self.count(view)
+        if self.turn_budget and tokens > self.turn_budget:
+            raise BudgetExceededError(
+                f"this turn would send {tokens} tokens, over the turn budget of {self.turn_budget} "
+                "(REMEM_TURN_TOKEN_BUDGET); use the trim or summary strategy, or raise the budget"
+            )
+        spent = sum(r["input_tokens"] + r["output_tokens"] for r in usage)
+        if self.session_budget and spent + tokens > self.session_budget:
+            raise BudgetExceededError(
+                f"this thread has spent {spent} tokens and this turn needs {tokens} more, over the "
+                f"session budget of {self.session_budget} (REMEM_SESSION_TOKEN_BUDGET); "
+                "start a new thread or raise the budget"
+            )
+
+    def call_model(self, state: MemoryState) -> dict[str, Any]:
+        view = self.view(state)
+        check_provider_valid(view)
+        usage = state.get("usage", [])
+        self._check_budgets(view, usage)
+        started = time.perf_counter()
+        try:
+            reply = self.model.invoke(view)
+        except RememError:
+            raise
+        except Exception as exc:
+            raise ModelError(
+                f"the chat model call failed ({type(exc).__name__}: {exc}); your message is kept in the "
+                "thread: invoke again (or send the next message) to retry"
+            ) from exc
+        latency = (time.perf_counter() - started) * 1000
+        meta = getattr(reply, "usage_metadata", None) or {}
+        record = UsageRecord(
+            turn=_turn_of(usage) + 1,
+            node="call_model",
+            model=_model_name(self.model),
+            input_tokens=int(meta.get("input_tokens") or self.count(view)),
+            output_tokens=int(meta.get("output_tokens") or self.count([reply])),
+            latency_ms=round(latency, 2),
+            at=_now(),
+        )
+        return {"messages": [reply], "usage": [record]}
+
+    def route(self, state: MemoryState) -> str:
+        plan = self.strategy.compaction_plan(state.get("messages", []), state.get("summary", ""))
+        if plan is None:
+            return END
+        return "summarize_conversation" if plan.summarize else "delete_messages"
+
+    def compact(self, state: MemoryState) -> dict[str, Any]:
+        summary = state.get("summary", "")
+        plan = self.strategy.compaction_plan(state.get("messages", []), summary)
+        if plan is None:
+            return {}
+        update: dict[str, Any] = {"messages": [RemoveMessage(id=str(m.id)) for m in plan.remove]}
+        if plan.summarize:
+            result = self.summarizer.summarize(summary, plan.summarize)
+            update["summary"] = result.text
+            if result.input_tokens:
+                update["usage"] = [
+                    UsageRecord(
+                        turn=_turn_of(state.get("usage", [])),
+                        node="summarize_conversation",
+                        model=result.model,
+                        input_tokens=result.input_tokens,
+                        output_tokens=result.output_tokens,
+                        latency_ms=round(result.latency_ms, 2),
+                        at=_now(),
+                    )
+                ]
+        return update
+
+
+def build_agent(
+    model: BaseChatModel,
+    *,
+    strategy: str | Strategy | None = None,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    store: BaseStore | None = None,
+    summarizer: Summarizer | str = "llm",
+    settings: Settings | None = None,
+    system_prompt: str | None = None,
+    token_counter: TokenCounter = approximate_token_count,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The seeds' complete template, compiled: messages + summary, ``call_model``, compaction, routing.
+
+    ``strategy`` is a name (filter, delete, trim, summary) or a strategy object; by default the one in
+    ``settings``. ``summarizer`` is ``"llm"`` (the agent's model, as in the seeds), ``"extractive"``
+    (no model), or any :class:`~remem.summarize.Summarizer`.
+    """
+    s = settings or Settings()
+    chosen = strategy_from_name(strategy or s.strategy, s) if isinstance(strategy, str | None) else strategy
+    if summarizer == "llm":
+        summarize: Summarizer = LLMSummarizer(model, max_tokens=s.summary_max_tokens)
+    elif summarizer == "extractive":
+        summarize = ExtractiveSummarizer(max_tokens=s.summary_max_tokens)
+    elif isinstance(summarizer, str):
+        raise InvalidMessagesError(
+            f"unknown summarizer {summarizer!r}; use 'llm', 'extractive' or a Summarizer"
+        )
+    else:
+        summarize = summarizer
+    nodes = _Nodes(
+        model, chosen, summarize, token_counter, system_prompt, s.turn_token_budget, s.session_token_budget
+    )
+    graph = StateGraph(MemoryState)
+    graph.add_node("call_model", nodes.call_model)
+    graph.add_node("summarize_conversation", nodes.compact)
+    graph.add_node("delete_messages", nodes.compact)
+    graph.add_edge(START, "call_model")
+    graph.add_conditional_edges("call_model", nodes.route, ["summarize_conversation", "delete_messages", END])
+    graph.add_edge("summarize_conversation", END)
+    graph.add_edge("delete_messages", END)
+    compiled = graph.compile(checkpointer=checkpointer, store=store)
+    compiled.name = f"remem-agent[{chosen.name}]"
+    return compiled
+
+
+def run_turn(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    message: Any,
+    *,
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+) -> AIMessage:
+    """Send one user turn and return the reply.
+
+    The input is checked first (nothing is written if it is malformed), and a turn that an earlier
+    failure left unfinished is completed before the new one, so no model call is paid for twice.
+    """
+    messages = coerce_messages(message, max_chars=max_message_chars)
+    config = thread_config(thread_id)
+    snapshot = graph.get_state(config)
+    check_can_append(snapshot.values.get("messages", []), messages)
+    if snapshot.next:
+        graph.invoke(None, config)
+    result = graph.invoke({"messages": messages}, config)
+    return _last_reply(result)
+
+
+async def arun_turn(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    message: Any,
+    *,
+    max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+) -> AIMessage:
+    """Async version of :func:`run_turn`."""
+    messages = coerce_messages(message, max_chars=max_message_chars)
+    config = thread_config(thread_id)
+    snapshot = await graph.aget_state(config)
+    check_can_append(snapshot.values.get("messages", []), messages)
+    if snapshot.next:
+        await graph.ainvoke(None, config)
+    result = await graph.ainvoke({"messages": messages}, config)
+    return _last_reply(result)
+
+
+def _last_reply(result: dict[str, Any]) -> AIMessage:
+    for message in reversed(result.get("messages", [])):
+        if isinstance(message, AIMessage):
+            return message
+    raise ModelError("the graph finished without a reply from the model")  # pragma: no cover

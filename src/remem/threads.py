@@ -1,0 +1,173 @@
+"""Threads by URL: one string picks where a thread's state lives.
+
+    memory://                      in this process only
+    sqlite:///relative/path.db     a SQLite file (sqlite:////absolute/path.db)
+    postgresql://user@host/db      PostgreSQL, through a connection pool
+
+``checkpointer_from_url`` opens the checkpointer, creates its tables, and closes it on exit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+from remem.errors import ConfigError, StorageError
+
+__all__ = [
+    "DatabaseURL",
+    "acheckpointer_from_url",
+    "checkpointer_from_url",
+    "list_threads",
+    "parse_database_url",
+]
+
+_ACCEPTED = "memory://, sqlite:///PATH (sqlite:////ABSOLUTE/PATH) or postgresql://USER@HOST:PORT/DB"
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed database URL: ``kind`` is memory, sqlite or postgres; ``target`` a path or a DSN."""
+
+    kind: str
+    target: str
+
+    @property
+    def sqlite_path(self) -> Path:
+        return Path(self.target)
+
+
+def parse_database_url(url: str) -> DatabaseURL:
+    """Check a database URL and say what it names; :class:`ConfigError` listing the forms otherwise."""
+    text = (url or "").strip()
+    if text in ("memory://", "memory:", "memory"):
+        return DatabaseURL("memory", "")
+    if text.startswith("sqlite:///"):
+        path = text[len("sqlite:///") :]
+        if not path or path.endswith("/"):
+            raise ConfigError(f"{url!r} names no file; use {_ACCEPTED}")
+        return DatabaseURL("sqlite", path)
+    if text.startswith(("postgresql://", "postgres://")):
+        return DatabaseURL("postgres", text)
+    raise ConfigError(f"unsupported database URL {url!r}; use {_ACCEPTED}")
+
+
+def _open_sqlite(path: Path) -> sqlite3.Connection:
+    try:
+        if str(path) != ":memory:":
+            path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+    except (OSError, sqlite3.Error) as exc:
+        raise StorageError(
+            f"cannot open the SQLite file {path} ({exc}); check the path and its permissions"
+        ) from exc
+    return conn
+
+
+def _postgres_unreachable(dsn: str, exc: Exception) -> StorageError:
+    where = dsn.split("@")[-1]  # never echo a password
+    return StorageError(
+        f"cannot connect to PostgreSQL at {where} ({str(exc).strip().splitlines()[0]}); "
+        "check that the server is running and that REMEM_DATABASE_URL is right"
+    )
+
+
+@contextmanager
+def checkpointer_from_url(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    """Open the checkpointer that ``url`` names, with its tables created; close it on exit."""
+    parsed = parse_database_url(url)
+    if parsed.kind == "memory":
+        yield InMemorySaver()
+    elif parsed.kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = _open_sqlite(parsed.sqlite_path)
+        try:
+            saver = SqliteSaver(conn)
+            saver.setup()
+            yield saver
+        finally:
+            conn.close()
+    else:
+        import psycopg
+        from langgraph.checkpoint.postgres import PostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+        pool = ConnectionPool(parsed.target, kwargs=kwargs, min_size=1, max_size=8, open=False)
+        try:
+            pool.open(wait=True, timeout=10)
+        except (psycopg.Error, Exception) as exc:
+            pool.close()
+            raise _postgres_unreachable(parsed.target, exc) from exc
+        try:
+            pg_saver = PostgresSaver(pool)  # type: ignore[arg-type]
+            pg_saver.setup()
+            yield pg_saver
+        finally:
+            pool.close()
+
+
+@asynccontextmanager
+async def acheckpointer_from_url(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """Async version of :func:`checkpointer_from_url`."""
+    parsed = parse_database_url(url)
+    if parsed.kind == "memory":
+        yield InMemorySaver()
+    elif parsed.kind == "sqlite":
+        import aiosqlite
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        parsed.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+        async with aiosqlite.connect(parsed.target) as conn:
+            saver = AsyncSqliteSaver(conn)
+            await saver.setup()
+            yield saver
+    else:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import AsyncConnectionPool
+
+        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+        pool = AsyncConnectionPool(parsed.target, kwargs=kwargs, min_size=1, max_size=8, open=False)
+        try:
+            await pool.open(wait=True, timeout=10)
+        except Exception as exc:
+            await pool.close()
+            raise _postgres_unreachable(parsed.target, exc) from exc
+        try:
+            pg_saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            await pg_saver.setup()
+            yield pg_saver
+        finally:
+            await pool.close()
+
+
+def list_threads(saver: BaseCheckpointSaver[Any]) -> list[str]:
+    """Thread ids with at least one checkpoint, most recently written first."""
+    own = getattr(saver, "list_threads", None)
+    if callable(own):
+        return list(own())
+    if isinstance(saver, InMemorySaver):
+        return list(reversed(list(saver.storage)))
+    sql = "SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint_id) DESC"
+    conn = getattr(saver, "conn", None)
+    if isinstance(conn, sqlite3.Connection):
+        return [row[0] for row in conn.execute(sql)]
+    if conn is not None and hasattr(conn, "connection"):
+        with conn.connection() as pg:
+            return [row["thread_id"] for row in pg.execute(sql)]
+    # Any other saver: walk its checkpoints (slower, but complete).
+    seen: dict[str, None] = {}
+    for item in saver.list(None):
+        seen.setdefault(str(item.config["configurable"]["thread_id"]), None)
+    return list(seen)
