@@ -78,7 +78,8 @@ def _fact_score(sentence: str) -> int:
     score = 2 * len(_FACT_CUES.findall(sentence))
     score += 2 if _NUMBER.search(sentence) else 0
     score += len(_PROPER_NOUN.findall(sentence))
-    return score
+    # A question asks for a fact; it does not state one.
+    return score - 4 if sentence.rstrip().endswith("?") else score
 
 
 def _clip(sentence: str, words: int = 40) -> str:
@@ -102,7 +103,8 @@ class ExtractiveSummarizer:
             return []
         who = "User" if isinstance(message, HumanMessage) else "Assistant"
         sentences = [s.strip() for s in _SENTENCE.split(" ".join(message.text.split())) if s.strip()]
-        scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences)]
+        # Acknowledgements ("Okay.", "Good idea.") carry nothing to remember.
+        scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences) if len(s.split()) >= 4]
         if isinstance(message, AIMessage):
             scored = [t for t in scored if t[0] >= 3]  # the assistant's chit-chat carries no memory
         best = sorted(scored, key=lambda t: (-t[0], t[1]))[: self.max_points_per_message]
@@ -117,8 +119,13 @@ class ExtractiveSummarizer:
                 omitted += int(match.group(1))
             elif line.strip():
                 lines.append((_fact_score(line) + (1 if line.startswith("- User:") else 0), line))
+        seen = {_key(line) for _, line in lines}
         for message in messages:
-            lines.extend(self._points(message))
+            for point in self._points(message):
+                key = _key(point[1])
+                if not any(key in known or known in key for known in seen):  # said again: keep it once
+                    lines.append(point)
+                    seen.add(key)
         # Over budget: drop the least informative, oldest points first, and count them.
         while lines and _tokens(_render(lines, omitted)) > self.max_tokens:
             weakest = min(range(len(lines)), key=lambda i: (lines[i][0], i))
@@ -130,6 +137,11 @@ class ExtractiveSummarizer:
     async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
         """Async version of :meth:`summarize`."""
         return self.summarize(previous, messages)
+
+
+def _key(line: str) -> str:
+    """A point's words, without its speaker label, for spotting repeats."""
+    return " ".join(line.split(":", 1)[-1].lower().split())
 
 
 def _render(lines: list[tuple[int, str]], omitted: int) -> str:

@@ -1,7 +1,9 @@
-"""The list of command modules the ``remem`` group is built from."""
+"""The commands the ``remem`` group is built from, gathered from each command module."""
 
 from __future__ import annotations
 
 import click
 
-COMMANDS: list[click.Command] = []
+from remem.cli import threads
+
+COMMANDS: list[click.Command] = [*threads.COMMANDS]

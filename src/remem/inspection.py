@@ -1,0 +1,108 @@
+"""Inspection: what a thread holds now, what it held at each checkpoint, and what it cost.
+
+Works on any checkpointer, with no chat model: the agent's graph is rebuilt around a placeholder model
+only to read its state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph.state import CompiledStateGraph
+
+from remem.agent import UsageRecord, build_agent
+from remem.errors import NotFoundError
+from remem.models import ScriptedChatModel
+
+__all__ = ["HistoryRow", "ThreadSnapshot", "reader_graph", "thread_history", "thread_snapshot"]
+
+
+@dataclass(frozen=True)
+class ThreadSnapshot:
+    """A thread's state at one checkpoint."""
+
+    thread_id: str
+    checkpoint_id: str
+    created_at: str
+    messages: list[BaseMessage]
+    summary: str
+    next: tuple[str, ...]
+    usage: list[UsageRecord] = field(default_factory=list)
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(r["input_tokens"] for r in self.usage)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r["output_tokens"] for r in self.usage)
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One checkpoint of a thread, newest first in :func:`thread_history`."""
+
+    step: int
+    checkpoint_id: str
+    created_at: str
+    message_count: int
+    next: tuple[str, ...]
+    source: str
+
+
+def reader_graph(checkpointer: BaseCheckpointSaver[Any]) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The agent's graph over ``checkpointer``, for reading state only (its model never answers)."""
+    return build_agent(ScriptedChatModel(), strategy="filter", checkpointer=checkpointer)
+
+
+def _config(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def thread_snapshot(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, checkpoint_id: str | None = None
+) -> ThreadSnapshot:
+    """The thread's latest state, or its state at ``checkpoint_id`` (time travel)."""
+    state = graph.get_state(_config(thread_id, checkpoint_id))
+    if state.config is None or not state.created_at:
+        what = f"checkpoint {checkpoint_id} of thread" if checkpoint_id else "thread"
+        raise NotFoundError(f"{what} {thread_id!r} does not exist; `remem threads` lists the threads")
+    values = state.values or {}
+    return ThreadSnapshot(
+        thread_id=thread_id,
+        checkpoint_id=str(state.config["configurable"].get("checkpoint_id", "")),
+        created_at=state.created_at,
+        messages=list(values.get("messages", [])),
+        summary=str(values.get("summary", "")),
+        next=tuple(state.next),
+        usage=list(values.get("usage", [])),
+    )
+
+
+def thread_history(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, limit: int | None = 50
+) -> list[HistoryRow]:
+    """The thread's checkpoints, newest first (at most ``limit``)."""
+    rows = []
+    for state in graph.get_state_history(_config(thread_id), limit=limit):
+        metadata = state.metadata or {}
+        rows.append(
+            HistoryRow(
+                step=int(metadata.get("step", -1)),
+                checkpoint_id=str(state.config["configurable"].get("checkpoint_id", "")),
+                created_at=state.created_at or "",
+                message_count=len((state.values or {}).get("messages", [])),
+                next=tuple(state.next),
+                source=str(metadata.get("source", "")),
+            )
+        )
+    if not rows:
+        raise NotFoundError(f"thread {thread_id!r} does not exist; `remem threads` lists the threads")
+    return rows

@@ -1,0 +1,73 @@
+"""Settings from the environment and remem.toml, with clear errors and masked secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remem.config import Settings, load_settings
+from remem.errors import ConfigError
+
+
+def test_defaults_need_nothing(tmp_path: Path) -> None:
+    settings = load_settings(environ={}, config_file=tmp_path / "absent.toml")
+    assert settings == Settings()
+    assert settings.database_url.startswith("sqlite:///")
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "remem.toml"
+    config.write_text('[remem]\nstrategy = "trim"\nmax_tokens = 500\nkeep_messages = 4\n')
+    settings = load_settings(environ={"REMEM_MAX_TOKENS": "800"}, config_file=config)
+    assert (settings.strategy, settings.max_tokens, settings.keep_messages) == ("trim", 800, 4)
+
+
+def test_remem_config_names_another_file(tmp_path: Path) -> None:
+    config = tmp_path / "other.toml"
+    config.write_text('strategy = "delete"\n')
+    assert load_settings(environ={"REMEM_CONFIG": str(config)}).strategy == "delete"
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(environ={"REMEM_CONFIG": str(tmp_path / "missing.toml")})
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"REMEM_STRATEGY": "forget-everything"}, "strategy .*must be one of filter, delete, trim, summary"),
+        ({"REMEM_MAX_TOKENS": "lots"}, "max_tokens .*REMEM_MAX_TOKENS.* must be int"),
+        ({"REMEM_KEEP_MESSAGES": "-3"}, "must not be negative"),
+        ({"REMEM_TOKEN_COUNTER": "words"}, "approximate, o200k, cl100k"),
+    ],
+)
+def test_bad_values_name_the_setting_and_what_it_accepts(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(environ=environ, config_file=None)
+
+
+def test_keys_are_refused_in_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "remem.toml"
+    config.write_text('llm_api_key = "sk-123456789"\n')
+    with pytest.raises(ConfigError, match="set REMEM_LLM_API_KEY in the environment"):
+        load_settings(environ={}, config_file=config)
+
+
+def test_unknown_keys_and_broken_toml_are_errors(tmp_path: Path) -> None:
+    config = tmp_path / "remem.toml"
+    config.write_text("stratgey = 'trim'\n")
+    with pytest.raises(ConfigError, match="unknown setting 'stratgey'"):
+        load_settings(environ={}, config_file=config)
+    config.write_text("strategy = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(environ={}, config_file=config)
+
+
+def test_secrets_are_masked_when_described() -> None:
+    settings = load_settings(environ={"REMEM_LLM_API_KEY": "sk-verysecretvalue"}, config_file=None)
+    shown = dict((name, value) for name, value, _ in settings.describe())
+    assert "verysecret" not in shown["llm_api_key"]
+    assert shown["llm_api_key"].startswith("sk-")
+
+
+def test_openai_api_key_is_a_fallback() -> None:
+    assert load_settings(environ={"OPENAI_API_KEY": "k"}, config_file=None).llm_api_key == "k"
