@@ -10,6 +10,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -73,3 +74,30 @@ def pgvector_url(pgvector_server_url: str) -> Iterator[str]:
 def sqlite_path(tmp_path: Path) -> Path:
     """A path for a fresh SQLite file."""
     return tmp_path / "remem.db"
+
+
+@pytest.fixture(params=["sqlite", "postgres", "pgvector"])
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """Each remem store backend: a SQLite file, the machine's PostgreSQL, an embedded pgvector server."""
+    if request.param != "sqlite":
+        request.applymarker(pytest.mark.postgres if request.param == "postgres" else pytest.mark.pgvector)
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(request: pytest.FixtureRequest, store_backend: str, tmp_path: Path) -> Iterator[Any]:
+    """Opens remem stores (``make_store(index=..., ttl=...)``) on ``store_backend``; closes them after the test."""
+    import contextlib
+
+    from remem.store import PostgresStore, SqliteStore
+
+    stack = contextlib.ExitStack()
+
+    def make(**kwargs: Any) -> Any:
+        if store_backend == "sqlite":
+            return stack.enter_context(SqliteStore.from_conn_string(tmp_path / "store.db", **kwargs))
+        url = request.getfixturevalue("pg_url" if store_backend == "postgres" else "pgvector_url")
+        return stack.enter_context(PostgresStore.from_conn_string(url, **kwargs))
+
+    with stack:
+        yield make

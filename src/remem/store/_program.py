@@ -1,0 +1,579 @@
+"""The stores' logic, written once as generators that yield requests (SQL, embed, vector search).
+
+A sync driver runs a program with a sqlite3 or psycopg connection, an async driver with an async one; the
+programs never touch a connection. SQL is written with ``?`` placeholders; a dialect rewrites them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from langgraph.store.base import GetOp, Item, ListNamespacesOp, Op, PutOp, SearchOp, validate_op_namespace
+
+from remem.errors import ConfigError, RememUsageError
+from remem.store import _core as core
+from remem.store._core import IndexPlan, ScoredItem, SearchMode
+
+
+@dataclass(frozen=True)
+class Sql:
+    sql: str
+    params: Sequence[Any] = ()
+    fetch: bool = True
+
+
+@dataclass(frozen=True)
+class Many:
+    sql: str
+    rows: Sequence[Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class Embed:
+    texts: list[str]
+
+
+@dataclass(frozen=True)
+class VecSearch:
+    query: npt.NDArray[np.float32]
+    k: int
+    ns_ids: list[int] | None
+    item_ids: list[int] | None
+
+
+@dataclass(frozen=True)
+class VecChanged:
+    removed: list[int]
+    added: list[tuple[int, int, npt.NDArray[np.float32]]]
+
+
+Request = Sql | Many | Embed | VecSearch | VecChanged
+Program = Generator[Request, Any, Any]
+
+_ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at"
+_LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
+_CHUNK = 500
+
+
+@dataclass
+class ForgetReport:
+    """What an erasure removed. ``scopes`` says what was asked; counts are rows deleted."""
+
+    scopes: list[str]
+    items: int = 0
+    vectors: int = 0
+    keyword_rows: int = 0
+    namespaces: int = 0
+    queued: int = 0
+    compacted: bool = False
+    item_keys: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+
+    def as_rows(self) -> list[tuple[str, str]]:
+        return [
+            ("scopes", ", ".join(self.scopes)),
+            ("items", str(self.items)),
+            ("vectors", str(self.vectors)),
+            ("keyword index rows", str(self.keyword_rows)),
+            ("namespaces", str(self.namespaces)),
+            ("queued extraction work", str(self.queued)),
+            ("storage compacted", "yes" if self.compacted else "no"),
+        ]
+
+
+class Dialect:
+    """SQL that differs between SQLite and Postgres. Programs only call these methods."""
+
+    name = "base"
+
+    def q(self, sql: str) -> str:
+        return sql
+
+    def ns_condition(self, prefix: Sequence[str], col: str = "n.path") -> tuple[str, list[Any]]:
+        bounds = core.prefix_bounds(prefix)
+        if bounds is None:
+            return "1=1", []
+        exact, low, high = bounds
+        return f"({col} = ? OR ({col} > ? AND {col} < ?))", [exact, low, high]
+
+    def ids_condition(self, col: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+    def filter_condition(self, key: str, kind: str, value: Any) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+    def upsert(self) -> str:
+        raise NotImplementedError
+
+    def upsert_params(
+        self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
+    ) -> list[Any]:
+        raise NotImplementedError
+
+    def keyword_writes(self, item_id: int, text: str) -> list[Sql]:
+        return []
+
+    def keyword_deletes(self, ids: Sequence[int]) -> list[Sql]:
+        return []
+
+    def keyword_search(self, terms: list[str], where: str, params: list[Any], limit: int) -> Sql:
+        raise NotImplementedError
+
+    def vector_param(self, vec: npt.NDArray[np.float32]) -> Any:
+        return np.asarray(vec, dtype=np.float32).tobytes()
+
+
+# ---------------------------------------------------------------- batch
+
+
+def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: SearchMode) -> Program:
+    """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins)."""
+    ops = list(ops)
+    results: list[Any] = [None] * len(ops)
+    puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+    now = time.time()
+    for op in ops:
+        validate_op_namespace(op)
+    for i, op in enumerate(ops):
+        if isinstance(op, GetOp):
+            core.validate_key(op.key)
+            results[i] = yield from get_program(d, op, now)
+        elif isinstance(op, SearchOp):
+            results[i] = yield from search_program(d, plan, op, mode, now)
+        elif isinstance(op, ListNamespacesOp):
+            results[i] = yield from list_namespaces_program(d, op, now)
+        elif isinstance(op, PutOp):
+            core.validate_namespace(op.namespace)
+            core.validate_key(op.key)
+            if op.value is not None and not isinstance(op.value, dict):
+                raise RememUsageError(f"an item value must be a dict, got {type(op.value).__name__}")
+            puts[(op.namespace, op.key)] = op
+        else:
+            raise RememUsageError(
+                f"unknown store operation {type(op).__name__}; use GetOp, PutOp, SearchOp, ListNamespacesOp"
+            )
+    if puts:
+        yield from put_program(d, plan, list(puts.values()), now)
+    return results
+
+
+def _item(row: Sequence[Any], score: float | None = None) -> Item:
+    _, path, key, value, created, updated = row[:6]
+    return Item(
+        value=core.loads(value),
+        key=key,
+        namespace=core.ns_tuple(path),
+        created_at=core.to_datetime(created),
+        updated_at=core.to_datetime(updated),
+    )
+
+
+def _refresh(d: Dialect, ids: list[int], now: float) -> Program:
+    for start in range(0, len(ids), _CHUNK):
+        cond, params = d.ids_condition("id", ids[start : start + _CHUNK])
+        yield Sql(
+            d.q(
+                f"UPDATE remem_items SET expires_at = ? + ttl_minutes * 60 WHERE ttl_minutes IS NOT NULL AND {cond}"
+            ),
+            [now, *params],
+            fetch=False,
+        )
+
+
+def get_program(d: Dialect, op: GetOp, now: float) -> Program:
+    rows = yield Sql(
+        d.q(
+            f"SELECT {_ITEM_COLS}, i.ttl_minutes FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"WHERE n.path = ? AND i.key = ? AND {_LIVE}"
+        ),
+        [core.ns_path(op.namespace), op.key, now],
+    )
+    if not rows:
+        return None
+    if op.refresh_ttl and rows[0][6] is not None:
+        yield from _refresh(d, [rows[0][0]], now)
+    return _item(rows[0])
+
+
+def list_namespaces_program(d: Dialect, op: ListNamespacesOp, now: float) -> Program:
+    where, params = "1=1", list[Any]()
+    for cond in op.match_conditions or ():
+        if cond.match_type not in ("prefix", "suffix"):
+            raise RememUsageError(f"unknown match type {cond.match_type!r}; use 'prefix' or 'suffix'")
+        if cond.match_type == "prefix" and cond.path and "*" not in cond.path:
+            where, params = d.ns_condition(tuple(cond.path))
+    rows = yield Sql(
+        d.q(
+            f"SELECT n.path FROM remem_ns n WHERE {where} AND EXISTS "
+            f"(SELECT 1 FROM remem_items i WHERE i.ns_id = n.id AND {_LIVE})"
+        ),
+        [*params, now],
+    )
+    namespaces = [core.ns_tuple(r[0]) for r in rows]
+    for cond in op.match_conditions or ():
+        namespaces = [ns for ns in namespaces if _matches(cond.match_type, tuple(cond.path), ns)]
+    if op.max_depth is not None:
+        namespaces = sorted({ns[: op.max_depth] for ns in namespaces})
+    else:
+        namespaces = sorted(namespaces)
+    return namespaces[op.offset : op.offset + op.limit]
+
+
+def _matches(kind: str, path: tuple[str, ...], ns: tuple[str, ...]) -> bool:
+    if len(ns) < len(path):
+        return False
+    pairs = (
+        zip(ns, path, strict=False) if kind == "prefix" else zip(reversed(ns), reversed(path), strict=False)
+    )
+    return all(p == "*" or a == p for a, p in pairs)
+
+
+# ---------------------------------------------------------------- search
+
+
+def _filtered_rows(
+    d: Dialect, prefix: Sequence[str], filt: dict[str, Any], now: float, page: tuple[int, int] | None
+) -> Program:
+    """Live items under ``prefix`` matching ``filt``, in insertion order; ``page`` = (offset, limit)."""
+    ns_where, params = d.ns_condition(prefix)
+    where = [ns_where, _LIVE]
+    params.append(now)
+    push = core.plan_filter(filt)
+    for key, kind, value in push.conditions:
+        cond, extra = d.filter_condition(key, kind, value)
+        where.append(cond)
+        params.extend(extra)
+    sql = (
+        f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+        f"WHERE {' AND '.join(where)} ORDER BY n.id, i.id"
+    )
+    exact = push.exact and page is not None
+    if exact and page is not None:
+        sql += " LIMIT ? OFFSET ?"
+        params.extend([max(page[1], 0), max(page[0], 0)])
+    rows = yield Sql(d.q(sql), params)
+    if not push.exact:
+        rows = [r for r in rows if core.matches(core.loads(r[3]), filt)]
+    if page is not None and not exact:
+        rows = rows[page[0] : page[0] + page[1]]
+    return rows
+
+
+def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: SearchMode, now: float) -> Program:
+    if mode not in core.SEARCH_MODES:
+        raise RememUsageError(f"unknown search mode {mode!r}; use one of {', '.join(core.SEARCH_MODES)}")
+    filt = core.validate_filter(op.filter)
+    prefix = tuple(op.namespace_prefix)
+    core.validate_namespace(prefix, allow_empty=True)
+    offset, limit = max(op.offset, 0), max(op.limit, 0)
+    if not op.query or not op.query.strip():
+        rows = yield from _filtered_rows(d, prefix, filt, now, (offset, limit))
+        items = [_search_item(r, None, "list", {}) for r in rows]
+        if op.refresh_ttl and rows:
+            yield from _refresh(d, [r[0] for r in rows], now)
+        return items
+    if mode == "vector" and plan is None:
+        raise ConfigError(
+            "vector search needs an index: open the store with index={'dims': ..., 'embed': ...}"
+        )
+    allowed: list[int] | None = None
+    if filt:
+        rows = yield from _filtered_rows(d, prefix, filt, now, None)
+        allowed = [r[0] for r in rows]
+        if not allowed:
+            return []
+    depth = offset + limit
+    fetch = max(depth, 50) if mode == "hybrid" else depth
+    keyword: list[tuple[int, float]] = []
+    vector: list[tuple[int, float]] = []
+    if mode in ("hybrid", "keyword"):
+        terms = core.query_terms(op.query)
+        if terms:
+            ns_where, params = d.ns_condition(prefix)
+            where = f"{ns_where} AND {_LIVE}"
+            params.append(now)
+            if allowed is not None:
+                cond, extra = d.ids_condition("i.id", allowed)
+                where += f" AND {cond}"
+                params.extend(extra)
+            keyword = [
+                (int(r[0]), float(r[1])) for r in (yield d.keyword_search(terms, where, params, fetch))
+            ]
+    if mode in ("hybrid", "vector") and plan is not None:
+        qvec = (yield Embed([op.query]))[0]
+        ns_ids: list[int] | None = None
+        if prefix:
+            ns_where, params = d.ns_condition(prefix, "path")
+            ns_ids = [
+                int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM remem_ns WHERE {ns_where}"), params))
+            ]
+        if ns_ids != []:
+            vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
+    scores: dict[int, dict[str, float]] = {}
+    for rank, (item_id, score) in enumerate(keyword, start=1):
+        scores.setdefault(item_id, {}).update(keyword=score, keyword_rank=rank)
+    for rank, (item_id, score) in enumerate(vector, start=1):
+        scores.setdefault(item_id, {}).update(vector=score, vector_rank=rank)
+    if mode == "keyword" or (mode == "hybrid" and plan is None):
+        ranked = [(i, s) for i, s in keyword]
+    elif mode == "vector":
+        ranked = [(i, s) for i, s in vector]
+    else:
+        fused = core.rrf([[i for i, _ in keyword], [i for i, _ in vector]])
+        ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+    rows_by_id = yield from _rows_by_id(d, [i for i, _ in ranked[: depth + 8]], now)
+    live = [(i, s) for i, s in ranked if i in rows_by_id][offset:depth]
+    if op.refresh_ttl and live:
+        yield from _refresh(d, [i for i, _ in live], now)
+    return [_search_item(rows_by_id[i], s, mode, scores[i]) for i, s in live]
+
+
+def _search_item(row: Sequence[Any], score: float | None, mode: str, scores: dict[str, float]) -> ScoredItem:
+    _, path, key, value, created, updated = row[:6]
+    return ScoredItem(
+        core.ns_tuple(path),
+        key,
+        core.loads(value),
+        core.to_datetime(created),
+        core.to_datetime(updated),
+        score=score,
+        mode=mode,
+        scores=scores,
+    )
+
+
+def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program:
+    out: dict[int, Any] = {}
+    for start in range(0, len(ids), _CHUNK):
+        cond, params = d.ids_condition("i.id", ids[start : start + _CHUNK])
+        rows = yield Sql(
+            d.q(
+                f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {cond} AND {_LIVE}"
+            ),
+            [*params, now],
+        )
+        out.update({int(r[0]): r for r in rows})
+    return out
+
+
+# ---------------------------------------------------------------- writes
+
+
+def _ns_ids(d: Dialect, paths: Iterable[str]) -> Program:
+    paths = sorted(set(paths))
+    yield Many(
+        d.q("INSERT INTO remem_ns (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
+        [(p, p.count(core.SEP) + 1) for p in paths],
+    )
+    ids: dict[str, int] = {}
+    for start in range(0, len(paths), _CHUNK):
+        chunk = paths[start : start + _CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        rows = yield Sql(d.q(f"SELECT path, id FROM remem_ns WHERE path IN ({marks})"), chunk)
+        ids.update({r[0]: int(r[1]) for r in rows})
+    return ids
+
+
+def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: float) -> Program:
+    deletes = [p for p in puts if p.value is None]
+    upserts = [p for p in puts if p.value is not None]
+    if deletes:
+        ids: list[int] = []
+        for op in deletes:
+            rows = yield Sql(
+                d.q(
+                    "SELECT i.id FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE n.path = ? AND i.key = ?"
+                ),
+                [core.ns_path(op.namespace), op.key],
+            )
+            ids.extend(int(r[0]) for r in rows)
+        yield from delete_ids(d, ids)
+    if not upserts:
+        return None
+    ns_ids = yield from _ns_ids(d, (core.ns_path(op.namespace) for op in upserts))
+    wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
+    for op in upserts:
+        assert op.value is not None
+        fields = core.index_fields(plan, op.index)
+        wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
+    known: dict[tuple[int, str, str], tuple[bytes, bytes]] = {}
+    if plan is not None and any(t for _, t in wanted):
+        ns_list = sorted({ns_ids[core.ns_path(op.namespace)] for op, _ in wanted})
+        keys = sorted({op.key for op, _ in wanted})
+        if len(ns_list) <= _CHUNK and len(keys) <= _CHUNK:
+            c1, p1 = d.ids_condition("i.ns_id", ns_list)
+            marks = ", ".join("?" for _ in keys)
+            rows = yield Sql(
+                d.q(
+                    "SELECT i.ns_id, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
+                    f"JOIN remem_items i ON i.id = v.item_id WHERE {c1} AND i.key IN ({marks})"
+                ),
+                [*p1, *keys],
+            )
+            known = {(int(r[0]), r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}
+    to_embed: dict[bytes, str] = {}
+    for op, texts in wanted:
+        ns_id = ns_ids[core.ns_path(op.namespace)]
+        for path, text in texts:
+            h = core_hash(text)
+            if known.get((ns_id, op.key, path), (b"", b""))[0] != h:
+                to_embed.setdefault(h, text)
+    vectors: dict[bytes, npt.NDArray[np.float32]] = {}
+    if to_embed:
+        matrix = yield Embed(list(to_embed.values()))
+        if matrix.shape[1] != plan.dims:  # type: ignore[union-attr]
+            raise ConfigError(
+                f"the embedder returned {matrix.shape[1]} dims but index['dims'] is {plan.dims}; "  # type: ignore[union-attr]
+                "set dims to the embedder's output size"
+            )
+        vectors = dict(zip(to_embed, matrix, strict=True))
+    removed: list[int] = []
+    added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
+    for op, texts in wanted:
+        assert op.value is not None
+        ns_id = ns_ids[core.ns_path(op.namespace)]
+        kw_text = core.keyword_text(op.value, core.index_fields(plan, op.index) or [("$", "$")])
+        rows = yield Sql(
+            d.q(d.upsert()), d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl)
+        )
+        item_id = int(rows[0][0])
+        yield from d.keyword_writes(item_id, kw_text)
+        if plan is None:
+            continue
+        removed.append(item_id)
+        yield Sql(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), [item_id], fetch=False)
+        new_rows = []
+        for path, text in texts:
+            h = core_hash(text)
+            vec = vectors.get(h)
+            if vec is None:
+                vec = _decode_vector(d, known[(ns_id, op.key, path)][1])
+            new_rows.append((item_id, ns_id, path, h, d.vector_param(vec)))
+            added.append((item_id, ns_id, vec))
+        if new_rows:
+            yield Many(
+                d.q(
+                    "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?)"
+                ),
+                new_rows,
+            )
+    if plan is not None:
+        yield VecChanged(removed, added)
+    return None
+
+
+def core_hash(text: str) -> bytes:
+    from remem.embeddings import text_hash
+
+    return text_hash(text)
+
+
+def _decode_vector(d: Dialect, raw: Any) -> npt.NDArray[np.float32]:
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return np.frombuffer(bytes(raw), dtype=np.float32)
+    if isinstance(raw, str):
+        return np.asarray(json.loads(raw), dtype=np.float32)
+    return np.asarray(raw, dtype=np.float32)
+
+
+def delete_ids(d: Dialect, ids: list[int]) -> Program:
+    """Delete items with their vectors and keyword rows; returns [items, vectors, keyword rows]."""
+    counts = [0, 0, 0]
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        cond, params = d.ids_condition("item_id", chunk)
+        counts[1] += yield Sql(d.q(f"DELETE FROM remem_vectors WHERE {cond}"), params, fetch=False)
+        for stmt in d.keyword_deletes(chunk):
+            counts[2] += yield stmt
+        cond, params = d.ids_condition("id", chunk)
+        counts[0] += yield Sql(d.q(f"DELETE FROM remem_items WHERE {cond}"), params, fetch=False)
+    if ids:
+        yield VecChanged(ids, [])
+    return counts
+
+
+# ---------------------------------------------------------------- erasure, ttl, stats
+
+
+def forget_program(
+    d: Dialect,
+    prefixes: list[tuple[str, ...]],
+    value_matches: list[tuple[tuple[str, ...], str, str]],
+    scopes: list[str],
+) -> Program:
+    """Delete every item under ``prefixes`` and every item under a prefix whose value[key] == value."""
+    ids: dict[int, tuple[tuple[str, ...], str, str]] = {}
+    for prefix in prefixes:
+        core.validate_namespace(prefix)
+        where, params = d.ns_condition(prefix)
+        rows = yield Sql(
+            d.q(
+                f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where}"
+            ),
+            params,
+        )
+        ids.update({int(r[0]): (core.ns_tuple(r[1]), r[2], r[3]) for r in rows})
+    for prefix, key, value in value_matches:
+        core.validate_namespace(prefix, allow_empty=True)
+        where, params = d.ns_condition(prefix)
+        cond, extra = d.filter_condition(key, "str", value)
+        rows = yield Sql(
+            d.q(
+                f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where} AND {cond}"
+            ),
+            params + extra,
+        )
+        ids.update({int(r[0]): (core.ns_tuple(r[1]), r[2], r[3]) for r in rows})
+    report = ForgetReport(scopes=scopes)
+    report.item_keys = sorted((ns, key) for ns, key, _ in ids.values())
+    report.queued = sum(1 for ns, _, _ in ids.values() if ns[:2] == ("_remem", "extraction"))
+    report.items, report.vectors, report.keyword_rows = yield from delete_ids(d, sorted(ids))
+    paths = sorted({core.ns_path(ns) for ns, _, _ in ids.values()})
+    for start in range(0, len(paths), _CHUNK):
+        chunk = paths[start : start + _CHUNK]
+        marks = ", ".join("?" for _ in chunk)
+        report.namespaces += yield Sql(
+            d.q(
+                f"DELETE FROM remem_ns WHERE path IN ({marks}) AND NOT EXISTS "
+                "(SELECT 1 FROM remem_items i WHERE i.ns_id = remem_ns.id)"
+            ),
+            chunk,
+            fetch=False,
+        )
+    return report, [v for _, _, v in ids.values()]
+
+
+def sweep_program(d: Dialect, now: float) -> Program:
+    rows = yield Sql(
+        d.q("SELECT id FROM remem_items WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now]
+    )
+    counts = yield from delete_ids(d, [int(r[0]) for r in rows])
+    return counts[0]
+
+
+def stats_program(d: Dialect) -> Program:
+    out: dict[str, Any] = {}
+    for name, sql in (
+        ("items", "SELECT count(*) FROM remem_items"),
+        ("namespaces", "SELECT count(*) FROM remem_ns"),
+        ("vectors", "SELECT count(*) FROM remem_vectors"),
+        ("expiring items", "SELECT count(*) FROM remem_items WHERE expires_at IS NOT NULL"),
+    ):
+        out[name] = int((yield Sql(d.q(sql), []))[0][0])
+    rows = yield Sql(
+        d.q(
+            "SELECT n.path, count(i.id) FROM remem_ns n JOIN remem_items i ON i.ns_id = n.id GROUP BY n.path"
+        ),
+        [],
+    )
+    top: dict[str, int] = {}
+    for path, count in rows:
+        head = path.split(core.SEP, 1)[0]
+        top[head] = top.get(head, 0) + int(count)
+    out["by_root"] = dict(sorted(top.items(), key=lambda kv: -kv[1]))
+    return out
