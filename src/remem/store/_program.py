@@ -442,7 +442,8 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
             d.q(d.upsert()), d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl)
         )
         item_id = int(rows[0][0])
-        yield from d.keyword_writes(item_id, kw_text)
+        for stmt in d.keyword_writes(item_id, kw_text):  # noqa: UP028 (the driver sends results)
+            yield stmt
         if plan is None:
             continue
         removed.append(item_id)
