@@ -1,5 +1,6 @@
 """remem: a memory layer for LangGraph agents."""
 
+from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
 from remem.config import Settings, load_settings
 from remem.errors import (
     BudgetExceededError,
@@ -14,19 +15,46 @@ from remem.errors import (
     StorageError,
     SummarizationError,
 )
+from remem.inspection import thread_history, thread_snapshot
+from remem.models import ScriptedChatModel, chat_model_from_settings
+from remem.strategies import DeleteStrategy, FilterStrategy, Plan, Strategy, SummaryStrategy, TrimStrategy
+from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, summarizer_for
+from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 __all__ = [
     "BudgetExceededError",
     "ConfigError",
+    "DeleteStrategy",
+    "ExtractiveSummarizer",
+    "FilterStrategy",
     "InvalidMessagesError",
+    "LLMSummarizer",
+    "MemoryState",
     "MissingDependencyError",
     "ModelError",
     "NotFoundError",
+    "Plan",
     "RememError",
     "RememRuntimeError",
     "RememUsageError",
+    "ScriptedChatModel",
     "Settings",
     "StorageError",
+    "Strategy",
     "SummarizationError",
+    "Summarizer",
+    "SummaryStrategy",
+    "TrimStrategy",
+    "UsageRecord",
+    "acheckpointer_from_url",
+    "arun_turn",
+    "build_agent",
+    "chat_model_from_settings",
+    "checkpointer_from_url",
+    "list_threads",
     "load_settings",
+    "run_turn",
+    "summarizer_for",
+    "thread_history",
+    "thread_snapshot",
 ]

@@ -1,0 +1,104 @@
+"""Threads by URL: parsing, clear errors, and threads that survive a process restart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remem import ScriptedChatModel, build_agent, checkpointer_from_url, list_threads, run_turn
+from remem.errors import ConfigError, StorageError
+from remem.threads import acheckpointer_from_url, parse_database_url
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "persistent_chat.py"
+
+
+def chat_in_new_process(db: str, thread: str, message: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--db", db, "--thread", thread, message],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.parametrize(
+    ("url", "kind", "target"),
+    [
+        ("memory://", "memory", ""),
+        ("sqlite:///data/remem.db", "sqlite", "data/remem.db"),
+        ("sqlite:////tmp/x.db", "sqlite", "/tmp/x.db"),
+        ("postgresql://u@h:5432/db", "postgres", "postgresql://u@h:5432/db"),
+    ],
+)
+def test_urls_name_their_backend(url: str, kind: str, target: str) -> None:
+    parsed = parse_database_url(url)
+    assert (parsed.kind, parsed.target) == (kind, target)
+
+
+@pytest.mark.parametrize("url", ["", "mysql://x", "sqlite://relative.db", "sqlite:///", "redis://localhost"])
+def test_bad_urls_list_the_accepted_forms(url: str) -> None:
+    with pytest.raises(ConfigError, match="sqlite:///PATH"):
+        parse_database_url(url)
+
+
+def test_unreachable_postgres_is_a_storage_error_without_the_password() -> None:
+    with (
+        pytest.raises(StorageError, match="check that the server is running") as info,
+        checkpointer_from_url("postgresql://someone:s3cret@127.0.0.1:1/nowhere"),
+    ):
+        pass
+    assert "s3cret" not in str(info.value)
+
+
+def test_unwritable_sqlite_path_is_a_storage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with (
+        pytest.raises(StorageError, match="check the path"),
+        checkpointer_from_url(f"sqlite:///{blocker}/sub/remem.db"),
+    ):
+        pass
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_thread_survives_a_process_restart(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    db = f"sqlite:///{tmp_path / 'chat.db'}" if backend == "sqlite" else request.getfixturevalue("pg_url")
+    first = chat_in_new_process(db, "t1", "My name is Ada and I collect barometers.")
+    assert first["model_input"] == [["human", "My name is Ada and I collect barometers."]]
+    second = chat_in_new_process(db, "t1", "What did I just say?")
+    texts = [text for _, text in second["model_input"]]
+    assert texts[0] == "My name is Ada and I collect barometers."
+    assert texts[-1] == "What did I just say?"
+    other = chat_in_new_process(db, "t2", "Hello?")
+    assert len(other["model_input"]) == 1  # threads do not leak into each other
+    with checkpointer_from_url(db) as saver:
+        assert list_threads(saver) == ["t2", "t1"]
+
+
+async def test_async_checkpointers_open_each_backend(tmp_path: Path, pg_url: str) -> None:
+    for url in ("memory://", f"sqlite:///{tmp_path / 'a.db'}", pg_url):
+        async with acheckpointer_from_url(url) as saver:
+            agent = build_agent(ScriptedChatModel(default="hi"), strategy="filter", checkpointer=saver)
+            result = await agent.ainvoke(
+                {"messages": [("user", "hello")]}, {"configurable": {"thread_id": "a"}}
+            )
+            assert result["messages"][-1].text == "hi"
+
+
+def test_sqlite_threads_are_readable_by_a_second_saver(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with checkpointer_from_url(url) as saver:
+        run_turn(build_agent(ScriptedChatModel(), strategy="filter", checkpointer=saver), "t", "hi")
+    with checkpointer_from_url(url) as saver:
+        assert list_threads(saver) == ["t"]
