@@ -16,6 +16,7 @@ from remem.errors import (
     SummarizationError,
 )
 from remem.inspection import thread_history, thread_snapshot
+from remem.memory import ContextCard, Memory, MemoryRecord, Summary, Thread
 from remem.models import ScriptedChatModel, chat_model_from_settings
 from remem.strategies import DeleteStrategy, FilterStrategy, Plan, Strategy, SummaryStrategy, TrimStrategy
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, summarizer_for
@@ -24,11 +25,14 @@ from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_th
 __all__ = [
     "BudgetExceededError",
     "ConfigError",
+    "ContextCard",
     "DeleteStrategy",
     "ExtractiveSummarizer",
     "FilterStrategy",
     "InvalidMessagesError",
     "LLMSummarizer",
+    "Memory",
+    "MemoryRecord",
     "MemoryState",
     "MissingDependencyError",
     "ModelError",
@@ -43,7 +47,9 @@ __all__ = [
     "Strategy",
     "SummarizationError",
     "Summarizer",
+    "Summary",
     "SummaryStrategy",
+    "Thread",
     "TrimStrategy",
     "UsageRecord",
     "acheckpointer_from_url",

@@ -1,0 +1,346 @@
+"""The memory client's operations as plans (see ``_effects``): all logic, no I/O.
+
+Each public plan reads the thread's metadata first, so that several processes sharing one store see
+each other's writes. Writes of one operation go to the store in one batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langgraph.store.base import GetOp, PutOp, SearchItem, SearchOp
+
+from remem.errors import NotFoundError, RememUsageError
+from remem.memory._card import CardParts, ContextCard, check_card_arguments, dedupe_records, render_card
+from remem.memory._card import truncate_to_budget as _truncate
+from remem.memory._effects import Plan, StoreCall, SummarizeCall
+from remem.memory._records import (
+    EMPTY_SUMMARY,
+    META_KEY,
+    ORDER_CHUNK,
+    MemoryRecord,
+    StoredMessage,
+    Summary,
+    ThreadInfo,
+    chunk_key,
+    memories_ns,
+    messages_ns,
+    meta_ns,
+    now_iso,
+    order_ns,
+    record_from_memory,
+    record_from_message,
+    stored_message_from_input,
+    summaries_ns,
+)
+from remem.memory._topics import extract_topics
+from remem.summarize import SummaryResult
+
+__all__ = [
+    "add_messages_plan",
+    "context_card_plan",
+    "list_messages_plan",
+    "open_thread_plan",
+    "search_plan",
+    "summary_plan",
+    "thread_info_plan",
+]
+
+TextCounter = Callable[[str], int]
+_HIDDEN_STATUSES = frozenset({"deleted", "erased"})
+
+
+def _not_found(thread_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"thread {thread_id!r} does not exist; open it first with memory.thread({thread_id!r}, user_id=...)"
+    )
+
+
+def thread_info_plan(thread_id: str) -> Plan[ThreadInfo]:
+    (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
+    if item is None:
+        raise _not_found(thread_id)
+    return ThreadInfo.from_value(item.value)
+
+
+def open_thread_plan(
+    thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None, default_frequency: int
+) -> Plan[ThreadInfo]:
+    """Create the thread, or open it and check that it belongs to ``user_id``."""
+    if frequency is not None and frequency < 1:
+        raise RememUsageError("context_summary_update_frequency must be at least 1 (1: at every card)")
+    (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
+    if item is None:
+        info = ThreadInfo(
+            thread_id=thread_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            created_at=now_iso(),
+            context_summary_update_frequency=frequency or default_frequency,
+        )
+    else:
+        info = ThreadInfo.from_value(item.value)
+        if user_id is not None and info.user_id is not None and info.user_id != user_id:
+            raise RememUsageError(
+                f"thread {thread_id!r} belongs to user {info.user_id!r}, not {user_id!r}; "
+                "use another thread id for this user"
+            )
+        changed = dataclasses.replace(
+            info,
+            user_id=info.user_id or user_id,
+            agent_id=info.agent_id or agent_id,
+            context_summary_update_frequency=frequency or info.context_summary_update_frequency,
+        )
+        if changed == info:
+            return info
+        info = changed
+    yield StoreCall([PutOp(meta_ns(thread_id), META_KEY, info.to_value(), index=False)])
+    return info
+
+
+def _ids_between(thread_id: str, start: int, end: int) -> Plan[list[str]]:
+    """Ids of the messages with ``start <= seq < end``."""
+    start = max(start, 0)
+    if end <= start:
+        return []
+    first, last = start // ORDER_CHUNK, (end - 1) // ORDER_CHUNK
+    items = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(n)) for n in range(first, last + 1)])
+    ids: list[str] = []
+    for item in items:
+        ids.extend(item.value["ids"] if item is not None else ())
+    offset = first * ORDER_CHUNK
+    return ids[start - offset : end - offset]
+
+
+def _messages_by_id(thread_id: str, ids: Sequence[str]) -> Plan[list[StoredMessage]]:
+    if not ids:
+        return []
+    items = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in ids])
+    return [StoredMessage.from_value(item.value) for item in items if item is not None]
+
+
+def add_messages_plan(thread_id: str, inputs: Sequence[Any]) -> Plan[list[StoredMessage]]:
+    """Append messages, keeping the caller's ids; a message whose id the thread already holds is skipped."""
+    if isinstance(inputs, str | Mapping) or not isinstance(inputs, Sequence):
+        raise RememUsageError("add_messages takes a list of messages; wrap a single message in a list")
+    parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs)]
+    info = yield from thread_info_plan(thread_id)
+    unique: dict[str, StoredMessage] = {}
+    for m in parsed:
+        unique.setdefault(m.id, m)
+    existing = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in unique])
+    new = [m for m, item in zip(unique.values(), existing, strict=True) if item is None]
+    if not new:
+        return []
+    count = info.message_count
+    first_chunk = count // ORDER_CHUNK
+    (chunk_item,) = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(first_chunk))])
+    chunks: dict[int, list[str]] = {first_chunk: list(chunk_item.value["ids"]) if chunk_item else []}
+    added: list[StoredMessage] = []
+    last_user = info.last_user_seq
+    for m in new:
+        seq = count + len(added)
+        chunks.setdefault(seq // ORDER_CHUNK, []).append(m.id)
+        added.append(dataclasses.replace(m, seq=seq))
+        if m.role == "user":
+            last_user = seq
+    puts: list[PutOp] = [
+        PutOp(messages_ns(thread_id), m.id, m.to_value(thread_id, info.user_id), index=["content"])
+        for m in added
+    ]
+    puts += [PutOp(order_ns(thread_id), chunk_key(n), {"ids": ids}, index=False) for n, ids in chunks.items()]
+    new_info = dataclasses.replace(info, message_count=count + len(added), last_user_seq=last_user)
+    puts.append(PutOp(meta_ns(thread_id), META_KEY, new_info.to_value(), index=False))
+    yield StoreCall(puts)
+    return added
+
+
+def list_messages_plan(thread_id: str, last: int | None = None) -> Plan[list[StoredMessage]]:
+    """The thread's messages in order (the last ``last`` when given)."""
+    if last is not None and last < 0:
+        raise RememUsageError("last must be non-negative")
+    info = yield from thread_info_plan(thread_id)
+    start = 0 if last is None else info.message_count - last
+    ids = yield from _ids_between(thread_id, start, info.message_count)
+    return (yield from _messages_by_id(thread_id, ids))
+
+
+def _revision_within(thread_id: str, revision: int, boundary: int) -> Plan[Summary]:
+    """The newest summary revision that covers no message at or past ``boundary``."""
+    while revision > 0:
+        (item,) = yield StoreCall([GetOp(summaries_ns(thread_id), chunk_key(revision))])
+        if item is not None:
+            summary = Summary.from_value(item.value)
+            if summary.covered_count <= boundary:
+                return summary
+        revision -= 1
+    return EMPTY_SUMMARY
+
+
+def _summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int) -> Plan[Summary]:
+    """The summary of the messages before ``boundary``, extended when ``frequency`` new ones wait."""
+    base = yield from _revision_within(thread_id, info.summary_revision, boundary)
+    waiting = boundary - base.covered_count
+    if waiting <= 0 or (base.revision > 0 and waiting < frequency):
+        return base
+    ids = yield from _ids_between(thread_id, base.covered_count, boundary)
+    messages = yield from _messages_by_id(thread_id, ids)
+    result: SummaryResult = yield SummarizeCall(base.text, [m.to_langchain() for m in messages])
+    (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
+    current = ThreadInfo.from_value(item.value) if item is not None else info
+    summary = Summary(
+        text=result.text,
+        revision=current.summary_revision + 1,
+        covered_count=boundary,
+        first_message_id=base.first_message_id or (ids[0] if ids else None),
+        last_message_id=ids[-1] if ids else base.last_message_id,
+        topics=extract_topics(result.text),
+        based_on=base.revision,
+        created_at=now_iso(),
+        model=result.model,
+    )
+    yield StoreCall(
+        [
+            PutOp(summaries_ns(thread_id), chunk_key(summary.revision), summary.to_value(), index=False),
+            PutOp(
+                meta_ns(thread_id),
+                META_KEY,
+                dataclasses.replace(current, summary_revision=summary.revision).to_value(),
+                index=False,
+            ),
+        ]
+    )
+    return summary
+
+
+def summary_plan(thread_id: str, except_last: int, token_budget: int, count: TextCounter) -> Plan[Summary]:
+    """The thread's summary of all but the last ``except_last`` messages, brought up to date."""
+    if except_last < 0:
+        raise RememUsageError("except_last must be non-negative.")
+    if token_budget <= 0:
+        raise RememUsageError("token_budget must be positive; give the most tokens the summary may take.")
+    info = yield from thread_info_plan(thread_id)
+    summary = yield from _summary_at(thread_id, info, max(info.message_count - except_last, 0), 1)
+    text, truncated = _truncate(summary.text, token_budget, count)
+    return dataclasses.replace(summary, text=text, truncated=truncated)
+
+
+def _matches(record: MemoryRecord, metadata_filter: Mapping[str, Any] | None) -> bool:
+    return not metadata_filter or all(record.metadata.get(k) == v for k, v in metadata_filter.items())
+
+
+def search_plan(
+    query: str,
+    *,
+    user_id: str | None,
+    thread_id: str | None,
+    types: Sequence[str] | None,
+    k: int,
+    exclude: frozenset[str] = frozenset(),
+    metadata_filter: Mapping[str, Any] | None = None,
+) -> Plan[list[MemoryRecord]]:
+    """Hybrid search over a thread's messages and a user's long-term memories, best first."""
+    if k < 0:
+        raise RememUsageError("k must be non-negative")
+    if user_id is None and thread_id is None:
+        raise RememUsageError("search needs user_id=..., thread_id=... or both: say whose memory to search")
+    if types is not None and isinstance(types, str):
+        types = [types]
+    if k == 0 or not query.strip():
+        return []
+    wanted = None if types is None else frozenset(types)
+    limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0)
+    ops: list[SearchOp] = []
+    kinds: list[str] = []
+    if thread_id is not None and (wanted is None or "message" in wanted):
+        ops.append(SearchOp(messages_ns(thread_id), query=query, limit=limit))
+        kinds.append("message")
+    if user_id is not None and (wanted is None or wanted - {"message"}):
+        ops.append(SearchOp(memories_ns(user_id), query=query, limit=limit))
+        kinds.append("memory")
+    if not ops:
+        return []
+    results: list[list[SearchItem]] = yield StoreCall(ops)
+    records: list[MemoryRecord] = []
+    for kind, items in zip(kinds, results, strict=True):
+        for item in items:
+            if kind == "message":
+                record = record_from_message(item.value, item.score)
+            else:
+                record = record_from_memory(item.key, item.value, item.score)
+            if record.id in exclude or record.status in _HIDDEN_STATUSES:
+                continue
+            if wanted is not None and record.type not in wanted:
+                continue
+            if _matches(record, metadata_filter):
+                records.append(record)
+    return dedupe_records(records)[:k]
+
+
+def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage | None]:
+    if info.last_user_seq < 0:
+        return None
+    ids = yield from _ids_between(thread_id, info.last_user_seq, info.last_user_seq + 1)
+    found = yield from _messages_by_id(thread_id, ids)
+    return found[0] if found else None
+
+
+def context_card_plan(
+    thread_id: str,
+    *,
+    except_last_messages: int,
+    max_recent_messages: int,
+    max_relevant_results: int,
+    token_budget: int,
+    types: Sequence[str] | None,
+    metadata_filter: Mapping[str, Any] | None,
+    query: str | None,
+    count: TextCounter,
+) -> Plan[ContextCard]:
+    """Build the thread's context card (see ``_card`` for the rules and the layout)."""
+    check_card_arguments(except_last_messages, max_recent_messages, max_relevant_results, token_budget)
+    info = yield from thread_info_plan(thread_id)
+    n = info.message_count
+    boundary = max(n - max(except_last_messages, max_recent_messages), 0)
+    tail_ids = yield from _ids_between(thread_id, boundary, n)
+    recent: list[StoredMessage] = []
+    if max_recent_messages:
+        recent = yield from _messages_by_id(thread_id, tail_ids[-max_recent_messages:])
+    summary = yield from _summary_at(thread_id, info, boundary, info.context_summary_update_frequency)
+    exclude = set(tail_ids)
+    if query is None:
+        latest = yield from _latest_user_message(thread_id, info)
+        if latest is not None:
+            query = latest.content
+            exclude.add(latest.id)
+    records: list[MemoryRecord] = []
+    if max_relevant_results and query and query.strip():
+        records = yield from search_plan(
+            query,
+            user_id=info.user_id,
+            thread_id=thread_id,
+            types=types,
+            k=max_relevant_results,
+            exclude=frozenset(exclude),
+            metadata_filter=metadata_filter,
+        )
+    parts = CardParts(
+        topics=summary.topics,
+        summary=summary.text,
+        summary_revision=summary.revision,
+        records=tuple(records),
+        recent=tuple(recent),
+    )
+    content, kept = render_card(parts, token_budget, count)
+    return ContextCard(
+        content=content,
+        topics=kept.topics,
+        summary=kept.summary,
+        summary_revision=kept.summary_revision if kept.summary else 0,
+        records=kept.records,
+        recent=kept.recent,
+        token_count=count(content) if content else 0,
+        excluded_message_ids=tuple(tail_ids),
+    )

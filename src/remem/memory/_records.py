@@ -1,0 +1,345 @@
+"""What the memory client stores and returns, and how it is laid out in a LangGraph ``BaseStore``.
+
+Pure: namespaces, keys, and the encoding of values. No I/O.
+
+Layout (every item is a plain JSON value in the store):
+
+=========================================  ==============  ==================================================
+namespace                                  key             value
+=========================================  ==============  ==================================================
+``("threads", T, "meta")``                 ``"thread"``    user_id, agent_id, created_at, message_count,
+                                                           last_user_seq, summary_revision, update frequency
+``("threads", T, "order")``                ``"%08d"``      ``{"ids": [...]}``: message ids in order
+``("threads", T, "messages")``             message id      id, role, content, timestamp, metadata, seq;
+                                                           ``content`` is indexed for hybrid search
+``("threads", T, "summaries")``            ``"%08d"``      one summary revision: text, topics, covered_count
+                                                           (the watermark), based_on, created_at, model
+``("users", U, "memories")``               memory id       long-term memories (``remem.extraction``)
+=========================================  ==============  ==================================================
+
+A message's key is the caller's message id, so a record found by search names the message it came from.
+The order chunks make "the last N messages" two reads at any thread length.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from remem.errors import InvalidMessagesError, RememUsageError
+
+__all__ = [
+    "ORDER_CHUNK",
+    "ROLES",
+    "MemoryRecord",
+    "StoredMessage",
+    "Summary",
+    "ThreadInfo",
+    "check_label",
+    "memories_ns",
+    "messages_ns",
+    "meta_ns",
+    "now_iso",
+    "order_ns",
+    "record_from_memory",
+    "record_from_message",
+    "stored_message_from_input",
+    "summaries_ns",
+]
+
+ORDER_CHUNK = 512
+ROLES = ("user", "assistant", "system", "tool")
+META_KEY = "thread"
+_ROLE_ALIASES = {"human": "user", "ai": "assistant", "user": "user", "assistant": "assistant"}
+_ROLE_ALIASES |= {"system": "system", "tool": "tool", "developer": "system"}
+
+
+def check_label(value: str, what: str) -> str:
+    """A thread or user id becomes a namespace label: it must be a non-empty text without ``.``."""
+    if not isinstance(value, str) or not value or "." in value or "\x00" in value:
+        raise RememUsageError(
+            f"{what} {value!r} cannot be used: give a non-empty text without '.' (e.g. 'support-42')"
+        )
+    return value
+
+
+def meta_ns(thread_id: str) -> tuple[str, ...]:
+    return ("threads", thread_id, "meta")
+
+
+def order_ns(thread_id: str) -> tuple[str, ...]:
+    return ("threads", thread_id, "order")
+
+
+def messages_ns(thread_id: str) -> tuple[str, ...]:
+    return ("threads", thread_id, "messages")
+
+
+def summaries_ns(thread_id: str) -> tuple[str, ...]:
+    return ("threads", thread_id, "summaries")
+
+
+def memories_ns(user_id: str) -> tuple[str, ...]:
+    return ("users", user_id, "memories")
+
+
+def chunk_key(n: int) -> str:
+    return f"{n:08d}"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """A thread's metadata as stored."""
+
+    thread_id: str
+    user_id: str | None
+    agent_id: str | None
+    created_at: str
+    message_count: int = 0
+    last_user_seq: int = -1
+    summary_revision: int = 0
+    context_summary_update_frequency: int = 4
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "user_id": self.user_id,
+            "agent_id": self.agent_id,
+            "created_at": self.created_at,
+            "message_count": self.message_count,
+            "last_user_seq": self.last_user_seq,
+            "summary_revision": self.summary_revision,
+            "context_summary_update_frequency": self.context_summary_update_frequency,
+        }
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> ThreadInfo:
+        return cls(
+            thread_id=str(value["thread_id"]),
+            user_id=value.get("user_id"),
+            agent_id=value.get("agent_id"),
+            created_at=str(value.get("created_at", "")),
+            message_count=int(value.get("message_count", 0)),
+            last_user_seq=int(value.get("last_user_seq", -1)),
+            summary_revision=int(value.get("summary_revision", 0)),
+            context_summary_update_frequency=int(value.get("context_summary_update_frequency", 4)),
+        )
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message of a thread, as stored: the caller's id, its role and text, when, and its metadata."""
+
+    id: str
+    role: str
+    content: str
+    timestamp: str
+    seq: int = -1
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_value(self, thread_id: str, user_id: str | None) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "role": self.role,
+            "content": self.content,
+            "timestamp": self.timestamp,
+            "seq": self.seq,
+            "metadata": dict(self.metadata),
+            "thread_id": thread_id,
+            "user_id": user_id,
+        }
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> StoredMessage:
+        return cls(
+            id=str(value["id"]),
+            role=str(value.get("role", "user")),
+            content=str(value.get("content", "")),
+            timestamp=str(value.get("timestamp", "")),
+            seq=int(value.get("seq", -1)),
+            metadata=dict(value.get("metadata") or {}),
+        )
+
+    def to_langchain(self) -> BaseMessage:
+        """The message as a LangChain message with the same id."""
+        if self.role == "assistant":
+            return AIMessage(content=self.content, id=self.id)
+        if self.role == "system":
+            return SystemMessage(content=self.content, id=self.id)
+        if self.role == "tool":
+            return ToolMessage(
+                content=self.content, id=self.id, tool_call_id=self.metadata.get("tool_call_id", "")
+            )
+        return HumanMessage(content=self.content, id=self.id)
+
+
+def _role_of(message: BaseMessage) -> str:
+    return _ROLE_ALIASES.get(message.type, message.type)
+
+
+def stored_message_from_input(item: Any, position: int) -> StoredMessage:
+    """Read one input of ``add_messages``: a dict (role, content, optional id, timestamp, metadata)
+    or a LangChain message. Ids are kept; a missing id gets a new UUID."""
+    if isinstance(item, BaseMessage):
+        metadata: dict[str, Any] = {}
+        if isinstance(item, ToolMessage):
+            metadata["tool_call_id"] = item.tool_call_id
+        if item.name:
+            metadata["name"] = item.name
+        return StoredMessage(
+            id=str(item.id or uuid.uuid4()),
+            role=_role_of(item),
+            content=item.text if isinstance(item.content, list) else str(item.content),
+            timestamp=now_iso(),
+            metadata=metadata,
+        )
+    if not isinstance(item, Mapping):
+        raise InvalidMessagesError(
+            f"message {position} is a {type(item).__name__}; send a dict such as "
+            "{'role': 'user', 'content': 'text'} or a LangChain message"
+        )
+    role = _ROLE_ALIASES.get(str(item.get("role", "")).lower())
+    if role is None:
+        raise InvalidMessagesError(
+            f"message {position} has role {item.get('role')!r}; use one of {', '.join(ROLES)}"
+        )
+    content = item.get("content")
+    if not isinstance(content, str):
+        raise InvalidMessagesError(f"message {position} has no text 'content'; give it a string")
+    metadata = item.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidMessagesError(f"message {position}: 'metadata' must be a dict")
+    timestamp = item.get("timestamp")
+    if isinstance(timestamp, dt.datetime):
+        timestamp = timestamp.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    message_id = item.get("id")
+    return StoredMessage(
+        id=str(message_id) if message_id else str(uuid.uuid4()),
+        role=role,
+        content=content,
+        timestamp=str(timestamp) if timestamp else now_iso(),
+        metadata=dict(metadata),
+    )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A thread's summary: its text, the messages it covers, and its revision.
+
+    ``covered_count`` is the watermark: the summary covers the thread's first ``covered_count``
+    messages (ids ``first_message_id`` .. ``last_message_id``). Revision 0 is the empty summary.
+    """
+
+    text: str
+    revision: int
+    covered_count: int
+    first_message_id: str | None = None
+    last_message_id: str | None = None
+    topics: tuple[str, ...] = ()
+    based_on: int = 0
+    created_at: str = ""
+    model: str = ""
+    truncated: bool = False
+
+    def to_value(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "revision": self.revision,
+            "covered_count": self.covered_count,
+            "first_message_id": self.first_message_id,
+            "last_message_id": self.last_message_id,
+            "topics": list(self.topics),
+            "based_on": self.based_on,
+            "created_at": self.created_at,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_value(cls, value: Mapping[str, Any]) -> Summary:
+        return cls(
+            text=str(value.get("text", "")),
+            revision=int(value["revision"]),
+            covered_count=int(value.get("covered_count", 0)),
+            first_message_id=value.get("first_message_id"),
+            last_message_id=value.get("last_message_id"),
+            topics=tuple(value.get("topics") or ()),
+            based_on=int(value.get("based_on", 0)),
+            created_at=str(value.get("created_at", "")),
+            model=str(value.get("model", "")),
+        )
+
+
+EMPTY_SUMMARY = Summary(text="", revision=0, covered_count=0)
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """A record found by search: a thread message or a long-term memory.
+
+    A message record's ``id`` is the caller's message id and its ``source_message_ids`` is ``(id,)``.
+    """
+
+    id: str
+    type: str
+    content: str
+    score: float
+    status: str = "active"
+    source_message_ids: tuple[str, ...] = ()
+    thread_id: str | None = None
+    user_id: str | None = None
+    timestamp: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def record_from_message(value: Mapping[str, Any], score: float | None) -> MemoryRecord:
+    message = StoredMessage.from_value(value)
+    return MemoryRecord(
+        id=message.id,
+        type="message",
+        content=f"{message.role}: {message.content}",
+        score=float(score or 0.0),
+        status="active",
+        source_message_ids=(message.id,),
+        thread_id=value.get("thread_id"),
+        user_id=value.get("user_id"),
+        timestamp=message.timestamp,
+        metadata=message.metadata,
+    )
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence):
+        return tuple(str(v) for v in value)
+    return ()
+
+
+def record_from_memory(key: str, value: Mapping[str, Any], score: float | None) -> MemoryRecord:
+    """Read a long-term memory item, tolerating the shapes extraction and hand-written puts use."""
+    content = value.get("content", value.get("text", value.get("memory")))
+    if not isinstance(content, str):
+        content = ", ".join(f"{k}={v}" for k, v in sorted(value.items()) if isinstance(v, str | int | float))
+    sources = value.get("source_message_ids", value.get("sources", ()))
+    metadata = value.get("metadata")
+    return MemoryRecord(
+        id=str(value.get("id", key)),
+        type=str(value.get("type", value.get("kind", "memory"))),
+        content=content,
+        score=float(score or 0.0),
+        status=str(value.get("status", "active")),
+        source_message_ids=_texts(sources),
+        thread_id=value.get("thread_id") if isinstance(value.get("thread_id"), str) else None,
+        user_id=value.get("user_id") if isinstance(value.get("user_id"), str) else None,
+        timestamp=str(value.get("updated_at", value.get("created_at", ""))),
+        metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+    )

@@ -1,0 +1,319 @@
+"""The memory client: threads, their messages, summaries and context cards, and search.
+
+    >>> from remem import Memory
+    >>> memory = Memory.from_url("memory://")
+    >>> thread = memory.thread("support-42", user_id="maya", agent_id="helper")
+    >>> thread.add_messages([{"role": "user", "content": "I'm Maya.", "id": "m1"}])
+    >>> card = thread.get_context_card(except_last_messages=3, max_recent_messages=0)
+
+Every method has an async twin (``aadd_messages``, ``aget_context_card``, ``asearch`` ...). The client is
+built on a LangGraph ``BaseStore``, so it runs on any store: LangGraph's ``InMemoryStore`` with an index,
+or remem's SQLite and PostgreSQL stores (hybrid keyword + vector search). The layout of what it stores is
+described in ``remem.memory._records``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+from langgraph.store.base import BaseStore
+
+from remem.config import Settings, load_settings
+from remem.memory._card import ContextCard
+from remem.memory._effects import Plan, arun, run
+from remem.memory._plans import (
+    add_messages_plan,
+    context_card_plan,
+    list_messages_plan,
+    open_thread_plan,
+    search_plan,
+    summary_plan,
+    thread_info_plan,
+)
+from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo, check_label
+from remem.messages import TokenCounter, token_counter
+from remem.summarize import Summarizer, summarizer_for
+
+__all__ = ["DEFAULT_CARD_TOKEN_BUDGET", "Memory", "Thread"]
+
+DEFAULT_CARD_TOKEN_BUDGET = 1500
+DEFAULT_UPDATE_FREQUENCY = 4
+
+
+class Memory:
+    """Threads, summaries, context cards and search over one LangGraph ``BaseStore``.
+
+    ``summarizer`` writes thread summaries (default: the extractive one, no LLM); ``token_counter``
+    measures summaries and cards against their budgets; ``context_summary_update_frequency`` is how many
+    new messages a thread gathers before its card's summary is extended (a new thread may override it).
+    """
+
+    def __init__(
+        self,
+        store: BaseStore,
+        *,
+        summarizer: Summarizer | None = None,
+        token_counter: TokenCounter | None = None,
+        context_summary_update_frequency: int = DEFAULT_UPDATE_FREQUENCY,
+    ) -> None:
+        from remem.messages import approximate_token_count
+
+        self.store = store
+        self.summarizer: Summarizer = summarizer or summarizer_for(None)
+        self.token_counter: TokenCounter = token_counter or approximate_token_count
+        self.context_summary_update_frequency = context_summary_update_frequency
+        self._owned: list[Any] = []
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, settings: Settings | None = None, summarizer: Summarizer | None = None
+    ) -> Memory:
+        """Open the memory at ``url``: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``.
+
+        The embedder, the chat model that writes summaries (none: extractive) and the token counter come
+        from ``settings`` (default: :func:`remem.load_settings`).
+        """
+        from remem.memory._backends import open_store
+
+        settings = settings or load_settings()
+        store, owned = open_store(url, settings)
+        if summarizer is None:
+            from remem.models import chat_model_from_settings
+
+            summarizer = summarizer_for(chat_model_from_settings(settings), settings.summary_max_tokens)
+        memory = cls(store, summarizer=summarizer, token_counter=token_counter(settings.token_counter))
+        memory._owned = owned
+        return memory
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> Memory:
+        """Open the memory at the configured ``database_url``."""
+        settings = settings or load_settings()
+        return cls.from_url(settings.database_url, settings=settings)
+
+    def close(self) -> None:
+        """Close the connections :meth:`from_url` opened (a store passed in is left open)."""
+        while self._owned:
+            closer = self._owned.pop()
+            closer()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` sent as one message, by this memory's counter."""
+        return self.token_counter([HumanMessage(content=text)])
+
+    def _run(self, plan: Plan[Any]) -> Any:
+        return run(plan, self.store, self.summarizer)
+
+    async def _arun(self, plan: Plan[Any]) -> Any:
+        return await arun(plan, self.store, self.summarizer)
+
+    def _open_plan(
+        self, thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None
+    ) -> Plan[ThreadInfo]:
+        check_label(thread_id, "thread_id")
+        if user_id is not None:
+            check_label(user_id, "user_id")
+        return open_thread_plan(
+            thread_id, user_id, agent_id, frequency, self.context_summary_update_frequency
+        )
+
+    def thread(
+        self,
+        thread_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        context_summary_update_frequency: int | None = None,
+    ) -> Thread:
+        """Create the thread or open it (a thread keeps the user it was created for)."""
+        info: ThreadInfo = self._run(
+            self._open_plan(thread_id, user_id, agent_id, context_summary_update_frequency)
+        )
+        return Thread(self, info)
+
+    async def athread(
+        self,
+        thread_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        context_summary_update_frequency: int | None = None,
+    ) -> Thread:
+        """Async version of :meth:`thread`."""
+        info: ThreadInfo = await self._arun(
+            self._open_plan(thread_id, user_id, agent_id, context_summary_update_frequency)
+        )
+        return Thread(self, info)
+
+    def get_thread(self, thread_id: str) -> Thread:
+        """Open an existing thread; :class:`~remem.NotFoundError` when there is none."""
+        info: ThreadInfo = self._run(thread_info_plan(check_label(thread_id, "thread_id")))
+        return Thread(self, info)
+
+    async def aget_thread(self, thread_id: str) -> Thread:
+        """Async version of :meth:`get_thread`."""
+        info: ThreadInfo = await self._arun(thread_info_plan(check_label(thread_id, "thread_id")))
+        return Thread(self, info)
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+        types: Sequence[str] | None = None,
+        k: int = 10,
+    ) -> list[MemoryRecord]:
+        """Records matching ``query``: messages of ``thread_id`` and long-term memories of ``user_id``.
+
+        ``types`` keeps only those record types (``"message"`` for thread messages; memory types such as
+        ``"fact"`` or ``"preference"``). Best first; ties broken by id, so the order is stable.
+        """
+        records: list[MemoryRecord] = self._run(
+            search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k)
+        )
+        return records
+
+    async def asearch(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+        types: Sequence[str] | None = None,
+        k: int = 10,
+    ) -> list[MemoryRecord]:
+        """Async version of :meth:`search`."""
+        records: list[MemoryRecord] = await self._arun(
+            search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k)
+        )
+        return records
+
+
+class Thread:
+    """One conversation thread: its raw messages, its summary revisions and its context cards."""
+
+    def __init__(self, memory: Memory, info: ThreadInfo) -> None:
+        self.memory = memory
+        self.thread_id = info.thread_id
+        self.user_id = info.user_id
+        self.agent_id = info.agent_id
+
+    def __repr__(self) -> str:
+        return f"Thread({self.thread_id!r}, user_id={self.user_id!r}, agent_id={self.agent_id!r})"
+
+    def info(self) -> ThreadInfo:
+        """The thread's metadata as stored now (message count, summary revision ...)."""
+        info: ThreadInfo = self.memory._run(thread_info_plan(self.thread_id))
+        return info
+
+    async def ainfo(self) -> ThreadInfo:
+        """Async version of :meth:`info`."""
+        info: ThreadInfo = await self.memory._arun(thread_info_plan(self.thread_id))
+        return info
+
+    def add_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
+        """Append messages: dicts (``role``, ``content``, optional ``id``, ``timestamp``, ``metadata``) or
+        LangChain messages. The caller's ids are kept; a message whose id is already in the thread is
+        skipped, so sending the same list twice stores each message once. Returns what was added."""
+        added: list[StoredMessage] = self.memory._run(add_messages_plan(self.thread_id, messages))
+        return added
+
+    async def aadd_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
+        """Async version of :meth:`add_messages`."""
+        added: list[StoredMessage] = await self.memory._arun(add_messages_plan(self.thread_id, messages))
+        return added
+
+    def messages(self, last: int | None = None) -> list[StoredMessage]:
+        """The thread's messages in order (only the last ``last`` when given)."""
+        found: list[StoredMessage] = self.memory._run(list_messages_plan(self.thread_id, last))
+        return found
+
+    async def amessages(self, last: int | None = None) -> list[StoredMessage]:
+        """Async version of :meth:`messages`."""
+        found: list[StoredMessage] = await self.memory._arun(list_messages_plan(self.thread_id, last))
+        return found
+
+    def get_summary(self, except_last: int = 0, token_budget: int = 1000) -> Summary:
+        """The summary of every message but the last ``except_last``, extended first if needed.
+
+        It is extended from its coverage watermark (only new messages are summarised) and saved as a new
+        revision; earlier revisions are kept. Past ``token_budget`` the text is cut and ends "(truncated)".
+        """
+        summary: Summary = self.memory._run(
+            summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text)
+        )
+        return summary
+
+    async def aget_summary(self, except_last: int = 0, token_budget: int = 1000) -> Summary:
+        """Async version of :meth:`get_summary`."""
+        summary: Summary = await self.memory._arun(
+            summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text)
+        )
+        return summary
+
+    def _card_plan(self, **kwargs: Any) -> Plan[ContextCard]:
+        return context_card_plan(self.thread_id, count=self.memory.count_text, **kwargs)
+
+    def get_context_card(
+        self,
+        except_last_messages: int = 0,
+        max_recent_messages: int = 0,
+        max_relevant_results: int = 5,
+        token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
+        types: Sequence[str] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+    ) -> ContextCard:
+        """The thread's context card: topics, summary, relevant information and recent messages.
+
+        External tail: ``get_context_card(except_last_messages=N, max_recent_messages=0)`` and send the
+        last N raw messages after the card. Self-contained: ``max_recent_messages=N`` too; the card holds
+        the tail. Relevant information is searched with the latest user message (or ``query``) over the
+        thread's earlier messages (never the excluded tail) and the user's long-term memories, filtered by
+        ``types`` and ``metadata_filter``. The card fits ``token_budget``; with nothing to say it is "".
+        """
+        card: ContextCard = self.memory._run(
+            self._card_plan(
+                except_last_messages=except_last_messages,
+                max_recent_messages=max_recent_messages,
+                max_relevant_results=max_relevant_results,
+                token_budget=token_budget,
+                types=types,
+                metadata_filter=metadata_filter,
+                query=query,
+            )
+        )
+        return card
+
+    async def aget_context_card(
+        self,
+        except_last_messages: int = 0,
+        max_recent_messages: int = 0,
+        max_relevant_results: int = 5,
+        token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
+        types: Sequence[str] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+    ) -> ContextCard:
+        """Async version of :meth:`get_context_card`."""
+        card: ContextCard = await self.memory._arun(
+            self._card_plan(
+                except_last_messages=except_last_messages,
+                max_recent_messages=max_recent_messages,
+                max_relevant_results=max_relevant_results,
+                token_budget=token_budget,
+                types=types,
+                metadata_filter=metadata_filter,
+                query=query,
+            )
+        )
+        return card

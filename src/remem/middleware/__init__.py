@@ -1,0 +1,6 @@
+"""Prompt compaction with remem context cards: a LangChain v1 middleware and a LangGraph node."""
+
+from remem.middleware._compaction import PATTERNS, Pattern
+from remem.middleware.card import ContextCardMiddleware, ContextCardNode
+
+__all__ = ["PATTERNS", "ContextCardMiddleware", "ContextCardNode", "Pattern"]

@@ -1,0 +1,226 @@
+"""Compaction with a context card: a LangChain v1 ``AgentMiddleware`` and a plain LangGraph node.
+
+    >>> from langchain.agents import create_agent
+    >>> from remem import Memory
+    >>> from remem.middleware import ContextCardMiddleware
+    >>> memory = Memory.from_url("sqlite:///memory.db")
+    >>> agent = create_agent(model, tools=[...], middleware=[
+    ...     ContextCardMiddleware(memory, thread_id="t1", user_id="maya",
+    ...                           compaction_token_trigger=6000, kept_message_count=3)])
+
+Each user message and assistant reply is persisted to the thread once (the card message never is).
+When a model call's prompt (system prompt + tool schemas + messages, the card left out) reaches
+``compaction_token_trigger``, the history is replaced by a context card plus a raw tail:
+
+- ``"external_tail"``: ``[card, *last raw messages]``, the card built with ``except_last_messages=N``;
+  the card stays unchanged across the following turns, so a provider's prompt cache keeps working;
+- ``"self_contained"``: ``[card]`` whose ``<recent_messages>`` hold the tail.
+
+The tail starts at a safe point: a tool call and its results are never separated.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, cast
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, RemoveMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
+from remem.messages import TokenCounter
+from remem.middleware._compaction import CompactionPlan, Pattern
+from remem.middleware._compactor import Compactor
+
+__all__ = ["ContextCardMiddleware", "ContextCardNode"]
+
+
+def _compactor(memory: Memory, **kwargs: Any) -> Compactor:
+    return Compactor(memory, **kwargs)
+
+
+def _as_any(messages: list[BaseMessage]) -> list[AnyMessage]:
+    return cast("list[AnyMessage]", messages)
+
+
+def _with_ids(response: ModelResponse[Any]) -> ModelResponse[Any]:
+    # The reply is written to the state twice (the model's own update, then the compacted history);
+    # an id makes both writes the same message.
+    for message in response.result:
+        if message.id is None:
+            message.id = f"run-{uuid.uuid4()}"
+    return response
+
+
+def _compacted(
+    response: ModelResponse[Any], card: HumanMessage, plan: CompactionPlan
+) -> ExtendedModelResponse[Any]:
+    history: list[BaseMessage] = [*plan.system, card, *plan.after_card, *_with_ids(response).result]
+    update = {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]}
+    return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Persist an agent's turns to a remem thread and compact its prompt with a context card.
+
+    ``thread_id`` may be left out: the run's ``configurable.thread_id`` is used. ``card_token_budget``
+    bounds the card; ``max_relevant_results`` the records it recalls; ``token_counter`` defaults to the
+    memory's. See the module docstring for the two patterns.
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        compaction_token_trigger: int = 6000,
+        kept_message_count: int = 3,
+        pattern: Pattern = "external_tail",
+        card_token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
+        max_relevant_results: int = 5,
+        token_counter: TokenCounter | None = None,
+        context_summary_update_frequency: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.compactor = _compactor(
+            memory,
+            thread_id=thread_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            compaction_token_trigger=compaction_token_trigger,
+            kept_message_count=kept_message_count,
+            pattern=pattern,
+            card_token_budget=card_token_budget,
+            max_relevant_results=max_relevant_results,
+            token_counter=token_counter,
+            context_summary_update_frequency=context_summary_update_frequency,
+        )
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.compactor.persist(state["messages"])
+        return None
+
+    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        await self.compactor.apersist(state["messages"])
+        return None
+
+    def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.compactor.persist(state["messages"])
+        return None
+
+    async def aafter_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        await self.compactor.apersist(state["messages"])
+        return None
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        plan = self.compactor.plan(request.messages, request.system_message, request.tools)
+        if plan is None:
+            return handler(request)
+        card = self.compactor.build_card(plan)
+        response = handler(request.override(messages=_as_any([card, *plan.after_card])))
+        return _compacted(response, card, plan)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        plan = self.compactor.plan(request.messages, request.system_message, request.tools)
+        if plan is None:
+            return await handler(request)
+        card = await self.compactor.abuild_card(plan)
+        response = await handler(request.override(messages=_as_any([card, *plan.after_card])))
+        return _compacted(response, card, plan)
+
+
+class ContextCardNode:
+    """The same capability as a node of your own ``StateGraph`` (a state with a ``messages`` key).
+
+    Add it before the model node: ``builder.add_node("memory", ContextCardNode(memory, ...))`` (or
+    ``node.acall`` in an async graph). It persists new turns and, past the trigger, returns the compacted
+    history ``[card, *tail]``. Pass the model's ``system_prompt`` and ``tools`` so they count toward the
+    trigger. A reply is persisted by the next call; :meth:`record` persists without compacting.
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        compaction_token_trigger: int = 6000,
+        kept_message_count: int = 3,
+        pattern: Pattern = "external_tail",
+        card_token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
+        max_relevant_results: int = 5,
+        token_counter: TokenCounter | None = None,
+        context_summary_update_frequency: int | None = None,
+        system_prompt: str | None = None,
+        tools: Sequence[Any] = (),
+    ) -> None:
+        from langchain_core.messages import SystemMessage
+
+        self.compactor = _compactor(
+            memory,
+            thread_id=thread_id,
+            user_id=user_id,
+            agent_id=agent_id,
+            compaction_token_trigger=compaction_token_trigger,
+            kept_message_count=kept_message_count,
+            pattern=pattern,
+            card_token_budget=card_token_budget,
+            max_relevant_results=max_relevant_results,
+            token_counter=token_counter,
+            context_summary_update_frequency=context_summary_update_frequency,
+        )
+        self.system = SystemMessage(content=system_prompt) if system_prompt else None
+        self.tools = list(tools)
+
+    @staticmethod
+    def _update(card: HumanMessage, plan: CompactionPlan) -> dict[str, Any]:
+        history = [*plan.system, card, *plan.after_card]
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]}
+
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        messages = state["messages"]
+        self.compactor.persist(messages)
+        plan = self.compactor.plan(messages, self.system, self.tools)
+        if plan is None:
+            return {}
+        return self._update(self.compactor.build_card(plan), plan)
+
+    async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Async version of :meth:`__call__`."""
+        messages = state["messages"]
+        await self.compactor.apersist(messages)
+        plan = self.compactor.plan(messages, self.system, self.tools)
+        if plan is None:
+            return {}
+        return self._update(await self.compactor.abuild_card(plan), plan)
+
+    def record(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Persist new turns only (e.g. as a node after the model)."""
+        self.compactor.persist(state["messages"])
+        return {}
+
+    async def arecord(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """Async version of :meth:`record`."""
+        await self.compactor.apersist(state["messages"])
+        return {}

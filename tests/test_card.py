@@ -1,0 +1,261 @@
+"""Context cards: the guide's rules, the sections, the tail never leaking in, the budget, and stability."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from remem import Memory, load_settings
+from remem.memory import Thread
+
+SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'card.db'}"}.get(request.param)
+    url = url or str(request.getfixturevalue("pg_url"))
+    with Memory.from_url(url, settings=SETTINGS) as mem:
+        yield mem
+
+
+@pytest.fixture
+def in_memory() -> Memory:
+    return Memory.from_url("memory://", settings=SETTINGS)
+
+
+def _maya(memory: Memory, thread_id: str = "maya-thread", frequency: int = 4) -> Thread:
+    thread = memory.thread(thread_id, user_id="maya", context_summary_update_frequency=frequency)
+    thread.add_messages(
+        [
+            {
+                "role": "user",
+                "content": "I'm Maya. I'm migrating our nightly invoice reconciliation workflow "
+                "from cron jobs to LangGraph.",
+                "id": "u1",
+                "metadata": {"topic": "migration"},
+            },
+            {
+                "role": "assistant",
+                "content": "Understood: invoice reconciliation moves to LangGraph.",
+                "id": "a1",
+            },
+            {
+                "role": "user",
+                "content": "The failing step right now is ledger enrichment after reconciliation.",
+                "id": "u2",
+                "metadata": {"topic": "failure"},
+            },
+            {"role": "assistant", "content": "Ledger enrichment failing: check the schema.", "id": "a2"},
+            {"role": "user", "content": "Zebra quokka platypus is my tail marker.", "id": "u3"},
+            {"role": "assistant", "content": "Noted the quokka marker.", "id": "a3"},
+        ]
+    )
+    return thread
+
+
+def _parse(content: str) -> ET.Element:
+    root = ET.fromstring(content)
+    assert root.tag == "context_card"
+    return root
+
+
+def test_negative_except_last_messages_is_refused(in_memory: Memory) -> None:
+    thread = _maya(in_memory)
+    with pytest.raises(ValueError, match=r"^except_last_messages must be non-negative\.$"):
+        thread.get_context_card(except_last_messages=-1)
+
+
+@pytest.mark.parametrize("max_recent", [1, 2, 4])
+def test_a_tail_given_twice_is_refused(in_memory: Memory, max_recent: int) -> None:
+    thread = _maya(in_memory)
+    with pytest.raises(
+        ValueError,
+        match=r"^except_last_messages requires max_recent_messages to be zero or the same count\.$",
+    ):
+        thread.get_context_card(except_last_messages=3, max_recent_messages=max_recent)
+
+
+def test_allowed_combinations(in_memory: Memory) -> None:
+    thread = _maya(in_memory)
+    thread.get_context_card(except_last_messages=3, max_recent_messages=0)
+    thread.get_context_card(except_last_messages=3, max_recent_messages=3)
+    thread.get_context_card(except_last_messages=0, max_recent_messages=2)
+
+
+def test_an_empty_thread_renders_an_empty_card(memory: Memory) -> None:
+    thread = memory.thread("empty", user_id="nobody")
+    card = thread.get_context_card(except_last_messages=3)
+    assert card.content == "" and str(card) == ""
+
+
+def test_external_tail_card_never_contains_the_tail(memory: Memory) -> None:
+    thread = _maya(memory)
+    card = thread.get_context_card(except_last_messages=2, max_recent_messages=0, query="quokka zebra marker")
+    assert card.content
+    assert "quokka" not in card.content.lower() and "zebra" not in card.content.lower()
+    assert card.excluded_message_ids == ("u3", "a3")
+    root = _parse(card.content)
+    assert root.find("recent_messages") is None
+    records = root.findall("relevant_information/record")
+    assert records, "earlier messages are recalled"
+    assert {r.get("record_id") for r in records}.isdisjoint({"u3", "a3"})
+    for r in records:
+        assert r.get("type") and r.get("status") == "active"
+
+
+def test_self_contained_card_holds_the_tail_as_recent_messages(memory: Memory) -> None:
+    thread = _maya(memory)
+    card = thread.get_context_card(except_last_messages=2, max_recent_messages=2)
+    root = _parse(card.content)
+    recent = root.findall("recent_messages/message")
+    assert [(m.get("role"), m.text) for m in recent] == [
+        ("user", "Zebra quokka platypus is my tail marker."),
+        ("assistant", "Noted the quokka marker."),
+    ]
+    assert all(m.get("timestamp") for m in recent)
+    assert [m.id for m in card.recent] == ["u3", "a3"]
+    # The tail is given once: inside recent messages, nowhere else.
+    assert card.content.count("platypus") == 1
+
+
+def test_card_sections_topics_summary_and_relevant_information(memory: Memory) -> None:
+    thread = _maya(memory)
+    memory.store.put(
+        ("users", "maya", "memories"),
+        "pref-1",
+        {"content": "Maya prefers short answers about invoice reconciliation", "type": "preference"},
+    )
+    card = thread.get_context_card(except_last_messages=2, query="invoice reconciliation ledger")
+    root = _parse(card.content)
+    topics = [t.text for t in root.findall("topics/topic")]
+    assert topics and any("invoice" in (t or "") or "reconciliation" in (t or "") for t in topics)
+    summary = root.find("summary")
+    assert summary is not None and "invoice reconciliation" in (summary.text or "")
+    assert summary.get("revision") == str(card.summary_revision) == "1"
+    records = {r.get("record_id"): r for r in root.findall("relevant_information/record")}
+    assert "pref-1" in records and records["pref-1"].get("type") == "preference"
+    assert any(rid in records for rid in ("u1", "u2", "a1", "a2"))
+    assert card.to_message().type == "human"  # a user-role message, never the system role
+    assert not isinstance(card.to_message(), SystemMessage)
+
+
+def test_types_metadata_filter_and_max_relevant_results(in_memory: Memory) -> None:
+    thread = _maya(in_memory)
+    in_memory.store.put(
+        ("users", "maya", "memories"), "fact-1", {"content": "ledger enrichment owner is Ana", "type": "fact"}
+    )
+    only_facts = thread.get_context_card(except_last_messages=2, types=["fact"], query="ledger enrichment")
+    assert [r.id for r in only_facts.records] == ["fact-1"]
+    failures = thread.get_context_card(
+        except_last_messages=2, types=["message"], metadata_filter={"topic": "failure"}, query="ledger"
+    )
+    assert [r.id for r in failures.records] == ["u2"]
+    one = thread.get_context_card(except_last_messages=2, max_relevant_results=1, query="ledger enrichment")
+    assert len(one.records) == 1
+    none = thread.get_context_card(except_last_messages=2, max_relevant_results=0)
+    assert none.records == () and "<relevant_information>" not in none.content
+
+
+def test_default_query_is_the_latest_user_message(in_memory: Memory) -> None:
+    thread = _maya(in_memory)
+    thread.add_messages(
+        [{"role": "user", "content": "Which step of the ledger enrichment fails?", "id": "u4"}]
+    )
+    card = thread.get_context_card(except_last_messages=0)
+    ids = [r.id for r in card.records]
+    assert "u4" not in ids  # the question itself is not recalled
+    assert ids and ids[0] in {"u2", "a2"}
+
+
+def test_card_is_byte_identical_between_summary_refreshes(memory: Memory) -> None:
+    thread = _maya(memory, frequency=4)
+    first = thread.get_context_card(except_last_messages=2)
+    assert thread.get_context_card(except_last_messages=2).content == first.content
+    # Fewer than `frequency` new messages: the summary revision and its text stay as they were.
+    thread.add_messages(
+        [{"role": "user", "content": "One more fact: the cluster is in Frankfurt.", "id": "u4"}]
+    )
+    later = thread.get_context_card(except_last_messages=2)
+    assert later.summary_revision == first.summary_revision
+    assert later.summary == first.summary and later.topics == first.topics
+    thread.add_messages([{"role": "assistant", "content": f"ok {i}", "id": f"x{i}"} for i in range(4)])
+    refreshed = thread.get_context_card(except_last_messages=2)
+    assert refreshed.summary_revision == first.summary_revision + 1
+    assert "Frankfurt" in refreshed.summary
+
+
+def test_card_is_the_same_from_another_client_on_the_same_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    with Memory.from_url(url, settings=SETTINGS) as one:
+        content = _maya(one).get_context_card(except_last_messages=2).content
+    with Memory.from_url(url, settings=SETTINGS) as two:
+        assert two.get_thread("maya-thread").get_context_card(except_last_messages=2).content == content
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    budget=st.integers(min_value=30, max_value=700),
+    n=st.integers(min_value=0, max_value=30),
+    recent=st.integers(min_value=0, max_value=6),
+)
+def test_the_card_never_exceeds_its_token_budget(budget: int, n: int, recent: int) -> None:
+    memory = Memory.from_url("memory://", settings=SETTINGS)
+    thread = memory.thread("b", user_id="u", context_summary_update_frequency=1)
+    words = [
+        "invoice",
+        "ledger",
+        "workflow",
+        "cron",
+        "graph",
+        "reconciliation",
+        "enrichment",
+        "failing",
+        "step",
+        "Maya",
+    ]
+    thread.add_messages(
+        [
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": " ".join(words[(i + j) % len(words)] for j in range(5 + i % 17)) + f" fact {i}.",
+                "id": f"m{i}",
+            }
+            for i in range(n)
+        ]
+    )
+    card = thread.get_context_card(
+        except_last_messages=recent, max_recent_messages=recent, token_budget=budget
+    )
+    assert memory.count_text(card.content) <= budget if card.content else True
+    assert card.token_count <= budget
+    if card.content:
+        _parse(card.content)  # still well-formed after cutting
+
+
+def test_a_summary_too_long_for_the_card_is_cut_visibly(in_memory: Memory) -> None:
+    thread = in_memory.thread("long", user_id="u", context_summary_update_frequency=1)
+    thread.add_messages(
+        [
+            {
+                "role": "user",
+                "content": f"My project number {i} is called Apollo{i} in Berlin.",
+                "id": f"m{i}",
+            }
+            for i in range(40)
+        ]
+    )
+    card = thread.get_context_card(except_last_messages=0, max_relevant_results=0, token_budget=120)
+    assert "(truncated)" in card.summary and card.token_count <= 120
+
+
+def test_card_message_is_not_a_system_message(in_memory: Memory) -> None:
+    card = _maya(in_memory).get_context_card(except_last_messages=2)
+    message = card.to_message()
+    assert isinstance(message, HumanMessage) and message.name == "memory_context_card"

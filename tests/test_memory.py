@@ -1,0 +1,226 @@
+"""The memory client: threads, messages, search and summaries, on LangGraph's InMemoryStore, SQLite and
+PostgreSQL (real databases; only the embedder is a deterministic fake)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from remem import Memory, NotFoundError, RememUsageError, load_settings
+from remem.memory import MemoryRecord, StoredMessage
+
+SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+
+
+def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if kind == "memory":
+        return "memory://"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'memory.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
+    with Memory.from_url(_url(request.param, request, tmp_path), settings=SETTINGS) as mem:
+        yield mem
+
+
+def _conversation(n: int) -> list[dict[str, str]]:
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"message number {i} about topic {i % 3}",
+            "id": f"m{i}",
+        }
+        for i in range(n)
+    ]
+
+
+def test_add_messages_keeps_ids_order_and_fields(memory: Memory) -> None:
+    thread = memory.thread("t1", user_id="maya", agent_id="helper")
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    added = thread.add_messages(
+        [
+            {
+                "role": "user",
+                "content": "hello",
+                "id": "u-1",
+                "timestamp": when,
+                "metadata": {"channel": "web"},
+            },
+            AIMessage(content="hi Maya", id="a-1"),
+            HumanMessage(content="no id given"),
+        ]
+    )
+    assert [m.seq for m in added] == [0, 1, 2]
+    stored = thread.messages()
+    assert [m.id for m in stored[:2]] == ["u-1", "a-1"]
+    assert stored[2].id  # a fresh id was given
+    assert [m.role for m in stored] == ["user", "assistant", "user"]
+    assert stored[0].timestamp == "2026-01-02T03:04:05Z"
+    assert stored[0].metadata == {"channel": "web"}
+    assert [m.content for m in thread.messages(last=2)] == ["hi Maya", "no id given"]
+    assert thread.info().message_count == 3
+
+
+def test_the_same_message_sent_again_is_stored_once(memory: Memory) -> None:
+    thread = memory.thread("t1", user_id="maya")
+    first = _conversation(4)
+    assert len(thread.add_messages(first)) == 4
+    assert thread.add_messages(first) == []
+    again = thread.add_messages([*first, {"role": "user", "content": "new", "id": "m9"}, first[0]])
+    assert [m.id for m in again] == ["m9"]
+    assert [m.id for m in thread.messages()] == ["m0", "m1", "m2", "m3", "m9"]
+
+
+def test_long_threads_span_order_chunks(memory: Memory) -> None:
+    thread = memory.thread("long")
+    for start in range(0, 1100, 275):
+        thread.add_messages(_conversation(1100)[start : start + 275])
+    ids = [m.id for m in thread.messages()]
+    assert ids == [f"m{i}" for i in range(1100)]
+    assert [m.id for m in thread.messages(last=3)] == ["m1097", "m1098", "m1099"]
+
+
+def test_reopening_a_thread_keeps_its_user_and_refuses_another(memory: Memory) -> None:
+    memory.thread("t1", user_id="maya", agent_id="helper")
+    reopened = memory.thread("t1")
+    assert (reopened.user_id, reopened.agent_id) == ("maya", "helper")
+    assert memory.get_thread("t1").user_id == "maya"
+    with pytest.raises(RememUsageError, match="belongs to user 'maya'"):
+        memory.thread("t1", user_id="someone-else")
+    with pytest.raises(NotFoundError, match=r"memory\.thread"):
+        memory.get_thread("never-opened")
+
+
+@pytest.mark.parametrize("bad", ["", "a.b"])
+def test_bad_labels_are_usage_errors(memory: Memory, bad: str) -> None:
+    with pytest.raises(RememUsageError, match="thread_id"):
+        memory.thread(bad)
+
+
+def test_bad_messages_say_what_to_send(memory: Memory) -> None:
+    thread = memory.thread("t1")
+    with pytest.raises(RememUsageError, match="role"):
+        thread.add_messages([{"role": "wizard", "content": "x"}])
+    with pytest.raises(RememUsageError, match="content"):
+        thread.add_messages([{"role": "user"}])
+    with pytest.raises(RememUsageError, match="list"):
+        thread.add_messages({"role": "user", "content": "x"})  # type: ignore[arg-type]
+    assert thread.messages() == []
+
+
+def test_search_returns_typed_records_from_messages_and_memories(memory: Memory) -> None:
+    thread = memory.thread("t1", user_id="maya")
+    thread.add_messages(
+        [
+            {"role": "user", "content": "My cat is called Miso", "id": "u1"},
+            {"role": "assistant", "content": "Miso is a lovely name for a cat", "id": "a1"},
+            {"role": "user", "content": "I deploy with Kubernetes on Fridays", "id": "u2"},
+        ]
+    )
+    memory.store.put(
+        ("users", "maya", "memories"),
+        "mem-1",
+        {"content": "Maya has a cat named Miso", "type": "fact", "source_message_ids": ["u1"]},
+    )
+    memory.store.put(("users", "maya", "memories"), "mem-2", {"content": "cat allergy", "status": "deleted"})
+    records = memory.search("cat Miso", user_id="maya", thread_id="t1", k=5)
+    assert all(isinstance(r, MemoryRecord) for r in records)
+    by_id = {r.id: r for r in records}
+    assert {"u1", "mem-1"} <= set(by_id)
+    assert "mem-2" not in by_id  # deleted memories are never recalled
+    assert by_id["u1"].type == "message" and by_id["u1"].source_message_ids == ("u1",)
+    assert by_id["mem-1"].type == "fact" and by_id["mem-1"].source_message_ids == ("u1",)
+    assert by_id["mem-1"].status == "active"
+    scores = [r.score for r in records]
+    assert scores == sorted(scores, reverse=True)
+    only_facts = memory.search("cat Miso", user_id="maya", thread_id="t1", types=["fact"])
+    assert [r.id for r in only_facts] == ["mem-1"]
+    only_messages = memory.search("cat Miso", user_id="maya", thread_id="t1", types=["message"], k=1)
+    assert len(only_messages) == 1 and only_messages[0].type == "message"
+    with pytest.raises(RememUsageError, match="user_id"):
+        memory.search("cat")
+
+
+def test_summary_is_incremental_versioned_and_truncated_visibly(memory: Memory) -> None:
+    thread = memory.thread("t1", user_id="maya")
+    thread.add_messages(
+        [
+            {"role": "user", "content": "I'm Maya and I live in Lisbon.", "id": "u1"},
+            {"role": "assistant", "content": "Nice to meet you.", "id": "a1"},
+            {"role": "user", "content": "My deadline is Friday 14 March.", "id": "u2"},
+        ]
+    )
+    first = thread.get_summary()
+    assert first.revision == 1 and first.covered_count == 3
+    assert "Lisbon" in first.text and "14 March" in first.text
+    assert (first.first_message_id, first.last_message_id) == ("u1", "u2")
+    assert thread.get_summary() == first  # nothing new: no new revision
+
+    thread.add_messages([{"role": "user", "content": "My budget is 4000 euros.", "id": "u3"}])
+    second = thread.get_summary()
+    assert second.revision == 2 and second.based_on == 1 and second.covered_count == 4
+    assert "Lisbon" in second.text and "4000" in second.text
+
+    older = thread.get_summary(except_last=1)  # revision 1 covers exactly the first three
+    assert older.revision == 1 and older.covered_count == 3
+
+    short = thread.get_summary(token_budget=12)
+    assert short.truncated and short.text.endswith("(truncated)")
+    assert memory.count_text(short.text) <= 12
+    assert short.revision == 2
+    with pytest.raises(RememUsageError):
+        thread.get_summary(except_last=-1)
+
+
+def test_summary_uses_the_given_summariser_only_for_new_messages(memory: Memory) -> None:
+    from remem.summarize import SummaryResult
+
+    seen: list[list[str]] = []
+
+    class Recording:
+        def summarize(self, previous: str, messages: object) -> SummaryResult:
+            texts = [m.text for m in messages]  # type: ignore[attr-defined]
+            seen.append(texts)
+            return SummaryResult(text=(previous + " | " if previous else "") + "; ".join(texts), model="rec")
+
+        async def asummarize(self, previous: str, messages: object) -> SummaryResult:
+            return self.summarize(previous, messages)
+
+    memory.summarizer = Recording()
+    thread = memory.thread("t1")
+    thread.add_messages(_conversation(3))
+    thread.get_summary()
+    thread.add_messages([{"role": "user", "content": "fourth", "id": "m3"}])
+    summary = thread.get_summary()
+    assert len(seen) == 2 and seen[1] == ["fourth"]
+    assert summary.text.endswith("fourth") and summary.model == "rec"
+
+
+async def test_async_methods_match_the_sync_ones(memory: Memory) -> None:
+    thread = await memory.athread("t-async", user_id="maya")
+    added = await thread.aadd_messages(_conversation(6))
+    assert [m.id for m in added] == [f"m{i}" for i in range(6)]
+    assert await thread.aadd_messages(_conversation(6)) == []
+    stored = await thread.amessages()
+    assert stored == thread.messages()
+    assert all(isinstance(m, StoredMessage) for m in stored)
+    summary = await thread.aget_summary(except_last=2)
+    assert summary == thread.get_summary(except_last=2)
+    card = await thread.aget_context_card(except_last_messages=2)
+    assert card.content == thread.get_context_card(except_last_messages=2).content
+    found = await memory.asearch("topic 1", thread_id="t-async", k=3)
+    assert [r.id for r in found] == [r.id for r in memory.search("topic 1", thread_id="t-async", k=3)]
+    assert (await memory.aget_thread("t-async")).user_id == "maya"
+    assert (await thread.ainfo()).message_count == 6
+
+
+def test_from_url_rejects_unknown_schemes() -> None:
+    with pytest.raises(RememUsageError, match="sqlite:///PATH"):
+        Memory.from_url("redis://localhost", settings=SETTINGS)
