@@ -1,0 +1,123 @@
+"""The remem command: thin commands, readable output, clean errors with exit codes 1 and 2."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from remem.cli import main
+from tests.openai_server import openai_compatible_server
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.chdir(tmp_path)  # no remem.toml, default database under tmp_path
+    for name in (
+        "REMEM_LLM_MODEL",
+        "REMEM_LLM_BASE_URL",
+        "REMEM_LLM_API_KEY",
+        "OPENAI_API_KEY",
+        "REMEM_DATABASE_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+def test_demo_runs_offline_and_recalls_the_planted_facts(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(main, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / ".remem" / "remem.db").exists()  # the default SQLite file
+    assert re.search(r"facts recalled\s*│\s*9/9", result.output)
+    rows = [line for line in result.output.splitlines() if re.match(r"^\s+\d+\s+\d+\s+\d+\s+\d+", line)]
+    assert len(rows) == 65
+    seen = int(re.search(r"tokens the model saw\s*│\s*(\d+)", result.output).group(1))  # type: ignore[union-attr]
+    full = int(re.search(r"tokens with full history\s*│\s*(\d+)", result.output).group(1))  # type: ignore[union-attr]
+    assert seen < full
+    thread = re.search(r"remem state (demo-\S+)", result.output).group(1)  # type: ignore[union-attr]
+
+    listed = runner.invoke(main, ["threads"])
+    assert thread in listed.output
+    state = runner.invoke(main, ["state", thread, "--last", "3"])
+    assert state.exit_code == 0, state.output
+    assert "Biscuit" in state.output  # in the rolling summary
+    assert "call_model" in state.output and "offline-responder" in state.output
+    history = runner.invoke(main, ["history", thread, "--limit", "5"])
+    assert history.exit_code == 0 and history.output.count("loop") >= 4
+
+
+def test_state_time_travel_shows_an_earlier_checkpoint(runner: CliRunner) -> None:
+    runner.invoke(main, ["demo"])
+    thread = re.search(r"demo-\S+", runner.invoke(main, ["threads"]).output).group(0)  # type: ignore[union-attr]
+    from remem import checkpointer_from_url, thread_history
+    from remem.inspection import reader_graph
+
+    with checkpointer_from_url("sqlite:///.remem/remem.db") as saver:
+        rows = thread_history(reader_graph(saver), thread, limit=None)
+    first_loop = next(r for r in rows if r.step == 1)
+    state = runner.invoke(main, ["state", thread, "--checkpoint", first_loop.checkpoint_id, "--last", "0"])
+    assert "messages in state: 2" in state.output
+
+
+def test_config_masks_secrets(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config"], env={"REMEM_LLM_API_KEY": "sk-abcdefghijkl"})
+    assert result.exit_code == 0
+    assert "abcdefghijkl" not in result.output and "llm_api_key" in result.output
+
+
+def test_chat_without_a_model_says_how_to_configure_one(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["chat"], input="hello\n")
+    assert result.exit_code == 2
+    assert "Set REMEM_LLM_MODEL" in result.output and "Traceback" not in result.output
+
+
+def test_chat_talks_and_inspects(runner: CliRunner) -> None:
+    with openai_compatible_server(["Hi, I'm listening.", "You said hello."]) as server:
+        env = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": server.url, "REMEM_LLM_MAX_RETRIES": "0"}
+        result = runner.invoke(
+            main,
+            ["chat", "--thread", "cli", "--strategy", "filter"],
+            input="hello\nwhat did I say?\n/state\n/history\n/exit\n",
+            env=env,
+        )
+    assert result.exit_code == 0, result.output
+    assert "Hi, I'm listening." in result.output and "You said hello." in result.output
+    assert "messages in state: 4" in result.output
+    assert "history of cli" in result.output
+    assert "bye: 4 messages" in result.output
+
+
+def test_chat_survives_bad_input_and_keeps_going(runner: CliRunner) -> None:
+    with openai_compatible_server(["ok"]) as server:
+        env = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": server.url, "REMEM_MAX_MESSAGE_CHARS": "20"}
+        result = runner.invoke(
+            main, ["chat"], input="this line is far too long for the limit\nshort\n/exit\n", env=env
+        )
+    assert result.exit_code == 0, result.output
+    assert "over the limit of 20" in result.output
+    assert "assistant> ok" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["threads", "--db", "mysql://nope"], 2, "unsupported database URL"),
+        (["threads", "--db", "postgresql://x@127.0.0.1:1/none"], 1, "cannot connect to PostgreSQL"),
+        (["state", "no-such-thread", "--db", "memory://"], 2, "does not exist"),
+        (["demo", "--strategy", "nonsense"], 2, "Invalid value"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(
+    runner: CliRunner, args: list[str], code: int, message: str
+) -> None:
+    result = runner.invoke(main, args)
+    assert result.exit_code == code, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_bad_setting_is_a_usage_error(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config"], env={"REMEM_STRATEGY": "everything"})
+    assert result.exit_code == 2
+    assert "must be one of filter, delete, trim, summary" in result.output
