@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CODE := $(wildcard src tests bench examples)
 
 .PHONY: demo test lint install clean
 
@@ -20,8 +21,8 @@ demo: $(STAMP)
 	$(BIN)/remem demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
 	$(BIN)/mypy
 
 test: lint
