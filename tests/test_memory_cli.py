@@ -1,0 +1,70 @@
+"""`remem card`, `remem summary` and `remem search` on a real SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from remem import Memory, load_settings
+from remem.cli import main
+
+SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with Memory.from_url(url, settings=SETTINGS) as memory:
+        memory.thread("support-42", user_id="maya").add_messages(
+            [
+                {
+                    "role": "user",
+                    "content": "I'm Maya. I migrate invoice reconciliation to LangGraph.",
+                    "id": "u1",
+                },
+                {"role": "assistant", "content": "Understood.", "id": "a1"},
+                {"role": "user", "content": "The ledger enrichment step fails.", "id": "u2"},
+                {"role": "user", "content": "Which step fails?", "id": "u3"},
+            ]
+        )
+        memory.store.put(
+            ("users", "maya", "memories"), "f1", {"content": "Maya owns the ledger job", "type": "fact"}
+        )
+    return url
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), env={"REMEM_EMBEDDER": "fake", "REMEM_LLM_MODEL": ""})
+    return result.exit_code, result.output
+
+
+def test_card_prints_the_escaped_xml_and_its_size(db: str) -> None:
+    code, out = _run("card", "support-42", "--except-last", "1", "--db", db)
+    assert code == 0, out
+    assert out.startswith("<context_card>") and "</context_card>" in out
+    assert 'record_id="u2"' in out and "Which step fails?" not in out  # the excluded tail stays out
+    assert "tokens, summary revision 1" in out
+
+
+def test_card_rules_and_unknown_threads_are_usage_errors(db: str) -> None:
+    code, out = _run("card", "support-42", "--except-last", "2", "--recent", "1", "--db", db)
+    assert code == 2 and "zero or the same count" in out
+    code, out = _run("card", "nope", "--db", db)
+    assert code == 2 and "does not exist" in out
+
+
+def test_summary_shows_revision_and_coverage(db: str) -> None:
+    code, out = _run("summary", "support-42", "--db", db)
+    assert code == 0, out
+    assert "revision 1" in out and "covers 4 messages (u1 .. u3)" in out
+    assert "invoice reconciliation" in out
+
+
+def test_search_lists_typed_records(db: str) -> None:
+    code, out = _run("search", "ledger", "--user", "maya", "--thread", "support-42", "--db", db)
+    assert code == 0, out
+    assert "u2" in out and "f1" in out and "fact" in out and "message" in out
+    code, out = _run("search", "ledger", "--db", db)
+    assert code == 2 and "user_id" in out
