@@ -99,11 +99,18 @@ def prefix_bounds(prefix: Sequence[str]) -> tuple[str, str, str] | None:
 
 
 def dumps(value: Mapping[str, Any]) -> str:
-    """Exact JSON text (ASCII-only: NUL and unpaired surrogates survive as escapes)."""
+    """Exact JSON text of a value (NUL and control characters escaped). Lone surrogates are refused:
+    they are not Unicode text, and JSON would turn a pair of them into a different string."""
     try:
-        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RememUsageError(
+            "an item value must be valid Unicode text (it holds a lone surrogate)"
+        ) from None
     except (TypeError, ValueError) as exc:
         raise RememUsageError(f"an item value must be JSON-serialisable (finite numbers): {exc}") from None
+    return text
 
 
 def loads(text: str | bytes) -> dict[str, Any]:
@@ -141,20 +148,33 @@ def validate_filter(filter: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidFilterError(f"a filter must be a mapping of field to value, got {type(filter).__name__}")
     for key, value in filter.items():
         _check_filter_key(key)
-        if isinstance(value, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in value):
+        _check_operators(key, value)
+    return dict(filter)
+
+
+def _check_operators(key: str, value: Any) -> None:
+    if isinstance(value, Mapping):
+        if any(isinstance(k, str) and k.startswith("$") for k in value):
             for op in value:
                 if op not in _OPERATORS:
                     raise InvalidFilterError(
                         f"unknown filter operator {op!r:.40} on {key!r:.40}; use one of {', '.join(_OPERATORS)}"
                     )
-    return dict(filter)
+        else:
+            for v in value.values():
+                _check_operators(key, v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _check_operators(key, v)
 
 
 def _check_filter_key(key: object) -> None:
-    try:
-        _check_text("a filter key", key, 256)
-    except RememUsageError as exc:
-        raise InvalidFilterError(str(exc)) from None
+    # Any string is a valid key (values may hold any key); only keys matching _SAFE_FILTER_KEY are ever
+    # placed in SQL (as bound JSON paths); the others are matched in Python.
+    if not isinstance(key, str):
+        raise InvalidFilterError(f"a filter key must be a string, got {type(key).__name__}")
+    if len(key) > 10_000:
+        raise InvalidFilterError(f"a filter key is {len(key)} characters; the most is 10000")
 
 
 def _as_float(value: Any) -> float | None:

@@ -77,7 +77,7 @@ class PostgresDialect(prog.Dialect):
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
     ) -> list[Any]:
         exact = core.dumps(value)
-        doc = exact if "\\u0000" not in exact and "\\ud" not in exact else core.dumps(core.sanitized(value))
+        doc = exact if "\\u0000" not in exact else core.dumps(core.sanitized(value))
         return [ns_id, key, exact, doc, text[:500_000], now, now, core.expiry(ttl, now), ttl]
 
     def keyword_search(self, terms: list[str], where: str, params: list[Any], limit: int) -> prog.Sql:

@@ -1,0 +1,161 @@
+"""Hostile input: labels, keys, values, filter keys and queries from users or models never break the SQL.
+
+Every input is either stored and read back exactly, or refused with a ``ValueError`` (remem's usage errors
+and LangGraph's ``InvalidNamespaceError``) before any SQL runs; never a database error, never a match that
+the filter semantics do not allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from remem.store import PostgresStore, SqliteStore, hybrid_search
+from remem.store._core import matches
+from remem.testing import FakeEmbedder
+
+NASTY = st.sampled_from(
+    [
+        "'",
+        '"',
+        "%",
+        "_",
+        "*",
+        "\\",
+        "\x00",
+        "\udc80",
+        "\ud83d",
+        "😀",
+        "'; DROP TABLE remem_items; --",
+        '") OR 1=1 --',
+        "$",
+        "$.x",
+        "[0]",
+        "NEAR(a b)",
+        "a OR b",
+        "AND",
+        "-",
+        "^",
+        ":",
+        "\n",
+        "\t",
+        "\u202e",
+        "x" * 5000,
+        "é",
+        "ß",
+        "\x1f",
+        "\x7f",
+    ]
+)
+TEXT = st.lists(st.one_of(NASTY, st.text(max_size=8)), max_size=4).map("".join)
+JSON = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**40), 2**40),
+        st.floats(allow_nan=False, allow_infinity=False),
+        TEXT,
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
+    max_leaves=6,
+)
+LABEL = st.one_of(
+    st.text(min_size=1, max_size=10), TEXT, st.sampled_from(["%", "_", "*", "'", "x" * 1000, "é😀"])
+)
+CASES = st.tuples(
+    st.lists(LABEL, min_size=1, max_size=3).map(tuple),
+    TEXT,
+    st.dictionaries(TEXT, JSON, min_size=1, max_size=4),
+    TEXT,
+    TEXT,
+)
+
+
+def _has_operator_keys(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(k.startswith("$") for k in value) or any(_has_operator_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_operator_keys(v) for v in value)
+    return False
+
+
+def check_hostile(store: Any, case: tuple[Any, ...]) -> None:
+    namespace, key, value, filter_key, query = case
+    ns = ("fuzz", *namespace)
+    try:
+        store.put(ns, key, value)
+    except ValueError:
+        event("refused before SQL")
+        return  # a label or key that cannot be stored faithfully
+    event("stored")
+    item = store.get(ns, key)
+    assert item is not None and item.value == value and item.key == key and item.namespace == ns
+    # Any filter key: either refused, or results that obey the filter semantics exactly.
+    probe = value.get(filter_key, next(iter(value.values())))
+    try:
+        found = store.search(("fuzz",), filter={filter_key: probe}, limit=1000)
+    except ValueError:
+        found = None
+    if found is not None:
+        assert all(matches(i.value, {filter_key: probe}) for i in found)
+        if filter_key in value and not _has_operator_keys(probe):
+            assert any(i.key == key and i.namespace == ns for i in found)
+    same_key = next(iter(value))
+    own = value[same_key]
+    if not _has_operator_keys(own):  # a dict with "$" keys reads as operators, not as a value
+        exact = store.search(("fuzz",), filter={same_key: own}, limit=1000)
+        assert any(i.key == key and i.namespace == ns for i in exact)
+        for mode in ("keyword", "vector", "hybrid"):
+            hybrid_search(store, ("fuzz",), query, mode=mode, filter={same_key: own})
+    assert ns in store.list_namespaces(prefix=("fuzz",), limit=10_000)
+    store.delete(ns, key)
+    assert store.get(ns, key) is None
+
+
+@pytest.fixture
+def fuzz_sqlite(tmp_path: Path) -> Iterator[SqliteStore]:
+    with SqliteStore.from_conn_string(
+        tmp_path / "f.db", index={"dims": 16, "embed": FakeEmbedder(16)}
+    ) as store:
+        yield store
+
+
+@pytest.fixture
+def fuzz_postgres(pg_url: str) -> Iterator[PostgresStore]:
+    with PostgresStore.from_conn_string(pg_url, index={"dims": 16, "embed": FakeEmbedder(16)}) as store:
+        yield store
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=CASES)
+def test_hostile_input_sqlite(fuzz_sqlite: SqliteStore, case: tuple[Any, ...]) -> None:
+    check_hostile(fuzz_sqlite, case)
+
+
+@pytest.mark.postgres
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(case=CASES)
+def test_hostile_input_postgres(fuzz_postgres: PostgresStore, case: tuple[Any, ...]) -> None:
+    check_hostile(fuzz_postgres, case)
+
+
+def test_injection_strings_are_stored_literally(fuzz_sqlite: SqliteStore) -> None:
+    ns = ("fuzz", "x'); DROP TABLE remem_items; --")
+    fuzz_sqlite.put(ns, "' OR '1'='1", {"q": "' OR '1'='1"})
+    assert fuzz_sqlite.search(("fuzz",), filter={"q": "' OR 1=1 --"}) == []
+    assert [i.key for i in fuzz_sqlite.search(("fuzz",), filter={"q": "' OR '1'='1"})] == ["' OR '1'='1"]
+    assert fuzz_sqlite.search(("fuzz", "x%"), limit=10) == []  # a prefix is not a LIKE pattern
+    assert fuzz_sqlite.stats()["items"] == 1
