@@ -102,3 +102,13 @@ def test_sqlite_threads_are_readable_by_a_second_saver(tmp_path: Path) -> None:
         run_turn(build_agent(ScriptedChatModel(), strategy="filter", checkpointer=saver), "t", "hi")
     with checkpointer_from_url(url) as saver:
         assert list_threads(saver) == ["t"]
+
+
+async def test_arun_turn_on_async_sqlite(tmp_path: Path) -> None:
+    from remem import arun_turn
+
+    model = ScriptedChatModel(default=lambda messages: f"{len(messages)} messages")
+    async with acheckpointer_from_url(f"sqlite:///{tmp_path / 'async.db'}") as saver:
+        agent = build_agent(model, strategy="filter", checkpointer=saver)
+        assert (await arun_turn(agent, "t", "one")).text == "1 messages"
+        assert (await arun_turn(agent, "t", "two")).text == "3 messages"

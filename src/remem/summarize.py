@@ -105,8 +105,9 @@ class ExtractiveSummarizer:
         sentences = [s.strip() for s in _SENTENCE.split(" ".join(message.text.split())) if s.strip()]
         # Acknowledgements ("Okay.", "Good idea.") carry nothing to remember.
         scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences) if len(s.split()) >= 4]
-        if isinstance(message, AIMessage):
-            scored = [t for t in scored if t[0] >= 3]  # the assistant's chit-chat carries no memory
+        # A sentence must carry some fact; the assistant's must carry more (its chit-chat is no memory).
+        threshold = 3 if isinstance(message, AIMessage) else 1
+        scored = [t for t in scored if t[0] >= threshold]
         best = sorted(scored, key=lambda t: (-t[0], t[1]))[: self.max_points_per_message]
         bonus = 1 if who == "User" else 0
         return [(score + bonus, f"- {who}: {_clip(s)}") for score, _, s in sorted(best, key=lambda t: t[1])]
