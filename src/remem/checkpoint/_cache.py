@@ -1,0 +1,128 @@
+"""What a saver remembers between calls: each thread's item digests, rebuilt lists, the last checkpoint.
+
+Everything here is a cache of committed rows, so it is only ever filled from the database or after a
+commit. A thread's digests are valid for one ``(tid, epoch)``: deleting or pruning a thread changes one
+of them, and a stale cache is then dropped instead of pointing at removed rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Head", "SaverCache", "ThreadDigests"]
+
+
+@dataclass
+class ThreadDigests:
+    """The digest -> item number map of one thread, complete up to ``next_item``."""
+
+    tid: int
+    thread_id: str
+    epoch: int
+    next_item: int = 0
+    digests: dict[bytes, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last checkpoint seen of a (thread, namespace): a put's parent is usually this one."""
+
+    checkpoint_id: str
+    versions: Mapping[str, Any]
+    descriptors: Mapping[str, Any]
+
+
+class SaverCache:
+    """Bounded, thread-safe caches shared by all calls of one saver."""
+
+    def __init__(
+        self, *, max_threads: int = 64, max_lists: int = 4096, max_payload_bytes: int = 64 << 20
+    ) -> None:
+        self._lock = threading.Lock()
+        self._payloads: OrderedDict[tuple[int, int], tuple[str, bytes]] = OrderedDict()
+        self._payload_bytes = 0
+        self._max_payload_bytes = max_payload_bytes
+        self._threads: OrderedDict[int, ThreadDigests] = OrderedDict()
+        self._lists: OrderedDict[tuple[int, int], tuple[tuple[int, ...], int]] = OrderedDict()
+        self._heads: OrderedDict[tuple[int, str], Head] = OrderedDict()
+        self._max_threads = max_threads
+        self._max_lists = max_lists
+
+    def digests(self, tid: int, thread_id: str, epoch: int) -> ThreadDigests:
+        """The thread's digest map, new and empty unless one for this exact (tid, thread, epoch) is held."""
+        with self._lock:
+            known = self._threads.get(tid)
+            if known is None or known.epoch != epoch or known.thread_id != thread_id:
+                known = ThreadDigests(tid, thread_id, epoch)
+                self._threads[tid] = known
+            self._threads.move_to_end(tid)
+            while len(self._threads) > self._max_threads:
+                self._threads.popitem(last=False)
+            return known
+
+    def add_digests(self, state: ThreadDigests, rows: Iterable[tuple[bytes, int]], next_item: int) -> None:
+        """Record committed items (digest, number); the map is then complete up to ``next_item``."""
+        with self._lock:
+            for digest, no in rows:
+                state.digests[bytes(digest)] = no
+            state.next_item = max(state.next_item, next_item)
+
+    def payloads(self, tid: int, item_nos: Iterable[int]) -> dict[int, tuple[str, bytes]]:
+        """The serialized values held for these items (items never change, so these never go stale)."""
+        out = {}
+        with self._lock:
+            for no in item_nos:
+                hit = self._payloads.get((tid, no))
+                if hit is not None:
+                    self._payloads.move_to_end((tid, no))
+                    out[no] = hit
+        return out
+
+    def put_payloads(self, tid: int, payloads: Mapping[int, tuple[str, bytes]]) -> None:
+        with self._lock:
+            for no, payload in payloads.items():
+                if (tid, no) not in self._payloads:
+                    self._payloads[(tid, no)] = payload
+                    self._payload_bytes += len(payload[1])
+            while self._payload_bytes > self._max_payload_bytes and self._payloads:
+                _, (_, data) = self._payloads.popitem(last=False)
+                self._payload_bytes -= len(data)
+
+    def list_refs(self, tid: int, list_no: int) -> tuple[tuple[int, ...], int] | None:
+        with self._lock:
+            hit = self._lists.get((tid, list_no))
+            if hit is not None:
+                self._lists.move_to_end((tid, list_no))
+            return hit
+
+    def put_lists(self, tid: int, lists: Mapping[int, tuple[tuple[int, ...], int]]) -> None:
+        with self._lock:
+            for no, entry in lists.items():
+                self._lists[(tid, no)] = entry
+                self._lists.move_to_end((tid, no))
+            while len(self._lists) > self._max_lists:
+                self._lists.popitem(last=False)
+
+    def head(self, tid: int, ns: str) -> Head | None:
+        with self._lock:
+            return self._heads.get((tid, ns))
+
+    def set_head(self, tid: int, ns: str, head: Head) -> None:
+        with self._lock:
+            self._heads[(tid, ns)] = head
+            self._heads.move_to_end((tid, ns))
+            while len(self._heads) > self._max_threads * 4:
+                self._heads.popitem(last=False)
+
+    def forget(self, tid: int) -> None:
+        """Drop all that is known of a thread (after it was deleted, pruned or rewritten)."""
+        with self._lock:
+            self._threads.pop(tid, None)
+            for key in [k for k in self._lists if k[0] == tid]:
+                del self._lists[key]
+            for hkey in [k for k in self._heads if k[0] == tid]:
+                del self._heads[hkey]

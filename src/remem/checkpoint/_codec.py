@@ -1,0 +1,299 @@
+"""Pure encoding for remem's checkpointers: items, list references and checkpoint rows. No I/O here.
+
+A thread's values are stored as *items*: each distinct serialized value once per thread, numbered in the
+order the thread first saw it. A channel value in a checkpoint is a *descriptor*:
+
+    n                   the item numbered n (any value that is not a list)
+    [0, d1, d2, ...]    a short list, inline: its items as delta-coded item numbers
+    [1, list_no]        a longer list, stored in the lists table
+    [2, k1, d1, ...]    a dict holding lists (such as graph input), each value a descriptor
+
+A stored list is a snapshot of its item numbers or a delta against an earlier list of the same thread
+(keep ``prefix`` items of the base, then ``middle``, then the last ``suffix`` items of the base). A delta
+chain is at most ``MAX_CHAIN`` long, so rebuilding any list reads a bounded number of small rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from remem.errors import StorageError
+
+__all__ = [
+    "INLINE_LIST_MAX",
+    "MAX_CHAIN",
+    "EncodedItem",
+    "ListRow",
+    "apply_list_delta",
+    "decode_body",
+    "decode_item",
+    "decode_list_row",
+    "decode_metadata",
+    "decode_refs",
+    "encode_body",
+    "encode_item",
+    "encode_list_row",
+    "encode_metadata",
+    "encode_refs",
+    "list_delta",
+    "loads_many",
+    "next_version",
+    "refs_of_descriptor",
+    "unpack_blob",
+]
+
+INLINE_LIST_MAX = 8
+"""Lists of at most this many items are stored inline in the checkpoint row."""
+
+MAX_CHAIN = 24
+"""A stored list is rebuilt from at most this many delta rows on top of one snapshot."""
+
+COMPRESS_MIN = 200
+"""Serialized values at least this long are zlib-compressed when that saves a tenth or more."""
+
+# First byte of a stored item: how the rest is encoded.
+_MSGPACK, _MSGPACK_Z, _NULL, _BYTES, _BYTEARRAY, _OTHER, _OTHER_Z = range(1, 8)
+_CODES = {"msgpack": _MSGPACK, "null": _NULL, "bytes": _BYTES, "bytearray": _BYTEARRAY}
+_NAMES = {code: name for name, code in _CODES.items()}
+_REFUSED_TYPES = frozenset({"pickle", "json"})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedItem:
+    """A serialized value: ``digest`` identifies it within a thread; :meth:`blob` is what gets stored.
+
+    The blob (compressed) is only made for values the thread does not hold yet.
+    """
+
+    digest: bytes
+    type: str
+    data: bytes
+
+    def blob(self) -> bytes:
+        code = _CODES.get(self.type)
+        data = self.data
+        if code is None:
+            head = self.type.encode() + b"\0"
+            if len(data) >= COMPRESS_MIN and len(packed := zlib.compress(data, 1)) * 10 < len(data) * 9:
+                return bytes([_OTHER_Z]) + head + packed
+            return bytes([_OTHER]) + head + data
+        if code == _MSGPACK and len(data) >= COMPRESS_MIN:
+            packed = zlib.compress(data, 1)
+            if len(packed) * 10 < len(data) * 9:
+                return bytes([_MSGPACK_Z]) + packed
+        return bytes([code]) + data
+
+
+def encode_item(serde: SerializerProtocol, value: Any) -> EncodedItem:
+    """Serialize one value with ``serde`` and give it a content digest."""
+    type_, data = serde.dumps_typed(value)
+    digest = hashlib.blake2b(type_.encode() + b"\0" + data, digest_size=16).digest()
+    return EncodedItem(digest, type_, data)
+
+
+def unpack_blob(blob: bytes, *, trusted_types: bool) -> tuple[str, bytes]:
+    """The serializer's (type, data) from a stored blob, decompressed.
+
+    Only the serializer's safe formats are read back: a blob that claims to be pickle or JSON (which
+    could construct arbitrary objects) is refused unless the saver was given a custom serializer.
+    """
+    blob = bytes(blob)
+    code = blob[0]
+    if code == _MSGPACK_Z:
+        return "msgpack", zlib.decompress(blob[1:])
+    if code in _NAMES:
+        return _NAMES[code], blob[1:]
+    if code in (_OTHER, _OTHER_Z):
+        type_b, _, data = blob[1:].partition(b"\0")
+        type_ = type_b.decode()
+        if type_ in _REFUSED_TYPES and not trusted_types:
+            raise StorageError(
+                f"refused to load a stored value of type {type_!r}: remem's savers never write it, so the "
+                "database was written by something else; load it with a saver given an explicit serde"
+            )
+        return type_, zlib.decompress(data) if code == _OTHER_Z else data
+    raise StorageError(f"unknown stored value format {code}; the database was not written by remem")
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 0x10000:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def loads_many(serde: SerializerProtocol, payloads: Sequence[tuple[str, bytes]]) -> list[Any]:
+    """Deserialize many values; runs of msgpack values are read as one msgpack array (much faster)."""
+    if payloads and all(t == "msgpack" for t, _ in payloads):
+        joined = _array_header(len(payloads)) + b"".join(d for _, d in payloads)
+        return list(serde.loads_typed(("msgpack", joined)))
+    return [serde.loads_typed(p) for p in payloads]
+
+
+def decode_item(serde: SerializerProtocol, blob: bytes, *, trusted_types: bool) -> Any:
+    """Deserialize one blob made by :meth:`EncodedItem.blob`."""
+    return serde.loads_typed(unpack_blob(blob, trusted_types=trusted_types))
+
+
+def encode_refs(refs: Sequence[int]) -> list[int]:
+    """Delta-code item numbers: mostly increasing lists become runs of small integers."""
+    out: list[int] = []
+    prev = 0
+    for r in refs:
+        out.append(r - prev)
+        prev = r
+    return out
+
+
+def decode_refs(coded: Iterable[int]) -> list[int]:
+    """Inverse of :func:`encode_refs`."""
+    out: list[int] = []
+    cur = 0
+    for d in coded:
+        cur += d
+        out.append(cur)
+    return out
+
+
+def list_delta(base: Sequence[int], new: Sequence[int]) -> tuple[int, int, list[int]]:
+    """(prefix, suffix, middle) such that ``new == base[:prefix] + middle + base[len(base)-suffix:]``."""
+    limit = min(len(base), len(new))
+    prefix = 0
+    while prefix < limit and base[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and base[-1 - suffix] == new[-1 - suffix]:
+        suffix += 1
+    return prefix, suffix, list(new[prefix : len(new) - suffix])
+
+
+def apply_list_delta(base: Sequence[int], prefix: int, suffix: int, middle: Sequence[int]) -> list[int]:
+    """Rebuild a list from its base and a delta made by :func:`list_delta`."""
+    out = list(base[:prefix])
+    out.extend(middle)
+    if suffix:
+        out.extend(base[len(base) - suffix :])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ListRow:
+    """One stored list: a snapshot (``base`` is None) or a delta against list ``base``."""
+
+    list_no: int
+    base: int | None
+    depth: int
+    prefix: int = 0
+    suffix: int = 0
+    middle: list[int] = field(default_factory=list)
+
+
+def encode_list_row(row: ListRow) -> bytes:
+    return ormsgpack.packb([row.depth, row.prefix, row.suffix, encode_refs(row.middle)])
+
+
+def decode_list_row(list_no: int, base: int | None, body: bytes) -> ListRow:
+    depth, prefix, suffix, coded = ormsgpack.unpackb(body)
+    return ListRow(list_no, base, depth, prefix, suffix, decode_refs(coded))
+
+
+def refs_of_descriptor(desc: Any, lists: Mapping[int, Sequence[int]]) -> list[int]:
+    """Item numbers a descriptor stands for, in order (``lists`` holds rebuilt stored lists)."""
+    if isinstance(desc, int):
+        return [desc]
+    if desc[0] == 0:
+        return decode_refs(desc[1:])
+    if desc[0] == 2:
+        return [n for sub in desc[2::2] for n in refs_of_descriptor(sub, lists)]
+    return list(lists[desc[1]])
+
+
+def _encode_ts(ts: str) -> str | int:
+    try:
+        moment = datetime.fromisoformat(ts)
+    except (TypeError, ValueError):
+        return ts
+    if moment.tzinfo is not UTC and moment.utcoffset() != timedelta(0):
+        return ts
+    micros = (moment - _EPOCH) // timedelta(microseconds=1)
+    return micros if _decode_ts(micros) == ts else ts
+
+
+def _decode_ts(ts: str | int) -> str:
+    return ts if isinstance(ts, str) else (_EPOCH + timedelta(microseconds=ts)).isoformat()
+
+
+_BODY_KEYS = ("v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels")
+
+
+def encode_body(
+    serde: SerializerProtocol, checkpoint: Mapping[str, Any], descriptors: dict[str, Any]
+) -> bytes:
+    """A checkpoint without its values (which are ``descriptors``), as compact msgpack."""
+    extra = {k: v for k, v in checkpoint.items() if k not in _BODY_KEYS}
+    packed_extra = list(serde.dumps_typed(extra)) if extra else None
+    return ormsgpack.packb(
+        [
+            checkpoint.get("v", 1),
+            _encode_ts(checkpoint["ts"]),
+            checkpoint.get("channel_versions", {}),
+            checkpoint.get("versions_seen", {}),
+            checkpoint.get("updated_channels"),
+            descriptors,
+            packed_extra,
+        ]
+    )
+
+
+def decode_body(
+    serde: SerializerProtocol, checkpoint_id: str, body: bytes
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(checkpoint without ``channel_values``, descriptors) from :func:`encode_body`'s bytes."""
+    v, ts, versions, seen, updated, descriptors, packed_extra = ormsgpack.unpackb(body)
+    checkpoint: dict[str, Any] = {
+        "v": v,
+        "id": checkpoint_id,
+        "ts": _decode_ts(ts),
+        "channel_versions": versions,
+        "versions_seen": seen,
+        "updated_channels": updated,
+    }
+    if packed_extra:
+        checkpoint.update(serde.loads_typed((packed_extra[0], packed_extra[1])))
+    return checkpoint, descriptors
+
+
+def encode_metadata(serde: SerializerProtocol, metadata: Mapping[str, Any]) -> bytes:
+    return encode_item(serde, dict(metadata)).blob()
+
+
+def decode_metadata(serde: SerializerProtocol, blob: bytes, *, trusted_types: bool) -> dict[str, Any]:
+    return dict(decode_item(serde, blob, trusted_types=trusted_types))
+
+
+def next_version(current: str | int | float | None) -> str | int | float:
+    """The version after ``current``: small integers for remem's threads.
+
+    Integers are safe here because values are found through each checkpoint's own descriptors,
+    never by (channel, version), so a fork reusing a version number cannot clash. Threads written
+    with string versions (by the stock savers) keep their format.
+    """
+    if current is None:
+        return 1
+    if isinstance(current, str):
+        n = int(current.split(".")[0]) + 1
+        return f"{n:032}.{random.random():016}"
+    if isinstance(current, float):
+        return float(int(current) + 1)
+    return current + 1

@@ -1,0 +1,662 @@
+"""Every checkpointer operation, once, as a generator of SQL statements (no I/O here).
+
+An operation yields :class:`Query` objects and receives each one's rows back; the sync and async savers
+of both backends only run the statements (see ``_base.run_op``), inside one transaction per operation.
+Work that needs no database (serializing values) happens before the first statement, so a write holds
+its locks as briefly as possible.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import ormsgpack
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from remem.checkpoint import _codec as codec
+from remem.checkpoint import _sql as sql
+from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One statement: ``fetch`` is "all" (rows come back), "none", or "many" (``params`` is a list of rows)."""
+
+    sql: str
+    params: Any = ()
+    fetch: Literal["all", "none", "many"] = "all"
+
+
+Op = Generator[Query, list[tuple[Any, ...]], T]
+
+
+@dataclass
+class Tx:
+    """Collects what to do once the operation's transaction has committed."""
+
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    """What every operation needs: the dialect, the serializer and the saver's caches."""
+
+    dialect: sql.Dialect
+    serde: SerializerProtocol
+    cache: SaverCache
+    trusted_types: bool = False
+
+    def q(self, text: str, params: Any = (), fetch: Literal["all", "none", "many"] = "all") -> Query:
+        return Query(self.dialect.sql(text), params, fetch)
+
+
+Encoded = tuple[str, Any]
+"""("item", EncodedItem), ("list", [EncodedItem, ...]) or ("dict", [(key, Encoded), ...])."""
+
+
+def _encode(ctx: Context, value: Any, *, nested: bool = False) -> Encoded:
+    if type(value) is list:
+        return ("list", [codec.encode_item(ctx.serde, v) for v in value])
+    if (
+        not nested
+        and type(value) is dict
+        and any(type(v) is list for v in value.values())
+        and all(type(k) is str for k in value)
+    ):
+        # A dict holding lists (graph input such as {"messages": [...]}) shares the lists' items.
+        return ("dict", [(k, _encode(ctx, v, nested=True)) for k, v in value.items()])
+    return ("item", codec.encode_item(ctx.serde, value))
+
+
+def _inline(alloc: _Allocator, enc: Encoded) -> Any:
+    """The descriptor of a value with any list in it inline (for writes and dict members)."""
+    if enc[0] == "item":
+        return alloc.item(enc[1])
+    if enc[0] == "list":
+        return [0, *codec.encode_refs([alloc.item(e) for e in enc[1]])]
+    return [2, *(x for k, sub in enc[1] for x in (k, _inline(alloc, sub)))]
+
+
+class _Allocator:
+    """Numbers the items and lists one write adds to a thread."""
+
+    def __init__(self, known: ThreadDigests, next_item: int, next_list: int) -> None:
+        self.known = known.digests
+        self.next_item = next_item
+        self.next_list = next_list
+        self.items: list[tuple[int, codec.EncodedItem]] = []
+        self.new: dict[bytes, int] = {}
+        self.lists: list[codec.ListRow] = []
+        self.list_refs: dict[int, tuple[tuple[int, ...], int]] = {}
+
+    def item(self, enc: codec.EncodedItem) -> int:
+        no = self.new.get(enc.digest)
+        if no is None:
+            no = self.known.get(enc.digest)
+        if no is None:
+            no = self.next_item
+            self.next_item += 1
+            self.new[enc.digest] = no
+            self.items.append((no, enc))
+        return no
+
+    def new_list(
+        self, base: int | None, depth: int, delta: tuple[int, int, list[int]], refs: list[int]
+    ) -> int:
+        no = self.next_list
+        self.next_list += 1
+        self.lists.append(codec.ListRow(no, base, depth, *delta))
+        self.list_refs[no] = (tuple(refs), depth)
+        return no
+
+    def commit(self, cache: SaverCache, state: ThreadDigests) -> None:
+        cache.add_digests(state, self.new.items(), self.next_item)
+        cache.put_payloads(state.tid, {no: (e.type, e.data) for no, e in self.items})
+
+    def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Query]:
+        if self.items:
+            yield ctx.q(sql.INSERT_ITEM, [(tid, no, e.digest, e.blob()) for no, e in self.items], "many")
+        if self.lists:
+            rows = [(tid, r.list_no, r.base, codec.encode_list_row(r)) for r in self.lists]
+            yield ctx.q(sql.INSERT_LIST, rows, "many")
+        if (self.next_item, self.next_list) != start:
+            yield ctx.q(sql.SET_COUNTERS, (self.next_item, self.next_list, tid), "none")
+
+
+def _thread_for_write(ctx: Context, thread_id: str) -> Op[tuple[ThreadDigests, _Allocator, tuple[int, int]]]:
+    """Creates or locks the thread's row, and brings the digest cache up to date with the database."""
+    now = time.time()
+    ((tid, epoch, next_item, next_list),) = yield ctx.q(sql.UPSERT_THREAD, (thread_id, now, now))
+    state = ctx.cache.digests(tid, thread_id, epoch)
+    if state.next_item < next_item:
+        rows = yield ctx.q(sql.ITEM_DIGESTS_FROM, (tid, state.next_item))
+        ctx.cache.add_digests(state, ((d, no) for no, d in rows), next_item)
+    return state, _Allocator(state, next_item, next_list), (next_item, next_list)
+
+
+def _load_lists(ctx: Context, tid: int, wanted: Iterable[int]) -> Op[dict[int, tuple[tuple[int, ...], int]]]:
+    """Rebuilds stored lists (item numbers and chain depth), reading only the rows not cached."""
+    out: dict[int, tuple[tuple[int, ...], int]] = {}
+    rows: dict[int, codec.ListRow] = {}
+    missing = set()
+    for no in wanted:
+        hit = ctx.cache.list_refs(tid, no)
+        if hit is None:
+            missing.add(no)
+        else:
+            out[no] = hit
+    while missing:
+        fetched = yield ctx.q(ctx.dialect.lists_in(), (tid, ctx.dialect.list_param(sorted(missing))))
+        missing = set()
+        for no, base, body in fetched:
+            row = codec.decode_list_row(no, base, bytes(body))
+            rows[no] = row
+            if base is not None and base not in rows and base not in out:
+                hit = ctx.cache.list_refs(tid, base)
+                if hit is None:
+                    missing.add(base)
+                else:
+                    out[base] = hit
+        if not fetched:
+            break
+
+    def rebuild(no: int) -> tuple[tuple[int, ...], int]:
+        done = out.get(no)
+        if done is not None:
+            return done
+        row = rows[no]
+        if row.base is None:
+            refs = tuple(row.middle)
+        else:
+            base_refs, _ = rebuild(row.base)
+            refs = tuple(codec.apply_list_delta(base_refs, row.prefix, row.suffix, row.middle))
+        out[no] = (refs, row.depth)
+        return out[no]
+
+    for no in sorted(rows):
+        rebuild(no)
+    ctx.cache.put_lists(tid, {no: out[no] for no in rows})
+    return out
+
+
+def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) -> Op[Any]:
+    """The descriptor of one value, adding the items and list rows it needs."""
+    if enc[0] != "list":
+        return _inline(alloc, enc)
+    refs = [alloc.item(e) for e in enc[1]]
+    if len(refs) <= codec.INLINE_LIST_MAX:
+        return [0, *codec.encode_refs(refs)]
+    if isinstance(base, list) and base[0] == 1:
+        lists = yield from _load_lists(ctx, tid, [base[1]])
+        base_refs, depth = lists[base[1]]
+        if tuple(refs) == base_refs:
+            return base
+        if depth < codec.MAX_CHAIN:
+            delta = codec.list_delta(base_refs, refs)
+            if 2 * len(delta[2]) < len(refs):
+                return [1, alloc.new_list(base[1], depth + 1, delta, refs)]
+    return [1, alloc.new_list(None, 0, (0, 0, refs), refs)]
+
+
+def _parent(ctx: Context, tid: int, ns: str, parent_id: str | None) -> Op[Head | None]:
+    if parent_id is None:
+        return None
+    head = ctx.cache.head(tid, ns)
+    if head is not None and head.checkpoint_id == parent_id:
+        return head
+    rows = yield ctx.q(sql.SELECT_BODY, (tid, ns, parent_id))
+    if not rows:
+        return None
+    checkpoint, descriptors = codec.decode_body(ctx.serde, parent_id, bytes(rows[0][0]))
+    return Head(parent_id, checkpoint["channel_versions"], descriptors)
+
+
+def put(
+    ctx: Context,
+    tx: Tx,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Op[RunnableConfig]:
+    conf = config["configurable"]
+    thread_id = str(conf["thread_id"])
+    ns = str(conf.get("checkpoint_ns", ""))
+    parent_id = conf.get("checkpoint_id")
+    values = checkpoint["channel_values"]
+    pending = {ch: _encode(ctx, values[ch]) for ch in new_versions if ch in values}
+    meta = get_serializable_checkpoint_metadata(config, metadata)
+    run_id = meta.get("run_id")
+    meta_blob = codec.encode_metadata(ctx.serde, meta)
+
+    state, alloc, start = yield from _thread_for_write(ctx, thread_id)
+    tid = state.tid
+    parent = yield from _parent(ctx, tid, ns, parent_id)
+    descriptors: dict[str, Any] = {}
+    for ch, version in checkpoint["channel_versions"].items():
+        if ch in new_versions:
+            enc = pending.get(ch)
+        elif parent is not None and parent.versions.get(ch) == version and ch in parent.descriptors:
+            descriptors[ch] = parent.descriptors[ch]
+            continue
+        else:
+            enc = _encode(ctx, values[ch]) if ch in values else None
+        if enc is not None:
+            base = parent.descriptors.get(ch) if parent is not None else None
+            descriptors[ch] = yield from _assign(ctx, tid, alloc, enc, base)
+    body = codec.encode_body(ctx.serde, checkpoint, descriptors)
+    yield from alloc.statements(ctx, tid, start)
+    row = (tid, ns, checkpoint["id"], parent_id, None if run_id is None else str(run_id), body, meta_blob)
+    yield ctx.q(sql.INSERT_CHECKPOINT, row, "none")
+
+    head = Head(checkpoint["id"], dict(checkpoint["channel_versions"]), descriptors)
+
+    def committed() -> None:
+        alloc.commit(ctx.cache, state)
+        ctx.cache.put_lists(tid, alloc.list_refs)
+        ctx.cache.set_head(tid, ns, head)
+
+    tx.after_commit.append(committed)
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+
+def put_writes(
+    ctx: Context,
+    tx: Tx,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Op[None]:
+    conf = config["configurable"]
+    thread_id = str(conf["thread_id"])
+    ns = str(conf.get("checkpoint_ns", ""))
+    checkpoint_id = conf["checkpoint_id"]
+    encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
+    if not encoded:
+        return
+    state, alloc, start = yield from _thread_for_write(ctx, thread_id)
+    tid = state.tid
+    upserts: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for idx, ch, enc in encoded:
+        desc = _inline(alloc, enc)
+        row = (tid, ns, checkpoint_id, task_id, idx, ch, task_path, ormsgpack.packb(desc))
+        (upserts if idx < 0 else inserts).append(row)
+    yield from alloc.statements(ctx, tid, start)
+    if inserts:
+        yield ctx.q(sql.INSERT_WRITE, inserts, "many")
+    if upserts:
+        yield ctx.q(sql.UPSERT_WRITE, upserts, "many")
+    tx.after_commit.append(lambda: alloc.commit(ctx.cache, state))
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Row:
+    thread_id: str
+    tid: int
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    checkpoint: dict[str, Any]
+    descriptors: dict[str, Any]
+    metadata: dict[str, Any]
+    writes: list[tuple[str, str, str, int, Any]] = field(default_factory=list)
+
+
+def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
+    out = []
+    for thread_id, tid, ns, cid, parent_id, body, meta in raw:
+        checkpoint, descriptors = codec.decode_body(ctx.serde, cid, bytes(body))
+        metadata = codec.decode_metadata(ctx.serde, bytes(meta), trusted_types=ctx.trusted_types)
+        out.append(_Row(thread_id, tid, ns, cid, parent_id, checkpoint, descriptors, metadata))
+    return out
+
+
+def _materialize(
+    ctx: Context, rows: list[_Row], shared: dict[tuple[int, int], Any] | None
+) -> Op[list[CheckpointTuple]]:
+    """Reads the writes, lists and items of ``rows`` (checkpoints of one or more threads) into tuples.
+
+    With ``shared``, each item is deserialized once and the object is shared by every tuple built with
+    the same dict (``list()`` does this); without it every occurrence is deserialized on its own.
+    """
+    by_thread: dict[tuple[int, str], list[_Row]] = {}
+    for r in rows:
+        by_thread.setdefault((r.tid, r.ns), []).append(r)
+    for (tid, ns), group in by_thread.items():
+        ids = [r.checkpoint_id for r in group]
+        found = yield ctx.q(ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param(ids)))
+        by_id = {r.checkpoint_id: r for r in group}
+        for cid, task_id, idx, channel, task_path, packed in found:
+            by_id[cid].writes.append((task_path, task_id, channel, idx, ormsgpack.unpackb(bytes(packed))))
+
+    tids = {r.tid for r in rows}
+    lists: dict[int, dict[int, tuple[int, ...]]] = {}
+    payloads: dict[int, dict[int, tuple[str, bytes]]] = {}
+    for tid in tids:
+        thread_rows = [r for r in rows if r.tid == tid]
+        stored = {
+            d[1] for r in thread_rows for d in r.descriptors.values() if isinstance(d, list) and d[0] == 1
+        }
+        loaded = (yield from _load_lists(ctx, tid, stored)) if stored else {}
+        lists[tid] = plain = {no: refs_ for no, (refs_, _) in loaded.items()}
+        refs: set[int] = set()
+        for r in thread_rows:
+            for d in r.descriptors.values():
+                refs.update(codec.refs_of_descriptor(d, plain))
+            for w in r.writes:
+                refs.update(codec.refs_of_descriptor(w[4], plain))
+        if shared is not None:
+            refs = {n for n in refs if (tid, n) not in shared}
+        payloads[tid] = held = ctx.cache.payloads(tid, refs)
+        missing = sorted(refs - held.keys())
+        if missing:
+            found = yield ctx.q(ctx.dialect.items_in(), (tid, ctx.dialect.list_param(missing)))
+            fetched = {no: codec.unpack_blob(data, trusted_types=ctx.trusted_types) for no, data in found}
+            ctx.cache.put_payloads(tid, fetched)
+            held.update(fetched)
+        if shared is not None and refs:
+            order = sorted(refs)
+            for no, obj in zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True):
+                shared[(tid, no)] = obj
+
+    def value(tid: int, desc: Any) -> Any:
+        if isinstance(desc, list) and desc[0] == 2:
+            return {desc[i]: value(tid, desc[i + 1]) for i in range(1, len(desc), 2)}
+        if shared is not None:
+            if isinstance(desc, int):
+                return shared[(tid, desc)]
+            return [shared[(tid, n)] for n in codec.refs_of_descriptor(desc, lists[tid])]
+        if isinstance(desc, int):
+            return ctx.serde.loads_typed(payloads[tid][desc])
+        held = payloads[tid]
+        return codec.loads_many(ctx.serde, [held[n] for n in codec.refs_of_descriptor(desc, lists[tid])])
+
+    out = []
+    for r in rows:
+        checkpoint = dict(r.checkpoint)
+        checkpoint["channel_values"] = {ch: value(r.tid, d) for ch, d in r.descriptors.items()}
+        ordered = sorted(r.writes, key=lambda w: writes_sort_key(w[0], w[1], w[3]))
+        config: RunnableConfig = {
+            "configurable": {
+                "thread_id": r.thread_id,
+                "checkpoint_ns": r.ns,
+                "checkpoint_id": r.checkpoint_id,
+            }
+        }
+        parent: RunnableConfig | None = None
+        if r.parent_id:
+            parent = {
+                "configurable": {
+                    "thread_id": r.thread_id,
+                    "checkpoint_ns": r.ns,
+                    "checkpoint_id": r.parent_id,
+                }
+            }
+        out.append(
+            CheckpointTuple(
+                config=config,
+                checkpoint=checkpoint,  # type: ignore[arg-type]
+                metadata=r.metadata,  # type: ignore[arg-type]
+                parent_config=parent,
+                pending_writes=[(w[1], w[2], value(r.tid, w[4])) for w in ordered],
+            )
+        )
+    return out
+
+
+def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+    conf = config["configurable"]
+    thread_id = str(conf["thread_id"])
+    ns = str(conf.get("checkpoint_ns", ""))
+    checkpoint_id = conf.get("checkpoint_id")
+    if checkpoint_id:
+        raw = yield ctx.q(sql.GET_CHECKPOINT, (thread_id, ns, checkpoint_id))
+    else:
+        raw = yield ctx.q(sql.GET_LATEST_CHECKPOINT, (thread_id, ns))
+    if not raw:
+        return None
+    rows = _rows(ctx, raw)
+    (tup,) = yield from _materialize(ctx, rows, None)
+    r = rows[0]
+    ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.checkpoint["channel_versions"], r.descriptors))
+    return tup
+
+
+Cursor = tuple[str, int, str]
+
+
+def list_page(
+    ctx: Context,
+    config: RunnableConfig | None,
+    *,
+    filter: Mapping[str, Any] | None,
+    before: RunnableConfig | None,
+    cursor: Cursor | None,
+    page_size: int,
+    shared: dict[tuple[int, int], Any],
+) -> Op[tuple[list[CheckpointTuple], Cursor | None]]:
+    """One page of ``list()``: matching tuples, and where the next page starts (None at the end)."""
+    conf = (config or {}).get("configurable", {})
+    params: list[Any] = []
+    thread = conf.get("thread_id") is not None
+    ns = conf.get("checkpoint_ns") is not None
+    checkpoint_id = conf.get("checkpoint_id")
+    before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
+    if thread:
+        params.append(str(conf["thread_id"]))
+    if ns:
+        params.append(str(conf["checkpoint_ns"]))
+    if checkpoint_id:
+        params.append(checkpoint_id)
+    if before_id:
+        params.append(before_id)
+    if cursor:
+        params.extend(cursor)
+    params.append(page_size)
+    text = ctx.dialect.list_page(
+        thread=thread, ns=ns, checkpoint_id=bool(checkpoint_id), before=bool(before_id), cursor=bool(cursor)
+    )
+    raw = yield ctx.q(text, tuple(params))
+    next_cursor: Cursor | None = None
+    if len(raw) == page_size:
+        last = raw[-1]
+        next_cursor = (last[3], last[1], last[2])
+    rows = _rows(ctx, raw)
+    if filter:
+        rows = [r for r in rows if all(r.metadata.get(k) == v for k, v in filter.items())]
+    if not rows:
+        return [], next_cursor
+    tuples = yield from _materialize(ctx, rows, shared)
+    return tuples, next_cursor
+
+
+def list_threads(ctx: Context) -> Op[list[str]]:
+    rows = yield ctx.q(sql.LIST_THREADS)
+    return [r[0] for r in rows]
+
+
+# --- deleting, copying, pruning --------------------------------------------------------------------
+
+
+def _lock(ctx: Context, thread_id: str) -> Op[tuple[Any, ...] | None]:
+    rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
+    return rows[0] if rows else None
+
+
+def _delete_rows(ctx: Context, tid: int) -> Iterable[Query]:
+    for table in sql.TABLES:
+        yield ctx.q(f"DELETE FROM {table} WHERE tid = ?", (tid,), "none")
+    yield ctx.q(sql.DELETE_THREAD_ROW, (tid,), "none")
+
+
+def delete_threads(ctx: Context, tx: Tx, thread_ids: Sequence[str]) -> Op[None]:
+    for thread_id in sorted(set(thread_ids)):
+        row = yield from _lock(ctx, thread_id)
+        if row is not None:
+            tid: int = row[0]
+            yield from _delete_rows(ctx, tid)
+            tx.after_commit.append(functools.partial(ctx.cache.forget, tid))
+
+
+def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
+    src = yield from _lock(ctx, source)
+    if src is None or source == target:
+        return
+    dst = yield from _lock(ctx, target)
+    if dst is not None:
+        ((count,),) = yield ctx.q(sql.COUNT_CHECKPOINTS, (dst[0],))
+        if count:
+            raise ValueError(
+                f"cannot copy thread {source!r} into {target!r}: the target already has checkpoints; "
+                "delete it first or pick a new thread id"
+            )
+        yield from _delete_rows(ctx, dst[0])
+    now = time.time()
+    ((new_tid,),) = yield ctx.q(sql.INSERT_THREAD_COPY, (target, src[2], src[3], now, now))
+    for statement in sql.COPY_STATEMENTS:
+        yield ctx.q(statement, (new_tid, src[0]), "none")
+
+
+def _created(checkpoint: Mapping[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(checkpoint["ts"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+CheckpointInfo = tuple[str, str, str | None, dict[str, Any]]
+"""(namespace, checkpoint id, run id, checkpoint without values) of one stored checkpoint."""
+Picker = Callable[[list[CheckpointInfo]], set[tuple[str, str]]]
+"""Picks the (namespace, checkpoint id) of the checkpoints a prune deletes."""
+
+
+def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Op[int]:
+    """Deletes the checkpoints ``doomed`` picks (from (ns, id, run_id, checkpoint) of every checkpoint of
+    the thread), their writes, and then every item and list no remaining checkpoint or write uses."""
+    row = yield from _lock(ctx, thread_id)
+    if row is None:
+        return 0
+    tid = row[0]
+    raw = yield ctx.q(sql.SELECT_THREAD_CHECKPOINTS, (tid,))
+    decoded = {}
+    for ns, cid, parent_id, run_id, body in raw:
+        checkpoint, descriptors = codec.decode_body(ctx.serde, cid, bytes(body))
+        decoded[(ns, cid)] = (parent_id, run_id, checkpoint, descriptors)
+    gone = doomed([(ns, cid, v[1], v[2]) for (ns, cid), v in decoded.items()])
+    if not gone:
+        return 0
+    keys = sorted(gone)
+    yield ctx.q(sql.DELETE_CHECKPOINT_WRITES, [(tid, ns, cid) for ns, cid in keys], "many")
+    yield ctx.q(sql.DELETE_CHECKPOINT, [(tid, ns, cid) for ns, cid in keys], "many")
+    orphans = [
+        (tid, ns, cid) for (ns, cid), v in decoded.items() if (ns, cid) not in gone and (ns, v[0]) in gone
+    ]
+    if orphans:
+        yield ctx.q(sql.CLEAR_PARENT, orphans, "many")
+    kept = [v[3] for key, v in decoded.items() if key not in gone]
+    yield from _collect_garbage(ctx, tid, kept)
+    tx.after_commit.append(lambda: ctx.cache.forget(tid))
+    return len(gone)
+
+
+def _collect_garbage(ctx: Context, tid: int, kept: list[dict[str, Any]]) -> Op[None]:
+    writes = yield ctx.q(sql.SELECT_THREAD_WRITES, (tid,))
+    descs = [d for m in kept for d in m.values()]
+    descs.extend(ormsgpack.unpackb(bytes(w[2])) for w in writes)
+    list_rows = yield ctx.q(sql.SELECT_ALL_LISTS, (tid,))
+    rows = {no: codec.decode_list_row(no, base, bytes(body)) for no, base, body in list_rows}
+    memo: dict[int, list[int]] = {}
+
+    def rebuild(no: int) -> list[int]:
+        if no not in memo:
+            r = rows[no]
+            base = rebuild(r.base) if r.base is not None else []
+            memo[no] = (
+                codec.apply_list_delta(base, r.prefix, r.suffix, r.middle) if r.base is not None else r.middle
+            )
+        return memo[no]
+
+    live_items: set[int] = set()
+    live_lists: set[int] = set()
+    for d in descs:
+        if isinstance(d, list) and d[0] == 1:
+            no: int | None = d[1]
+            live_items.update(rebuild(d[1]))
+            while no is not None and no not in live_lists:
+                live_lists.add(no)
+                no = rows[no].base
+        else:
+            live_items.update(codec.refs_of_descriptor(d, {}))
+    all_items = yield ctx.q(sql.SELECT_ITEM_NOS, (tid,))
+    dead_items = sorted({r[0] for r in all_items} - live_items)
+    dead_lists = sorted(set(rows) - live_lists)
+    for start in range(0, len(dead_items), 5000):
+        chunk = ctx.dialect.list_param(dead_items[start : start + 5000])
+        yield ctx.q(ctx.dialect.delete_in("remem_cp_items", "item_no"), (tid, chunk), "none")
+    for start in range(0, len(dead_lists), 5000):
+        chunk = ctx.dialect.list_param(dead_lists[start : start + 5000])
+        yield ctx.q(ctx.dialect.delete_in("remem_cp_lists", "list_no"), (tid, chunk), "none")
+    yield ctx.q(sql.BUMP_EPOCH, (tid,), "none")
+
+
+def keep_latest(before: datetime | None) -> Picker:
+    """Picks every checkpoint but the latest of each namespace (only those created before ``before``)."""
+
+    def pick(checkpoints: list[CheckpointInfo]) -> set[tuple[str, str]]:
+        latest: dict[str, str] = {}
+        for ns, cid, _, _ in checkpoints:
+            if cid > latest.get(ns, ""):
+                latest[ns] = cid
+        out = set()
+        for ns, cid, _, checkpoint in checkpoints:
+            if cid == latest[ns]:
+                continue
+            created = _created(checkpoint)
+            if before is None or (created is not None and created < before):
+                out.add((ns, cid))
+        return out
+
+    return pick
+
+
+def of_runs(run_ids: set[str]) -> Picker:
+    def pick(checkpoints: list[CheckpointInfo]) -> set[tuple[str, str]]:
+        return {(ns, cid) for ns, cid, run_id, _ in checkpoints if run_id in run_ids}
+
+    return pick
+
+
+def threads_of_runs(ctx: Context, run_ids: Sequence[str]) -> Op[list[str]]:
+    rows = yield ctx.q(ctx.dialect.runs_in(), (ctx.dialect.list_param([str(r) for r in run_ids]),))
+    return [r[1] for r in rows]
+
+
+def idle_threads(ctx: Context, thread_ids: Sequence[str], before: datetime) -> Op[list[str]]:
+    out = []
+    for thread_id in thread_ids:
+        rows = yield ctx.q(sql.FIND_THREAD, (thread_id,))
+        if rows and rows[0][4] < before.timestamp():
+            out.append(thread_id)
+    return out

@@ -1,0 +1,231 @@
+"""SQL text for remem's checkpointers, for SQLite and PostgreSQL. No I/O here.
+
+Statements are written once with ``?`` placeholders; :class:`Dialect` turns them into each driver's
+form. Values are always bound parameters; the only names spliced into SQL are the fixed ones below.
+
+Tables (every one keyed by ``tid``, a thread's integer id, so a thread's rows sit together):
+
+    remem_cp_threads      thread_id -> tid, counters for item and list numbers, last activity
+    remem_cp_items        each distinct value of a thread once (content digest, serialized bytes)
+    remem_cp_lists        list values as snapshots or deltas of item numbers
+    remem_cp_checkpoints  one row per checkpoint: parent, run, compact body (descriptors), metadata
+    remem_cp_writes       pending writes, each value a descriptor
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["POSTGRES", "SQLITE", "Dialect"]
+
+_SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE remem_cp_threads (
+            tid INTEGER PRIMARY KEY AUTOINCREMENT,
+            thread_id TEXT NOT NULL UNIQUE,
+            epoch INTEGER NOT NULL DEFAULT 0,
+            next_item INTEGER NOT NULL DEFAULT 0,
+            next_list INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL)""",
+        """CREATE TABLE remem_cp_items (
+            tid INTEGER NOT NULL, item_no INTEGER NOT NULL, digest BLOB NOT NULL, data BLOB NOT NULL,
+            PRIMARY KEY (tid, item_no)) WITHOUT ROWID""",
+        """CREATE TABLE remem_cp_lists (
+            tid INTEGER NOT NULL, list_no INTEGER NOT NULL, base_no INTEGER, body BLOB NOT NULL,
+            PRIMARY KEY (tid, list_no)) WITHOUT ROWID""",
+        """CREATE TABLE remem_cp_checkpoints (
+            tid INTEGER NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, parent_id TEXT,
+            run_id TEXT, body BLOB NOT NULL, metadata BLOB NOT NULL,
+            PRIMARY KEY (tid, ns, checkpoint_id)) WITHOUT ROWID""",
+        "CREATE INDEX remem_cp_checkpoints_run ON remem_cp_checkpoints (run_id) WHERE run_id IS NOT NULL",
+        """CREATE TABLE remem_cp_writes (
+            tid INTEGER NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL, value BLOB NOT NULL,
+            PRIMARY KEY (tid, ns, checkpoint_id, task_id, idx)) WITHOUT ROWID""",
+    ),
+)
+
+_POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE remem_cp_threads (
+            tid BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            thread_id TEXT COLLATE "C" NOT NULL UNIQUE,
+            epoch BIGINT NOT NULL DEFAULT 0,
+            next_item BIGINT NOT NULL DEFAULT 0,
+            next_list BIGINT NOT NULL DEFAULT 0,
+            created_at DOUBLE PRECISION NOT NULL,
+            updated_at DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE remem_cp_items (
+            tid BIGINT NOT NULL, item_no BIGINT NOT NULL, digest BYTEA NOT NULL, data BYTEA NOT NULL,
+            PRIMARY KEY (tid, item_no))""",
+        """CREATE TABLE remem_cp_lists (
+            tid BIGINT NOT NULL, list_no BIGINT NOT NULL, base_no BIGINT, body BYTEA NOT NULL,
+            PRIMARY KEY (tid, list_no))""",
+        """CREATE TABLE remem_cp_checkpoints (
+            tid BIGINT NOT NULL, ns TEXT COLLATE "C" NOT NULL, checkpoint_id TEXT COLLATE "C" NOT NULL,
+            parent_id TEXT COLLATE "C", run_id TEXT, body BYTEA NOT NULL, metadata BYTEA NOT NULL,
+            PRIMARY KEY (tid, ns, checkpoint_id))""",
+        "CREATE INDEX remem_cp_checkpoints_run ON remem_cp_checkpoints (run_id) WHERE run_id IS NOT NULL",
+        """CREATE TABLE remem_cp_writes (
+            tid BIGINT NOT NULL, ns TEXT COLLATE "C" NOT NULL, checkpoint_id TEXT COLLATE "C" NOT NULL,
+            task_id TEXT COLLATE "C" NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL,
+            task_path TEXT NOT NULL, value BYTEA NOT NULL,
+            PRIMARY KEY (tid, ns, checkpoint_id, task_id, idx))""",
+    ),
+)
+
+TABLES = ("remem_cp_writes", "remem_cp_checkpoints", "remem_cp_lists", "remem_cp_items")
+"""The per-thread tables, children first."""
+
+CREATE_MIGRATIONS = "CREATE TABLE IF NOT EXISTS remem_cp_migrations (version INTEGER PRIMARY KEY)"
+SELECT_MIGRATIONS = "SELECT version FROM remem_cp_migrations"
+INSERT_MIGRATION = "INSERT INTO remem_cp_migrations (version) VALUES (?)"
+
+UPSERT_THREAD = """INSERT INTO remem_cp_threads (thread_id, created_at, updated_at) VALUES (?, ?, ?)
+ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at
+RETURNING tid, epoch, next_item, next_list"""
+FIND_THREAD = "SELECT tid, epoch, next_item, next_list, updated_at FROM remem_cp_threads WHERE thread_id = ?"
+SET_COUNTERS = "UPDATE remem_cp_threads SET next_item = ?, next_list = ? WHERE tid = ?"
+BUMP_EPOCH = "UPDATE remem_cp_threads SET epoch = epoch + 1 WHERE tid = ?"
+DELETE_THREAD_ROW = "DELETE FROM remem_cp_threads WHERE tid = ?"
+LIST_THREADS = """SELECT t.thread_id FROM remem_cp_threads t
+WHERE EXISTS (SELECT 1 FROM remem_cp_checkpoints c WHERE c.tid = t.tid)
+ORDER BY t.updated_at DESC, t.tid DESC"""
+INSERT_THREAD_COPY = """INSERT INTO remem_cp_threads (thread_id, epoch, next_item, next_list, created_at, updated_at)
+VALUES (?, 0, ?, ?, ?, ?) RETURNING tid"""
+
+ITEM_DIGESTS_FROM = "SELECT item_no, digest FROM remem_cp_items WHERE tid = ? AND item_no >= ?"
+INSERT_ITEM = "INSERT INTO remem_cp_items (tid, item_no, digest, data) VALUES (?, ?, ?, ?)"
+INSERT_LIST = "INSERT INTO remem_cp_lists (tid, list_no, base_no, body) VALUES (?, ?, ?, ?)"
+SELECT_ALL_LISTS = "SELECT list_no, base_no, body FROM remem_cp_lists WHERE tid = ?"
+SELECT_ITEM_NOS = "SELECT item_no FROM remem_cp_items WHERE tid = ?"
+
+INSERT_CHECKPOINT = """INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id, parent_id, run_id, body, metadata)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (tid, ns, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
+    run_id = excluded.run_id, body = excluded.body, metadata = excluded.metadata"""
+SELECT_BODY = "SELECT body FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
+_CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata"
+GET_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
+JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ? AND c.checkpoint_id = ?"""
+GET_LATEST_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
+JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
+ORDER BY c.checkpoint_id DESC LIMIT 1"""
+SELECT_THREAD_CHECKPOINTS = (
+    "SELECT ns, checkpoint_id, parent_id, run_id, body FROM remem_cp_checkpoints WHERE tid = ?"
+)
+CLEAR_PARENT = (
+    "UPDATE remem_cp_checkpoints SET parent_id = NULL WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
+)
+DELETE_CHECKPOINT = "DELETE FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
+DELETE_CHECKPOINT_WRITES = "DELETE FROM remem_cp_writes WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
+
+INSERT_WRITE = """INSERT INTO remem_cp_writes (tid, ns, checkpoint_id, task_id, idx, channel, task_path, value)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tid, ns, checkpoint_id, task_id, idx) DO NOTHING"""
+UPSERT_WRITE = """INSERT INTO remem_cp_writes (tid, ns, checkpoint_id, task_id, idx, channel, task_path, value)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tid, ns, checkpoint_id, task_id, idx) DO UPDATE SET
+    channel = excluded.channel, task_path = excluded.task_path, value = excluded.value"""
+SELECT_THREAD_WRITES = "SELECT ns, checkpoint_id, value FROM remem_cp_writes WHERE tid = ?"
+
+COPY_STATEMENTS = (
+    "INSERT INTO remem_cp_items (tid, item_no, digest, data) SELECT ?, item_no, digest, data"
+    " FROM remem_cp_items WHERE tid = ?",
+    "INSERT INTO remem_cp_lists (tid, list_no, base_no, body) SELECT ?, list_no, base_no, body"
+    " FROM remem_cp_lists WHERE tid = ?",
+    "INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id, parent_id, run_id, body, metadata)"
+    " SELECT ?, ns, checkpoint_id, parent_id, run_id, body, metadata FROM remem_cp_checkpoints WHERE tid = ?",
+    "INSERT INTO remem_cp_writes (tid, ns, checkpoint_id, task_id, idx, channel, task_path, value)"
+    " SELECT ?, ns, checkpoint_id, task_id, idx, channel, task_path, value FROM remem_cp_writes WHERE tid = ?",
+)
+COUNT_CHECKPOINTS = "SELECT COUNT(*) FROM remem_cp_checkpoints WHERE tid = ?"
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs between SQLite and PostgreSQL: placeholders, list parameters, DDL, locking."""
+
+    name: str
+    migrations: tuple[tuple[str, ...], ...]
+    for_update: str
+    length: str
+
+    def sql(self, text: str) -> str:
+        """``text`` with this driver's placeholders."""
+        return text if self.name == "sqlite" else text.replace("?", "%s")
+
+    def in_list(self, column: str) -> str:
+        """A condition ``column IN <one list parameter>`` (pass the list through :meth:`list_param`)."""
+        if self.name == "sqlite":
+            return f"{column} IN (SELECT value FROM json_each(?))"
+        return f"{column} = ANY(?)"
+
+    def list_param(self, values: Sequence[Any]) -> Any:
+        return json.dumps(list(values)) if self.name == "sqlite" else list(values)
+
+    def thread_lock(self) -> str:
+        """Reads a thread's row, locking it against other writers until the transaction ends."""
+        return FIND_THREAD + self.for_update
+
+    def items_in(self) -> str:
+        return f"SELECT item_no, data FROM remem_cp_items WHERE tid = ? AND {self.in_list('item_no')}"
+
+    def lists_in(self) -> str:
+        return (
+            f"SELECT list_no, base_no, body FROM remem_cp_lists WHERE tid = ? AND {self.in_list('list_no')}"
+        )
+
+    def writes_in(self) -> str:
+        return (
+            "SELECT checkpoint_id, task_id, idx, channel, task_path, value FROM remem_cp_writes"
+            f" WHERE tid = ? AND ns = ? AND {self.in_list('checkpoint_id')}"
+        )
+
+    def delete_in(self, table: str, column: str) -> str:
+        return f"DELETE FROM {table} WHERE tid = ? AND {self.in_list(column)}"
+
+    def runs_in(self) -> str:
+        return (
+            "SELECT DISTINCT c.tid, t.thread_id FROM remem_cp_checkpoints c JOIN remem_cp_threads t"
+            f" ON t.tid = c.tid WHERE {self.in_list('c.run_id')} ORDER BY c.tid"
+        )
+
+    def list_page(self, *, thread: bool, ns: bool, checkpoint_id: bool, before: bool, cursor: bool) -> str:
+        """One page of ``list()``, newest first; each flag adds a condition with its parameters in order."""
+        conds = []
+        if thread:
+            conds.append("t.thread_id = ?")
+        if ns:
+            conds.append("c.ns = ?")
+        if checkpoint_id:
+            conds.append("c.checkpoint_id = ?")
+        if before:
+            conds.append("c.checkpoint_id < ?")
+        if cursor:
+            conds.append("(c.checkpoint_id, c.tid, c.ns) < (?, ?, ?)")
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
+        return (
+            f"SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c JOIN remem_cp_threads t ON t.tid = c.tid"
+            f" {where} ORDER BY c.checkpoint_id DESC, c.tid DESC, c.ns DESC LIMIT ?"
+        )
+
+    def stats(self) -> tuple[str, ...]:
+        """Per-thread counts and bytes: threads, checkpoints, writes, lists, items (each grouped by tid)."""
+        n = self.length
+        return (
+            "SELECT tid, thread_id, created_at, updated_at FROM remem_cp_threads",
+            "SELECT tid, COUNT(*), COALESCE(SUM("
+            f"{n}(body) + {n}(metadata) + {n}(checkpoint_id) + {n}(ns) + COALESCE({n}(parent_id), 0)), 0)"
+            " FROM remem_cp_checkpoints GROUP BY tid",
+            f"SELECT tid, COUNT(*), COALESCE(SUM({n}(value) + {n}(task_id) + {n}(checkpoint_id)"
+            f" + {n}(task_path) + {n}(channel)), 0) FROM remem_cp_writes GROUP BY tid",
+            f"SELECT tid, COUNT(*), COALESCE(SUM({n}(body)), 0) FROM remem_cp_lists GROUP BY tid",
+            f"SELECT tid, COUNT(*), COALESCE(SUM({n}(data) + {n}(digest)), 0) FROM remem_cp_items GROUP BY tid",
+        )
+
+
+SQLITE = Dialect("sqlite", _SQLITE_MIGRATIONS, for_update="", length="length")
+POSTGRES = Dialect("postgres", _POSTGRES_MIGRATIONS, for_update=" FOR UPDATE", length="octet_length")

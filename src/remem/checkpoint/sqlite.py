@@ -1,0 +1,182 @@
+"""remem's checkpointers on SQLite: :class:`SqliteSaver` (sqlite3) and :class:`AsyncSqliteSaver` (aiosqlite).
+
+The database runs in WAL mode with a busy timeout, so readers never wait for a writer and several
+processes can share one file; every write is one ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remem.checkpoint import _ops as ops
+from remem.checkpoint._base import AExecute, AsyncSaver, Execute, SyncSaver
+from remem.checkpoint._sql import SQLITE
+from remem.errors import MissingDependencyError, StorageError
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+__all__ = ["AsyncSqliteSaver", "SqliteSaver"]
+
+BUSY_TIMEOUT_MS = 30_000
+_PRAGMAS = (f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}", "PRAGMA foreign_keys = OFF")
+
+
+def _storage_error(exc: BaseException) -> StorageError:
+    return StorageError(
+        f"SQLite refused the checkpoint operation ({exc}); check that the file is writable and not corrupt, "
+        "and that no other process holds a write transaction open"
+    )
+
+
+def _wal_statements(journal_mode: str) -> tuple[str, ...]:
+    if journal_mode.lower() == "memory":
+        return ()
+    return ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL")
+
+
+def _path(conn_string: str | Path) -> str:
+    text = str(conn_string)
+    return text.removeprefix("sqlite:///") if text.startswith("sqlite:///") else text
+
+
+class SqliteSaver(SyncSaver):
+    """A LangGraph checkpointer that stores each value of a thread once, in a SQLite file.
+
+    Example:
+        >>> with SqliteSaver.from_conn_string("checkpoints.db") as saver:  # doctest: +SKIP
+        ...     graph = builder.compile(checkpointer=saver)
+
+    The connection is switched to autocommit mode: the saver runs its own transactions.
+    """
+
+    _dialect = SQLITE
+
+    def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.conn = conn
+        self.lock = threading.Lock()
+        try:
+            conn.isolation_level = None
+            for pragma in _PRAGMAS:
+                conn.execute(pragma)
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+            for pragma in _wal_statements(mode):
+                conn.execute(pragma)
+        except sqlite3.Error as exc:
+            raise _storage_error(exc) from exc
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[SqliteSaver]:
+        """Open a saver on a file path (or ``":memory:"``); the connection is closed on exit."""
+        try:
+            conn = sqlite3.connect(_path(conn_string), check_same_thread=False, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _storage_error(exc) from exc
+        try:
+            yield cls(conn, **kwargs)
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _transaction(self, write: bool) -> Iterator[Execute]:
+        with self.lock:
+            cur = self.conn.cursor()
+
+            def execute(query: ops.Query) -> list[tuple[Any, ...]]:
+                if query.fetch == "many":
+                    cur.executemany(query.sql, query.params)
+                    return []
+                cur.execute(query.sql, query.params)
+                return cur.fetchall() if query.fetch == "all" else []
+
+            try:
+                cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                yield execute
+                cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self.conn.in_transaction:
+                    self.conn.rollback()
+                raise _storage_error(exc) from exc
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.rollback()
+                raise
+            finally:
+                cur.close()
+
+
+class AsyncSqliteSaver(AsyncSaver):
+    """Async version of :class:`SqliteSaver`, over an ``aiosqlite`` connection."""
+
+    _dialect = SQLITE
+
+    def __init__(self, conn: aiosqlite.Connection, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.conn = conn
+        self.lock = asyncio.Lock()
+        self._configured = False
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(
+        cls, conn_string: str | Path, **kwargs: Any
+    ) -> AsyncIterator[AsyncSqliteSaver]:
+        """Async version of :meth:`SqliteSaver.from_conn_string`."""
+        try:
+            import aiosqlite
+        except ImportError as exc:  # pragma: no cover - aiosqlite is a dependency
+            raise MissingDependencyError.for_extra("aiosqlite", "sqlite") from exc
+        try:
+            conn = await aiosqlite.connect(_path(conn_string), isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _storage_error(exc) from exc
+        try:
+            yield cls(conn, **kwargs)
+        finally:
+            await conn.close()
+
+    async def _configure(self) -> None:
+        # The saver always opens its transactions explicitly, so a connection in sqlite3's legacy
+        # transaction mode (isolation_level not None) never starts one implicitly either.
+        for pragma in _PRAGMAS:
+            await self.conn.execute(pragma)
+        async with self.conn.execute("PRAGMA journal_mode") as cur:
+            row = await cur.fetchone()
+        for pragma in _wal_statements(str(row[0]) if row else "memory"):
+            await self.conn.execute(pragma)
+        self._configured = True
+
+    @asynccontextmanager
+    async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
+        async with self.lock:
+            conn = self.conn
+
+            async def execute(query: ops.Query) -> list[tuple[Any, ...]]:
+                if query.fetch == "many":
+                    await conn.executemany(query.sql, query.params)
+                    return []
+                async with conn.execute(query.sql, query.params) as cur:
+                    return [tuple(r) for r in await cur.fetchall()] if query.fetch == "all" else []
+
+            try:
+                if not self._configured:
+                    await self._configure()
+                await conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                yield execute
+                await conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    await conn.rollback()
+                raise _storage_error(exc) from exc
+            except BaseException:
+                if conn.in_transaction:
+                    await conn.rollback()
+                raise
