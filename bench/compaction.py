@@ -8,7 +8,9 @@ later) through four strategies, and counts the tokens each would send to the mod
 - naive: the whole history;
 - trim: the newest messages that fit the prompt budget (``remem.strategies.TrimStrategy``);
 - rolling summary: older messages folded into an extractive summary (``SummaryStrategy``);
-- card: ``remem.middleware.ContextCardNode`` (external tail: card + the last raw messages).
+- card: LangChain's ``create_agent`` with ``remem.middleware.ContextCardMiddleware`` (external tail: card
+  + the last raw messages), without and with per-turn recall; the tokens counted are those the (scripted)
+  model was actually sent.
 
 For every planted fact, at the turn it is asked about: is its source turn in what the model sees (raw, or
 recalled verbatim in the card), and is the fact itself there (in any form, e.g. a summary)?
@@ -31,13 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.store.base import PutOp
 
 from remem import Memory
 from remem.messages import approximate_token_count
-from remem.middleware import ContextCardNode
+from remem.middleware import ContextCardMiddleware
+from remem.models import ScriptedChatModel
 from remem.store import SqliteStore
 from remem.strategies import SummaryStrategy, TrimStrategy, build_view
 from remem.summarize import ExtractiveSummarizer
@@ -338,11 +341,17 @@ class Naive:
     def __init__(self) -> None:
         self.state: list[BaseMessage] = [SYSTEM]
 
-    def view(self, user: HumanMessage) -> list[BaseMessage]:
-        self.state.append(user)
+    def view(self) -> list[BaseMessage]:
         return list(self.state)
 
-    def reply(self, reply: AIMessage) -> None:
+    def turn(self, user: HumanMessage, reply: AIMessage) -> list[BaseMessage]:
+        """What the model sees for ``user``; then ``reply`` is the model's answer."""
+        self.state.append(user)
+        seen = self.view()
+        self.after(reply)
+        return seen
+
+    def after(self, reply: AIMessage) -> None:
         self.state.append(reply)
 
 
@@ -353,8 +362,7 @@ class Trim(Naive):
         super().__init__()
         self.strategy = TrimStrategy(max_tokens=budget)
 
-    def view(self, user: HumanMessage) -> list[BaseMessage]:
-        self.state.append(user)
+    def view(self) -> list[BaseMessage]:
         return build_view(self.strategy.view_plan(self.state))
 
 
@@ -367,11 +375,10 @@ class RollingSummary(Naive):
         self.summarizer = ExtractiveSummarizer(max_tokens=budget // 3)
         self.strategy = SummaryStrategy(keep=4, trigger_messages=0, trigger_tokens=budget - budget // 3 - 200)
 
-    def view(self, user: HumanMessage) -> list[BaseMessage]:
-        self.state.append(user)
+    def view(self) -> list[BaseMessage]:
         return build_view(self.strategy.view_plan(self.state, self.summary), self.summary)
 
-    def reply(self, reply: AIMessage) -> None:
+    def after(self, reply: AIMessage) -> None:
         self.state.append(reply)
         plan = self.strategy.compaction_plan(self.state, self.summary)
         if plan is not None:
@@ -380,31 +387,35 @@ class RollingSummary(Naive):
 
 
 class Card(Naive):
-    name = "context card (remem)"
+    """LangChain's create_agent with remem's ContextCardMiddleware; the view is what the model was sent."""
 
-    def __init__(self, memory: Memory, budget: int, card_budget: int) -> None:
+    def __init__(self, memory: Memory, budget: int, card_budget: int, recall: int = 0) -> None:
         super().__init__()
-        self.node = ContextCardNode(
+        self.name = "context card (remem)" + (f" + recall {recall}/turn" if recall else "")
+        recall_budget = 300 if recall else 0
+        self.model = ScriptedChatModel(default=lambda _: self.next_reply)
+        self.next_reply = ""
+        middleware = ContextCardMiddleware(
             memory,
-            thread_id="bench",
+            thread_id=f"bench-{recall}",
             user_id="bench-user",
-            compaction_token_trigger=budget - card_budget,
+            compaction_token_trigger=budget - card_budget - recall_budget,
             kept_message_count=4,
             card_token_budget=card_budget,
             max_relevant_results=5,
             context_summary_update_frequency=4,
-            system_prompt=str(SYSTEM.content),
+            recall_results=recall,
+            recall_token_budget=recall_budget or 1,
         )
-        self.state = []  # the system prompt is the model's, not the state's
+        self.agent = create_agent(
+            model=self.model, tools=[], system_prompt=str(SYSTEM.content), middleware=[middleware]
+        )
+        self.state = []  # the system prompt is the agent's, not the state's
 
-    def view(self, user: HumanMessage) -> list[BaseMessage]:
-        self.state.append(user)
-        update = self.node({"messages": self.state})
-        if update:
-            new = update["messages"]
-            assert isinstance(new[0], RemoveMessage) and new[0].id == REMOVE_ALL_MESSAGES
-            self.state = list(new[1:])
-        return [SYSTEM, *self.state]
+    def turn(self, user: HumanMessage, reply: AIMessage) -> list[BaseMessage]:
+        self.next_reply = str(reply.content)
+        self.state = self.agent.invoke({"messages": [*self.state, user]})["messages"]
+        return list(self.model.calls[-1])
 
 
 # --- part 1 -------------------------------------------------------------------------------------------
@@ -428,13 +439,12 @@ def play(strategies: Sequence[Naive], script: Sequence[Turn]) -> list[Result]:
         user = HumanMessage(content=turn.user, id=f"u{n}")
         reply = AIMessage(content=turn.reply, id=f"a{n}")
         for strategy, result in zip(strategies, results, strict=True):
-            view = strategy.view(user)
+            view = strategy.turn(user, reply)
             result.tokens.append(approximate_token_count(view))
             if turn.asks is not None:
                 seen = _text(view)
                 result.source_seen += turn.asks.statement in seen
                 result.fact_seen += turn.asks.answer in seen
-            strategy.reply(reply)
     return results
 
 
@@ -456,7 +466,13 @@ def part_one(turns: int, facts: int, budget: int, card_budget: int, folder: Path
     index = {"dims": int(embedder.dims), "embed": embedder, "fields": ["content"]}
     with SqliteStore.from_conn_string(str(folder / "conversation.db"), index=index) as store:
         memory = Memory(store)
-        strategies = [Naive(), Trim(budget), RollingSummary(budget), Card(memory, budget, card_budget)]
+        strategies = [
+            Naive(),
+            Trim(budget),
+            RollingSummary(budget),
+            Card(memory, budget, card_budget),
+            Card(memory, budget, card_budget, recall=3),
+        ]
         started = time.perf_counter()
         results = play(strategies, script)
         elapsed = time.perf_counter() - started

@@ -184,7 +184,12 @@ def test_self_contained_pattern_sends_the_card_alone(memory: Memory) -> None:
 async def test_async_agent_compacts_and_persists(memory: Memory) -> None:
     model = ScriptedChatModel(default="ok")
     mw = ContextCardMiddleware(
-        memory, thread_id="a", user_id="u", compaction_token_trigger=80, kept_message_count=3
+        memory,
+        thread_id="a",
+        user_id="u",
+        compaction_token_trigger=80,
+        kept_message_count=3,
+        recall_results=1,
     )
     agent = create_agent(model=model, tools=[], middleware=[mw])
     messages: list[BaseMessage] = []
@@ -193,6 +198,7 @@ async def test_async_agent_compacts_and_persists(memory: Memory) -> None:
         messages = (await agent.ainvoke({"messages": messages}))["messages"]
     assert any(is_card_message(m) for m in model.calls[-1])
     assert len(await (await memory.aget_thread("a")).amessages()) == 10
+    assert any(m.name == "memory_recall" for call in model.calls for m in call)
 
 
 def test_thread_id_comes_from_the_run_config_when_not_given(memory: Memory) -> None:
@@ -244,3 +250,48 @@ async def test_async_node(memory: Memory) -> None:
     assert is_card_message(update["messages"][1]) and update["messages"][2].id == "h2"
     assert await node.arecord({"messages": messages}) == {}
     assert [m.id for m in memory.get_thread("n").messages()] == ["h0", "h1", "h2"]
+
+
+def test_per_turn_recall_follows_the_question_and_keeps_the_prefix(memory: Memory) -> None:
+    model = ScriptedChatModel(default="ok")
+    mw = ContextCardMiddleware(
+        memory,
+        thread_id="r",
+        user_id="u",
+        compaction_token_trigger=90,
+        kept_message_count=2,
+        recall_results=2,
+    )
+    agent = create_agent(model=model, tools=[], middleware=[mw])
+    facts = ["My sister Ingrid moved to Trondheim.", *TEXTS[:6], "Where did my sister Ingrid move to?"]
+    state = _turns(agent, facts)
+    last = model.calls[-1]
+    recalls = [m for m in last if m.name == "memory_recall"]
+    assert len(recalls) == 1 and "Trondheim" in recalls[0].text
+    index = last.index(recalls[0])
+    assert last[index - 1].text == facts[-1]  # right after the question: the prefix before it is unchanged
+    assert _recall_root(recalls[0].text)
+    assert not any(m.name == "memory_recall" for m in state)  # never stored in the state...
+    assert not any(
+        "recalled_memory" in m.content for m in memory.get_thread("r").messages()
+    )  # ...nor persisted
+    ids_in_prompt = {m.id for m in last if m.id}
+    assert not any(f'record_id="{i}"' in recalls[0].text for i in ids_in_prompt)  # nothing already in view
+
+
+def _recall_root(text: str) -> bool:
+    import xml.etree.ElementTree as ET
+
+    return ET.fromstring(text).tag == "recalled_memory"
+
+
+def test_thread_recall_excludes_and_fits_its_budget(memory: Memory) -> None:
+    thread = memory.thread("rc", user_id="u")
+    thread.add_messages(
+        [{"role": "user", "content": f"fact {i} about the ledger job", "id": f"f{i}"} for i in range(6)]
+    )
+    recall = thread.recall("ledger job", 3, exclude_ids=["f0", "f1"], token_budget=80)
+    assert recall.records and len(recall.records) <= 3
+    assert {r.id for r in recall.records}.isdisjoint({"f0", "f1"})
+    assert recall.token_count <= 80 and memory.count_text(recall.content) <= 80
+    assert thread.recall("ledger job", 3, token_budget=5).content == ""

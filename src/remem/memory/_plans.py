@@ -13,7 +13,15 @@ from typing import Any
 from langgraph.store.base import GetOp, PutOp, SearchItem, SearchOp
 
 from remem.errors import NotFoundError, RememUsageError
-from remem.memory._card import CardParts, ContextCard, check_card_arguments, dedupe_records, render_card
+from remem.memory._card import (
+    CardParts,
+    ContextCard,
+    Recall,
+    check_card_arguments,
+    dedupe_records,
+    render_card,
+    render_recall,
+)
 from remem.memory._card import truncate_to_budget as _truncate
 from remem.memory._effects import Plan, StoreCall, SummarizeCall
 from remem.memory._records import (
@@ -43,6 +51,7 @@ __all__ = [
     "context_card_plan",
     "list_messages_plan",
     "open_thread_plan",
+    "recall_plan",
     "search_plan",
     "summary_plan",
     "thread_info_plan",
@@ -344,3 +353,23 @@ def context_card_plan(
         token_count=count(content) if content else 0,
         excluded_message_ids=tuple(tail_ids),
     )
+
+
+def recall_plan(
+    thread_id: str,
+    query: str,
+    *,
+    k: int,
+    exclude: frozenset[str],
+    types: Sequence[str] | None,
+    token_budget: int,
+    count: TextCounter,
+) -> Plan[Recall]:
+    """The records of this thread and its user that match ``query``, except ``exclude`` (already seen)."""
+    if token_budget <= 0:
+        raise RememUsageError("token_budget must be positive; give the most tokens the recall may take.")
+    info = yield from thread_info_plan(thread_id)
+    records = yield from search_plan(
+        query, user_id=info.user_id, thread_id=thread_id, types=types, k=k, exclude=exclude
+    )
+    return render_recall(records, token_budget, count)

@@ -21,13 +21,14 @@ from langchain_core.messages import HumanMessage
 from langgraph.store.base import BaseStore
 
 from remem.config import Settings, load_settings
-from remem.memory._card import ContextCard
+from remem.memory._card import ContextCard, Recall
 from remem.memory._effects import Plan, arun, run
 from remem.memory._plans import (
     add_messages_plan,
     context_card_plan,
     list_messages_plan,
     open_thread_plan,
+    recall_plan,
     search_plan,
     summary_plan,
     thread_info_plan,
@@ -317,3 +318,45 @@ class Thread:
             )
         )
         return card
+
+    def recall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        exclude_ids: Sequence[str] = (),
+        types: Sequence[str] | None = None,
+        token_budget: int = 400,
+    ) -> Recall:
+        """The ``k`` records best matching ``query`` (this thread's messages, its user's memories), leaving
+        out ``exclude_ids`` (what the model already sees), as an escaped ``<recalled_memory>`` block."""
+        recall: Recall = self.memory._run(self._recall_plan(query, k, exclude_ids, types, token_budget))
+        return recall
+
+    async def arecall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        exclude_ids: Sequence[str] = (),
+        types: Sequence[str] | None = None,
+        token_budget: int = 400,
+    ) -> Recall:
+        """Async version of :meth:`recall`."""
+        recall: Recall = await self.memory._arun(
+            self._recall_plan(query, k, exclude_ids, types, token_budget)
+        )
+        return recall
+
+    def _recall_plan(
+        self, query: str, k: int, exclude_ids: Sequence[str], types: Sequence[str] | None, token_budget: int
+    ) -> Plan[Recall]:
+        return recall_plan(
+            self.thread_id,
+            query,
+            k=k,
+            exclude=frozenset(exclude_ids),
+            types=types,
+            token_budget=token_budget,
+            count=self.memory.count_text,
+        )

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from remem.errors import RememUsageError
-from remem.memory import is_card_message
+from remem.memory import is_memory_message
 from remem.messages import TokenCounter, safe_cut_at_or_before, system_prefix_length
 
 __all__ = [
@@ -28,11 +28,13 @@ __all__ = [
     "CompactionPlan",
     "Pattern",
     "check_settings",
+    "latest_question",
     "organic_messages",
     "persistable",
     "plan_compaction",
     "prompt_tokens",
     "tool_schema_text",
+    "with_recall",
 ]
 
 Pattern = Literal["external_tail", "self_contained"]
@@ -52,8 +54,8 @@ def check_settings(trigger: int, kept: int, pattern: str) -> None:
 
 
 def organic_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """The conversation without the card messages this package injected."""
-    return [m for m in messages if not is_card_message(m)]
+    """The conversation without the card and recall messages this package injected."""
+    return [m for m in messages if not is_memory_message(m)]
 
 
 def _stable_id(role: str, text: str) -> str:
@@ -61,12 +63,12 @@ def _stable_id(role: str, text: str) -> str:
 
 
 def persistable(message: BaseMessage) -> dict[str, Any] | None:
-    """The thread message to store for ``message``, or None for tool traffic, system and card messages.
+    """The thread message to store for ``message``, or None for tool traffic, system and memory messages.
 
     The id is the message's own; a message without one gets an id derived from its role and text, so
     the same turn sent again is still stored once.
     """
-    if is_card_message(message):
+    if is_memory_message(message):
         return None
     if isinstance(message, HumanMessage):
         role = "user"
@@ -137,3 +139,23 @@ def plan_compaction(messages: Sequence[BaseMessage], kept: int, pattern: str) ->
         return CompactionPlan(len(stored), 0, system, after_card=tail, tail=tail)
     rest = stored[-1] + 1 if stored else 0
     return CompactionPlan(len(stored), len(stored), system, after_card=tail[rest:], tail=tail)
+
+
+def with_recall(messages: Sequence[BaseMessage], recall: BaseMessage) -> list[BaseMessage]:
+    """``messages`` with ``recall`` right after the latest user message (the prefix before it is unchanged,
+    so a provider's prompt cache still holds)."""
+    out = list(messages)
+    for i in range(len(out) - 1, -1, -1):
+        if isinstance(out[i], HumanMessage) and not is_memory_message(out[i]):
+            out.insert(i + 1, recall)
+            return out
+    out.append(recall)
+    return out
+
+
+def latest_question(messages: Sequence[BaseMessage]) -> str | None:
+    """The text of the latest user message (not a memory message), if any."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) and not is_memory_message(message) and message.text.strip():
+            return message.text
+    return None

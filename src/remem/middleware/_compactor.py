@@ -21,9 +21,11 @@ from remem.middleware._compaction import (
     PLACEHOLDER_CARD,
     CompactionPlan,
     check_settings,
+    latest_question,
     persistable,
     plan_compaction,
     prompt_tokens,
+    with_recall,
 )
 
 __all__ = ["Compactor"]
@@ -46,6 +48,8 @@ class Compactor:
         max_relevant_results: int,
         token_counter: TokenCounter | None,
         context_summary_update_frequency: int | None,
+        recall_results: int = 0,
+        recall_token_budget: int = 400,
     ) -> None:
         check_settings(compaction_token_trigger, kept_message_count, pattern)
         self.memory = memory
@@ -59,6 +63,10 @@ class Compactor:
         self.max_relevant_results = max_relevant_results
         self.count: TokenCounter = token_counter or memory.token_counter
         self.frequency = context_summary_update_frequency
+        if recall_results < 0:
+            raise RememUsageError("recall_results must be non-negative (0: no per-turn recall)")
+        self.recall_results = recall_results
+        self.recall_token_budget = recall_token_budget
         self._threads: dict[str, Thread] = {}
         self._persisted: dict[str, set[str]] = {}
 
@@ -152,3 +160,30 @@ class Compactor:
         """Async version of :meth:`build_card`."""
         thread = await self.athread()
         return self.card_message(await thread.aget_context_card(**self._card_kwargs(plan)))
+
+    def _recall_args(self, messages: Sequence[BaseMessage]) -> tuple[str, list[str]] | None:
+        question = latest_question(messages) if self.recall_results else None
+        if question is None:
+            return None
+        return question, [str(m.id) for m in messages if m.id]
+
+    def with_recall(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """``messages`` plus the records recalled for the latest question (None when nothing is recalled)."""
+        args = self._recall_args(messages)
+        if args is None:
+            return None
+        recall = self.thread().recall(
+            args[0], self.recall_results, exclude_ids=args[1], token_budget=self.recall_token_budget
+        )
+        return with_recall(messages, recall.to_message()) if recall.content else None
+
+    async def awith_recall(self, messages: Sequence[BaseMessage]) -> list[BaseMessage] | None:
+        """Async version of :meth:`with_recall`."""
+        args = self._recall_args(messages)
+        if args is None:
+            return None
+        thread = await self.athread()
+        recall = await thread.arecall(
+            args[0], self.recall_results, exclude_ids=args[1], token_budget=self.recall_token_budget
+        )
+        return with_recall(messages, recall.to_message()) if recall.content else None

@@ -76,6 +76,11 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ``thread_id`` may be left out: the run's ``configurable.thread_id`` is used. ``card_token_budget``
     bounds the card; ``max_relevant_results`` the records it recalls; ``token_counter`` defaults to the
     memory's. See the module docstring for the two patterns.
+
+    ``recall_results`` > 0 adds per-turn recall: on calls that do not compact, the records best matching
+    the latest user message and not already in the prompt are sent in a ``memory_recall`` user message
+    right after it (at most ``recall_token_budget`` tokens). It is never stored in the state, and the
+    prompt before it is unchanged, so the card stays cached while recall follows each new question.
     """
 
     def __init__(
@@ -92,6 +97,8 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         max_relevant_results: int = 5,
         token_counter: TokenCounter | None = None,
         context_summary_update_frequency: int | None = None,
+        recall_results: int = 0,
+        recall_token_budget: int = 400,
     ) -> None:
         super().__init__()
         self.compactor = _compactor(
@@ -106,6 +113,8 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             max_relevant_results=max_relevant_results,
             token_counter=token_counter,
             context_summary_update_frequency=context_summary_update_frequency,
+            recall_results=recall_results,
+            recall_token_budget=recall_token_budget,
         )
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -131,7 +140,8 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         plan = self.compactor.plan(request.messages, request.system_message, request.tools)
         if plan is None:
-            return handler(request)
+            recalled = self.compactor.with_recall(request.messages)
+            return handler(request if recalled is None else request.override(messages=_as_any(recalled)))
         card = self.compactor.build_card(plan)
         response = handler(request.override(messages=_as_any([card, *plan.after_card])))
         return _compacted(response, card, plan)
@@ -143,7 +153,10 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         plan = self.compactor.plan(request.messages, request.system_message, request.tools)
         if plan is None:
-            return await handler(request)
+            recalled = await self.compactor.awith_recall(request.messages)
+            return await handler(
+                request if recalled is None else request.override(messages=_as_any(recalled))
+            )
         card = await self.compactor.abuild_card(plan)
         response = await handler(request.override(messages=_as_any([card, *plan.after_card])))
         return _compacted(response, card, plan)
