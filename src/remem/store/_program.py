@@ -437,7 +437,8 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
     for op, texts in wanted:
         assert op.value is not None
         ns_id = ns_ids[core.ns_path(op.namespace)]
-        kw_text = core.keyword_text(op.value, core.index_fields(plan, op.index) or [("$", "$")])
+        kw_fields = core.index_fields(plan, None if op.index is False else op.index)
+        kw_text = core.keyword_text(op.value, kw_fields)
         rows = yield Sql(
             d.q(d.upsert()), d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl)
         )

@@ -1,0 +1,53 @@
+"""Extraction: conversation turned into long-term memory, with provenance, and tools for agents.
+
+    from remem.extraction import MemoryExtractor
+    extractor = MemoryExtractor(store, model=llm)          # model=None: raw turns only, no LLM needed
+    result = extractor.run(messages, user_id="u1", thread_id="t1")
+
+Each run first indexes the new user and assistant turns under ``("threads", thread_id, "messages")``, so
+they are searchable with no model. With a model it asks for typed memories (``fact``, ``preference``,
+``instruction``, ``event``) as JSON, each with a confidence and the ids of the messages it came from, then
+decides per memory against similar stored ones: add, update, delete or no-op. An updated or deleted memory
+is kept, marked ``valid: False`` and linked (``superseded_by`` / ``supersedes``); searches for recall filter
+on ``valid``. Memories live under ``("users", user_id, "memories")`` with this value::
+
+    {"text", "kind", "confidence", "valid", "user_id", "thread_id", "source_message_ids", "source_time",
+     "extracted_at", "origin", "supersedes", "superseded_by", "invalidated_at", "invalid_reason"}
+
+System prompts, tool results, and messages remem derives from memory (context cards, recalls, summaries:
+see :func:`is_extractable`) are never read. ``enabled=False`` turns extraction off (turns are still
+indexed). A failed run raises :class:`ExtractionError` and leaves the per-thread watermark (stored under
+``("_remem", "extraction", thread_id)``) where it was, so the next run retries the same messages.
+
+:func:`create_memory_tools` gives an agent ``remember``, ``recall_memories`` and ``forget_memory``;
+:func:`extraction_node` runs an extractor after each turn, inline or in the background.
+"""
+
+from __future__ import annotations
+
+from remem.extraction._extractor import ExtractionError, MemoryExtractor, state_namespace
+from remem.extraction._schema import (
+    DERIVED_MARKER,
+    DERIVED_MESSAGE_NAMES,
+    MEMORY_KINDS,
+    Candidate,
+    ExtractionResult,
+    MemoryKind,
+    is_extractable,
+)
+from remem.extraction.tools import create_memory_tools, extraction_node
+
+__all__ = [
+    "DERIVED_MARKER",
+    "DERIVED_MESSAGE_NAMES",
+    "MEMORY_KINDS",
+    "Candidate",
+    "ExtractionError",
+    "ExtractionResult",
+    "MemoryExtractor",
+    "MemoryKind",
+    "create_memory_tools",
+    "extraction_node",
+    "is_extractable",
+    "state_namespace",
+]

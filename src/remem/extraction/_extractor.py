@@ -1,0 +1,254 @@
+"""The extractor: raw turns indexed for recall, then (with a model) typed memories and the update step."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
+from langgraph.store.base import BaseStore, PutOp
+
+from remem.errors import ModelError, RememUsageError
+from remem.extraction._schema import (
+    Candidate,
+    Decisions,
+    Extraction,
+    ExtractionResult,
+    extraction_prompt,
+    is_extractable,
+    memory_value,
+    message_id,
+    message_text,
+    now_iso,
+    parse_json_reply,
+    role_of,
+    update_prompt,
+)
+
+logger = logging.getLogger(__name__)
+
+STATE_KEY = "state"
+
+
+class ExtractionError(ModelError):
+    """Extraction failed. The watermark was not moved: the next run retries the same messages."""
+
+
+def state_namespace(thread_id: str) -> tuple[str, ...]:
+    return ("_remem", "extraction", thread_id)
+
+
+def _users(user_id: str) -> tuple[str, ...]:
+    return ("users", user_id, "memories")
+
+
+def _threads(thread_id: str) -> tuple[str, ...]:
+    return ("threads", thread_id, "messages")
+
+
+class MemoryExtractor:
+    """Turns conversation into long-term memory in a store.
+
+    Every run indexes the new user and assistant turns under ``("threads", thread_id, "messages")`` (so recall
+    works with no model at all). With a ``model`` and ``enabled``, it then asks the model for typed memories
+    (fact, preference, instruction, event) with their source message ids and a confidence, and runs an update
+    step against similar stored memories: add, update (the old memory is marked invalid and linked to its
+    replacement, never overwritten), delete (marked invalid) or no-op. Progress is kept in a watermark per
+    thread; a failure leaves it where it was and raises :class:`ExtractionError`, so the next run retries.
+    """
+
+    def __init__(
+        self,
+        store: BaseStore | None = None,
+        model: BaseChatModel | None = None,
+        *,
+        enabled: bool = True,
+        index_turns: bool = True,
+        similar: int = 5,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.enabled = enabled
+        self.index_turns = index_turns
+        self.similar = similar
+
+    # ------------------------------------------------------------------ public
+
+    def run(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        user_id: str,
+        thread_id: str,
+        store: BaseStore | None = None,
+    ) -> ExtractionResult:
+        """Process the messages after the thread's watermark; returns what was done."""
+        store = self._store(store)
+        result = ExtractionResult(thread_id=thread_id, user_id=user_id)
+        state = self._state(store, thread_id, user_id)
+        pending = self._pending(messages, thread_id, state)
+        result.new_messages = len(pending)
+        turns = [(mid, m) for mid, m in pending if is_extractable(m)]
+        result.skipped_messages = len(pending) - len(turns)
+        if not pending:
+            result.watermark = state.get("watermark")
+            return result
+        if self.index_turns and turns:
+            store.batch(
+                [self._turn_op(user_id, thread_id, mid, m, pos) for pos, (mid, m) in enumerate(turns)]
+            )
+            result.indexed_turns = len(turns)
+        watermark = pending[-1][0]
+        if self.enabled and self.model is not None and turns:
+            try:
+                self._extract(store, result, turns, user_id=user_id, thread_id=thread_id)
+            except Exception as exc:
+                state.update(
+                    attempts=int(state.get("attempts", 0)) + 1, last_error=str(exc)[:500], failed_at=now_iso()
+                )
+                store.put(state_namespace(thread_id), STATE_KEY, state, index=False)
+                raise ExtractionError(
+                    f"extracting memories from thread {thread_id!r} failed ({exc}); the watermark was kept, "
+                    "so running extraction again retries these messages"
+                ) from exc
+        state.update(watermark=watermark, attempts=0, last_error=None, updated_at=now_iso())
+        store.put(state_namespace(thread_id), STATE_KEY, state, index=False)
+        result.watermark = watermark
+        return result
+
+    async def arun(
+        self,
+        messages: Sequence[BaseMessage],
+        *,
+        user_id: str,
+        thread_id: str,
+        store: BaseStore | None = None,
+    ) -> ExtractionResult:
+        """Async version of :meth:`run`."""
+        return await asyncio.to_thread(self.run, messages, user_id=user_id, thread_id=thread_id, store=store)
+
+    def watermark(self, thread_id: str, store: BaseStore | None = None) -> dict[str, Any] | None:
+        """The thread's extraction state: ``watermark`` (last message id done), ``attempts``, ``last_error``."""
+        item = self._store(store).get(state_namespace(thread_id), STATE_KEY)
+        return None if item is None else dict(item.value)
+
+    # ------------------------------------------------------------------ steps
+
+    def _store(self, store: BaseStore | None) -> BaseStore:
+        chosen = store or self.store
+        if chosen is None:
+            raise RememUsageError("MemoryExtractor needs a store: pass store= to the constructor or to run()")
+        return chosen
+
+    def _state(self, store: BaseStore, thread_id: str, user_id: str) -> dict[str, Any]:
+        item = store.get(state_namespace(thread_id), STATE_KEY)
+        state: dict[str, Any] = dict(item.value) if item else {"watermark": None, "attempts": 0}
+        state["user_id"] = user_id
+        return state
+
+    @staticmethod
+    def _pending(
+        messages: Sequence[BaseMessage], thread_id: str, state: dict[str, Any]
+    ) -> list[tuple[str, BaseMessage]]:
+        ids = [message_id(m, thread_id, i) for i, m in enumerate(messages)]
+        mark = state.get("watermark")
+        start = ids.index(mark) + 1 if mark in ids else 0
+        return list(zip(ids, messages, strict=True))[start:]
+
+    @staticmethod
+    def _turn_op(user_id: str, thread_id: str, mid: str, message: BaseMessage, pos: int) -> PutOp:
+        value = {
+            "text": message_text(message),
+            "role": role_of(message),
+            "user_id": user_id,
+            "thread_id": thread_id,
+            "message_id": mid,
+            "indexed_at": now_iso(),
+        }
+        return PutOp(_threads(thread_id), mid, value)
+
+    def _extract(
+        self,
+        store: BaseStore,
+        result: ExtractionResult,
+        turns: list[tuple[str, BaseMessage]],
+        *,
+        user_id: str,
+        thread_id: str,
+    ) -> None:
+        assert self.model is not None
+        result.llm_used = True
+        reply = self.model.invoke(extraction_prompt([(i, role_of(m), message_text(m)) for i, m in turns]))
+        candidates = parse_json_reply(reply, Extraction).memories
+        known_ids = [i for i, _ in turns]
+        user_ids = [i for i, m in turns if role_of(m) == "user"] or known_ids
+        for c in candidates:
+            c.source_message_ids = [i for i in c.source_message_ids if i in known_ids] or user_ids
+        if not candidates:
+            return
+        neighbours = [self._similar(store, user_id, c) for c in candidates]
+        decisions: dict[int, Any] = {}
+        if any(neighbours):
+            reply = self.model.invoke(update_prompt(list(zip(candidates, neighbours, strict=True))))
+            decisions = {d.candidate: d for d in parse_json_reply(reply, Decisions).decisions}
+        source_time = now_iso()
+        for n, candidate in enumerate(candidates):
+            decision = decisions.get(n)
+            action = decision.action if decision else "add"
+            allowed = {i for i, _, _ in neighbours[n]}
+            target = decision.target_id if decision else None
+            if action in ("update", "delete") and target not in allowed:
+                action = "add"  # a target the model invented: keep the information, touch nothing else
+            common = {"user_id": user_id, "thread_id": thread_id, "source_ids": candidate.source_message_ids}
+            if action == "noop":
+                result.unchanged += 1
+            elif action == "add":
+                new_id = self._put(store, user_id, memory_value(candidate, source_time=source_time, **common))
+                result.added.append(new_id)
+            elif action == "update":
+                assert target is not None and decision is not None
+                merged = Candidate(
+                    kind=candidate.kind,
+                    text=decision.text or candidate.text,
+                    confidence=candidate.confidence,
+                    source_message_ids=candidate.source_message_ids,
+                )
+                value = memory_value(merged, source_time=source_time, supersedes=[target], **common)
+                new_id = self._put(store, user_id, value)
+                self._invalidate(store, user_id, target, "superseded", superseded_by=new_id)
+                result.updated.append((target, new_id))
+            else:
+                assert target is not None
+                self._invalidate(
+                    store, user_id, target, "contradicted", evidence=candidate.source_message_ids
+                )
+                result.deleted.append(target)
+
+    def _similar(self, store: BaseStore, user_id: str, candidate: Candidate) -> list[tuple[str, str, str]]:
+        search = getattr(store, "hybrid_search", None)
+        if callable(search):
+            hits = search(_users(user_id), candidate.text, filter={"valid": True}, limit=self.similar)
+        else:
+            hits = store.search(
+                _users(user_id), query=candidate.text, filter={"valid": True}, limit=self.similar
+            )
+        return [(h.key, str(h.value.get("kind", "")), str(h.value.get("text", ""))) for h in hits]
+
+    @staticmethod
+    def _put(store: BaseStore, user_id: str, value: dict[str, Any]) -> str:
+        new_id = "mem-" + uuid.uuid4().hex
+        store.put(_users(user_id), new_id, value)
+        return new_id
+
+    @staticmethod
+    def _invalidate(store: BaseStore, user_id: str, memory_id: str, reason: str, **links: Any) -> None:
+        item = store.get(_users(user_id), memory_id)
+        if item is None:
+            return
+        value = dict(item.value)
+        value.update(valid=False, invalidated_at=now_iso(), invalid_reason=reason, **links)
+        store.put(_users(user_id), memory_id, value)  # same text: its embedding is reused, not recomputed
