@@ -44,6 +44,7 @@ __all__ = [
     "encode_list_row",
     "encode_metadata",
     "encode_refs",
+    "item_blob",
     "list_delta",
     "loads_many",
     "next_version",
@@ -68,37 +69,34 @@ _REFUSED_TYPES = frozenset({"pickle", "json"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedItem:
-    """A serialized value: ``digest`` identifies it within a thread; :meth:`blob` is what gets stored.
+EncodedItem = tuple[bytes, str, bytes]
+"""A serialized value: (digest identifying it within a thread, serializer type, serialized bytes)."""
 
-    The blob (compressed) is only made for values the thread does not hold yet.
-    """
-
-    digest: bytes
-    type: str
-    data: bytes
-
-    def blob(self) -> bytes:
-        code = _CODES.get(self.type)
-        data = self.data
-        if code is None:
-            head = self.type.encode() + b"\0"
-            if len(data) >= COMPRESS_MIN and len(packed := zlib.compress(data, 1)) * 10 < len(data) * 9:
-                return bytes([_OTHER_Z]) + head + packed
-            return bytes([_OTHER]) + head + data
-        if code == _MSGPACK and len(data) >= COMPRESS_MIN:
-            packed = zlib.compress(data, 1)
-            if len(packed) * 10 < len(data) * 9:
-                return bytes([_MSGPACK_Z]) + packed
-        return bytes([code]) + data
+_TYPE_PREFIX: dict[str, bytes] = {}
 
 
 def encode_item(serde: SerializerProtocol, value: Any) -> EncodedItem:
-    """Serialize one value with ``serde`` and give it a content digest."""
+    """Serialize one value with ``serde`` and give it a content digest (a plain tuple: this is hot)."""
     type_, data = serde.dumps_typed(value)
-    digest = hashlib.blake2b(type_.encode() + b"\0" + data, digest_size=16).digest()
-    return EncodedItem(digest, type_, data)
+    prefix = _TYPE_PREFIX.get(type_)
+    if prefix is None:
+        prefix = _TYPE_PREFIX.setdefault(type_, type_.encode() + b"\0")
+    return hashlib.sha256(prefix + data).digest()[:16], type_, data
+
+
+def item_blob(type_: str, data: bytes) -> bytes:
+    """What is stored for a new item: a format byte, then the data (zlib-compressed when that pays)."""
+    code = _CODES.get(type_)
+    if code is None:
+        head = type_.encode() + b"\0"
+        if len(data) >= COMPRESS_MIN and len(packed := zlib.compress(data, 1)) * 10 < len(data) * 9:
+            return bytes([_OTHER_Z]) + head + packed
+        return bytes([_OTHER]) + head + data
+    if code == _MSGPACK and len(data) >= COMPRESS_MIN:
+        packed = zlib.compress(data, 1)
+        if len(packed) * 10 < len(data) * 9:
+            return bytes([_MSGPACK_Z]) + packed
+    return bytes([code]) + data
 
 
 def unpack_blob(blob: bytes, *, trusted_types: bool) -> tuple[str, bytes]:
@@ -275,7 +273,7 @@ def decode_body(
 
 
 def encode_metadata(serde: SerializerProtocol, metadata: Mapping[str, Any]) -> bytes:
-    return encode_item(serde, dict(metadata)).blob()
+    return item_blob(*serde.dumps_typed(dict(metadata)))
 
 
 def decode_metadata(serde: SerializerProtocol, blob: bytes, *, trusted_types: bool) -> dict[str, Any]:

@@ -107,13 +107,14 @@ class _Allocator:
         self.list_refs: dict[int, tuple[tuple[int, ...], int]] = {}
 
     def item(self, enc: codec.EncodedItem) -> int:
-        no = self.new.get(enc.digest)
+        digest = enc[0]
+        no = self.new.get(digest)
         if no is None:
-            no = self.known.get(enc.digest)
+            no = self.known.get(digest)
         if no is None:
             no = self.next_item
             self.next_item += 1
-            self.new[enc.digest] = no
+            self.new[digest] = no
             self.items.append((no, enc))
         return no
 
@@ -128,14 +129,15 @@ class _Allocator:
 
     def commit(self, cache: SaverCache, state: ThreadDigests) -> None:
         cache.add_digests(state, self.new.items(), self.next_item)
-        cache.put_payloads(state.tid, {no: (e.type, e.data) for no, e in self.items})
+        cache.put_payloads(state.tid, {no: (e[1], e[2]) for no, e in self.items})
 
     def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Query]:
         if self.items:
-            yield ctx.q(sql.INSERT_ITEM, [(tid, no, e.digest, e.blob()) for no, e in self.items], "many")
+            items = [(tid, no, e[0], codec.item_blob(e[1], e[2])) for no, e in self.items]
+            yield ctx.q(sql.INSERT_ITEM, items, "many")
         if self.lists:
-            rows = [(tid, r.list_no, r.base, codec.encode_list_row(r)) for r in self.lists]
-            yield ctx.q(sql.INSERT_LIST, rows, "many")
+            lists = [(tid, r.list_no, r.base, codec.encode_list_row(r)) for r in self.lists]
+            yield ctx.q(sql.INSERT_LIST, lists, "many")
         if (self.next_item, self.next_list) != start:
             yield ctx.q(sql.SET_COUNTERS, (self.next_item, self.next_list, tid), "none")
 

@@ -1,0 +1,305 @@
+"""Benchmark: remem's checkpointers next to InMemorySaver and the stock SqliteSaver / PostgresSaver.
+
+Workload (as in the issue): one thread, N turns (default 1,000) of a 40-word user message and a 60-word
+reply through a plain MessagesState graph, default durability. Printed as one table:
+
+  bytes on disk at 100/500/N turns, ms per turn at 10/100/500/N, get_state at N,
+  list(get_state_history) at N (time and peak RSS, each saver in its own subprocess),
+  8 threads x 100 turns on one shared saver (turns per second).
+
+    python bench/checkpoint.py                      # everything, 1,000 turns (the stock savers take minutes)
+    python bench/checkpoint.py --turns 200 --savers remem-sqlite,stock-sqlite
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+SAVERS = ("inmemory", "remem-sqlite", "remem-postgres", "stock-sqlite", "stock-postgres")
+DEFAULT_PG = os.environ.get("REMEM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+_WORDS = (
+    "the of and to in is you that it he was for on are as with his they at be this have from or one had "
+    "by word but not what all were we when your can said there use an each which she do how their if "
+    "will up other about out many then them these so some her would make like him into time has look two "
+    "more write go see number no way could people my than first water been call who oil its now find "
+    "long down day did get come made may part memory thread message reply agent summary history model "
+    "checkpoint state tool"
+).split()  # noqa: SIM905
+
+
+def text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
+
+
+def build_graph(saver: Any) -> Any:
+    rng = random.Random(7)
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(text(rng, 60))]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("call_model", call_model)
+    builder.add_edge(START, "call_model")
+    builder.add_edge("call_model", END)
+    return builder.compile(checkpointer=saver)
+
+
+# --- opening each saver on a fresh database -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def fresh_pg(admin_url: str) -> Iterator[str]:
+    name = "bench_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin_url.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def open_saver(kind: str, target: str) -> Iterator[Any]:
+    """Open ``kind`` on ``target`` (a SQLite path or a Postgres URL), tables created."""
+    if kind == "inmemory":
+        yield InMemorySaver()
+    elif kind == "remem-sqlite":
+        from remem.checkpoint import SqliteSaver
+
+        with SqliteSaver.from_conn_string(target) as saver:
+            saver.setup()
+            yield saver
+    elif kind == "remem-postgres":
+        from remem.checkpoint import PostgresSaver
+
+        with PostgresSaver.from_conn_string(target) as pg:
+            pg.setup()
+            yield pg
+    elif kind == "stock-sqlite":
+        import sqlite3
+
+        from langgraph.checkpoint.sqlite import SqliteSaver as StockSqlite
+
+        conn = sqlite3.connect(target, check_same_thread=False)
+        try:
+            stock = StockSqlite(conn)
+            stock.setup()
+            yield stock
+        finally:
+            conn.close()
+    elif kind == "stock-postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver as StockPostgres
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+        with ConnectionPool(target, kwargs=kwargs, min_size=1, max_size=10) as pool:
+            stock_pg = StockPostgres(pool)  # type: ignore[arg-type]
+            stock_pg.setup()
+            yield stock_pg
+    else:
+        raise SystemExit(f"unknown saver {kind!r}; pick from {', '.join(SAVERS)}")
+
+
+def storage_bytes(kind: str, saver: Any, target: str) -> int:
+    """Bytes the saver's data takes: the SQLite file, the Postgres tables, or InMemorySaver's blobs."""
+    if kind == "inmemory":
+        total = sum(len(b[1]) for b in saver.blobs.values())
+        total += sum(
+            len(c[0][1]) + len(c[1][1])
+            for ns in saver.storage.values()
+            for cps in ns.values()
+            for c in cps.values()
+        )
+        return total + sum(len(w[2][1]) for ws in saver.writes.values() for w in ws.values())
+    if kind.endswith("sqlite"):
+        if kind == "stock-sqlite":
+            with saver.lock:
+                saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        else:
+            with saver.lock:
+                saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return os.path.getsize(target) + (
+            os.path.getsize(target + "-wal") if os.path.exists(target + "-wal") else 0
+        )
+    prefix = "remem_cp_%" if kind.startswith("remem") else "checkpoint%"
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        row = conn.execute(
+            "SELECT COALESCE(SUM(pg_total_relation_size(oid)), 0) FROM pg_class WHERE relkind = 'r' AND relname LIKE %s",
+            (prefix,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+# --- measurements ------------------------------------------------------------------------------------
+
+
+def run_one(kind: str, turns: int, pg_admin: str, workers: int, worker_turns: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"saver": kind}
+    with contextlib.ExitStack() as stack:
+        if kind.endswith("postgres"):
+            target = stack.enter_context(fresh_pg(pg_admin))
+        else:
+            target = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "bench.db")
+        saver = stack.enter_context(open_saver(kind, target))
+        graph = build_graph(saver)
+        rng = random.Random(1)
+        config = {"configurable": {"thread_id": "bench"}}
+        times: list[float] = []
+        for turn in range(1, turns + 1):
+            start = time.perf_counter()
+            graph.invoke({"messages": [{"role": "user", "content": text(rng, 40)}]}, config)
+            times.append(time.perf_counter() - start)
+            if turn in (100, 500, turns):
+                out[f"bytes@{turn}"] = storage_bytes(kind, saver, target)
+            print(f"  {kind}: turn {turn}/{turns}", end="\r", file=sys.stderr, flush=True)
+        for mark in (10, 100, 500, turns):
+            if mark <= turns:
+                window = times[max(0, mark - 5) : mark]
+                out[f"ms@{mark}"] = 1000 * sum(window) / len(window)
+        graph.get_state(config)
+        start = time.perf_counter()
+        for _ in range(5):
+            graph.get_state(config)
+        out["get_state_ms"] = 1000 * (time.perf_counter() - start) / 5
+        out["history"] = history_in_subprocess(kind, target, turns)
+        out["turns_per_s"] = concurrent_turns(kind, pg_admin, workers, worker_turns)
+    print(file=sys.stderr)
+    return out
+
+
+def history_in_subprocess(kind: str, target: str, turns: int) -> dict[str, Any]:
+    """Times list(get_state_history) in a fresh process (InMemorySaver's has to replay the thread first)."""
+    args = [sys.executable, __file__, "--history-child", kind, "--target", target, "--turns", str(turns)]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def history_child(kind: str, target: str, turns: int) -> None:
+    with open_saver(kind, target) as saver:
+        graph = build_graph(saver)
+        config = {"configurable": {"thread_id": "bench"}}
+        if kind == "inmemory":
+            rng = random.Random(1)
+            for _ in range(turns):
+                graph.invoke({"messages": [{"role": "user", "content": text(rng, 40)}]}, config)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        start = time.perf_counter()
+        snapshots = list(graph.get_state_history(config))
+        seconds = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {"seconds": seconds, "peak_mb": peak / 1024, "before_mb": before / 1024, "n": len(snapshots)}
+        )
+    )
+
+
+def concurrent_turns(kind: str, pg_admin: str, workers: int, worker_turns: int) -> float:
+    """Turns per second of ``workers`` threads, each on its own thread id, sharing one saver."""
+    with contextlib.ExitStack() as stack:
+        if kind.endswith("postgres"):
+            target = stack.enter_context(fresh_pg(pg_admin))
+        else:
+            target = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "shared.db")
+        saver = stack.enter_context(open_saver(kind, target))
+        graph = build_graph(saver)
+
+        def work(i: int) -> None:
+            rng = random.Random(100 + i)
+            config = {"configurable": {"thread_id": f"worker-{i}"}}
+            for _ in range(worker_turns):
+                graph.invoke({"messages": [{"role": "user", "content": text(rng, 40)}]}, config)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return workers * worker_turns / (time.perf_counter() - start)
+
+
+# --- the table ---------------------------------------------------------------------------------------
+
+
+def _mb(n: Any) -> str:
+    return "-" if n is None else f"{n / 1e6:,.2f} MB"
+
+
+def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns: int) -> str:
+    marks = [m for m in (100, 500, turns) if m <= turns]
+    head = (
+        ["saver"]
+        + [f"storage @{m}" for m in dict.fromkeys(marks)]
+        + [f"ms/turn @{m}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
+        + [
+            f"get_state @{turns}",
+            f"history @{turns} (time, peak RSS)",
+            f"{workers}x{worker_turns} shared: turns/s",
+        ]
+    )
+    rows = []
+    for r in results:
+        h = r.get("history", {})
+        hist = "error" if "error" in h else f"{h.get('seconds', 0):.2f} s, {h.get('peak_mb', 0):,.0f} MB"
+        rows.append(
+            [r["saver"]]
+            + [_mb(r.get(f"bytes@{m}")) for m in dict.fromkeys(marks)]
+            + [f"{r[f'ms@{m}']:.1f}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
+            + [f"{r['get_state_ms']:.1f} ms", hist, f"{r['turns_per_s']:.1f}"]
+        )
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument(
+        "--savers", default=",".join(SAVERS), help="comma-separated, from: " + ", ".join(SAVERS)
+    )
+    parser.add_argument("--pg-url", default=DEFAULT_PG, help="a PostgreSQL URL allowed to create databases")
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--worker-turns", type=int, default=100)
+    parser.add_argument("--history-child", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.history_child:
+        history_child(args.history_child, args.target, args.turns)
+        return
+    results = []
+    for kind in args.savers.split(","):
+        started = time.perf_counter()
+        results.append(run_one(kind.strip(), args.turns, args.pg_url, args.workers, args.worker_turns))
+        print(f"{kind}: done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    print(table(results, args.turns, args.workers, args.worker_turns))
+
+
+if __name__ == "__main__":
+    main()
