@@ -132,3 +132,24 @@ def _check_postgres(url: str) -> None:
             assert found is not None and found[0] == expected, needle
         vectors = conn.execute("SELECT count(*) FROM remem_vectors").fetchone()
         assert vectors is not None and vectors[0] == 2
+
+
+def test_forget_user_takes_their_whole_threads_but_not_shared_ones(tmp_path: Path) -> None:
+    with SqliteStore.from_conn_string(tmp_path / "own.db") as store:
+        # the memory client's layout: the owner is named in the thread's meta item and in its messages
+        store.put(("threads", "t-own", "meta"), "thread", {"user_id": "alice"})
+        store.put(("threads", "t-own", "order"), "00000000", {"ids": ["m1"]})
+        store.put(("threads", "t-own", "messages"), "m1", {"content": "hello", "user_id": "alice"})
+        store.put(("threads", "t-shared", "messages"), "a", {"content": "from alice", "user_id": "alice"})
+        store.put(("threads", "t-shared", "messages"), "b", {"content": "from bob", "user_id": "bob"})
+        store.put(("threads", "t-shared", "order"), "00000000", {"ids": ["a", "b"]})
+        store.put(("threads", "t-bob", "meta"), "thread", {"user_id": "bob"})
+        report = store.forget(user_id="alice")
+        assert report.items == 4
+        assert store.list_namespaces(prefix=("threads",)) == [
+            ("threads", "t-bob", "meta"),
+            ("threads", "t-shared", "messages"),
+            ("threads", "t-shared", "order"),
+        ]
+        assert store.get(("threads", "t-shared", "messages"), "b") is not None
+        assert store.get(("threads", "t-shared", "messages"), "a") is None

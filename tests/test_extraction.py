@@ -34,7 +34,7 @@ from remem.testing import FakeEmbedder, ScriptedJSONChatModel
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    index = {"dims": 32, "embed": FakeEmbedder(32), "fields": ["text"]}
+    index = {"dims": 32, "embed": FakeEmbedder(32), "fields": ["content"]}
     with SqliteStore.from_conn_string(tmp_path / "x.db", index=index) as s:
         yield s
 
@@ -71,10 +71,13 @@ def test_without_llm_raw_turns_are_searchable_and_derived_text_is_skipped(store:
         assert hybrid_search(store, (), derived, mode="keyword") == []
     again = extractor.run(_conversation(), user_id="u1", thread_id="t1")
     assert again.new_messages == 0 and again.indexed_turns == 0
+    store.put(thread_messages("t1"), "h3", {"content": "kept as the memory client wrote it", "seq": 7})
     more = extractor.run(
         [*_conversation(), HumanMessage(content="My dog is Rex.", id="h3")], user_id="u1", thread_id="t1"
     )
-    assert more.new_messages == 1 and more.indexed_turns == 1
+    assert more.new_messages == 1 and more.indexed_turns == 0  # already stored: left as it is
+    item = store.get(thread_messages("t1"), "h3")
+    assert item is not None and item.value == {"content": "kept as the memory client wrote it", "seq": 7}
 
 
 def test_llm_extracts_typed_memories_with_provenance(store: SqliteStore) -> None:
@@ -156,12 +159,12 @@ def test_update_supersedes_and_links_without_overwriting(store: SqliteStore) -> 
     assert old == old_id
     old_item, new_item = store.get(user_memories("u1"), old), store.get(user_memories("u1"), new)
     assert old_item is not None and new_item is not None
-    assert old_item.value["text"] == "The user lives in Lisbon."  # kept, not overwritten
+    assert old_item.value["content"] == "The user lives in Lisbon."  # kept, not overwritten
     assert old_item.value["valid"] is False and old_item.value["superseded_by"] == new
-    assert old_item.value["invalid_reason"] == "superseded"
+    assert old_item.value["invalid_reason"] == "superseded" and old_item.value["status"] == "superseded"
     assert (
         new_item.value["supersedes"] == [old]
-        and new_item.value["text"] == "The user moved from Lisbon to Porto."
+        and new_item.value["content"] == "The user moved from Lisbon to Porto."
     )
     valid = hybrid_search(store, ("users", "u1"), "where does the user live", filter={"valid": True})
     assert [h.key for h in valid] == [new]
@@ -181,7 +184,7 @@ def test_delete_noop_and_invented_targets(store: SqliteStore) -> None:
     )
     extractor = MemoryExtractor(store, model)
     store.put(
-        user_memories("u1"), "other", {"text": "Lisbon trams are yellow", "kind": "fact", "valid": True}
+        user_memories("u1"), "other", {"content": "Lisbon trams are yellow", "kind": "fact", "valid": True}
     )
     result = extractor.run([HumanMessage(content="I left Lisbon.", id="x1")], user_id="u1", thread_id="t3")
     assert result.deleted == [old_id] or result.deleted == ["other"]
@@ -243,9 +246,9 @@ def test_memory_tools(store: SqliteStore) -> None:
     config = {"configurable": {"user_id": "u7", "thread_id": "t7"}}
     saved = json.loads(remember.invoke({"text": "The user is allergic to peanuts.", "kind": "fact"}, config))
     store.put(
-        thread_messages("t7"), "h1", {"text": "peanuts make me sick", "user_id": "u7", "thread_id": "t7"}
+        thread_messages("t7"), "h1", {"content": "peanuts make me sick", "user_id": "u7", "thread_id": "t7"}
     )
-    store.put(thread_messages("t8"), "h1", {"text": "peanuts are great", "user_id": "someone-else"})
+    store.put(thread_messages("t8"), "h1", {"content": "peanuts are great", "user_id": "someone-else"})
     records = json.loads(recall.invoke({"query": "peanuts"}, config))["records"]
     assert {r["id"] for r in records} == {saved["saved"], "h1"}
     assert all(r["source"] != "thread None" for r in records)
@@ -277,5 +280,5 @@ def test_extraction_node_in_a_graph_uses_runtime_store(store: SqliteStore, backg
     graph.invoke({"messages": [HumanMessage(content="I sail on weekends.", id="h-1")]}, config)
     if background:
         assert [type(r).__name__ for r in node.wait()] == ["ExtractionResult"]  # type: ignore[attr-defined]
-    assert [i.value["text"] for i in store.search(user_memories("u5"))] == ["The user sails."]
+    assert [i.value["content"] for i in store.search(user_memories("u5"))] == ["The user sails."]
     assert {i.key for i in store.search(thread_messages("g1"))} == {"h-1", "a-1"}

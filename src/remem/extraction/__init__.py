@@ -11,8 +11,11 @@ decides per memory against similar stored ones: add, update, delete or no-op. An
 is kept, marked ``valid: False`` and linked (``superseded_by`` / ``supersedes``); searches for recall filter
 on ``valid``. Memories live under ``("users", user_id, "memories")`` with this value::
 
-    {"text", "kind", "confidence", "valid", "user_id", "thread_id", "source_message_ids", "source_time",
-     "extracted_at", "origin", "supersedes", "superseded_by", "invalidated_at", "invalid_reason"}
+    {"content", "kind", "confidence", "valid", "status", "user_id", "thread_id", "source_message_ids",
+     "source_time", "extracted_at", "origin", "supersedes", "superseded_by", "invalidated_at", "invalid_reason"}
+
+Raw turns use the memory client's message shape (``id``, ``role``, ``content``, ``timestamp``, ``thread_id``,
+``user_id``); a turn already stored (by the memory client, say) is left as it is. Index ``content``.
 
 System prompts, tool results, and messages remem derives from memory (context cards, recalls, summaries:
 see :func:`is_extractable`) are never read. ``enabled=False`` turns extraction off (turns are still

@@ -10,7 +10,7 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
-from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.base import BaseStore, GetOp, PutOp
 
 from remem.errors import ModelError, RememUsageError
 from remem.extraction._schema import (
@@ -98,10 +98,7 @@ class MemoryExtractor:
             result.watermark = state.get("watermark")
             return result
         if self.index_turns and turns:
-            store.batch(
-                [self._turn_op(user_id, thread_id, mid, m, pos) for pos, (mid, m) in enumerate(turns)]
-            )
-            result.indexed_turns = len(turns)
+            result.indexed_turns = self._index_turns(store, user_id, thread_id, turns)
         watermark = pending[-1][0]
         if self.enabled and self.model is not None and turns:
             try:
@@ -160,16 +157,31 @@ class MemoryExtractor:
         return list(zip(ids, messages, strict=True))[start:]
 
     @staticmethod
-    def _turn_op(user_id: str, thread_id: str, mid: str, message: BaseMessage, pos: int) -> PutOp:
+    def _turn_op(user_id: str, thread_id: str, mid: str, message: BaseMessage) -> PutOp:
         value = {
-            "text": message_text(message),
+            "id": mid,
             "role": role_of(message),
-            "user_id": user_id,
+            "content": message_text(message),
+            "timestamp": now_iso(),
             "thread_id": thread_id,
-            "message_id": mid,
-            "indexed_at": now_iso(),
+            "user_id": user_id,
+            "metadata": {"indexed_by": "remem.extraction"},
         }
         return PutOp(_threads(thread_id), mid, value)
+
+    def _index_turns(
+        self, store: BaseStore, user_id: str, thread_id: str, turns: list[tuple[str, BaseMessage]]
+    ) -> int:
+        """Store the turns not stored yet (the memory client may have stored them); returns how many."""
+        found = store.batch([GetOp(_threads(thread_id), mid) for mid, _ in turns])
+        new = [
+            self._turn_op(user_id, thread_id, mid, m)
+            for (mid, m), item in zip(turns, found, strict=True)
+            if item is None
+        ]
+        if new:
+            store.batch(new)
+        return len(new)
 
     def _extract(
         self,
@@ -236,7 +248,7 @@ class MemoryExtractor:
             hits = store.search(
                 _users(user_id), query=candidate.text, filter={"valid": True}, limit=self.similar
             )
-        return [(h.key, str(h.value.get("kind", "")), str(h.value.get("text", ""))) for h in hits]
+        return [(h.key, str(h.value.get("kind", "")), str(h.value.get("content", ""))) for h in hits]
 
     @staticmethod
     def _put(store: BaseStore, user_id: str, value: dict[str, Any]) -> str:
@@ -250,5 +262,6 @@ class MemoryExtractor:
         if item is None:
             return
         value = dict(item.value)
-        value.update(valid=False, invalidated_at=now_iso(), invalid_reason=reason, **links)
+        status = "superseded" if reason == "superseded" else "deleted"
+        value.update(valid=False, status=status, invalidated_at=now_iso(), invalid_reason=reason, **links)
         store.put(_users(user_id), memory_id, value)  # same text: its embedding is reused, not recomputed

@@ -184,10 +184,11 @@ def memory_value(
 ) -> dict[str, Any]:
     """The stored value of a memory: the text, its kind, confidence, provenance and validity."""
     return {
-        "text": candidate.text,
+        "content": candidate.text,
         "kind": candidate.kind,
         "confidence": candidate.confidence,
         "valid": True,
+        "status": "active",
         "user_id": user_id,
         "thread_id": thread_id,
         "source_message_ids": list(source_ids),

@@ -68,7 +68,7 @@ def create_memory_tools(store: BaseStore, *, user_id: str | None = None, limit: 
                 "id": h.key,
                 "source": "memory",
                 "kind": h.value.get("kind"),
-                "text": h.value.get("text"),
+                "text": h.value.get("content"),
                 "score": h.score,
             }
             for h in memories
@@ -77,7 +77,7 @@ def create_memory_tools(store: BaseStore, *, user_id: str | None = None, limit: 
                 "id": h.key,
                 "source": f"thread {h.value.get('thread_id')}",
                 "role": h.value.get("role"),
-                "text": h.value.get("text"),
+                "text": h.value.get("content"),
                 "score": h.score,
             }
             for h in turns

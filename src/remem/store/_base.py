@@ -173,12 +173,13 @@ class RememStoreBase(BaseStore):
     ) -> ForgetReport:
         """Erase a user's, a thread's or a namespace's items, vectors and keyword rows, then compact storage.
 
-        ``user_id`` covers ``("users", user_id, ...)``, raw turns whose ``user_id`` is that user and that user's
-        queued extraction work; ``thread_id`` covers ``("threads", thread_id, ...)``, that thread's extraction
+        ``user_id`` covers ``("users", user_id, ...)``, items under ``("threads",)`` whose ``user_id`` is that
+        user (and the whole thread when no other user is named in it) and that user's queued extraction work; ``thread_id`` covers ``("threads", thread_id, ...)``, that thread's extraction
         state and memories extracted from it. Nothing outside the scope is touched.
         """
         prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
-        report, values = self._run(prog.forget_program(self.dialect, prefixes, matches, scopes))
+        owner = ("user_id", user_id) if user_id is not None else None
+        report, values = self._run(prog.forget_program(self.dialect, prefixes, matches, scopes, owner))
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()

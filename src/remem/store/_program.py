@@ -502,35 +502,46 @@ def delete_ids(d: Dialect, ids: list[int]) -> Program:
 # ---------------------------------------------------------------- erasure, ttl, stats
 
 
+def _select(d: Dialect, where: str, params: list[Any]) -> Program:
+    rows = yield Sql(
+        d.q(
+            f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where}"
+        ),
+        params,
+    )
+    return {int(r[0]): (core.ns_tuple(r[1]), r[2], r[3]) for r in rows}
+
+
 def forget_program(
     d: Dialect,
     prefixes: list[tuple[str, ...]],
     value_matches: list[tuple[tuple[str, ...], str, str]],
     scopes: list[str],
+    owner: tuple[str, str] | None = None,
 ) -> Program:
-    """Delete every item under ``prefixes`` and every item under a prefix whose value[key] == value."""
+    """Delete every item under ``prefixes`` and every item under a prefix whose value[key] == value.
+
+    With ``owner`` = (key, value), a thread ``("threads", T)`` in which a matched item sits is deleted whole
+    when every item of it that names an owner names this one (a thread shared with another user is not).
+    """
     ids: dict[int, tuple[tuple[str, ...], str, str]] = {}
     for prefix in prefixes:
         core.validate_namespace(prefix)
         where, params = d.ns_condition(prefix)
-        rows = yield Sql(
-            d.q(
-                f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where}"
-            ),
-            params,
-        )
-        ids.update({int(r[0]): (core.ns_tuple(r[1]), r[2], r[3]) for r in rows})
+        ids.update((yield from _select(d, where, params)))
     for prefix, key, value in value_matches:
         core.validate_namespace(prefix, allow_empty=True)
         where, params = d.ns_condition(prefix)
         cond, extra = d.filter_condition(key, "str", value)
-        rows = yield Sql(
-            d.q(
-                f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where} AND {cond}"
-            ),
-            params + extra,
-        )
-        ids.update({int(r[0]): (core.ns_tuple(r[1]), r[2], r[3]) for r in rows})
+        ids.update((yield from _select(d, f"{where} AND {cond}", params + extra)))
+    if owner is not None:
+        threads = sorted({ns[:2] for ns, _, _ in ids.values() if len(ns) >= 2 and ns[0] == "threads"})
+        for thread in threads:
+            where, params = d.ns_condition(thread)
+            found = yield from _select(d, where, params)
+            owners = {core.loads(v).get(owner[0]) for _, _, v in found.values()} - {None}
+            if owners == {owner[1]}:
+                ids.update(found)
     report = ForgetReport(scopes=scopes)
     report.item_keys = sorted((ns, key) for ns, key, _ in ids.values())
     report.queued = sum(1 for ns, _, _ in ids.values() if ns[:2] == ("_remem", "extraction"))
