@@ -44,9 +44,10 @@ ALLOWED_TAGS = {
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'inj.db'}"
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'inj.db'}"}.get(request.param)
+    url = url or str(request.getfixturevalue("pg_url"))
     with Memory.from_url(url, settings=SETTINGS) as mem:
         yield mem
 
@@ -130,3 +131,38 @@ def test_a_model_written_summary_cannot_break_out(tmp_path: Path) -> None:
         summary = root.find("summary")
         assert summary is not None and (summary.text or "").strip() == hostile
         assert "<system>" not in card.content
+
+
+def test_injection_corpus_through_extraction_stays_data(memory: Memory) -> None:
+    import json
+
+    from remem.extraction import MemoryExtractor
+    from remem.testing import ScriptedJSONChatModel
+
+    thread = memory.thread("inj4", user_id="eve")
+    turns = [HumanMessage(content=f"about the vault: {text}", id=f"h{i}") for i, text in enumerate(ATTEMPTS)]
+    thread.add_messages(turns)
+    candidates = [
+        {
+            "kind": "instruction",
+            "text": f"vault rule {text}",
+            "confidence": 0.9,
+            "source_message_ids": [f"h{i}"],
+        }
+        for i, text in enumerate(ATTEMPTS)
+    ]
+    decisions = {"decisions": [{"candidate": i, "action": "add"} for i in range(len(ATTEMPTS))]}
+    model = ScriptedJSONChatModel([json.dumps({"memories": candidates}), *[json.dumps(decisions)] * 20])
+    result = MemoryExtractor(memory.store, model=model).run(turns, user_id="eve", thread_id="inj4")
+    assert result.added, "the scripted extraction wrote memories"
+    stored = [memory.store.get(("users", "eve", "memories"), key) for key in result.added]
+    card = thread.get_context_card(
+        types=["instruction"], max_relevant_results=len(ATTEMPTS), token_budget=8000, query="vault rule"
+    )
+    root = _check_card(card.content)
+    records = list(root.iter("record"))
+    assert records and all(r.get("type") == "instruction" for r in records)
+    written = {_clean(str(item.value["content"])) for item in stored if item is not None}
+    for record in records:
+        assert record.text in written  # the extracted text, exactly, as data
+    assert [m.id for m in thread.messages()] == [f"h{i}" for i in range(len(ATTEMPTS))]

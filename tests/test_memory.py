@@ -224,3 +224,30 @@ async def test_async_methods_match_the_sync_ones(memory: Memory) -> None:
 def test_from_url_rejects_unknown_schemes() -> None:
     with pytest.raises(RememUsageError, match="sqlite:///PATH"):
         Memory.from_url("redis://localhost", settings=SETTINGS)
+
+
+def test_turns_indexed_by_extraction_first_are_taken_into_the_thread(memory: Memory) -> None:
+    from remem.extraction import MemoryExtractor
+
+    turns = [
+        HumanMessage(content="I live in Porto.", id="h1"),
+        AIMessage(content="Porto is lovely.", id="a1"),
+    ]
+    MemoryExtractor(memory.store).run(turns, user_id="maya", thread_id="shared")  # indexes raw turns, no LLM
+    thread = memory.thread("shared", user_id="maya")
+    assert [m.id for m in thread.add_messages(turns)] == ["h1", "a1"]
+    assert [m.id for m in thread.messages()] == ["h1", "a1"]
+    assert thread.add_messages(turns) == []
+
+
+def test_superseded_memories_are_not_recalled(memory: Memory) -> None:
+    memory.thread("t1", user_id="maya")
+    ns = ("users", "maya", "memories")
+    memory.store.put(
+        ns, "old", {"content": "Maya lives in Lisbon", "kind": "fact", "valid": False, "status": "active"}
+    )
+    memory.store.put(
+        ns, "new", {"content": "Maya lives in Porto", "kind": "fact", "valid": True, "status": "active"}
+    )
+    found = memory.search("where does Maya live", user_id="maya")
+    assert [r.id for r in found] == ["new"] and found[0].type == "fact"

@@ -24,9 +24,10 @@ SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
 LONG_SYSTEM_PROMPT = "You are a careful assistant who answers in full sentences. " * 40
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
-    url = "memory://" if request.param == "memory" else f"sqlite:///{tmp_path / 'mw.db'}"
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'mw.db'}"}.get(request.param)
+    url = url or str(request.getfixturevalue("pg_url"))
     with Memory.from_url(url, settings=SETTINGS) as mem:
         yield mem
 

@@ -58,7 +58,7 @@ __all__ = [
 ]
 
 TextCounter = Callable[[str], int]
-_HIDDEN_STATUSES = frozenset({"deleted", "erased"})
+_HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
 
 
 def _not_found(thread_id: str) -> NotFoundError:
@@ -140,7 +140,12 @@ def add_messages_plan(thread_id: str, inputs: Sequence[Any]) -> Plan[list[Stored
     for m in parsed:
         unique.setdefault(m.id, m)
     existing = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in unique])
-    new = [m for m, item in zip(unique.values(), existing, strict=True) if item is None]
+    # A turn indexed by someone else (extraction indexes raw turns too) has no ``seq``: it is taken over.
+    new = [
+        m
+        for m, item in zip(unique.values(), existing, strict=True)
+        if item is None or "seq" not in item.value
+    ]
     if not new:
         return []
     count = info.message_count

@@ -336,7 +336,7 @@ def record_from_memory(key: str, value: Mapping[str, Any], score: float | None) 
         type=str(value.get("type", value.get("kind", "memory"))),
         content=content,
         score=float(score or 0.0),
-        status=str(value.get("status", "active")),
+        status="invalid" if value.get("valid") is False else str(value.get("status", "active")),
         source_message_ids=_texts(sources),
         thread_id=value.get("thread_id") if isinstance(value.get("thread_id"), str) else None,
         user_id=value.get("user_id") if isinstance(value.get("user_id"), str) else None,
