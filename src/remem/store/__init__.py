@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from remem.store._base import RememStoreBase
-from remem.store._core import InvalidFilterError, ScoredItem, SearchMode
+from remem.store._core import InvalidFilterError, NamespaceError, ScoredItem, SearchMode
 from remem.store._program import ForgetReport
 from remem.store.postgres import AsyncPostgresStore, PostgresStore
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
@@ -54,6 +54,7 @@ __all__ = [
     "AsyncSqliteStore",
     "ForgetReport",
     "InvalidFilterError",
+    "NamespaceError",
     "PostgresStore",
     "RememStoreBase",
     "ScoredItem",

@@ -39,6 +39,10 @@ _STOPWORD_TEXT = (
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
+class NamespaceError(RememUsageError, InvalidNamespaceError):
+    """A namespace label cannot be stored faithfully (also LangGraph's ``InvalidNamespaceError``)."""
+
+
 class InvalidFilterError(RememUsageError):
     """A search filter is malformed: its keys must be non-empty strings and its operators known."""
 
@@ -59,23 +63,19 @@ def _check_text(kind: str, text: object, limit: int) -> str:
     return text
 
 
-def validate_namespace(
-    namespace: Sequence[str], *, allow_empty: bool = False, wildcard: bool = False
-) -> None:
+def validate_namespace(namespace: Sequence[str], *, allow_empty: bool = False) -> None:
     """Raise if a namespace label could not be stored faithfully; labels are then only ever bound values."""
     if not isinstance(namespace, tuple):
-        raise InvalidNamespaceError(f"a namespace must be a tuple of strings, got {type(namespace).__name__}")
+        raise NamespaceError(f"a namespace must be a tuple of strings, got {type(namespace).__name__}")
     if not namespace and not allow_empty:
-        raise InvalidNamespaceError("Namespace cannot be empty.")
+        raise NamespaceError("Namespace cannot be empty.")
     for label in namespace:
         try:
             _check_text("a namespace label", label, MAX_LABEL)
         except RememUsageError as exc:
-            raise InvalidNamespaceError(f"{exc} (in namespace {namespace!r:.120})") from None
+            raise NamespaceError(f"{exc} (in namespace {namespace!r:.120})") from None
         if SEP in label:
-            raise InvalidNamespaceError(f"namespace labels cannot contain periods ('.'): {label!r:.80}")
-        if label == "*" and not wildcard:
-            continue
+            raise NamespaceError(f"namespace labels cannot contain periods ('.'): {label!r:.80}")
 
 
 def validate_key(key: object) -> str:

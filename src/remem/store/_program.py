@@ -138,7 +138,7 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time()
     for op in ops:
-        validate_op_namespace(op)
+        _validate_op(op)
     for i, op in enumerate(ops):
         if isinstance(op, GetOp):
             core.validate_key(op.key)
@@ -160,6 +160,17 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
     if puts:
         yield from put_program(d, plan, list(puts.values()), now)
     return results
+
+
+def _validate_op(op: Op) -> None:
+    if isinstance(op, GetOp | PutOp):
+        core.validate_namespace(op.namespace)
+    elif isinstance(op, SearchOp):
+        core.validate_namespace(tuple(op.namespace_prefix), allow_empty=True)
+    elif isinstance(op, ListNamespacesOp):
+        for condition in op.match_conditions or ():
+            core.validate_namespace(tuple(condition.path), allow_empty=True)
+    validate_op_namespace(op)  # and LangGraph's own checks
 
 
 def _item(row: Sequence[Any], score: float | None = None) -> Item:

@@ -1,0 +1,61 @@
+"""``remem forget`` and ``remem store stats`` on real databases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from remem.cli import main
+from remem.store import PostgresStore, SqliteStore
+
+
+def _seed(store: SqliteStore | PostgresStore) -> None:
+    store.put(("users", "alice", "memories"), "m1", {"content": "alice likes kites"})
+    store.put(("users", "bob", "memories"), "m1", {"content": "bob likes boats"})
+    store.put(("threads", "t1", "messages"), "h1", {"content": "hi", "user_id": "alice"})
+
+
+def test_forget_user_and_stats_on_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with SqliteStore.from_conn_string(url) as store:
+        _seed(store)
+    runner = CliRunner()
+    stats = runner.invoke(main, ["store", "stats", url])
+    assert stats.exit_code == 0, stats.output
+    assert "items" in stats.output and "3" in stats.output and "users" in stats.output
+    result = runner.invoke(main, ["forget", "--user", "alice", "--db", url, "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "items" in result.output and "2" in result.output
+    with SqliteStore.from_conn_string(url) as store:
+        assert store.stats()["items"] == 1
+        assert store.get(("users", "bob", "memories"), "m1") is not None
+
+
+def test_forget_asks_first_and_checks_its_arguments(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with SqliteStore.from_conn_string(url) as store:
+        _seed(store)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["forget", "--namespace", "users.bob", "--db", url], input="n\n")
+    assert refused.exit_code == 1 and "Aborted" in refused.output
+    both = runner.invoke(main, ["forget", "--user", "a", "--thread", "b", "--db", url])
+    assert both.exit_code == 2 and "exactly one" in both.output
+    bad = runner.invoke(main, ["forget", "--namespace", "users..x", "--db", url, "--yes"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    done = runner.invoke(main, ["forget", "--namespace", "users.bob", "--db", url], input="y\n")
+    assert done.exit_code == 0
+    with SqliteStore.from_conn_string(url) as store:
+        assert store.list_namespaces() == [("threads", "t1", "messages"), ("users", "alice", "memories")]
+
+
+@pytest.mark.postgres
+def test_forget_thread_and_stats_on_postgres(pg_url: str) -> None:
+    with PostgresStore.from_conn_string(pg_url) as store:
+        _seed(store)
+    runner = CliRunner()
+    result = runner.invoke(main, ["forget", "--thread", "t1", "--db", pg_url, "--yes"])
+    assert result.exit_code == 0, result.output
+    stats = runner.invoke(main, ["store", "stats", pg_url])
+    assert stats.exit_code == 0 and "2" in stats.output
