@@ -259,3 +259,38 @@ def test_card_message_is_not_a_system_message(in_memory: Memory) -> None:
     card = _maya(in_memory).get_context_card(except_last_messages=2)
     message = card.to_message()
     assert isinstance(message, HumanMessage) and message.name == "memory_context_card"
+
+
+def test_cards_and_recall_prefer_records_that_add_something(in_memory: Memory) -> None:
+    thread = in_memory.thread("mmr", user_id="u")
+    questions = [f"Quick check: where did my sister move to? ({i})" for i in range(4)]
+    thread.add_messages(
+        [
+            *({"role": "user", "content": q, "id": f"q{i}"} for i, q in enumerate(questions)),
+            {"role": "user", "content": "My sister moved to Trondheim in May.", "id": "fact"},
+            {"role": "user", "content": "Quick check: where did my sister move to?", "id": "now"},
+        ]
+    )
+    plain = in_memory.search("Quick check: where did my sister move to?", thread_id="mmr", k=3)
+    recall = thread.recall(
+        "Quick check: where did my sister move to?", 3, exclude_ids=["now"], token_budget=500
+    )
+    card = thread.get_context_card(max_relevant_results=3)
+    assert "fact" in {r.id for r in recall.records} and "fact" in {r.id for r in card.records}
+    assert len({r.id for r in recall.records}) == 3
+    assert len(plain) == 3  # plain search is ranking only (no diversity step)
+
+
+def test_diversify_is_deterministic_and_keeps_the_best_first() -> None:
+    from remem.memory._card import diversify
+    from remem.memory._records import MemoryRecord
+
+    records = [
+        MemoryRecord(id="a", type="message", content="where did my sister move", score=1.0),
+        MemoryRecord(id="b", type="message", content="where did my sister move again", score=0.9),
+        MemoryRecord(id="c", type="fact", content="sister lives in Trondheim", score=0.5),
+    ]
+    picked = diversify(records, 2)
+    assert [r.id for r in picked] == ["a", "c"] == [r.id for r in diversify(records, 2)]
+    assert diversify(records, 5) and len(diversify(records, 5)) == 3
+    assert diversify(records[:1], 3) == records[:1]

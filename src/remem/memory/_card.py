@@ -33,6 +33,7 @@ __all__ = [
     "Recall",
     "attribute",
     "check_card_arguments",
+    "diversify",
     "escape",
     "is_card_message",
     "is_memory_message",
@@ -211,41 +212,93 @@ def _with(parts: CardParts, **changes: object) -> CardParts:
     return CardParts(**values)
 
 
+SUMMARY_SHARE = 0.6  # of the room left after the recent messages, while records wait to be placed
+
+
+def _fit_summary(base: CardParts, summary: str, budget: int, count: TextCounter) -> CardParts:
+    """``base`` with as much of ``summary`` as fits ``budget`` (cut with "(truncated)"), or none of it."""
+    if not summary:
+        return base
+    full = _with(base, summary=summary)
+    if count(_render(full)) <= budget:
+        return full
+    room = budget - count(_render(_with(base, summary="x")))
+    if room <= 0:
+        return base
+    text, _ = truncate_to_budget(summary, room, count)
+    cut = _with(base, summary=text)
+    return cut if count(_render(cut)) <= budget else base
+
+
 def render_card(parts: CardParts, token_budget: int, count: TextCounter) -> tuple[str, CardParts]:
     """Render the card so that it fits ``token_budget``; returns the XML and the parts it holds.
 
-    Recent messages, the summary and the topics are placed first; when they alone pass the budget the
-    topics go, then the summary is cut (with "(truncated)"), then the oldest recent messages go.
-    Relevant records are then added in rank order while they fit. A card that cannot fit renders "".
+    Recent messages come first (the oldest go when they alone pass the budget), then the topics if they
+    fit, then the summary, held to 60% of the room left while relevant records wait; records are added in
+    rank order while they fit, and whatever they leave goes back to the summary. A summary that does not
+    fit whole is cut and ends with "(truncated)". A card that cannot fit at all renders "".
     """
-    base = _with(parts, records=())
-    if count(_render(base)) > token_budget and base.topics:
-        base = _with(base, topics=())
-    if count(_render(base)) > token_budget and base.summary:
-        without = count(_render(_with(base, summary="x")))
-        room = max(token_budget - without, 0)
-        text, _ = truncate_to_budget(base.summary, room, count)
-        base = _with(base, summary=text if room else "")
-        if count(_render(base)) > token_budget:
-            base = _with(base, summary="")
-    recent = list(base.recent)
-    while recent and count(_render(_with(base, recent=tuple(recent)))) > token_budget:
+    frame = CardParts(summary_revision=parts.summary_revision)
+    recent = list(parts.recent)
+    while recent and count(_render(_with(frame, recent=tuple(recent)))) > token_budget:
         recent.pop(0)
-    base = _with(base, recent=tuple(recent))
-    if count(_render(base)) > token_budget:
-        return "", CardParts()
+    frame = _with(frame, recent=tuple(recent))
+    with_topics = _with(frame, topics=parts.topics)
+    if parts.topics and count(_render(with_topics)) <= token_budget:
+        frame = with_topics
+    cap = token_budget
+    if parts.records and parts.summary:
+        used = count(_render(frame)) if (frame.recent or frame.topics) else 0
+        cap = used + int((token_budget - used) * SUMMARY_SHARE)
+    base = _fit_summary(frame, parts.summary, cap, count)
     kept: list[MemoryRecord] = []
     for record in parts.records:
-        trial = _with(base, records=(*kept, record))
-        if count(_render(trial)) <= token_budget:
+        if count(_render(_with(base, records=(*kept, record)))) <= token_budget:
             kept.append(record)
-    final = _with(base, records=tuple(kept))
-    return _render(final), final
+    if base.summary != parts.summary:
+        final = _fit_summary(_with(frame, records=tuple(kept)), parts.summary, token_budget, count)
+    else:
+        final = _with(base, records=tuple(kept))
+    content = _render(final)
+    if content and count(content) > token_budget:
+        return "", CardParts()
+    return content, final
 
 
 def render_parts(parts: CardParts) -> str:
     """Render without a budget (for tests and inspection)."""
     return _render(parts)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def diversify(records: Sequence[MemoryRecord], k: int, lambda_mult: float = 0.5) -> list[MemoryRecord]:
+    """Up to ``k`` records by maximal marginal relevance: each next record is the one with the best
+    ``lambda_mult * relevance - (1 - lambda_mult) * (word overlap with those already chosen)``, relevance
+    being the store's score over the best score. Near-copies of a chosen record (say, the same question
+    asked again) give way to records that add something. Deterministic."""
+    if len(records) <= 1 or k <= 1:
+        return list(records[:k])
+    top = max(r.score for r in records)
+    relevance = [r.score / top if top > 0 else 1.0 - i / len(records) for i, r in enumerate(records)]
+    words = [frozenset(w.lower() for w in _WORD.findall(r.content)) for r in records]
+    chosen: list[int] = []
+    remaining = list(range(len(records)))
+    while remaining and len(chosen) < k:
+
+        def gain(i: int) -> tuple[float, int]:
+            overlap = max((_jaccard(words[i], words[j]) for j in chosen), default=0.0)
+            return (lambda_mult * relevance[i] - (1 - lambda_mult) * overlap, -i)
+
+        best = max(remaining, key=gain)
+        chosen.append(best)
+        remaining.remove(best)
+    return [records[i] for i in chosen]
 
 
 def dedupe_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:

@@ -19,6 +19,7 @@ from remem.memory._card import (
     Recall,
     check_card_arguments,
     dedupe_records,
+    diversify,
     render_card,
     render_recall,
 )
@@ -254,8 +255,12 @@ def search_plan(
     k: int,
     exclude: frozenset[str] = frozenset(),
     metadata_filter: Mapping[str, Any] | None = None,
+    diverse: bool = False,
 ) -> Plan[list[MemoryRecord]]:
-    """Hybrid search over a thread's messages and a user's long-term memories, best first."""
+    """Hybrid search over a thread's messages and a user's long-term memories, best first.
+
+    ``diverse`` picks the ``k`` records by maximal marginal relevance among three times as many
+    candidates (for cards and recall, where near-copies waste the budget)."""
     if k < 0:
         raise RememUsageError("k must be non-negative")
     if user_id is None and thread_id is None:
@@ -265,7 +270,7 @@ def search_plan(
     if k == 0 or not query.strip():
         return []
     wanted = None if types is None else frozenset(types)
-    limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0)
+    limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0) + (2 * k if diverse else 0)
     ops: list[SearchOp] = []
     kinds: list[str] = []
     if thread_id is not None and (wanted is None or "message" in wanted):
@@ -290,7 +295,8 @@ def search_plan(
                 continue
             if _matches(record, metadata_filter):
                 records.append(record)
-    return dedupe_records(records)[:k]
+    ranked = dedupe_records(records)
+    return diversify(ranked[: 3 * k], k) if diverse else ranked[:k]
 
 
 def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage | None]:
@@ -339,6 +345,7 @@ def context_card_plan(
             k=max_relevant_results,
             exclude=frozenset(exclude),
             metadata_filter=metadata_filter,
+            diverse=True,
         )
     parts = CardParts(
         topics=summary.topics,
@@ -375,6 +382,6 @@ def recall_plan(
         raise RememUsageError("token_budget must be positive; give the most tokens the recall may take.")
     info = yield from thread_info_plan(thread_id)
     records = yield from search_plan(
-        query, user_id=info.user_id, thread_id=thread_id, types=types, k=k, exclude=exclude
+        query, user_id=info.user_id, thread_id=thread_id, types=types, k=k, exclude=exclude, diverse=True
     )
     return render_recall(records, token_budget, count)
