@@ -32,8 +32,9 @@ class Head:
     """The last checkpoint seen of a (thread, namespace): a put's parent is usually this one."""
 
     checkpoint_id: str
-    versions: Mapping[str, Any]
-    descriptors: Mapping[str, Any]
+    versions: Mapping[int, Any]
+    """Channel versions by the item number of the channel's name."""
+    descriptors: Mapping[int, Any]
 
 
 class SaverCache:

@@ -33,7 +33,9 @@ __all__ = [
     "MAX_CHAIN",
     "EncodedItem",
     "ListRow",
+    "RawBody",
     "apply_list_delta",
+    "body_names",
     "decode_body",
     "decode_item",
     "decode_list_row",
@@ -49,6 +51,7 @@ __all__ = [
     "loads_many",
     "next_version",
     "refs_of_descriptor",
+    "resolve_body",
     "unpack_blob",
 ]
 
@@ -233,43 +236,88 @@ def _decode_ts(ts: str | int) -> str:
 
 
 _BODY_KEYS = ("v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels")
+_NON_STR = ormsgpack.OPT_NON_STR_KEYS
+
+
+def body_names(checkpoint: Mapping[str, Any]) -> set[str]:
+    """The channel and node names a checkpoint's body refers to (stored once per thread, as items)."""
+    names = set(checkpoint.get("channel_versions", {}))
+    for node, seen in checkpoint.get("versions_seen", {}).items():
+        names.add(node)
+        names.update(seen)
+    names.update(checkpoint.get("updated_channels") or ())
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class RawBody:
+    """A checkpoint row's body as stored: names are item numbers (see :func:`resolve_body`)."""
+
+    v: int
+    ts: str | int
+    versions: dict[int, Any]
+    seen: dict[int, dict[int, Any]]
+    updated: list[int] | None
+    descriptors: dict[int, Any]
+    extra: list[Any] | None
+
+    def name_refs(self) -> set[int]:
+        refs = set(self.versions) | set(self.seen) | set(self.descriptors)
+        for inner in self.seen.values():
+            refs.update(inner)
+        refs.update(self.updated or ())
+        return refs
+
+    @property
+    def created(self) -> str:
+        return _decode_ts(self.ts)
 
 
 def encode_body(
-    serde: SerializerProtocol, checkpoint: Mapping[str, Any], descriptors: dict[str, Any]
+    serde: SerializerProtocol,
+    checkpoint: Mapping[str, Any],
+    descriptors: dict[int, Any],
+    names: Mapping[str, int],
 ) -> bytes:
-    """A checkpoint without its values (which are ``descriptors``), as compact msgpack."""
+    """A checkpoint without its values (which are ``descriptors``), names replaced by their item numbers."""
     extra = {k: v for k, v in checkpoint.items() if k not in _BODY_KEYS}
-    packed_extra = list(serde.dumps_typed(extra)) if extra else None
+    updated = checkpoint.get("updated_channels")
     return ormsgpack.packb(
         [
             checkpoint.get("v", 1),
             _encode_ts(checkpoint["ts"]),
-            checkpoint.get("channel_versions", {}),
-            checkpoint.get("versions_seen", {}),
-            checkpoint.get("updated_channels"),
+            {names[k]: v for k, v in checkpoint.get("channel_versions", {}).items()},
+            {
+                names[n]: {names[c]: v for c, v in seen.items()}
+                for n, seen in checkpoint.get("versions_seen", {}).items()
+            },
+            None if updated is None else [names[c] for c in updated],
             descriptors,
-            packed_extra,
-        ]
+            list(serde.dumps_typed(extra)) if extra else None,
+        ],
+        option=_NON_STR,
     )
 
 
-def decode_body(
-    serde: SerializerProtocol, checkpoint_id: str, body: bytes
+def decode_body(body: bytes) -> RawBody:
+    return RawBody(*ormsgpack.unpackb(body, option=_NON_STR))
+
+
+def resolve_body(
+    serde: SerializerProtocol, checkpoint_id: str, raw: RawBody, names: Mapping[int, str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(checkpoint without ``channel_values``, descriptors) from :func:`encode_body`'s bytes."""
-    v, ts, versions, seen, updated, descriptors, packed_extra = ormsgpack.unpackb(body)
+    """(checkpoint without ``channel_values``, descriptors by channel) of a stored body."""
     checkpoint: dict[str, Any] = {
-        "v": v,
+        "v": raw.v,
         "id": checkpoint_id,
-        "ts": _decode_ts(ts),
-        "channel_versions": versions,
-        "versions_seen": seen,
-        "updated_channels": updated,
+        "ts": raw.created,
+        "channel_versions": {names[k]: v for k, v in raw.versions.items()},
+        "versions_seen": {names[n]: {names[c]: v for c, v in seen.items()} for n, seen in raw.seen.items()},
+        "updated_channels": None if raw.updated is None else [names[c] for c in raw.updated],
     }
-    if packed_extra:
-        checkpoint.update(serde.loads_typed((packed_extra[0], packed_extra[1])))
-    return checkpoint, descriptors
+    if raw.extra:
+        checkpoint.update(serde.loads_typed((raw.extra[0], raw.extra[1])))
+    return checkpoint, {names[k]: d for k, d in raw.descriptors.items()}
 
 
 def encode_metadata(serde: SerializerProtocol, metadata: Mapping[str, Any]) -> bytes:

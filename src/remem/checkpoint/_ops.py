@@ -63,6 +63,15 @@ class Context:
     cache: SaverCache
     trusted_types: bool = False
 
+    _names: dict[str, codec.EncodedItem] = field(default_factory=dict)
+
+    def name_item(self, name: str) -> codec.EncodedItem:
+        """A channel or node name as an item (serialized once per saver: names recur in every checkpoint)."""
+        item = self._names.get(name)
+        if item is None:
+            item = self._names.setdefault(name, codec.encode_item(self.serde, name))
+        return item
+
     def q(self, text: str, params: Any = (), fetch: Literal["all", "none", "many"] = "all") -> Query:
         return Query(self.dialect.sql(text), params, fetch)
 
@@ -226,8 +235,8 @@ def _parent(ctx: Context, tid: int, ns: str, parent_id: str | None) -> Op[Head |
     rows = yield ctx.q(sql.SELECT_BODY, (tid, ns, parent_id))
     if not rows:
         return None
-    checkpoint, descriptors = codec.decode_body(ctx.serde, parent_id, bytes(rows[0][0]))
-    return Head(parent_id, checkpoint["channel_versions"], descriptors)
+    raw = codec.decode_body(bytes(rows[0][0]))
+    return Head(parent_id, raw.versions, raw.descriptors)
 
 
 def put(
@@ -251,24 +260,28 @@ def put(
     state, alloc, start = yield from _thread_for_write(ctx, thread_id)
     tid = state.tid
     parent = yield from _parent(ctx, tid, ns, parent_id)
-    descriptors: dict[str, Any] = {}
+    names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
+    descriptors: dict[int, Any] = {}
     for ch, version in checkpoint["channel_versions"].items():
+        n = names[ch]
         if ch in new_versions:
             enc = pending.get(ch)
-        elif parent is not None and parent.versions.get(ch) == version and ch in parent.descriptors:
-            descriptors[ch] = parent.descriptors[ch]
+        elif parent is not None and parent.versions.get(n) == version and n in parent.descriptors:
+            descriptors[n] = parent.descriptors[n]
             continue
         else:
             enc = _encode(ctx, values[ch]) if ch in values else None
         if enc is not None:
-            base = parent.descriptors.get(ch) if parent is not None else None
-            descriptors[ch] = yield from _assign(ctx, tid, alloc, enc, base)
-    body = codec.encode_body(ctx.serde, checkpoint, descriptors)
+            base = parent.descriptors.get(n) if parent is not None else None
+            descriptors[n] = yield from _assign(ctx, tid, alloc, enc, base)
+    body = codec.encode_body(ctx.serde, checkpoint, descriptors, names)
     yield from alloc.statements(ctx, tid, start)
     row = (tid, ns, checkpoint["id"], parent_id, None if run_id is None else str(run_id), body, meta_blob)
     yield ctx.q(sql.INSERT_CHECKPOINT, row, "none")
 
-    head = Head(checkpoint["id"], dict(checkpoint["channel_versions"]), descriptors)
+    head = Head(
+        checkpoint["id"], {names[k]: v for k, v in checkpoint["channel_versions"].items()}, descriptors
+    )
 
     def committed() -> None:
         alloc.commit(ctx.cache, state)
@@ -300,7 +313,8 @@ def put_writes(
     inserts: list[tuple[Any, ...]] = []
     for idx, ch, enc in encoded:
         desc = _inline(alloc, enc)
-        row = (tid, ns, checkpoint_id, task_id, idx, ch, task_path, ormsgpack.packb(desc))
+        channel, path = alloc.item(ctx.name_item(ch)), alloc.item(ctx.name_item(task_path))
+        row = (tid, ns, checkpoint_id, task_id, idx, channel, path, ormsgpack.packb(desc))
         (upserts if idx < 0 else inserts).append(row)
     yield from alloc.statements(ctx, tid, start)
     if inserts:
@@ -320,18 +334,17 @@ class _Row:
     ns: str
     checkpoint_id: str
     parent_id: str | None
-    checkpoint: dict[str, Any]
-    descriptors: dict[str, Any]
+    body: codec.RawBody
     metadata: dict[str, Any]
-    writes: list[tuple[str, str, str, int, Any]] = field(default_factory=list)
+    writes: list[tuple[int, str, int, int, Any]] = field(default_factory=list)
+    """(task path, task id, channel, idx, value descriptor); path and channel are name item numbers."""
 
 
 def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
     out = []
     for thread_id, tid, ns, cid, parent_id, body, meta in raw:
-        checkpoint, descriptors = codec.decode_body(ctx.serde, cid, bytes(body))
         metadata = codec.decode_metadata(ctx.serde, bytes(meta), trusted_types=ctx.trusted_types)
-        out.append(_Row(thread_id, tid, ns, cid, parent_id, checkpoint, descriptors, metadata))
+        out.append(_Row(thread_id, tid, ns, cid, parent_id, codec.decode_body(bytes(body)), metadata))
     return out
 
 
@@ -359,16 +372,21 @@ def _materialize(
     for tid in tids:
         thread_rows = [r for r in rows if r.tid == tid]
         stored = {
-            d[1] for r in thread_rows for d in r.descriptors.values() if isinstance(d, list) and d[0] == 1
+            d[1]
+            for r in thread_rows
+            for d in r.body.descriptors.values()
+            if isinstance(d, list) and d[0] == 1
         }
         loaded = (yield from _load_lists(ctx, tid, stored)) if stored else {}
         lists[tid] = plain = {no: refs_ for no, (refs_, _) in loaded.items()}
         refs: set[int] = set()
         for r in thread_rows:
-            for d in r.descriptors.values():
+            refs.update(r.body.name_refs())
+            for d in r.body.descriptors.values():
                 refs.update(codec.refs_of_descriptor(d, plain))
             for w in r.writes:
                 refs.update(codec.refs_of_descriptor(w[4], plain))
+                refs.update((w[0], w[2]))
         if shared is not None:
             refs = {n for n in refs if (tid, n) not in shared}
         payloads[tid] = held = ctx.cache.payloads(tid, refs)
@@ -382,6 +400,11 @@ def _materialize(
             order = sorted(refs)
             for no, obj in zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True):
                 shared[(tid, no)] = obj
+
+    def name(tid: int, no: int) -> str:
+        if shared is not None:
+            return str(shared[(tid, no)])
+        return str(ctx.serde.loads_typed(payloads[tid][no]))
 
     def value(tid: int, desc: Any) -> Any:
         if isinstance(desc, list) and desc[0] == 2:
@@ -397,9 +420,13 @@ def _materialize(
 
     out = []
     for r in rows:
-        checkpoint = dict(r.checkpoint)
-        checkpoint["channel_values"] = {ch: value(r.tid, d) for ch, d in r.descriptors.items()}
-        ordered = sorted(r.writes, key=lambda w: writes_sort_key(w[0], w[1], w[3]))
+        names = {n: name(r.tid, n) for n in r.body.name_refs()}
+        checkpoint, descriptors = codec.resolve_body(ctx.serde, r.checkpoint_id, r.body, names)
+        checkpoint["channel_values"] = {ch: value(r.tid, d) for ch, d in descriptors.items()}
+        named = [
+            (name(r.tid, path), task_id, name(r.tid, ch), idx, v) for path, task_id, ch, idx, v in r.writes
+        ]
+        ordered = sorted(named, key=lambda w: writes_sort_key(w[0], w[1], w[3]))
         config: RunnableConfig = {
             "configurable": {
                 "thread_id": r.thread_id,
@@ -442,7 +469,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     rows = _rows(ctx, raw)
     (tup,) = yield from _materialize(ctx, rows, None)
     r = rows[0]
-    ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.checkpoint["channel_versions"], r.descriptors))
+    ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.body.versions, r.body.descriptors))
     return tup
 
 
@@ -541,15 +568,15 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
         yield ctx.q(statement, (new_tid, src[0]), "none")
 
 
-def _created(checkpoint: Mapping[str, Any]) -> datetime | None:
+def _created(ts: str) -> datetime | None:
     try:
-        return datetime.fromisoformat(checkpoint["ts"])
-    except (KeyError, TypeError, ValueError):
+        return datetime.fromisoformat(ts)
+    except (TypeError, ValueError):
         return None
 
 
-CheckpointInfo = tuple[str, str, str | None, dict[str, Any]]
-"""(namespace, checkpoint id, run id, checkpoint without values) of one stored checkpoint."""
+CheckpointInfo = tuple[str, str, str | None, str]
+"""(namespace, checkpoint id, run id, creation timestamp) of one stored checkpoint."""
 Picker = Callable[[list[CheckpointInfo]], set[tuple[str, str]]]
 """Picks the (namespace, checkpoint id) of the checkpoints a prune deletes."""
 
@@ -562,11 +589,11 @@ def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Op[int
         return 0
     tid = row[0]
     raw = yield ctx.q(sql.SELECT_THREAD_CHECKPOINTS, (tid,))
-    decoded = {}
-    for ns, cid, parent_id, run_id, body in raw:
-        checkpoint, descriptors = codec.decode_body(ctx.serde, cid, bytes(body))
-        decoded[(ns, cid)] = (parent_id, run_id, checkpoint, descriptors)
-    gone = doomed([(ns, cid, v[1], v[2]) for (ns, cid), v in decoded.items()])
+    decoded = {
+        (ns, cid): (parent_id, run_id, codec.decode_body(bytes(body)))
+        for ns, cid, parent_id, run_id, body in raw
+    }
+    gone = doomed([(ns, cid, v[1], v[2].created) for (ns, cid), v in decoded.items()])
     if not gone:
         return 0
     keys = sorted(gone)
@@ -577,16 +604,18 @@ def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Op[int
     ]
     if orphans:
         yield ctx.q(sql.CLEAR_PARENT, orphans, "many")
-    kept = [v[3] for key, v in decoded.items() if key not in gone]
+    kept = [v[2] for key, v in decoded.items() if key not in gone]
     yield from _collect_garbage(ctx, tid, kept)
     tx.after_commit.append(lambda: ctx.cache.forget(tid))
     return len(gone)
 
 
-def _collect_garbage(ctx: Context, tid: int, kept: list[dict[str, Any]]) -> Op[None]:
+def _collect_garbage(ctx: Context, tid: int, kept: list[codec.RawBody]) -> Op[None]:
     writes = yield ctx.q(sql.SELECT_THREAD_WRITES, (tid,))
-    descs = [d for m in kept for d in m.values()]
+    descs: list[Any] = [d for body in kept for d in body.descriptors.values()]
+    descs.extend(n for body in kept for n in body.name_refs())
     descs.extend(ormsgpack.unpackb(bytes(w[2])) for w in writes)
+    descs.extend(n for w in writes for n in (w[0], w[1]))
     list_rows = yield ctx.q(sql.SELECT_ALL_LISTS, (tid,))
     rows = {no: codec.decode_list_row(no, base, bytes(body)) for no, base, body in list_rows}
     memo: dict[int, list[int]] = {}
@@ -632,10 +661,10 @@ def keep_latest(before: datetime | None) -> Picker:
             if cid > latest.get(ns, ""):
                 latest[ns] = cid
         out = set()
-        for ns, cid, _, checkpoint in checkpoints:
+        for ns, cid, _, ts in checkpoints:
             if cid == latest[ns]:
                 continue
-            created = _created(checkpoint)
+            created = _created(ts)
             if before is None or (created is not None and created < before):
                 out.add((ns, cid))
         return out

@@ -10,6 +10,8 @@ Tables (every one keyed by ``tid``, a thread's integer id, so a thread's rows si
     remem_cp_lists        list values as snapshots or deltas of item numbers
     remem_cp_checkpoints  one row per checkpoint: parent, run, compact body (descriptors), metadata
     remem_cp_writes       pending writes, each value a descriptor
+
+Channel, node and task-path names are items too (a checkpoint's body and a write refer to them by number).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX remem_cp_checkpoints_run ON remem_cp_checkpoints (run_id) WHERE run_id IS NOT NULL",
         """CREATE TABLE remem_cp_writes (
             tid INTEGER NOT NULL, ns TEXT NOT NULL, checkpoint_id TEXT NOT NULL, task_id TEXT NOT NULL,
-            idx INTEGER NOT NULL, channel TEXT NOT NULL, task_path TEXT NOT NULL, value BLOB NOT NULL,
+            idx INTEGER NOT NULL, channel INTEGER NOT NULL, task_path INTEGER NOT NULL, value BLOB NOT NULL,
             PRIMARY KEY (tid, ns, checkpoint_id, task_id, idx)) WITHOUT ROWID""",
     ),
 )
@@ -72,8 +74,8 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX remem_cp_checkpoints_run ON remem_cp_checkpoints (run_id) WHERE run_id IS NOT NULL",
         """CREATE TABLE remem_cp_writes (
             tid BIGINT NOT NULL, ns TEXT COLLATE "C" NOT NULL, checkpoint_id TEXT COLLATE "C" NOT NULL,
-            task_id TEXT COLLATE "C" NOT NULL, idx INTEGER NOT NULL, channel TEXT NOT NULL,
-            task_path TEXT NOT NULL, value BYTEA NOT NULL,
+            task_id TEXT COLLATE "C" NOT NULL, idx INTEGER NOT NULL, channel BIGINT NOT NULL,
+            task_path BIGINT NOT NULL, value BYTEA NOT NULL,
             PRIMARY KEY (tid, ns, checkpoint_id, task_id, idx))""",
     ),
 )
@@ -129,7 +131,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tid, ns, checkpoint_id, task_id, id
 UPSERT_WRITE = """INSERT INTO remem_cp_writes (tid, ns, checkpoint_id, task_id, idx, channel, task_path, value)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tid, ns, checkpoint_id, task_id, idx) DO UPDATE SET
     channel = excluded.channel, task_path = excluded.task_path, value = excluded.value"""
-SELECT_THREAD_WRITES = "SELECT ns, checkpoint_id, value FROM remem_cp_writes WHERE tid = ?"
+SELECT_THREAD_WRITES = "SELECT channel, task_path, value FROM remem_cp_writes WHERE tid = ?"
 
 COPY_STATEMENTS = (
     "INSERT INTO remem_cp_items (tid, item_no, digest, data) SELECT ?, item_no, digest, data"
@@ -220,8 +222,8 @@ class Dialect:
             "SELECT tid, COUNT(*), COALESCE(SUM("
             f"{n}(body) + {n}(metadata) + {n}(checkpoint_id) + {n}(ns) + COALESCE({n}(parent_id), 0)), 0)"
             " FROM remem_cp_checkpoints GROUP BY tid",
-            f"SELECT tid, COUNT(*), COALESCE(SUM({n}(value) + {n}(task_id) + {n}(checkpoint_id)"
-            f" + {n}(task_path) + {n}(channel)), 0) FROM remem_cp_writes GROUP BY tid",
+            f"SELECT tid, COUNT(*), COALESCE(SUM({n}(value) + {n}(task_id) + {n}(checkpoint_id) + 16), 0)"
+            " FROM remem_cp_writes GROUP BY tid",
             f"SELECT tid, COUNT(*), COALESCE(SUM({n}(body)), 0) FROM remem_cp_lists GROUP BY tid",
             f"SELECT tid, COUNT(*), COALESCE(SUM({n}(data) + {n}(digest)), 0) FROM remem_cp_items GROUP BY tid",
         )

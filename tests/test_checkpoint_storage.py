@@ -1,0 +1,224 @@
+"""What remem's savers store and how they clean up: each value once, growth with what was said, prune
+(keep latest, by age, delete) with garbage collection, copy_thread, safe setup from many processes,
+no pickle, stats and list_threads. On a SQLite file and on the machine's PostgreSQL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from remem.checkpoint import PostgresSaver, SqliteSaver
+from remem.errors import StorageError
+
+KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@contextmanager
+def open_saver(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    if kind == "postgres":
+        with PostgresSaver.from_conn_string(request.getfixturevalue("pg_url")) as pg:
+            yield pg
+    else:
+        with SqliteSaver.from_conn_string(tmp_path / "cp.db") as saver:
+            yield saver
+
+
+def chat(saver: Any) -> Any:
+    def reply(state: MessagesState) -> dict[str, Any]:
+        said = state["messages"][-1].content
+        return {"messages": [AIMessage(f"a considered reply to: {said} " + "and more words " * 8)]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+
+def talk(graph: Any, thread_id: str, turns: int, start: int = 0) -> None:
+    for i in range(start, start + turns):
+        graph.invoke(
+            {"messages": [HumanMessage(f"user message {i} " + "with some words " * 6)]}, _cfg(thread_id)
+        )
+
+
+def _cfg(thread_id: str) -> Any:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_message_is_stored_once_and_storage_is_linear(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with open_saver(kind, tmp_path, request) as saver:
+        graph = chat(saver)
+        talk(graph, "t", 20)
+        first = next(s for s in saver.stats().threads if s.thread_id == "t")
+        talk(graph, "t", 20, start=20)
+        second = next(s for s in saver.stats().threads if s.thread_id == "t")
+        assert second.checkpoints == 3 * 40
+        # Per turn at most: the input as sent, the same message once add_messages gave it an id (the
+        # write may be saved before or after that), the reply; and never one value twice.
+        assert second.items <= 4 * 40 + 10  # + channel, node and task names
+        with saver._transaction(False) as execute:
+            from remem.checkpoint._ops import Query
+
+            (row,) = execute(Query("SELECT COUNT(*), COUNT(DISTINCT digest) FROM remem_cp_items"))
+        assert row[0] == row[1] == second.items
+        # The second 20 turns cost about what the first 20 did: storage grows with what was said.
+        assert second.bytes - first.bytes < 1.3 * first.bytes
+        messages = graph.get_state(_cfg("t")).values["messages"]
+        assert len(messages) == 80
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prune_keep_latest_frees_values_and_thread_goes_on(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with open_saver(kind, tmp_path, request) as saver:
+        graph = chat(saver)
+        talk(graph, "t", 12)
+        talk(graph, "other", 3)
+        before = graph.get_state(_cfg("t"))
+        items_before = next(s for s in saver.stats().threads if s.thread_id == "t").items
+        assert saver.prune_threads(["t"]) == 3 * 12 - 1
+        after = graph.get_state(_cfg("t"))
+        assert after.values == before.values and after.config == before.config
+        assert [s.config for s in graph.get_state_history(_cfg("t"))] == [after.config]
+        stats = next(s for s in saver.stats().threads if s.thread_id == "t")
+        assert stats.checkpoints == 1
+        assert stats.items < items_before
+        talk(graph, "t", 2, start=12)  # the saver's caches must not point at pruned rows
+        assert len(graph.get_state(_cfg("t")).values["messages"]) == 28
+        assert len(list(graph.get_state_history(_cfg("other")))) == 9
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_prune_by_age(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    with open_saver(kind, tmp_path, request) as saver:
+        graph = chat(saver)
+        talk(graph, "old", 2)
+        talk(graph, "new", 2)
+        assert saver.prune_threads(["old", "new"], older_than=datetime(2000, 1, 1, tzinfo=UTC)) == 0
+        assert saver.prune_threads(["old"], older_than=timedelta(0)) == 5
+        assert len(list(saver.list(_cfg("old")))) == 1
+        assert saver.prune_threads(["old", "new"], strategy="delete", older_than=timedelta(days=1)) == 0
+        assert saver.prune_threads(["old"], strategy="delete", older_than=timedelta(0)) == 1
+        assert saver.list_threads() == ["new"]
+        with pytest.raises(ValueError, match="unknown prune strategy"):
+            saver.prune(["new"], strategy="everything")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_copy_thread_then_both_go_on(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    with open_saver(kind, tmp_path, request) as saver:
+        graph = chat(saver)
+        talk(graph, "source", 4)
+        saver.copy_thread("source", "copy")
+        assert graph.get_state(_cfg("copy")).values == graph.get_state(_cfg("source")).values
+        talk(graph, "copy", 1, start=100)
+        talk(graph, "source", 1, start=200)
+        copy_texts = [m.content for m in graph.get_state(_cfg("copy")).values["messages"]]
+        source_texts = [m.content for m in graph.get_state(_cfg("source")).values["messages"]]
+        assert copy_texts[:8] == source_texts[:8] and copy_texts[8] != source_texts[8]
+        assert saver.list_threads()[:2] == ["source", "copy"]
+        with pytest.raises(ValueError, match="already has checkpoints"):
+            saver.copy_thread("source", "copy")
+        saver.delete_thread("copy")
+        assert graph.get_state(_cfg("copy")).values == {}
+        assert saver.list_threads() == ["source"]
+
+
+_SETUP_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from remem.checkpoint import PostgresSaver, SqliteSaver
+    kind, target = sys.argv[1], sys.argv[2]
+    opener = SqliteSaver if kind == "sqlite" else PostgresSaver
+    with opener.from_conn_string(target) as saver:
+        saver.setup()
+        saver.setup()
+    """
+)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_setup_is_idempotent_from_many_processes(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target = request.getfixturevalue("pg_url") if kind == "postgres" else str(tmp_path / "cp.db")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SETUP_SCRIPT, kind, target], stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    errors = [p.communicate(timeout=60)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    with open_saver(kind, tmp_path, request) as saver:
+        saver.setup()
+        with saver._transaction(False) as execute:
+            from remem.checkpoint._ops import Query
+            from remem.checkpoint._sql import SELECT_MIGRATIONS
+
+            rows = execute(Query(saver._dialect.sql(SELECT_MIGRATIONS)))
+        assert [r[0] for r in rows] == [1]
+
+
+def test_refuses_to_unpickle_and_never_pickles(tmp_path: Path) -> None:
+    import pickle
+
+    with SqliteSaver.from_conn_string(tmp_path / "cp.db") as saver:
+        graph = chat(saver)
+        talk(graph, "t", 1)
+        payload = b"\x06pickle\x00" + pickle.dumps({"boom": 1})
+        with saver.lock:
+            saver.conn.execute("UPDATE remem_cp_items SET data = ?", (payload,))
+        saver._ctx.cache.forget(1)
+        fresh = SqliteSaver(saver.conn)
+        with pytest.raises(StorageError, match="refused to load"):
+            fresh.get_tuple(_cfg("t"))
+
+        class Opaque:
+            pass
+
+        config = (
+            saver.get_tuple(_cfg("t")).config
+            if False
+            else {"configurable": {"thread_id": "x", "checkpoint_ns": ""}}
+        )
+        checkpoint = {
+            "v": 4,
+            "id": "1",
+            "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"c": Opaque()},
+            "channel_versions": {"c": 1},
+            "versions_seen": {},
+            "updated_channels": None,
+        }
+        with pytest.raises(TypeError):
+            saver.put(config, checkpoint, {}, {"c": 1})  # type: ignore[arg-type]
+
+
+def test_stats_and_list_threads(tmp_path: Path) -> None:
+    with SqliteSaver.from_conn_string(tmp_path / "cp.db") as saver:
+        graph = chat(saver)
+        for name in ("a", "b", "c"):
+            talk(graph, name, 2)
+        talk(graph, "a", 1, start=10)
+        assert saver.list_threads() == ["a", "c", "b"]
+        stats = saver.stats()
+        assert [t.thread_id for t in stats.threads] == ["a", "c", "b"]
+        assert [t.checkpoints for t in stats.threads] == [9, 6, 6]
+        assert stats.checkpoints == 21
+        assert stats.storage_bytes >= sum(t.bytes for t in stats.threads) > 0
