@@ -296,3 +296,39 @@ def test_thread_recall_excludes_and_fits_its_budget(memory: Memory) -> None:
     assert {r.id for r in recall.records}.isdisjoint({"f0", "f1"})
     assert recall.token_count <= 80 and memory.count_text(recall.content) <= 80
     assert thread.recall("ledger job", 3, token_budget=5).content == ""
+
+
+@pytest.mark.parametrize("pattern", ["external_tail", "self_contained"])
+def test_the_latest_question_always_reaches_the_model(memory: Memory, pattern: str) -> None:
+    model = ScriptedChatModel(default="ok")
+    mw = ContextCardMiddleware(
+        memory,
+        thread_id=f"q-{pattern}",
+        compaction_token_trigger=60,
+        kept_message_count=0,
+        pattern=pattern,  # type: ignore[arg-type]
+    )
+    agent = create_agent(model=model, tools=[], middleware=[mw])
+    _turns(agent, TEXTS[:5])
+    assert any(call and is_card_message(call[0]) for call in model.calls)
+    for turn, call in enumerate(model.calls):
+        question = TEXTS[turn]
+        if len(call) == 1 and is_card_message(call[0]):  # self-contained: the card holds the question
+            assert pattern == "self_contained"
+            assert "<recent_messages>" in call[0].text and question in call[0].text
+        else:
+            assert call[-1].text == question
+
+
+def test_with_a_checkpointer_the_caller_sends_only_the_new_message(memory: Memory) -> None:
+    model = ScriptedChatModel(default="ok")
+    mw = ContextCardMiddleware(memory, user_id="u", compaction_token_trigger=80, kept_message_count=2)
+    agent = create_agent(model=model, tools=[], middleware=[mw], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "saved"}}
+    for text in TEXTS[:8]:
+        agent.invoke({"messages": [HumanMessage(content=text)]}, config)
+    state = agent.get_state(config).values["messages"]
+    assert is_card_message(state[0]) and sum(is_card_message(m) for m in state) == 1
+    stored = memory.get_thread("saved").messages()
+    assert [m.content for m in stored if m.role == "user"] == TEXTS[:8]
+    assert len(stored) == 16

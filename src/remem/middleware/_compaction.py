@@ -4,7 +4,8 @@
 - How many tokens a model call will take: the system prompt and the tool schemas count, as well as the
   messages (LangChain's ``SummarizationMiddleware`` counts the messages only, langchain#34664). The card
   message itself is left out of both persistence and the count.
-- Where the raw tail starts: never on a tool result (a tool call and its results stay together).
+- Where the raw tail starts: never on a tool result (a tool call and its results stay together), and never
+  after the latest user message (the question being answered is always sent).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from remem.errors import RememUsageError
 from remem.memory import is_memory_message
-from remem.messages import TokenCounter, safe_cut_at_or_before, system_prefix_length
+from remem.messages import TokenCounter, last_human_index, safe_cut_at_or_before, system_prefix_length
 
 __all__ = [
     "PATTERNS",
@@ -131,6 +132,9 @@ def plan_compaction(messages: Sequence[BaseMessage], kept: int, pattern: str) ->
     prefix = system_prefix_length(raw)
     system, body = tuple(raw[:prefix]), raw[prefix:]
     start = safe_cut_at_or_before(body, len(body) - kept)
+    question = last_human_index(body)
+    if question is not None:
+        start = min(start, question)  # the latest user message is never folded away
     if start <= 0:
         return None
     tail = tuple(body[start:])
