@@ -1,0 +1,85 @@
+"""Compaction planning as properties over random provider-valid histories (tool calls included)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from remem.memory import CARD_MESSAGE_NAME
+from remem.messages import is_provider_valid, last_human_index, system_prefix_length
+from remem.middleware._compaction import organic_messages, persistable, plan_compaction, prompt_tokens
+from tests.histories import histories
+
+CARD = HumanMessage(content="<context_card></context_card>", name=CARD_MESSAGE_NAME, id="card")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    history=histories(min_turns=0, max_turns=10),
+    kept=st.integers(0, 8),
+    pattern=st.sampled_from(["external_tail", "self_contained"]),
+    with_old_card=st.booleans(),
+)
+def test_compacted_histories_stay_valid_and_keep_the_question(
+    history: list, kept: int, pattern: str, with_old_card: bool
+) -> None:
+    prefix = system_prefix_length(history)
+    if with_old_card:  # a card injected by an earlier compaction is not part of the conversation
+        history = [*history[:prefix], CARD, *history[prefix:]]
+    organic = organic_messages(history)
+    plan = plan_compaction(history, kept, pattern)
+    if plan is None:
+        return
+    body = organic[prefix:]
+    start = len(body) - len(plan.tail)
+    assert list(plan.system) == organic[:prefix]
+    assert list(plan.tail) == body[start:] and start > 0  # the tail is a suffix; something is folded
+    assert not plan.tail or not isinstance(plan.tail[0], ToolMessage)
+    compacted = [*plan.system, CARD, *plan.after_card]
+    assert is_provider_valid(compacted), compacted
+    question = last_human_index(body)
+    if question is not None:
+        assert question >= start  # the latest user message is in the tail
+    stored_in_tail = [m for m in plan.tail if persistable(m) is not None]
+    assert plan.except_last == len(stored_in_tail)
+    if pattern == "external_tail":
+        assert plan.after_card == plan.tail and plan.max_recent == 0
+    else:
+        assert plan.max_recent == plan.except_last
+        assert not any(persistable(m) is not None for m in plan.after_card)  # those are inside the card
+
+
+@settings(max_examples=100, deadline=None)
+@given(history=histories(min_turns=0, max_turns=6))
+def test_only_user_turns_and_final_replies_are_persisted(history: list) -> None:
+    for message in [*history, CARD]:
+        turn = persistable(message)
+        if turn is None:
+            continue
+        assert message is not CARD
+        assert isinstance(message, HumanMessage | AIMessage) and not isinstance(message, SystemMessage)
+        assert not getattr(message, "tool_calls", None)
+        assert turn["role"] == ("user" if isinstance(message, HumanMessage) else "assistant")
+        assert turn["id"] == message.id
+
+
+def test_stable_ids_for_messages_without_one() -> None:
+    first = persistable(HumanMessage(content="hello there"))
+    again = persistable(HumanMessage(content="hello there"))
+    other = persistable(AIMessage(content="hello there"))
+    assert first is not None and again is not None and other is not None
+    assert first["id"] == again["id"] != other["id"]
+
+
+def test_prompt_tokens_count_system_and_tools_but_not_the_card() -> None:
+    def count(messages: list) -> int:
+        return sum(len(str(m.content)) for m in messages)
+
+    messages = [HumanMessage(content="x" * 10), CARD]
+    bare = prompt_tokens(messages, system=None, tools=[], count=count)
+    assert bare == 10
+    with_system = prompt_tokens(messages, system=SystemMessage(content="y" * 7), tools=[], count=count)
+    assert with_system == 17
+    schema = {"type": "function", "function": {"name": "f", "description": "z" * 50, "parameters": {}}}
+    assert prompt_tokens(messages, system=None, tools=[schema], count=count) > 60
