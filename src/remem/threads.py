@@ -87,7 +87,7 @@ def checkpointer_from_url(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
     if parsed.kind == "memory":
         yield InMemorySaver()
     elif parsed.kind == "sqlite":
-        from langgraph.checkpoint.sqlite import SqliteSaver
+        from remem.checkpoint import SqliteSaver
 
         conn = _open_sqlite(parsed.sqlite_path)
         try:
@@ -98,19 +98,18 @@ def checkpointer_from_url(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
             conn.close()
     else:
         import psycopg
-        from langgraph.checkpoint.postgres import PostgresSaver
-        from psycopg.rows import dict_row
         from psycopg_pool import ConnectionPool
 
-        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-        pool = ConnectionPool(parsed.target, kwargs=kwargs, min_size=1, max_size=8, open=False)
+        from remem.checkpoint import PostgresSaver
+
+        pool = ConnectionPool(parsed.target, kwargs={"autocommit": True}, min_size=1, max_size=8, open=False)
         try:
             pool.open(wait=True, timeout=10)
         except (psycopg.Error, Exception) as exc:
             pool.close()
             raise _postgres_unreachable(parsed.target, exc) from exc
         try:
-            pg_saver = PostgresSaver(pool)  # type: ignore[arg-type]
+            pg_saver = PostgresSaver(pool)
             pg_saver.setup()
             yield pg_saver
         finally:
@@ -125,7 +124,8 @@ async def acheckpointer_from_url(url: str) -> AsyncIterator[BaseCheckpointSaver[
         yield InMemorySaver()
     elif parsed.kind == "sqlite":
         import aiosqlite
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        from remem.checkpoint import AsyncSqliteSaver
 
         parsed.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
         async with aiosqlite.connect(parsed.target) as conn:
@@ -133,19 +133,20 @@ async def acheckpointer_from_url(url: str) -> AsyncIterator[BaseCheckpointSaver[
             await saver.setup()
             yield saver
     else:
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        from psycopg.rows import dict_row
         from psycopg_pool import AsyncConnectionPool
 
-        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
-        pool = AsyncConnectionPool(parsed.target, kwargs=kwargs, min_size=1, max_size=8, open=False)
+        from remem.checkpoint import AsyncPostgresSaver
+
+        pool = AsyncConnectionPool(
+            parsed.target, kwargs={"autocommit": True}, min_size=1, max_size=8, open=False
+        )
         try:
             await pool.open(wait=True, timeout=10)
         except Exception as exc:
             await pool.close()
             raise _postgres_unreachable(parsed.target, exc) from exc
         try:
-            pg_saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            pg_saver = AsyncPostgresSaver(pool)
             await pg_saver.setup()
             yield pg_saver
         finally:

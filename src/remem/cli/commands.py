@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import memory, store, threads
+from remem.cli import checkpoints, memory, store, threads
 
-COMMANDS: list[click.Command] = [*threads.COMMANDS, *memory.COMMANDS, *store.COMMANDS]
+COMMANDS: list[click.Command] = [*threads.COMMANDS, *memory.COMMANDS, *store.COMMANDS, *checkpoints.COMMANDS]

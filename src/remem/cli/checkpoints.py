@@ -1,0 +1,119 @@
+"""``remem checkpoints``: what a checkpoint database holds (stats) and retention (prune)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from remem.cli._render import console, table
+from remem.errors import ConfigError
+from remem.threads import checkpointer_from_url
+
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a timedelta."""
+    match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text or "")
+    if not match:
+        raise click.BadParameter(f"{text!r} is not an age; write it like 30d, 12h, 90m, 45s or 2w")
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def _remem_saver(saver: Any, url: str) -> Any:
+    if not callable(getattr(saver, "stats", None)):
+        raise ConfigError(f"{url} is not a remem checkpoint database; use a sqlite:/// or postgresql:// URL")
+    return saver
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@click.group("checkpoints")
+def checkpoints_group() -> None:
+    """Inspect and prune the checkpoints remem's savers keep."""
+
+
+@checkpoints_group.command("stats")
+@click.argument("url")
+@click.option("--limit", default=20, show_default=True, help="Most threads to list (newest first; 0: all).")
+def stats_command(url: str, limit: int) -> None:
+    """Threads, checkpoints and bytes per thread in a checkpoint database.
+
+    Example: remem checkpoints stats sqlite:///.remem/remem.db
+    """
+    with checkpointer_from_url(url) as saver:
+        stats = _remem_saver(saver, url).stats()
+    shown = stats.threads[:limit] if limit else stats.threads
+    rows = (
+        (
+            t.thread_id,
+            t.checkpoints,
+            t.writes,
+            t.items,
+            _size(t.bytes),
+            t.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+        for t in shown
+    )
+    columns = ["thread", "checkpoints", "writes", "stored values", "bytes", "last written (UTC)"]
+    console.print(table(f"checkpoints in {url} (newest first)", columns, rows))
+    console.print(
+        f"{len(stats.threads)} threads, {stats.checkpoints} checkpoints, "
+        f"{_size(stats.storage_bytes)} on disk"
+        + (f" ({len(shown)} threads shown)" if len(shown) < len(stats.threads) else "")
+    )
+
+
+@checkpoints_group.command("prune")
+@click.argument("url")
+@click.option("--thread", "thread_ids", multiple=True, metavar="ID", help="A thread to prune (repeatable).")
+@click.option("--all", "all_threads", is_flag=True, help="Prune every thread in the database.")
+@click.option(
+    "--older-than", "older_than", metavar="AGE", help="Only what is older than AGE (30d, 12h, 2w...)."
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["keep-latest", "delete"]),
+    default="keep-latest",
+    show_default=True,
+    help="keep-latest: drop history, keep each thread's latest state; delete: delete whole threads.",
+)
+@click.option("--yes", is_flag=True, help="Do not ask before deleting whole threads.")
+def prune_command(
+    url: str, thread_ids: tuple[str, ...], all_threads: bool, older_than: str | None, strategy: str, yes: bool
+) -> None:
+    """Drop old checkpoints (keep-latest) or whole threads (delete), with the values only they used.
+
+    With --older-than, keep-latest drops checkpoints created before that age (each thread keeps its
+    latest), and delete removes threads with no activity for that long.
+
+    Example: remem checkpoints prune sqlite:///.remem/remem.db --all --older-than 30d
+    """
+    if not thread_ids and not all_threads:
+        raise click.UsageError("say which threads to prune: --thread ID (repeatable) or --all")
+    age = parse_age(older_than) if older_than is not None else None
+    with checkpointer_from_url(url) as saver:
+        saver = _remem_saver(saver, url)
+        targets = list(thread_ids) or saver.list_threads()
+        if strategy == "delete" and not yes:
+            what = f"{len(targets)} thread(s)" + (f" idle for {older_than}" if older_than else "")
+            click.confirm(f"Delete {what} from {url} for good?", abort=True)
+        count = saver.prune_threads(targets, strategy=strategy.replace("-", "_"), older_than=age)
+    if strategy == "delete":
+        console.print(f"deleted {count} thread(s)")
+    else:
+        console.print(
+            f"deleted {count} checkpoint(s) from {len(targets)} thread(s); each keeps its latest state"
+        )
+
+
+COMMANDS: list[click.Command] = [checkpoints_group]
