@@ -10,6 +10,10 @@ Every method has an async twin (``aadd_messages``, ``aget_context_card``, ``asea
 built on a LangGraph ``BaseStore``, so it runs on any store: LangGraph's ``InMemoryStore`` with an index,
 or remem's SQLite and PostgreSQL stores (hybrid keyword + vector search). The layout of what it stores is
 described in ``remem.memory._records``.
+
+Any number of processes may share one database. Writes to one thread are expected one at a time (as a
+LangGraph thread runs one turn at a time): two processes appending to the same thread at the same instant
+could each number their messages from the same count.
 """
 
 from __future__ import annotations

@@ -107,12 +107,12 @@ class Compactor:
 
     def _new_turns(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         seen = self._persisted.setdefault(thread_id, set())
-        turns: list[dict[str, Any]] = []
+        turns: dict[str, dict[str, Any]] = {}
         for message in messages:
             turn = persistable(message)
-            if turn is not None and turn["id"] not in seen and turn["id"] not in {t["id"] for t in turns}:
-                turns.append(turn)
-        return turns
+            if turn is not None and turn["id"] not in seen:
+                turns.setdefault(turn["id"], turn)
+        return list(turns.values())
 
     def persist(self, messages: Sequence[BaseMessage]) -> None:
         """Store the turns of ``messages`` this thread does not hold yet."""
