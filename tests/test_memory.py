@@ -171,6 +171,9 @@ def test_summary_is_incremental_versioned_and_truncated_visibly(memory: Memory) 
     older = thread.get_summary(except_last=1)  # revision 1 covers exactly the first three
     assert older.revision == 1 and older.covered_count == 3
 
+    revisions = thread.summaries()
+    assert [(r.revision, r.covered_count, r.based_on) for r in revisions] == [(1, 3, 0), (2, 4, 1)]
+    assert revisions[0].text == first.text  # earlier revisions are kept as they were
     short = thread.get_summary(token_budget=12)
     assert short.truncated and short.text.endswith("(truncated)")
     assert memory.count_text(short.text) <= 12
@@ -212,6 +215,7 @@ async def test_async_methods_match_the_sync_ones(memory: Memory) -> None:
     assert stored == thread.messages()
     assert all(isinstance(m, StoredMessage) for m in stored)
     summary = await thread.aget_summary(except_last=2)
+    assert await thread.asummaries() == thread.summaries()
     assert summary == thread.get_summary(except_last=2)
     card = await thread.aget_context_card(except_last_messages=2)
     assert card.content == thread.get_context_card(except_last_messages=2).content

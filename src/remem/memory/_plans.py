@@ -54,6 +54,7 @@ __all__ = [
     "open_thread_plan",
     "recall_plan",
     "search_plan",
+    "summaries_plan",
     "summary_plan",
     "thread_info_plan",
 ]
@@ -240,6 +241,14 @@ def summary_plan(thread_id: str, except_last: int, token_budget: int, count: Tex
     summary = yield from _summary_at(thread_id, info, max(info.message_count - except_last, 0), 1)
     text, truncated = _truncate(summary.text, token_budget, count)
     return dataclasses.replace(summary, text=text, truncated=truncated)
+
+
+def summaries_plan(thread_id: str) -> Plan[list[Summary]]:
+    """Every stored summary revision of the thread, oldest first."""
+    info = yield from thread_info_plan(thread_id)
+    keys = [chunk_key(n) for n in range(1, info.summary_revision + 1)]
+    items = yield StoreCall([GetOp(summaries_ns(thread_id), key) for key in keys])
+    return [Summary.from_value(item.value) for item in items if item is not None]
 
 
 def _matches(record: MemoryRecord, metadata_filter: Mapping[str, Any] | None) -> bool:

@@ -34,6 +34,7 @@ from remem.memory._plans import (
     open_thread_plan,
     recall_plan,
     search_plan,
+    summaries_plan,
     summary_plan,
     thread_info_plan,
 )
@@ -264,6 +265,16 @@ class Thread:
             summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text)
         )
         return summary
+
+    def summaries(self) -> list[Summary]:
+        """Every summary revision kept for this thread, oldest first (each with what it covers)."""
+        found: list[Summary] = self.memory._run(summaries_plan(self.thread_id))
+        return found
+
+    async def asummaries(self) -> list[Summary]:
+        """Async version of :meth:`summaries`."""
+        found: list[Summary] = await self.memory._arun(summaries_plan(self.thread_id))
+        return found
 
     def _card_plan(self, **kwargs: Any) -> Plan[ContextCard]:
         return context_card_plan(self.thread_id, count=self.memory.count_text, **kwargs)
