@@ -159,7 +159,7 @@ class _RememSaver(BaseCheckpointSaver[int]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         cursor: ops.Cursor | None,
-        shared: dict[tuple[int, int], Any],
+        shared: dict[int, dict[int, Any]],
         tx: ops.Tx,
     ) -> ops.Op[tuple[builtins.list[CheckpointTuple], ops.Cursor | None]]:
         return ops.list_page(
@@ -225,7 +225,7 @@ class SyncSaver(_RememSaver):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first. Tuples listed in one call share the objects of values they have in common."""
-        shared: dict[tuple[int, int], Any] = {}
+        shared: dict[int, dict[int, Any]] = {}
         cursor: ops.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:
@@ -415,7 +415,7 @@ class AsyncSaver(_RememSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async version of :meth:`SyncSaver.list`."""
-        shared: dict[tuple[int, int], Any] = {}
+        shared: dict[int, dict[int, Any]] = {}
         cursor: ops.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:

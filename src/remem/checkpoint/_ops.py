@@ -349,7 +349,7 @@ def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
 
 
 def _materialize(
-    ctx: Context, rows: list[_Row], shared: dict[tuple[int, int], Any] | None
+    ctx: Context, rows: list[_Row], shared: dict[int, dict[int, Any]] | None
 ) -> Op[list[CheckpointTuple]]:
     """Reads the writes, lists and items of ``rows`` (checkpoints of one or more threads) into tuples.
 
@@ -379,16 +379,19 @@ def _materialize(
         }
         loaded = (yield from _load_lists(ctx, tid, stored)) if stored else {}
         lists[tid] = plain = {no: refs_ for no, (refs_, _) in loaded.items()}
-        refs: set[int] = set()
+        refs: set[int] = set().union(
+            *(plain[no] for no in stored)
+        )  # each list once, however many rows use it
         for r in thread_rows:
             refs.update(r.body.name_refs())
             for d in r.body.descriptors.values():
-                refs.update(codec.refs_of_descriptor(d, plain))
+                if not (isinstance(d, list) and d[0] == 1):
+                    refs.update(codec.refs_of_descriptor(d, plain))
             for w in r.writes:
                 refs.update(codec.refs_of_descriptor(w[4], plain))
                 refs.update((w[0], w[2]))
-        if shared is not None:
-            refs = {n for n in refs if (tid, n) not in shared}
+        known = shared.setdefault(tid, {}) if shared is not None else {}
+        refs.difference_update(known)
         payloads[tid] = held = ctx.cache.payloads(tid, refs)
         missing = sorted(refs - held.keys())
         if missing:
@@ -398,21 +401,22 @@ def _materialize(
             held.update(fetched)
         if shared is not None and refs:
             order = sorted(refs)
-            for no, obj in zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True):
-                shared[(tid, no)] = obj
+            known.update(zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True))
 
     def name(tid: int, no: int) -> str:
         if shared is not None:
-            return str(shared[(tid, no)])
+            return str(shared[tid][no])
         return str(ctx.serde.loads_typed(payloads[tid][no]))
 
     def value(tid: int, desc: Any) -> Any:
         if isinstance(desc, list) and desc[0] == 2:
             return {desc[i]: value(tid, desc[i + 1]) for i in range(1, len(desc), 2)}
         if shared is not None:
+            objects = shared[tid]
             if isinstance(desc, int):
-                return shared[(tid, desc)]
-            return [shared[(tid, n)] for n in codec.refs_of_descriptor(desc, lists[tid])]
+                return objects[desc]
+            refs = lists[tid][desc[1]] if desc[0] == 1 else codec.refs_of_descriptor(desc, {})
+            return [objects[n] for n in refs]
         if isinstance(desc, int):
             return ctx.serde.loads_typed(payloads[tid][desc])
         held = payloads[tid]
@@ -484,7 +488,7 @@ def list_page(
     before: RunnableConfig | None,
     cursor: Cursor | None,
     page_size: int,
-    shared: dict[tuple[int, int], Any],
+    shared: dict[int, dict[int, Any]],
 ) -> Op[tuple[list[CheckpointTuple], Cursor | None]]:
     """One page of ``list()``: matching tuples, and where the next page starts (None at the end)."""
     conf = (config or {}).get("configurable", {})
