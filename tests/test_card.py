@@ -17,10 +17,17 @@ from remem.memory import Thread
 SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgvector", marks=pytest.mark.pgvector),
+    ]
+)
 def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
     url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'card.db'}"}.get(request.param)
-    url = url or str(request.getfixturevalue("pg_url"))
+    url = url or str(request.getfixturevalue("pgvector_url" if request.param == "pgvector" else "pg_url"))
     with Memory.from_url(url, settings=SETTINGS) as mem:
         yield mem
 

@@ -21,10 +21,17 @@ def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return "memory://"
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'memory.db'}"
-    return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("pgvector_url" if kind == "pgvector" else "pg_url"))
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgvector", marks=pytest.mark.pgvector),
+    ]
+)
 def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
     with Memory.from_url(_url(request.param, request, tmp_path), settings=SETTINGS) as mem:
         yield mem
