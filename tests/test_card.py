@@ -185,6 +185,13 @@ def test_card_is_byte_identical_between_summary_refreshes(memory: Memory) -> Non
     thread = _maya(memory, frequency=4)
     first = thread.get_context_card(except_last_messages=2)
     assert thread.get_context_card(except_last_messages=2).content == first.content
+    # The same boundary (one more message, one more excluded): the very same bytes.
+    query = "invoice reconciliation ledger"
+    before = thread.get_context_card(except_last_messages=2, query=query).content
+    thread.add_messages([{"role": "assistant", "content": "Anything else about the ledger?", "id": "a3b"}])
+    assert thread.get_context_card(except_last_messages=3, query=query).content == before
+    thread.add_messages([{"role": "user", "content": "No.", "id": "u3b"}])
+    first = thread.get_context_card(except_last_messages=4)
     # Fewer than `frequency` new messages: the summary revision and its text stay as they were.
     thread.add_messages(
         [{"role": "user", "content": "One more fact: the cluster is in Frankfurt.", "id": "u4"}]
