@@ -16,7 +16,10 @@ When a model call's prompt (system prompt + tool schemas + messages, the card le
   the card stays unchanged across the following turns, so a provider's prompt cache keeps working;
 - ``"self_contained"``: ``[card]`` whose ``<recent_messages>`` hold the tail.
 
-The tail starts at a safe point: a tool call and its results are never separated.
+The tail starts at a safe point (a tool call and its results are never separated) and always holds the
+latest user message. Unlike LangChain's ``SummarizationMiddleware`` (langchain#34664), the trigger counts
+the system prompt and the tool schemas, which are sent with every call. ``recall_results`` adds per-turn
+recall between compactions (see :class:`ContextCardMiddleware`).
 """
 
 from __future__ import annotations
