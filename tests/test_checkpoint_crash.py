@@ -39,8 +39,9 @@ _CHILD = textwrap.dedent(
     with opener.from_conn_string(target) as saver:
         graph = builder.compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "crash"}}
-        start = len(graph.get_state(config).values.get("messages", []))
-        i = start // 2
+        if graph.get_state(config).next:  # a turn the last kill interrupted: finish it first
+            graph.invoke(None, config)
+        i = len(graph.get_state(config).values.get("messages", [])) // 2
         while True:
             graph.invoke({"messages": [{"role": "user", "content": f"turn {i}"}]}, config)
             print(f"done {i}", flush=True)
