@@ -89,3 +89,8 @@ async def test_async_summaries_match_sync_ones() -> None:
 def test_summarizer_for_picks_the_llm_only_when_there_is_one() -> None:
     assert isinstance(summarizer_for(None), ExtractiveSummarizer)
     assert isinstance(summarizer_for(ScriptedChatModel()), LLMSummarizer)
+
+
+def test_short_self_introductions_are_kept() -> None:
+    text = ExtractiveSummarizer().summarize("", [HumanMessage("I'm Maya. Okay. Good idea.")]).text
+    assert text == "- User: I'm Maya."

@@ -103,8 +103,7 @@ class ExtractiveSummarizer:
             return []
         who = "User" if isinstance(message, HumanMessage) else "Assistant"
         sentences = [s.strip() for s in _SENTENCE.split(" ".join(message.text.split())) if s.strip()]
-        # Acknowledgements ("Okay.", "Good idea.") carry nothing to remember.
-        scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences) if len(s.split()) >= 4]
+        scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences)]
         # A sentence must carry some fact; the assistant's must carry more (its chit-chat is no memory).
         threshold = 3 if isinstance(message, AIMessage) else 1
         scored = [t for t in scored if t[0] >= threshold]
