@@ -222,3 +222,17 @@ def test_stats_and_list_threads(tmp_path: Path) -> None:
         assert [t.checkpoints for t in stats.threads] == [9, 6, 6]
         assert stats.checkpoints == 21
         assert stats.storage_bytes >= sum(t.bytes for t in stats.threads) > 0
+
+
+def test_prune_by_another_saver_then_going_on(tmp_path: Path) -> None:
+    """Two savers on one file (as two processes): one prunes, the other's caches must not go stale."""
+    db = tmp_path / "cp.db"
+    with SqliteSaver.from_conn_string(db) as writer, SqliteSaver.from_conn_string(db) as pruner:
+        graph = chat(writer)
+        talk(graph, "t", 10)
+        assert pruner.prune_threads(["t"]) == 29
+        talk(graph, "t", 3, start=10)
+        with SqliteSaver.from_conn_string(db) as reader:
+            messages = chat(reader).get_state(_cfg("t")).values["messages"]
+            assert [m.content.split()[2] for m in messages[::2]] == [str(i) for i in range(13)]
+            assert len(list(reader.list(_cfg("t")))) == 1 + 3 * 3

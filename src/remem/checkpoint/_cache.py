@@ -29,9 +29,14 @@ class ThreadDigests:
 
 @dataclass(frozen=True)
 class Head:
-    """The last checkpoint seen of a (thread, namespace): a put's parent is usually this one."""
+    """The last checkpoint seen of a (thread, namespace): a put's parent is usually this one.
+
+    Only valid for the thread's ``epoch`` it was read at: a prune in another process may since have
+    deleted values it refers to.
+    """
 
     checkpoint_id: str
+    epoch: int
     versions: Mapping[int, Any]
     """Channel versions by the item number of the channel's name."""
     descriptors: Mapping[int, Any]

@@ -226,17 +226,18 @@ def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) 
     return [1, alloc.new_list(None, 0, (0, 0, refs), refs)]
 
 
-def _parent(ctx: Context, tid: int, ns: str, parent_id: str | None) -> Op[Head | None]:
+def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) -> Op[Head | None]:
     if parent_id is None:
         return None
+    tid = state.tid
     head = ctx.cache.head(tid, ns)
-    if head is not None and head.checkpoint_id == parent_id:
+    if head is not None and head.checkpoint_id == parent_id and head.epoch == state.epoch:
         return head
     rows = yield ctx.q(sql.SELECT_BODY, (tid, ns, parent_id))
     if not rows:
         return None
     raw = codec.decode_body(bytes(rows[0][0]))
-    return Head(parent_id, raw.versions, raw.descriptors)
+    return Head(parent_id, state.epoch, raw.versions, raw.descriptors)
 
 
 def put(
@@ -259,7 +260,7 @@ def put(
 
     state, alloc, start = yield from _thread_for_write(ctx, thread_id)
     tid = state.tid
-    parent = yield from _parent(ctx, tid, ns, parent_id)
+    parent = yield from _parent(ctx, state, ns, parent_id)
     names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
     descriptors: dict[int, Any] = {}
     for ch, version in checkpoint["channel_versions"].items():
@@ -279,9 +280,8 @@ def put(
     row = (tid, ns, checkpoint["id"], parent_id, None if run_id is None else str(run_id), body, meta_blob)
     yield ctx.q(sql.INSERT_CHECKPOINT, row, "none")
 
-    head = Head(
-        checkpoint["id"], {names[k]: v for k, v in checkpoint["channel_versions"].items()}, descriptors
-    )
+    versions = {names[k]: v for k, v in checkpoint["channel_versions"].items()}
+    head = Head(checkpoint["id"], state.epoch, versions, descriptors)
 
     def committed() -> None:
         alloc.commit(ctx.cache, state)
@@ -336,15 +336,16 @@ class _Row:
     parent_id: str | None
     body: codec.RawBody
     metadata: dict[str, Any]
+    epoch: int
     writes: list[tuple[int, str, int, int, Any]] = field(default_factory=list)
     """(task path, task id, channel, idx, value descriptor); path and channel are name item numbers."""
 
 
 def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
     out = []
-    for thread_id, tid, ns, cid, parent_id, body, meta in raw:
+    for thread_id, tid, ns, cid, parent_id, body, meta, epoch in raw:
         metadata = codec.decode_metadata(ctx.serde, bytes(meta), trusted_types=ctx.trusted_types)
-        out.append(_Row(thread_id, tid, ns, cid, parent_id, codec.decode_body(bytes(body)), metadata))
+        out.append(_Row(thread_id, tid, ns, cid, parent_id, codec.decode_body(bytes(body)), metadata, epoch))
     return out
 
 
@@ -473,7 +474,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     rows = _rows(ctx, raw)
     (tup,) = yield from _materialize(ctx, rows, None)
     r = rows[0]
-    ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.body.versions, r.body.descriptors))
+    ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
     return tup
 
 

@@ -113,7 +113,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (tid, ns, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
     run_id = excluded.run_id, body = excluded.body, metadata = excluded.metadata"""
 SELECT_BODY = "SELECT body FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
-_CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata"
+_CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, t.epoch"
 GET_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
 JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ? AND c.checkpoint_id = ?"""
 GET_LATEST_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
