@@ -133,12 +133,8 @@ def storage_bytes(kind: str, saver: Any, target: str) -> int:
         )
         return total + sum(len(w[2][1]) for ws in saver.writes.values() for w in ws.values())
     if kind.endswith("sqlite"):
-        if kind == "stock-sqlite":
-            with saver.lock:
-                saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        else:
-            with saver.lock:
-                saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with saver.lock:
+            saver.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return os.path.getsize(target) + (
             os.path.getsize(target + "-wal") if os.path.exists(target + "-wal") else 0
         )

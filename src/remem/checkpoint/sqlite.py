@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncSqliteSaver", "SqliteSaver"]
 
 BUSY_TIMEOUT_MS = 30_000
-_PRAGMAS = (f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}", "PRAGMA foreign_keys = OFF")
+_PRAGMAS = (f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",)
 
 
 def _storage_error(exc: BaseException) -> StorageError:

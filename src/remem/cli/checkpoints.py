@@ -87,7 +87,9 @@ def stats_command(url: str, limit: int) -> None:
     show_default=True,
     help="keep-latest: drop history, keep each thread's latest state; delete: delete whole threads.",
 )
-@click.option("--yes", is_flag=True, help="Do not ask before deleting whole threads.")
+@click.option(
+    "--yes", is_flag=True, help="Do not ask first (asked for delete, and for --all without --older-than)."
+)
 def prune_command(
     url: str, thread_ids: tuple[str, ...], all_threads: bool, older_than: str | None, strategy: str, yes: bool
 ) -> None:
@@ -104,9 +106,10 @@ def prune_command(
     with checkpointer_from_url(url) as saver:
         saver = _remem_saver(saver, url)
         targets = list(thread_ids) or saver.list_threads()
-        if strategy == "delete" and not yes:
+        if not yes and (strategy == "delete" or (all_threads and older_than is None)):
             what = f"{len(targets)} thread(s)" + (f" idle for {older_than}" if older_than else "")
-            click.confirm(f"Delete {what} from {url} for good?", abort=True)
+            doing = "Delete" if strategy == "delete" else "Drop all history but the latest state of"
+            click.confirm(f"{doing} {what} in {url}, for good?", abort=True)
         count = saver.prune_threads(targets, strategy=strategy.replace("-", "_"), older_than=age)
     if strategy == "delete":
         console.print(f"deleted {count} thread(s)")
