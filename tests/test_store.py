@@ -298,3 +298,19 @@ async def test_async_sqlite_store(tmp_path: Any) -> None:
         report = await store.aforget(user_id="u")
         assert report.items == 11
         await store.adelete(("users", "u"), "k")
+
+
+def test_keyword_search_keeps_rare_terms_on_a_large_index(tmp_path: Any) -> None:
+    with SqliteStore.from_conn_string(tmp_path / "k.db", keyword_budget=20) as store:
+        store.batch([PutOp(("d",), f"c{i}", {"text": f"common filler words number {i}"}) for i in range(200)])
+        store.put(("d",), "rare", {"text": "common filler zebra"})
+        store.put(("d",), "both", {"text": "common filler zebra okapi"})
+        store.put(("other",), "rare", {"text": "zebra outside the prefix"})
+        hits = hybrid_search(store, ("d",), "common zebra okapi", mode="keyword", limit=5)
+        assert [h.key for h in hits] == ["both", "rare"]  # "common" (in every item) was left out
+        # every term too common for the budget: all of them are required
+        assert [h.key for h in hybrid_search(store, ("d",), "common filler", mode="keyword", limit=3)]
+        assert {h.key for h in hybrid_search(store, ("d",), "words number 7", mode="keyword")} == {"c7"}
+        only = hybrid_search(store, ("d",), "zebra", mode="keyword", filter={"text": "common filler zebra"})
+        assert [h.key for h in only] == ["rare"]
+        assert hybrid_search(store, ("nothing",), "zebra", mode="keyword") == []

@@ -109,3 +109,19 @@ def test_exact_path_without_pgvector(pg_url: str) -> None:
         texts = _texts(300, 5)
         store.batch([_put(("docs",), f"d{i}", {"text": t}) for i, t in enumerate(texts)])
         assert _recall(store, _texts(10, 6), embedder, ("docs",)) == 1.0
+
+
+def test_sign_bit_prefilter_keeps_recall_at_10() -> None:
+    embedder = FakeEmbedder(384, seed=8)
+    vecs = embedder.embed_array(_texts(6000, 9))
+    matrix = VectorMatrix(384, exact_below=1000)  # force the Hamming prefilter at this size
+    matrix.add(np.arange(6000, dtype=np.int64), np.arange(6000, dtype=np.int64) % 3, vecs)
+    hits = 0
+    queries = embedder.embed_array(_texts(40, 10))
+    for q in queries:
+        got = [i for i, _ in matrix.search(q, 10)]
+        exact = np.argsort(-(vecs @ q))[:10].tolist()
+        hits += len(set(got) & set(exact))
+        in_ns = [i for i, _ in matrix.search(q, 10, ns_ids=[1])]
+        assert all(i % 3 == 1 for i in in_ns) and len(in_ns) == 10
+    assert hits / (10 * len(queries)) >= 0.95

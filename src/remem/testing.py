@@ -38,11 +38,19 @@ class FakeEmbedder(Embeddings):
         self.seed = seed
         self.calls = 0  # embed calls made
         self.texts_embedded = 0  # texts embedded in all
+        self._words: dict[str, npt.NDArray[np.float32]] = {}
 
     def _word_vector(self, word: str) -> npt.NDArray[np.float32]:
+        cached = self._words.get(word)
+        if cached is not None:
+            return cached
+        if len(self._words) > 100_000:
+            self._words.clear()
         digest = hashlib.blake2b(f"{self.seed}:{word}".encode("utf-8", "surrogatepass"), digest_size=8)
         rng = np.random.default_rng(int.from_bytes(digest.digest(), "little"))
-        return rng.standard_normal(self.dims).astype(np.float32)
+        vector = rng.standard_normal(self.dims).astype(np.float32)
+        self._words[word] = vector
+        return vector
 
     def embed_array(self, texts: list[str]) -> npt.NDArray[np.float32]:
         self.calls += 1

@@ -89,6 +89,9 @@ class RememStoreBase(BaseStore):
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
         raise NotImplementedError
 
+    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
+        raise NotImplementedError
+
     def _vectors_changed(self, changes: list[prog.VecChanged]) -> None:
         """Called after a commit with the vector changes it made (the SQLite cache applies them)."""
 
@@ -120,6 +123,8 @@ class RememStoreBase(BaseStore):
             return embed_array(self.plan.embed, request.texts)
         if isinstance(request, prog.VecSearch):
             return self._vector_search(request)
+        if isinstance(request, prog.KwSearch):
+            return self._keyword_search(request)
         changes.append(request)
         return None
 

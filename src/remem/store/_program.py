@@ -48,12 +48,23 @@ class VecSearch:
 
 
 @dataclass(frozen=True)
+class KwSearch:
+    """Keyword search for ``terms`` among live items in ``ns_ids`` (None: any) and ``item_ids`` (None: any)."""
+
+    terms: list[str]
+    k: int
+    ns_ids: list[int] | None
+    item_ids: list[int] | None
+    now: float
+
+
+@dataclass(frozen=True)
 class VecChanged:
     removed: list[int]
     added: list[tuple[int, int, npt.NDArray[np.float32]]]
 
 
-Request = Sql | Many | Embed | VecSearch | VecChanged
+Request = Sql | Many | Embed | VecSearch | KwSearch | VecChanged
 Program = Generator[Request, Any, Any]
 
 _ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at"
@@ -115,14 +126,11 @@ class Dialect:
     ) -> list[Any]:
         raise NotImplementedError
 
-    def keyword_writes(self, item_id: int, text: str) -> list[Sql]:
+    def keyword_writes(self, rows: list[tuple[int, str]]) -> list[Sql | Many]:
         return []
 
     def keyword_deletes(self, ids: Sequence[int]) -> list[Sql]:
         return []
-
-    def keyword_search(self, terms: list[str], where: str, params: list[Any], limit: int) -> Sql:
-        raise NotImplementedError
 
     def vector_param(self, vec: npt.NDArray[np.float32]) -> Any:
         return np.asarray(vec, dtype=np.float32).tobytes()
@@ -302,29 +310,21 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
     fetch = max(depth, 50) if mode == "hybrid" else depth
     keyword: list[tuple[int, float]] = []
     vector: list[tuple[int, float]] = []
+    ns_ids: list[int] | None = None
+    if prefix:
+        ns_where, params = d.ns_condition(prefix, "path")
+        ns_ids = [int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM remem_ns WHERE {ns_where}"), params))]
+        if not ns_ids:
+            return []
+        if len(ns_ids) == (yield Sql(d.q("SELECT count(*) FROM remem_ns"), []))[0][0]:
+            ns_ids = None  # the prefix covers every namespace: no need to filter
     if mode in ("hybrid", "keyword"):
         terms = core.query_terms(op.query)
         if terms:
-            ns_where, params = d.ns_condition(prefix)
-            where = f"{ns_where} AND {_LIVE}"
-            params.append(now)
-            if allowed is not None:
-                cond, extra = d.ids_condition("i.id", allowed)
-                where += f" AND {cond}"
-                params.extend(extra)
-            keyword = [
-                (int(r[0]), float(r[1])) for r in (yield d.keyword_search(terms, where, params, fetch))
-            ]
+            keyword = yield KwSearch(terms, fetch, ns_ids, allowed, now)
     if mode in ("hybrid", "vector") and plan is not None:
         qvec = (yield Embed([op.query]))[0]
-        ns_ids: list[int] | None = None
-        if prefix:
-            ns_where, params = d.ns_condition(prefix, "path")
-            ns_ids = [
-                int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM remem_ns WHERE {ns_where}"), params))
-            ]
-        if ns_ids != []:
-            vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
+        vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
     scores: dict[int, dict[str, float]] = {}
     for rank, (item_id, score) in enumerate(keyword, start=1):
         scores.setdefault(item_id, {}).update(keyword=score, keyword_rank=rank)
@@ -443,24 +443,27 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
                 "set dims to the embedder's output size"
             )
         vectors = dict(zip(to_embed, matrix, strict=True))
-    removed: list[int] = []
-    added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
-    for op, texts in wanted:
+    upsert_rows: list[list[Any]] = []
+    kw_texts: dict[tuple[int, str], str] = {}
+    for op, _ in wanted:
         assert op.value is not None
         ns_id = ns_ids[core.ns_path(op.namespace)]
-        kw_fields = core.index_fields(plan, None if op.index is False else op.index)
-        kw_text = core.keyword_text(op.value, kw_fields)
-        rows = yield Sql(
-            d.q(d.upsert()), d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl)
+        kw_text = core.keyword_text(
+            op.value, core.index_fields(plan, None if op.index is False else op.index)
         )
-        item_id = int(rows[0][0])
-        for stmt in d.keyword_writes(item_id, kw_text):  # noqa: UP028 (the driver sends results)
-            yield stmt
-        if plan is None:
-            continue
-        removed.append(item_id)
-        yield Sql(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), [item_id], fetch=False)
-        new_rows = []
+        upsert_rows.append(d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl))
+        kw_texts[(ns_id, op.key)] = kw_text
+    yield Many(d.q(d.upsert()), upsert_rows)
+    item_ids = yield from _item_ids(d, list(kw_texts))
+    for stmt in d.keyword_writes([(item_ids[k], text) for k, text in kw_texts.items()]):  # noqa: UP028
+        yield stmt
+    if plan is None:
+        return None
+    added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
+    new_rows = []
+    for op, texts in wanted:
+        ns_id = ns_ids[core.ns_path(op.namespace)]
+        item_id = item_ids[(ns_id, op.key)]
         for path, text in texts:
             h = core_hash(text)
             vec = vectors.get(h)
@@ -468,16 +471,34 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
                 vec = _decode_vector(d, known[(ns_id, op.key, path)][1])
             new_rows.append((item_id, ns_id, path, h, d.vector_param(vec)))
             added.append((item_id, ns_id, vec))
-        if new_rows:
-            yield Many(
-                d.q(
-                    "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?)"
-                ),
-                new_rows,
-            )
-    if plan is not None:
-        yield VecChanged(removed, added)
+    changed = sorted(set(item_ids.values()))
+    yield Many(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), [(i,) for i in changed])
+    if new_rows:
+        yield Many(
+            d.q(
+                "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?)"
+            ),
+            new_rows,
+        )
+    yield VecChanged(changed, added)
     return None
+
+
+def _item_ids(d: Dialect, keys: list[tuple[int, str]]) -> Program:
+    """Item ids of (ns_id, key) pairs, looked up after an upsert."""
+    by_ns: dict[int, list[str]] = {}
+    for ns_id, key in keys:
+        by_ns.setdefault(ns_id, []).append(key)
+    out: dict[tuple[int, str], int] = {}
+    for ns_id, ns_keys in by_ns.items():
+        for start in range(0, len(ns_keys), _CHUNK):
+            chunk = ns_keys[start : start + _CHUNK]
+            marks = ", ".join("?" for _ in chunk)
+            rows = yield Sql(
+                d.q(f"SELECT key, id FROM remem_items WHERE ns_id = ? AND key IN ({marks})"), [ns_id, *chunk]
+            )
+            out.update({(ns_id, r[0]): int(r[1]) for r in rows})
+    return out
 
 
 def core_hash(text: str) -> bytes:

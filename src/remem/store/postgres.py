@@ -70,7 +70,7 @@ class PostgresDialect(prog.Dialect):
             "INSERT INTO remem_items (ns_id, key, value, doc, tsv, created_at, updated_at, expires_at, ttl_minutes) "
             "VALUES (?, ?, ?, ?::jsonb, to_tsvector('english', ?), ?, ?, ?, ?) ON CONFLICT (ns_id, key) DO UPDATE "
             "SET value = EXCLUDED.value, doc = EXCLUDED.doc, tsv = EXCLUDED.tsv, updated_at = EXCLUDED.updated_at, "
-            "expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes RETURNING id"
+            "expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes"
         )
 
     def upsert_params(
@@ -79,15 +79,6 @@ class PostgresDialect(prog.Dialect):
         exact = core.dumps(value)
         doc = exact if "\\u0000" not in exact else core.dumps(core.sanitized(value))
         return [ns_id, key, exact, doc, text[:500_000], now, now, core.expiry(ttl, now), ttl]
-
-    def keyword_search(self, terms: list[str], where: str, params: list[Any], limit: int) -> prog.Sql:
-        return prog.Sql(
-            self.q(
-                "SELECT i.id, ts_rank_cd(i.tsv, tq.q) AS s FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id, "
-                f"to_tsquery('english', ?) AS tq(q) WHERE i.tsv @@ tq.q AND {where} ORDER BY s DESC, i.id LIMIT ?"
-            ),
-            [" | ".join(terms), *params, limit],
-        )
 
     def vector_param(self, vec: Any) -> Any:
         if self.vector_kind == "pgvector":
@@ -122,12 +113,13 @@ class PostgresStore(RememStoreBase):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        **options: Any,
     ) -> Iterator[PostgresStore]:
         """Connect to ``conn_string``, set the tables up, and close the connection on exit."""
         conn = _connect(conn_string)
         store: PostgresStore | None = None
         try:
-            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode)
+            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
             store.setup()
             yield store
         finally:
@@ -217,6 +209,22 @@ class PostgresStore(RememStoreBase):
         cur = self.conn.execute(request.sql, list(request.params))
         return cur.fetchall() if request.fetch else cur.rowcount
 
+    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
+        where = ["i.tsv @@ tq.q", "(i.expires_at IS NULL OR i.expires_at > %s)"]
+        params: list[Any] = [" | ".join(request.terms), request.now]
+        if request.ns_ids is not None:
+            where.append("i.ns_id = ANY(%s)")
+            params.append(request.ns_ids)
+        if request.item_ids is not None:
+            where.append("i.id = ANY(%s)")
+            params.append(request.item_ids)
+        rows = self.conn.execute(
+            "SELECT i.id, ts_rank(i.tsv, tq.q) AS s FROM remem_items i, to_tsquery('english', %s) AS tq(q) "
+            f"WHERE {' AND '.join(where)} ORDER BY s DESC, i.id LIMIT %s",
+            [*params, request.k],
+        ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
+
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
         where, params = [], []
         if request.ns_ids is not None:
@@ -287,11 +295,12 @@ class AsyncPostgresStore(PostgresStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        **options: Any,
     ) -> AsyncIterator[AsyncPostgresStore]:
         """Async version of :meth:`PostgresStore.from_conn_string`."""
         conn = await asyncio.to_thread(_connect, conn_string)
         try:
-            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode)
+            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
             await asyncio.to_thread(store.setup)
             yield store
         finally:

