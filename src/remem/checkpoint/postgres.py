@@ -1,7 +1,6 @@
 """remem's checkpointers on PostgreSQL: :class:`PostgresSaver` and :class:`AsyncPostgresSaver` (psycopg 3).
 
-Each operation borrows a connection from a ``psycopg_pool`` pool for one transaction (in pipeline mode:
-statements whose rows are not needed go out without a round trip each), so a saver shared
+Each operation borrows a connection from a ``psycopg_pool`` pool for one transaction, so a saver shared
 by many threads or tasks runs their queries in parallel; writes to one thread are ordered by a lock on
 that thread's row only. Reads run in a ``REPEATABLE READ`` read-only transaction, so a checkpoint and
 the values it references are read from one snapshot.
@@ -97,7 +96,7 @@ class PostgresSaver(SyncSaver):
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Execute]:
         try:
-            with self._connection() as conn, conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+            with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 if not write:
                     cur.execute(_READ_ONLY)
 
@@ -155,7 +154,7 @@ class AsyncPostgresSaver(AsyncSaver):
     @asynccontextmanager
     async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
         try:
-            async with self._connection() as conn, conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+            async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
                 if not write:
                     await cur.execute(_READ_ONLY)
 
