@@ -118,8 +118,10 @@ def _stats_op(ctx: ops.Context) -> ops.Op[CheckpointStats]:
 
 
 def _cutoff(older_than: timedelta | datetime | None) -> datetime | None:
-    if older_than is None or isinstance(older_than, datetime):
-        return older_than
+    if older_than is None:
+        return None
+    if isinstance(older_than, datetime):
+        return older_than if older_than.tzinfo is not None else older_than.replace(tzinfo=UTC)
     return datetime.now(UTC) - older_than
 
 

@@ -1,7 +1,8 @@
 """Every checkpointer operation, once, as a generator of SQL statements (no I/O here).
 
 An operation yields :class:`Query` objects and receives each one's rows back; the sync and async savers
-of both backends only run the statements (see ``_base.run_op``), inside one transaction per operation.
+of both backends only run the statements (``SyncSaver._run`` and ``AsyncSaver._run`` in ``_base``), inside
+one transaction per operation.
 Work that needs no database (serializing values) happens before the first statement, so a write holds
 its locks as briefly as possible.
 """
@@ -12,7 +13,7 @@ import functools
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 import ormsgpack
@@ -575,9 +576,10 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
 
 def _created(ts: str) -> datetime | None:
     try:
-        return datetime.fromisoformat(ts)
+        moment = datetime.fromisoformat(ts)
     except (TypeError, ValueError):
         return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 CheckpointInfo = tuple[str, str, str | None, str]
@@ -587,8 +589,8 @@ Picker = Callable[[list[CheckpointInfo]], set[tuple[str, str]]]
 
 
 def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Op[int]:
-    """Deletes the checkpoints ``doomed`` picks (from (ns, id, run_id, checkpoint) of every checkpoint of
-    the thread), their writes, and then every item and list no remaining checkpoint or write uses."""
+    """Deletes the checkpoints ``doomed`` picks (from the :data:`CheckpointInfo` of every checkpoint of the
+    thread), their writes, and then every item and list no remaining checkpoint or write uses."""
     row = yield from _lock(ctx, thread_id)
     if row is None:
         return 0
