@@ -91,6 +91,8 @@ def time_puts(store: Any, texts: list[str], batch: int) -> float:
             store.batch(
                 [PutOp(ns, f"k{i}", {"content": t, "n": i}) for i, t in enumerate(texts[s : s + batch], s)]
             )
+    if hasattr(store, "flush"):
+        store.flush()  # queued puts (commit_interval) count only once committed
     return len(texts) / (time.perf_counter() - start)
 
 
@@ -158,6 +160,13 @@ def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple
     run(
         "remem SqliteStore (index, fake 384-d)",
         lambda: SqliteStore.from_conn_string(tmp / "remem-ix.db", index=index(FakeEmbedder(DIMS))),
+        texts,
+    )
+    run(
+        "remem SqliteStore (index, commit_interval=50 ms)",
+        lambda: SqliteStore.from_conn_string(
+            tmp / "remem-group.db", index=index(FakeEmbedder(DIMS)), commit_interval=0.05
+        ),
         texts,
     )
     with fresh_database(args.pg_url) as url:
@@ -333,8 +342,9 @@ def main() -> None:
             f"- a real MiniLM int8 query embedding adds p50 {minilm[0]:.2f} ms, p95 {minilm[1]:.2f} ms per search"
         )
     hybrid = [r for r in searches if r[0] == "remem SqliteStore" and r[2] == "hybrid"]
-    remem_single = next(single for name, single, _ in puts if name == "remem SqliteStore (index, fake 384-d)")
-    print(f"- target puts >= 30x stock SqliteStore: {remem_single / stock:,.1f}x (with an index)")
+    for name, single, _ in puts:
+        if name.startswith("remem SqliteStore"):
+            print(f"- target puts >= 30x stock SqliteStore: {single / stock:,.1f}x for {name}")
     for _, size, _, p50, _, _ in hybrid:
         print(f"- target hybrid p50 <= 15 ms on SQLite: {p50:.2f} ms at {size:,} items")
 

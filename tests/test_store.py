@@ -314,3 +314,31 @@ def test_keyword_search_keeps_rare_terms_on_a_large_index(tmp_path: Any) -> None
         only = hybrid_search(store, ("d",), "zebra", mode="keyword", filter={"text": "common filler zebra"})
         assert [h.key for h in only] == ["rare"]
         assert hybrid_search(store, ("nothing",), "zebra", mode="keyword") == []
+        # one term in every item: the newest matches are ranked, not all of them
+        newest = {f"c{i}" for i in range(170, 200)} | {"rare", "both"}
+        hits = hybrid_search(store, ("d",), "filler", mode="keyword", limit=5)
+        assert len(hits) == 5 and {h.key for h in hits} <= newest
+
+
+def test_group_commit_reads_its_own_writes_and_commits_on_time(tmp_path: Any) -> None:
+    path = tmp_path / "group.db"
+    with (
+        SqliteStore.from_conn_string(path, commit_interval=0.2) as store,
+        SqliteStore.from_conn_string(path) as other,
+    ):
+        for i in range(5):
+            store.put(("g",), f"k{i}", {"text": f"queued {i}"})
+        assert other.get(("g",), "k0") is None  # not committed yet
+        assert store.get(("g",), "k4") is not None  # a read commits the queue first
+        assert other.get(("g",), "k4") is not None
+        store.put(("g",), "late", {"text": "committed by the timer"})
+        deadline = time.time() + 5
+        while other.get(("g",), "late") is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert other.get(("g",), "late") is not None
+        with pytest.raises(RememUsageError):
+            store.put(("g",), "bad", {"x": float("nan")})  # refused at once, not in the background
+        store.put(("g",), "last", {"text": "committed on close"})
+    with SqliteStore.from_conn_string(path) as reopened:
+        assert reopened.get(("g",), "last") is not None
+        assert reopened.get(("g",), "bad") is None

@@ -156,10 +156,7 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
         elif isinstance(op, ListNamespacesOp):
             results[i] = yield from list_namespaces_program(d, op, now)
         elif isinstance(op, PutOp):
-            core.validate_namespace(op.namespace)
-            core.validate_key(op.key)
-            if op.value is not None and not isinstance(op.value, dict):
-                raise RememUsageError(f"an item value must be a dict, got {type(op.value).__name__}")
+            check_put(op)
             puts[(op.namespace, op.key)] = op
         else:
             raise RememUsageError(
@@ -168,6 +165,17 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
     if puts:
         yield from put_program(d, plan, list(puts.values()), now)
     return results
+
+
+def check_put(op: PutOp, *, encode: bool = False) -> None:
+    """Refuse a put that could not be stored as given (before any SQL runs; ``encode``: try the JSON too)."""
+    _validate_op(op)
+    core.validate_key(op.key)
+    if op.value is not None:
+        if not isinstance(op.value, dict):
+            raise RememUsageError(f"an item value must be a dict, got {type(op.value).__name__}")
+        if encode:
+            core.dumps(op.value)
 
 
 def _validate_op(op: Op) -> None:

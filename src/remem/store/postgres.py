@@ -202,7 +202,9 @@ class PostgresStore(RememStoreBase):
 
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         if isinstance(request, prog.Many):
-            if request.rows:
+            if len(request.rows) == 1:  # one row: a plain execute saves the pipeline's round trips
+                self.conn.execute(request.sql, request.rows[0])
+            elif request.rows:
                 with self.conn.cursor() as cur:
                     cur.executemany(request.sql, request.rows)
             return None

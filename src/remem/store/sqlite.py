@@ -15,15 +15,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sqlite3
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from langgraph.store.base import IndexConfig, TTLConfig
+from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem.errors import ConfigError, StorageError
 from remem.store import _program as prog
@@ -32,6 +34,8 @@ from remem.store._core import SearchMode
 from remem.store._vectors import VectorMatrix
 
 __all__ = ["AsyncSqliteStore", "SqliteStore"]
+
+logger = logging.getLogger(__name__)
 
 MIGRATIONS: list[list[str]] = [
     [
@@ -133,9 +137,16 @@ class SqliteStore(RememStoreBase):
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
         keyword_budget: int = 2000,
+        commit_interval: float | None = None,
+        max_pending: int = 1000,
     ) -> None:
         super().__init__(index=index, ttl=ttl, search_mode=search_mode)
         self.conn = conn
+        self.commit_interval = commit_interval
+        self.max_pending = max_pending
+        self._pending: list[PutOp] = []
+        self._flush_timer: threading.Timer | None = None
+        self._flush_error: BaseException | None = None
         conn.isolation_level = None
         self._is_setup = False
         self._matrix: VectorMatrix | None = None
@@ -161,9 +172,10 @@ class SqliteStore(RememStoreBase):
             store.setup()
             yield store
         finally:
-            store_sweeper = locals().get("store")
-            if store_sweeper is not None:
-                store_sweeper.stop_ttl_sweeper(1)
+            opened = locals().get("store")
+            if opened is not None:
+                opened.stop_ttl_sweeper(1)
+                opened.flush()
             conn.close()
 
     def setup(self) -> None:
@@ -197,6 +209,67 @@ class SqliteStore(RememStoreBase):
                 c.execute("ROLLBACK")
                 raise
             self._is_setup = True
+
+    # -------------------------------------------------- group commit
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ops. With ``commit_interval``, a batch of puts only is queued and committed with others
+        within that many seconds (or at ``max_pending`` puts); any read, search, erasure or close commits the
+        queue first, so this store always reads its own writes. A crash loses at most the queued puts."""
+        ops = list(ops)
+        if not self.commit_interval or not ops or not all(isinstance(op, PutOp) for op in ops):
+            return super().batch(ops)
+        puts = [op for op in ops if isinstance(op, PutOp)]
+        for put in puts:
+            prog.check_put(put, encode=True)  # refuse bad input now, not in the background
+        with self._lock:
+            self._raise_flush_error()
+            self._pending.extend(puts)
+            if len(self._pending) >= self.max_pending:
+                self._flush_locked()
+            elif self._flush_timer is None:
+                self._flush_timer = threading.Timer(self.commit_interval, self._flush_in_background)
+                self._flush_timer.daemon = True
+                self._flush_timer.start()
+        return [None] * len(ops)
+
+    def flush(self) -> None:
+        """Commit the puts queued by ``commit_interval`` now."""
+        with self._lock:
+            self._flush_locked()
+            self._raise_flush_error()
+
+    def _flush_locked(self) -> None:
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._pending:
+            pending, self._pending = self._pending, []
+            try:
+                super()._run(prog.batch_program(self.dialect, self.plan, pending, self.search_mode))
+            except BaseException:
+                self._pending = pending + self._pending  # keep them for the next try
+                raise
+
+    def _flush_in_background(self) -> None:
+        with self._lock:
+            self._flush_timer = None
+            try:
+                self._flush_locked()
+            except Exception as exc:
+                logger.warning("committing queued puts failed (kept for the next try): %s", exc)
+                self._flush_error = exc
+
+    def _raise_flush_error(self) -> None:
+        if self._flush_error is not None:
+            error, self._flush_error = self._flush_error, None
+            raise error
+
+    def _run(self, program: prog.Program) -> Any:
+        with self._lock:
+            if self._pending:
+                self._flush_locked()
+            return super()._run(program)
 
     # -------------------------------------------------- I/O hooks
 
@@ -246,14 +319,16 @@ class SqliteStore(RememStoreBase):
         self._df[term] = (count, rows)
         return count
 
-    def _match_expression(self, terms: list[str]) -> list[str]:
-        """FTS5 queries to try in order. Ranking every match with bm25 costs ~4 µs a row, so on a large index
-        only the rarest terms are kept while their matches fit ``keyword_budget`` (a term in a large share of
-        the items has an IDF near zero and moves no ranking); when even the rarest term matches too many
-        items, all terms are required (AND) first."""
+    def _match_expression(self, terms: list[str]) -> list[tuple[str, int | None, bool]]:
+        """FTS5 queries to try in order: (match, lowest rowid or None, accept fewer than k results).
+
+        Ranking a match with bm25 costs ~4 µs, so on a large index only the rarest terms are kept while
+        their matches fit ``keyword_budget`` (a term in a large share of the items has an IDF near zero and
+        moves no ranking). When even the rarest term matches too many items, all terms are required (AND);
+        failing that, the most recent matches (about ``keyword_budget`` of them) are ranked first."""
         rows = self._fts_rows()
-        if rows <= self.keyword_budget or len(terms) == 1:
-            return [" OR ".join(_phrase(t) for t in terms)]
+        if rows <= self.keyword_budget:
+            return [(" OR ".join(_phrase(t) for t in terms), None, True)]
         df = {t: self._doc_frequency(t, rows) for t in terms}
         ordered = sorted((t for t in terms if df[t] > 0), key=lambda t: df[t])
         if not ordered:
@@ -264,31 +339,39 @@ class SqliteStore(RememStoreBase):
                 break
             picked.append(term)
             total += df[term]
-        options = []
-        if total > self.keyword_budget and len(ordered) > 1:
-            options.append(" AND ".join(_phrase(t) for t in ordered))
-            options.append(" AND ".join(_phrase(t) for t in ordered[:2]))
-        options.append(" OR ".join(_phrase(t) for t in picked))
+        either = " OR ".join(_phrase(t) for t in picked)
+        if total <= self.keyword_budget:
+            return [(either, None, True)]
+        options: list[tuple[str, int | None, bool]] = []
+        if len(ordered) > 1:
+            options.append((" AND ".join(_phrase(t) for t in ordered), None, False))
+        newest = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()[0])
+        options.append((either, newest - self.keyword_budget * rows // total, False))
+        options.append((either, None, True))
         return options
 
     def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        for match in self._match_expression(request.terms):
-            found = self._ranked(match, request)
-            if found:
+        for match, lowest, enough in self._match_expression(request.terms):
+            found = self._ranked(match, lowest, request)
+            if found and (enough or len(found) >= request.k):
                 return found
         return []
 
-    def _ranked(self, match: str, request: prog.KwSearch) -> list[tuple[int, float]]:
+    def _ranked(self, match: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
         base = "SELECT rowid, -bm25(remem_fts) FROM remem_fts WHERE remem_fts MATCH ?"
+        params: list[Any] = [match]
+        if lowest is not None:
+            base += " AND rowid > ?"
+            params.append(lowest)
         if request.item_ids is not None:  # a filter already narrowed the items: rank only those
             sql = base + " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank LIMIT ?"
             rows = self.conn.execute(
-                sql, [match, json.dumps(request.item_ids), request.k * 4 + 16]
+                sql, [*params, json.dumps(request.item_ids), request.k * 4 + 16]
             ).fetchall()
             return self._live(rows, request)[: request.k]
         limit = max(request.k * 4, 64)
         while True:
-            rows = self.conn.execute(base + " ORDER BY rank LIMIT ?", [match, limit]).fetchall()
+            rows = self.conn.execute(base + " ORDER BY rank LIMIT ?", [*params, limit]).fetchall()
             found = self._live(rows, request)
             if len(found) >= request.k or len(rows) < limit:
                 return found[: request.k]
@@ -377,4 +460,7 @@ class AsyncSqliteStore(SqliteStore):
             await asyncio.to_thread(store.setup)
             yield store
         finally:
+            opened = locals().get("store")
+            if opened is not None:
+                await asyncio.to_thread(opened.flush)
             await asyncio.to_thread(conn.close)
