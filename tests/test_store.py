@@ -342,3 +342,14 @@ def test_group_commit_reads_its_own_writes_and_commits_on_time(tmp_path: Any) ->
     with SqliteStore.from_conn_string(path) as reopened:
         assert reopened.get(("g",), "last") is not None
         assert reopened.get(("g",), "bad") is None
+
+
+def test_keyword_budget_on_every_backend(make_store: Any) -> None:
+    store = make_store(keyword_budget=20)
+    store.batch([PutOp(("d",), f"c{i}", {"text": f"common filler words number {i}"}) for i in range(200)])
+    store.put(("d",), "rare", {"text": "common filler zebra"})
+    if hasattr(store.conn, "pgconn"):
+        store.conn.execute("ANALYZE remem_items")
+    assert [h.key for h in hybrid_search(store, ("d",), "common zebra", mode="keyword")] == ["rare"]
+    hits = hybrid_search(store, ("d",), "filler", mode="keyword", limit=5)
+    assert len(hits) == 5 and {h.key for h in hits} <= {f"c{i}" for i in range(150, 200)} | {"rare"}

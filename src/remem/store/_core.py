@@ -318,6 +318,47 @@ def query_terms(query: str) -> list[str]:
     return list(dict.fromkeys(kept or words))
 
 
+@dataclass(frozen=True)
+class KeywordAttempt:
+    """One keyword query to try: OR (or AND) of ``terms``; ``newest``: rank only about that many of the
+    newest matching items (None: all); ``partial``: accept fewer results than asked for."""
+
+    terms: tuple[str, ...]
+    every: bool = False
+    newest: int | None = None
+    partial: bool = True
+
+
+def plan_keyword(
+    terms: Sequence[str], df: Mapping[str, int] | None, rows: int, budget: int
+) -> list[KeywordAttempt]:
+    """The keyword queries to try, in order, so that no query ranks many more than ``budget`` matches.
+
+    Ranking costs a few microseconds a match (bm25, ts_rank), so on a large index only the rarest terms are
+    kept while their matches fit the budget: a term in a large share of the items has an IDF near zero and
+    moves no ranking. When even the rarest term matches too many items, all terms are required (AND);
+    failing that, the newest matches (about ``budget`` of them) are ranked. ``df`` None: rank everything.
+    """
+    if df is None:
+        return [KeywordAttempt(tuple(terms))]
+    ordered = sorted((t for t in terms if df.get(t, 0) > 0), key=lambda t: df[t])
+    if not ordered:
+        return []
+    picked, total = [ordered[0]], df[ordered[0]]
+    for term in ordered[1:]:
+        if total + df[term] > budget:
+            break
+        picked.append(term)
+        total += df[term]
+    if total <= budget:
+        return [KeywordAttempt(tuple(picked))]
+    attempts = [KeywordAttempt(tuple(ordered), every=True, partial=False)] if len(ordered) > 1 else []
+    window = max(budget, budget * max(rows, 1) // total)
+    attempts.append(KeywordAttempt(tuple(picked), newest=window, partial=False))
+    attempts.append(KeywordAttempt(tuple(picked)))
+    return attempts
+
+
 # ---------------------------------------------------------------- ttl, fusion, results
 
 

@@ -97,11 +97,14 @@ class PostgresStore(RememStoreBase):
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
         ef_search: int = 200,
+        keyword_budget: int = 2000,
     ) -> None:
         super().__init__(index=index, ttl=ttl, search_mode=search_mode)
         self.conn = conn
         self.dialect = PostgresDialect()
         self.ef_search = ef_search
+        self.keyword_budget = keyword_budget
+        self._df: dict[str, tuple[int, int]] = {}  # term -> (items containing it, table size then)
         self._is_setup = False
 
     @classmethod
@@ -212,8 +215,46 @@ class PostgresStore(RememStoreBase):
         return cur.fetchall() if request.fetch else cur.rowcount
 
     def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
+        row = self.conn.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = 'remem_items'::regclass"
+        ).fetchone()
+        rows = int(row[0]) if row else -1
+        if rows < 0:  # never analysed: count once (the planner's estimate is used afterwards)
+            counted = self.conn.execute("SELECT count(*) FROM remem_items").fetchone()
+            rows = int(counted[0]) if counted else 0
+        df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
+        newest: int | None = None
+        for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
+            lowest = None
+            if attempt.newest is not None:
+                if newest is None:
+                    found_max = self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()
+                    newest = int(found_max[0]) if found_max else 0
+                lowest = newest - attempt.newest
+            found = self._ranked((" & " if attempt.every else " | ").join(attempt.terms), lowest, request)
+            if found and (attempt.partial or len(found) >= request.k):
+                return found
+        return []
+
+    def _doc_frequency(self, term: str, rows: int) -> int:
+        cached = self._df.get(term)
+        if cached is not None and abs(cached[1] - rows) <= rows // 10:
+            return cached[0]
+        found = self.conn.execute(
+            "SELECT count(*) FROM remem_items WHERE tsv @@ to_tsquery('english', %s)", [term]
+        ).fetchone()
+        count = int(found[0]) if found else 0
+        if len(self._df) > 50_000:
+            self._df.clear()
+        self._df[term] = (count, rows)
+        return count
+
+    def _ranked(self, tsquery: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
         where = ["i.tsv @@ tq.q", "(i.expires_at IS NULL OR i.expires_at > %s)"]
-        params: list[Any] = [" | ".join(request.terms), request.now]
+        params: list[Any] = [tsquery, request.now]
+        if lowest is not None:
+            where.append("i.id > %s")
+            params.append(lowest)
         if request.ns_ids is not None:
             where.append("i.ns_id = ANY(%s)")
             params.append(request.ns_ids)

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem.errors import ConfigError, StorageError
+from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store._base import RememStoreBase
 from remem.store._core import SearchMode
@@ -319,41 +320,21 @@ class SqliteStore(RememStoreBase):
         self._df[term] = (count, rows)
         return count
 
-    def _match_expression(self, terms: list[str]) -> list[tuple[str, int | None, bool]]:
-        """FTS5 queries to try in order: (match, lowest rowid or None, accept fewer than k results).
-
-        Ranking a match with bm25 costs ~4 µs, so on a large index only the rarest terms are kept while
-        their matches fit ``keyword_budget`` (a term in a large share of the items has an IDF near zero and
-        moves no ranking). When even the rarest term matches too many items, all terms are required (AND);
-        failing that, the most recent matches (about ``keyword_budget`` of them) are ranked first."""
-        rows = self._fts_rows()
-        if rows <= self.keyword_budget:
-            return [(" OR ".join(_phrase(t) for t in terms), None, True)]
-        df = {t: self._doc_frequency(t, rows) for t in terms}
-        ordered = sorted((t for t in terms if df[t] > 0), key=lambda t: df[t])
-        if not ordered:
-            return []
-        picked, total = [ordered[0]], df[ordered[0]]
-        for term in ordered[1:]:
-            if total + df[term] > self.keyword_budget:
-                break
-            picked.append(term)
-            total += df[term]
-        either = " OR ".join(_phrase(t) for t in picked)
-        if total <= self.keyword_budget:
-            return [(either, None, True)]
-        options: list[tuple[str, int | None, bool]] = []
-        if len(ordered) > 1:
-            options.append((" AND ".join(_phrase(t) for t in ordered), None, False))
-        newest = int(self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()[0])
-        options.append((either, newest - self.keyword_budget * rows // total, False))
-        options.append((either, None, True))
-        return options
-
     def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        for match, lowest, enough in self._match_expression(request.terms):
+        rows = self._fts_rows()
+        df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
+        newest: int | None = None
+        for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
+            match = (" AND " if attempt.every else " OR ").join(_phrase(t) for t in attempt.terms)
+            lowest = None
+            if attempt.newest is not None:
+                if newest is None:
+                    newest = int(
+                        self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()[0]
+                    )
+                lowest = newest - attempt.newest
             found = self._ranked(match, lowest, request)
-            if found and (enough or len(found) >= request.k):
+            if found and (attempt.partial or len(found) >= request.k):
                 return found
         return []
 
