@@ -41,13 +41,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remem.store._base import RememStoreBase
 from remem.store._core import InvalidFilterError, NamespaceError, ScoredItem, SearchMode
 from remem.store._program import ForgetReport
-from remem.store.postgres import AsyncPostgresStore, PostgresStore
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
+
+if TYPE_CHECKING:
+    from remem.store.postgres import AsyncPostgresStore, PostgresStore
+
+
+def __getattr__(name: str) -> Any:
+    # The Postgres stores load psycopg; import them only when asked for.
+    if name in ("PostgresStore", "AsyncPostgresStore"):
+        from remem.store import postgres
+
+        return getattr(postgres, name)
+    raise AttributeError(f"module 'remem.store' has no attribute {name!r}")
+
 
 __all__ = [
     "AsyncPostgresStore",
@@ -136,6 +148,8 @@ async def aforget(
 def open_store(url: str, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
     """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, or ``:memory:``."""
     if url.startswith(("postgres://", "postgresql://")):
+        from remem.store.postgres import PostgresStore
+
         with PostgresStore.from_conn_string(url, index=index) as pg:
             yield pg
     else:

@@ -18,10 +18,16 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import psycopg
 from langgraph.store.base import IndexConfig, TTLConfig
 
-from remem.errors import StorageError
+from remem.errors import MissingDependencyError, StorageError
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - psycopg is a dependency; this names the fix if it goes missing
+    raise MissingDependencyError(
+        "psycopg is not installed; install it with: pip install 'psycopg[binary]'"
+    ) from None
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store._base import RememStoreBase
