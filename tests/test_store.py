@@ -353,3 +353,17 @@ def test_keyword_budget_on_every_backend(make_store: Any) -> None:
     assert [h.key for h in hybrid_search(store, ("d",), "common zebra", mode="keyword")] == ["rare"]
     hits = hybrid_search(store, ("d",), "filler", mode="keyword", limit=5)
     assert len(hits) == 5 and {h.key for h in hits} <= {f"c{i}" for i in range(150, 200)} | {"rare"}
+
+
+@pytest.mark.postgres
+async def test_async_postgres_store(pg_url: str) -> None:
+    from remem.store import AsyncPostgresStore
+
+    async with AsyncPostgresStore.from_conn_string(pg_url, index=_index()) as store:
+        await store.aput(("users", "u"), "k", {"text": "async memory about sailing"})
+        assert (await store.asearch(("users",), query="sailing"))[0].key == "k"
+        hits = await store.ahybrid_search(("users",), "sailing", mode="keyword")
+        assert [h.key for h in hits] == ["k"]
+        assert (await store.alist_namespaces()) == [("users", "u")]
+        assert (await store.aforget(user_id="u")).items == 1
+        assert await store.aget(("users", "u"), "k") is None
