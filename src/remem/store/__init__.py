@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from remem.store._base import RememStoreBase
 from remem.store._core import InvalidFilterError, NamespaceError, ScoredItem, SearchMode
-from remem.store._program import ForgetReport
+from remem.store._erasure import ForgetReport
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
 
 if TYPE_CHECKING:

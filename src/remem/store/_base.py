@@ -18,9 +18,11 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, Result, SearchOp, T
 from remem.embeddings import embed_array
 from remem.errors import RememUsageError
 from remem.store import _core as core
+from remem.store import _erasure
 from remem.store import _program as prog
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-from remem.store._program import ForgetReport, Program
+from remem.store._erasure import ForgetReport
+from remem.store._program import Program
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +186,7 @@ class RememStoreBase(BaseStore):
         """
         prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
         owner = ("user_id", user_id) if user_id is not None else None
-        report, values = self._run(prog.forget_program(self.dialect, prefixes, matches, scopes, owner))
+        report, values = self._run(_erasure.forget_program(self.dialect, prefixes, matches, scopes, owner))
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()
@@ -203,7 +205,7 @@ class RememStoreBase(BaseStore):
 
     def sweep_ttl(self) -> int:
         """Delete expired items now; returns how many."""
-        return self._run(prog.sweep_program(self.dialect, _now()))  # type: ignore[no-any-return]
+        return self._run(_erasure.sweep_program(self.dialect, _now()))  # type: ignore[no-any-return]
 
     async def asweep_ttl(self) -> int:
         """Async version of :meth:`sweep_ttl`."""
@@ -239,7 +241,7 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        return self._run(prog.stats_program(self.dialect))  # type: ignore[no-any-return]
+        return self._run(_erasure.stats_program(self.dialect))  # type: ignore[no-any-return]
 
 
 def _now() -> float:
