@@ -203,16 +203,28 @@ def history_child(kind: str, target: str, turns: int) -> None:
             rng = random.Random(1)
             for _ in range(turns):
                 graph.invoke({"messages": [{"role": "user", "content": text(rng, 40)}]}, config)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        reset_peak_rss()
+        before = peak_rss_mb()
         start = time.perf_counter()
         snapshots = list(graph.get_state_history(config))
         seconds = time.perf_counter() - start
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {"seconds": seconds, "peak_mb": peak / 1024, "before_mb": before / 1024, "n": len(snapshots)}
-        )
-    )
+        peak = peak_rss_mb()
+    print(json.dumps({"seconds": seconds, "peak_mb": peak, "before_mb": before, "n": len(snapshots)}))
+
+
+def reset_peak_rss() -> None:
+    """Start the peak-RSS count afresh (Linux): ru_maxrss carries a big parent's peak over fork and exec."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM) since :func:`reset_peak_rss`."""
+    with contextlib.suppress(OSError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def concurrent_turns(kind: str, pg_admin: str, workers: int, worker_turns: int) -> float:
