@@ -29,7 +29,7 @@ from remem.extraction import (
     is_extractable,
 )
 from remem.store import SqliteStore, hybrid_search, thread_messages, user_memories
-from remem.testing import FakeEmbedder, ScriptedJSONChatModel
+from remem.testing import FakeEmbedder, ScriptedChatModel
 
 
 @pytest.fixture
@@ -81,8 +81,8 @@ def test_without_llm_raw_turns_are_searchable_and_derived_text_is_skipped(store:
 
 
 def test_llm_extracts_typed_memories_with_provenance(store: SqliteStore) -> None:
-    model = ScriptedJSONChatModel(
-        [
+    model = ScriptedChatModel(
+        replies=[
             _extraction(
                 {
                     "kind": "fact",
@@ -107,8 +107,8 @@ def test_llm_extracts_typed_memories_with_provenance(store: SqliteStore) -> None
     )
     result = MemoryExtractor(store, model).run(_conversation(), user_id="u1", thread_id="t1")
     assert result.llm_used and len(result.added) == 3
-    assert len(model.prompts) == 1  # nothing similar stored yet: no update call
-    prompt = "\n".join(str(m.content) for m in model.prompts[0])
+    assert len(model.calls) == 1  # nothing similar stored yet: no update call
+    prompt = "\n".join(str(m.content) for m in model.calls[0])
     assert "green tea" in prompt and 'id="h2"' in prompt
     for derived in ("SYSTEMSECRET", "CARDTEXT", "RECALLTEXT", "DERIVEDTEXT", "TOOLTEXT"):
         assert derived not in prompt  # never extracted from system prompts, cards, recalls, tool results
@@ -133,8 +133,8 @@ def _target_reply(action: str, text: str | None = None) -> Any:
 
 
 def _seed_lisbon(store: SqliteStore) -> str:
-    model = ScriptedJSONChatModel(
-        [_extraction({"kind": "fact", "text": "The user lives in Lisbon.", "confidence": 0.9})]
+    model = ScriptedChatModel(
+        replies=[_extraction({"kind": "fact", "text": "The user lives in Lisbon.", "confidence": 0.9})]
     )
     return (
         MemoryExtractor(store, model)
@@ -145,8 +145,8 @@ def _seed_lisbon(store: SqliteStore) -> str:
 
 def test_update_supersedes_and_links_without_overwriting(store: SqliteStore) -> None:
     old_id = _seed_lisbon(store)
-    model = ScriptedJSONChatModel(
-        [
+    model = ScriptedChatModel(
+        replies=[
             _extraction({"kind": "fact", "text": "The user lives in Porto.", "source_message_ids": ["m2"]}),
             _target_reply("update", "The user moved from Lisbon to Porto."),
         ]
@@ -154,7 +154,7 @@ def test_update_supersedes_and_links_without_overwriting(store: SqliteStore) -> 
     result = MemoryExtractor(store, model).run(
         [HumanMessage(content="I moved to Porto last month.", id="m2")], user_id="u1", thread_id="t2"
     )
-    assert len(model.prompts) == 2 and "The user lives in Lisbon." in str(model.prompts[1][-1].content)
+    assert len(model.calls) == 2 and "The user lives in Lisbon." in str(model.calls[1][-1].content)
     [(old, new)] = result.updated
     assert old == old_id
     old_item, new_item = store.get(user_memories("u1"), old), store.get(user_memories("u1"), new)
@@ -172,8 +172,8 @@ def test_update_supersedes_and_links_without_overwriting(store: SqliteStore) -> 
 
 def test_delete_noop_and_invented_targets(store: SqliteStore) -> None:
     old_id = _seed_lisbon(store)
-    model = ScriptedJSONChatModel(
-        [
+    model = ScriptedChatModel(
+        replies=[
             _extraction({"kind": "fact", "text": "The user no longer lives in Lisbon."}),
             _target_reply("delete"),
             _extraction({"kind": "fact", "text": "The user lives in Lisbon."}),  # a repeat of what was known
@@ -203,7 +203,7 @@ def test_failed_extraction_keeps_the_watermark_and_is_retried(store: SqliteStore
         HumanMessage(content="I live in Lisbon.", id="m1"),
         HumanMessage(content="I like jazz.", id="m2"),
     ]
-    failing = ScriptedJSONChatModel([RuntimeError("endpoint down")])
+    failing = ScriptedChatModel(replies=[RuntimeError("endpoint down")])
     extractor = MemoryExtractor(store, failing)
     with pytest.raises(ExtractionError, match="retries"):
         extractor.run(messages, user_id="u1", thread_id="t1")
@@ -212,15 +212,15 @@ def test_failed_extraction_keeps_the_watermark_and_is_retried(store: SqliteStore
     assert "endpoint down" in state["last_error"]
     assert {i.key for i in store.search(thread_messages("t1"))} == {"m1", "m2"}  # recall still works
 
-    extractor.model = ScriptedJSONChatModel(["this is not json"])
+    extractor.model = ScriptedChatModel(replies=["this is not json"])
     with pytest.raises(ExtractionError):
         extractor.run(messages, user_id="u1", thread_id="t1")
     assert extractor.watermark("t1")["attempts"] == 2  # type: ignore[index]
 
-    working = ScriptedJSONChatModel([_extraction({"kind": "preference", "text": "The user likes jazz."})])
+    working = ScriptedChatModel(replies=[_extraction({"kind": "preference", "text": "The user likes jazz."})])
     extractor.model = working
     result = extractor.run([*messages, AIMessage(content="Noted.", id="a3")], user_id="u1", thread_id="t1")
-    assert 'id="m1"' in str(working.prompts[0][-1].content)  # the failed messages are read again
+    assert 'id="m1"' in str(working.calls[0][-1].content)  # the failed messages are read again
     assert result.added and extractor.watermark("t1") == {
         **extractor.watermark("t1"),
         "watermark": "a3",
@@ -229,9 +229,9 @@ def test_failed_extraction_keeps_the_watermark_and_is_retried(store: SqliteStore
 
 
 def test_switch_turns_extraction_off(store: SqliteStore) -> None:
-    model = ScriptedJSONChatModel([])
+    model = ScriptedChatModel(replies=[])
     result = MemoryExtractor(store, model, enabled=False).run(_conversation(), user_id="u1", thread_id="t1")
-    assert not result.llm_used and model.prompts == [] and result.indexed_turns == 3
+    assert not result.llm_used and model.calls == [] and result.indexed_turns == 3
 
 
 def test_is_extractable() -> None:
@@ -264,7 +264,7 @@ class _State(TypedDict):
 
 @pytest.mark.parametrize("background", [False, True])
 def test_extraction_node_in_a_graph_uses_runtime_store(store: SqliteStore, background: bool) -> None:
-    model = ScriptedJSONChatModel([_extraction({"kind": "fact", "text": "The user sails."})])
+    model = ScriptedChatModel(replies=[_extraction({"kind": "fact", "text": "The user sails."})])
     node = extraction_node(MemoryExtractor(model=model), background=background)
 
     def reply(state: _State) -> dict[str, Any]:

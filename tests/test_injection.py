@@ -137,7 +137,7 @@ def test_injection_corpus_through_extraction_stays_data(memory: Memory) -> None:
     import json
 
     from remem.extraction import MemoryExtractor
-    from remem.testing import ScriptedJSONChatModel
+    from remem.testing import ScriptedChatModel
 
     thread = memory.thread("inj4", user_id="eve")
     turns = [HumanMessage(content=f"about the vault: {text}", id=f"h{i}") for i, text in enumerate(ATTEMPTS)]
@@ -152,7 +152,7 @@ def test_injection_corpus_through_extraction_stays_data(memory: Memory) -> None:
         for i, text in enumerate(ATTEMPTS)
     ]
     decisions = {"decisions": [{"candidate": i, "action": "add"} for i in range(len(ATTEMPTS))]}
-    model = ScriptedJSONChatModel([json.dumps({"memories": candidates}), *[json.dumps(decisions)] * 20])
+    model = ScriptedChatModel(replies=[json.dumps({"memories": candidates}), *[json.dumps(decisions)] * 20])
     result = MemoryExtractor(memory.store, model=model).run(turns, user_id="eve", thread_id="inj4")
     assert result.added, "the scripted extraction wrote memories"
     stored = [memory.store.get(("users", "eve", "memories"), key) for key in result.added]

@@ -5,27 +5,22 @@ Only models are faked; databases are always real.
 - ``FakeEmbedder``: a seeded embedder. Each word maps to a fixed random unit vector (seeded by the word and
   ``seed``); a text is the normalised sum of its words' vectors, so texts that share words are similar and the
   same text always gives the same vector, in any process.
-- ``ScriptedJSONChatModel``: a chat model that answers with the next of a list of scripted strings (typically
-  JSON) and records every prompt it was sent.
+- ``ScriptedChatModel`` (from :mod:`remem.models`, where ``remem demo`` uses it too): a chat model that answers
+  from a script (texts, messages, exceptions to raise, or functions of the prompt) and records every call.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.embeddings import Embeddings
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from pydantic import Field
 
-__all__ = ["FakeEmbedder", "ScriptedJSONChatModel"]
+from remem.models import ScriptedChatModel
+
+__all__ = ["FakeEmbedder", "ScriptedChatModel"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -70,37 +65,3 @@ class FakeEmbedder(Embeddings):
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
-
-
-class ScriptedJSONChatModel(BaseChatModel):
-    """Answers each call with the next scripted reply; a callable reply is given the prompt messages.
-
-    A reply that is an ``Exception`` instance is raised instead (to test retries). ``prompts`` records
-    what every call was sent.
-    """
-
-    replies: list[Any]
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
-
-    def __init__(self, replies: Sequence[str | Exception | Callable[[list[BaseMessage]], str]], **kw: Any):
-        super().__init__(replies=list(replies), prompts=[], **kw)  # type: ignore[call-arg]
-
-    @property
-    def _llm_type(self) -> str:
-        return "remem-scripted-json"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        self.prompts.append(list(messages))
-        if not self.replies:
-            raise RuntimeError("ScriptedJSONChatModel ran out of scripted replies")
-        reply = self.replies.pop(0)
-        if isinstance(reply, Exception):
-            raise reply
-        text = reply(messages) if callable(reply) else reply
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
