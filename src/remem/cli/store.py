@@ -8,8 +8,9 @@ import click
 
 from remem.cli._render import console, table
 from remem.config import load_settings
+from remem.erasure import erase
 from remem.errors import ConfigError, RememUsageError
-from remem.store import forget, open_store
+from remem.store import open_store
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
 
@@ -36,7 +37,7 @@ def _url(database_url: str | None) -> str:
 def forget_command(
     user_id: str | None, thread_id: str | None, namespace: str | None, database_url: str | None, yes: bool
 ) -> None:
-    """Erase a user's, a thread's or a namespace's long-term memory for good, and report what went.
+    """Erase a user's, a thread's or a namespace's memory for good (checkpoints too), and report what went.
 
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
@@ -46,8 +47,7 @@ def forget_command(
     scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
         click.confirm(f"Erase everything stored for {scope} in {url}? This cannot be undone", abort=True)
-    with open_store(url) as store:
-        report = forget(store, user_id=user_id, thread_id=thread_id, namespace=namespace)
+    report = erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace)
     console.print(table(f"forgot {scope}", ["what", "deleted"], report.as_rows()))
 
 

@@ -1,0 +1,98 @@
+"""Erasure reaches the checkpoints too: a forgotten thread's turns leave no trace in the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from remem import (
+    Memory,
+    ScriptedChatModel,
+    Settings,
+    build_agent,
+    checkpointer_from_url,
+    list_threads,
+    run_turn,
+)
+from remem.erasure import erase
+
+SECRET = "zebra-quartz-4471"
+
+
+def talk(url: str, thread: str, text: str) -> None:
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(ScriptedChatModel(default="noted"), strategy="filter", checkpointer=saver)
+        run_turn(agent, thread, text)
+
+
+def remember(url: str, thread: str, user: str, text: str) -> None:
+    memory = Memory.from_url(url, settings=Settings(embedder="fake"))
+    try:
+        memory.thread(thread, user_id=user).add_messages([{"role": "user", "content": text}])
+    finally:
+        memory.close()
+
+
+def sqlite_bytes(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+
+def test_forgetting_a_thread_removes_its_checkpoints_and_every_byte(tmp_path: Path) -> None:
+    path = tmp_path / "remem.db"
+    url = f"sqlite:///{path}"
+    talk(url, "secret-thread", f"My locker code is {SECRET}.")
+    remember(url, "secret-thread", "alice", f"My locker code is {SECRET}.")
+    talk(url, "other-thread", "Nothing to hide here.")
+    assert SECRET.encode() in sqlite_bytes(path)
+
+    report = erase(url, thread_id="secret-thread")
+
+    assert report.checkpoint_threads == ["secret-thread"] and report.store.items > 0
+    with checkpointer_from_url(url) as saver:
+        assert list_threads(saver) == ["other-thread"]
+    assert SECRET.encode() not in sqlite_bytes(path)
+
+
+def test_forgetting_a_user_removes_the_checkpoints_of_their_threads(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'remem.db'}"
+    for thread, user in (("t-alice", "alice"), ("t-bob", "bob")):
+        talk(url, thread, f"{user} says {SECRET}")
+        remember(url, thread, user, f"{user} says {SECRET}")
+
+    report = erase(url, user_id="alice")
+
+    assert report.checkpoint_threads == ["t-alice"]
+    with checkpointer_from_url(url) as saver:
+        assert list_threads(saver) == ["t-bob"]  # bob's thread is untouched
+
+
+def tables_mentioning(url: str, text: str) -> set[str]:
+    """Every table with a row that holds ``text`` (bytea columns print as hex, so both spellings count)."""
+    found = set()
+    with psycopg.connect(url) as conn:
+        tables = [r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        for table in tables:
+            for (row,) in conn.execute(f'SELECT t::text FROM "{table}" t'):
+                if text in row or text.encode().hex() in row:
+                    found.add(table)
+    return found
+
+
+def test_forgetting_a_thread_on_postgres_leaves_no_row_with_its_text(pg_url: str) -> None:
+    talk(pg_url, "secret-thread", f"My locker code is {SECRET}.")
+    remember(pg_url, "secret-thread", "alice", f"My locker code is {SECRET}.")
+    talk(pg_url, "other-thread", "Nothing to hide here.")
+    assert len(tables_mentioning(pg_url, SECRET)) >= 2  # in the checkpoints and in the store
+
+    erase(pg_url, thread_id="secret-thread")
+
+    assert tables_mentioning(pg_url, SECRET) == set()
+    with checkpointer_from_url(pg_url) as saver:
+        assert list_threads(saver) == ["other-thread"]
+
+
+def test_exactly_one_scope_is_required(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        erase(f"sqlite:///{tmp_path / 'x.db'}", user_id="a", thread_id="b")
