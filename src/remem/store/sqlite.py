@@ -339,36 +339,31 @@ class SqliteStore(RememStoreBase):
         return []
 
     def _ranked(self, match: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
-        base = "SELECT rowid, -bm25(remem_fts) FROM remem_fts WHERE remem_fts MATCH ?"
-        params: list[Any] = [match]
-        if lowest is not None:
-            base += " AND rowid > ?"
-            params.append(lowest)
-        if request.item_ids is not None:  # a filter already narrowed the items: rank only those
-            sql = base + " AND rowid IN (SELECT value FROM json_each(?)) ORDER BY rank LIMIT ?"
-            rows = self.conn.execute(
-                sql, [*params, json.dumps(request.item_ids), request.k * 4 + 16]
-            ).fetchall()
-            return self._live(rows, request)[: request.k]
-        limit = max(request.k * 4, 64)
-        while True:
-            rows = self.conn.execute(base + " ORDER BY rank LIMIT ?", [*params, limit]).fetchall()
-            found = self._live(rows, request)
-            if len(found) >= request.k or len(rows) < limit:
-                return found[: request.k]
-            limit *= 8
+        """The ``k`` best live matches in the namespaces (and items) asked for, best first.
 
-    def _live(self, rows: list[Any], request: prog.KwSearch) -> list[tuple[int, float]]:
-        """The rows whose items are live and in the namespaces asked for, in rank order."""
-        if not rows:
-            return []
-        sql = "SELECT id FROM remem_items WHERE id IN (SELECT value FROM json_each(?)) AND (expires_at IS NULL OR expires_at > ?)"
-        params: list[Any] = [json.dumps([r[0] for r in rows]), request.now]
+        The namespace, TTL and item conditions are checked in the same query, before ranking, so a search
+        under a small namespace computes bm25 only for its own matches instead of ranking the whole index
+        and throwing most of it away. CROSS JOIN keeps the full-text match as the outer loop: driving from
+        the items instead would re-run the match once per item.
+        """
+        sql = (
+            "SELECT f.rowid, -bm25(remem_fts) AS score FROM remem_fts f CROSS JOIN remem_items i "
+            "ON i.id = f.rowid WHERE remem_fts MATCH ? AND (i.expires_at IS NULL OR i.expires_at > ?)"
+        )
+        params: list[Any] = [match, request.now]
+        if lowest is not None:
+            sql += " AND f.rowid > ?"
+            params.append(lowest)
         if request.ns_ids is not None:
-            sql += " AND ns_id IN (SELECT value FROM json_each(?))"
+            sql += " AND i.ns_id IN (SELECT value FROM json_each(?))"
             params.append(json.dumps(request.ns_ids))
-        keep = {r[0] for r in self.conn.execute(sql, params)}
-        return [(int(r[0]), float(r[1])) for r in rows if r[0] in keep]
+        if request.item_ids is not None:  # a filter already narrowed the items
+            sql += " AND i.id IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(request.item_ids))
+        # rowid breaks ties as FTS5's own rank order does (matches come in rowid order, the sort is stable)
+        sql += " ORDER BY score DESC, f.rowid LIMIT ?"
+        rows = self.conn.execute(sql, [*params, request.k]).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
 
     # -------------------------------------------------- vector search
 

@@ -1,0 +1,64 @@
+"""Searches under a namespace prefix only see that prefix, even when far better matches live elsewhere.
+
+The stores restrict candidates by namespace before ranking (not after), so these tests put many strong
+matches outside the searched namespace and check that the few weak ones inside it are all found, in order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from langgraph.store.base import PutOp
+
+from remem.testing import FakeEmbedder
+
+INDEX = {"dims": 32, "fields": ["text"]}
+
+
+def _fill(store: Any) -> None:
+    crowd = [
+        PutOp(("users", f"other{i % 7}", "memories"), f"o{i}", {"text": "green tea green tea green tea"})
+        for i in range(400)
+    ]
+    store.batch(crowd)
+    # a sibling whose path starts with the same characters must not leak into ("users", "u1")
+    store.put(("users", "u10", "memories"), "sibling", {"text": "green tea"})
+    store.put(
+        ("users", "u1", "memories"), "weak", {"text": "a long note that mentions tea once among many words"}
+    )
+    store.put(("users", "u1", "memories"), "strong", {"text": "green tea every morning"})
+    store.put(("users", "u1", "notes"), "deeper", {"text": "tea"})
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid", "vector"])
+def test_prefix_search_finds_only_and_all_its_items(make_store: Any, mode: str) -> None:
+    index = None if mode == "keyword" else {**INDEX, "embed": FakeEmbedder(32, seed=3)}
+    store = make_store(index=index, search_mode=mode)
+    _fill(store)
+    memories = store.search(("users", "u1", "memories"), query="green tea", limit=10)
+    assert {h.key for h in memories} == {"weak", "strong"}
+    whole_user = store.search(("users", "u1"), query="green tea", limit=10)
+    assert {h.key for h in whole_user} == {"weak", "strong", "deeper"}
+    assert [h.score for h in whole_user] == sorted((h.score for h in whole_user), reverse=True)
+    assert {h.key for h in store.search(("users",), query="green tea", limit=500)} >= {"sibling", "strong"}
+
+
+def test_keyword_ranking_inside_a_namespace_matches_ranking_of_everything(make_store: Any) -> None:
+    store = make_store(search_mode="keyword")
+    _fill(store)
+    inside = store.search(("users", "u1", "memories"), query="green tea", limit=10)
+    everything = store.search((), query="green tea", limit=1000)
+    order = [h.key for h in everything if h.namespace == ("users", "u1", "memories")]
+    assert [h.key for h in inside] == order == ["strong", "weak"]
+    assert inside[0].score > inside[1].score > 0
+
+
+def test_expired_items_are_skipped_before_the_limit(make_store: Any) -> None:
+    store = make_store(search_mode="keyword")
+    ns = ("threads", "t1", "messages")
+    store.batch([PutOp(ns, f"old{i}", {"text": "lunch plans lunch"}, ttl=0.0005) for i in range(30)])
+    store.put(ns, "kept", {"text": "lunch"})
+    time.sleep(0.1)  # the 30 better matches expire (ttl in minutes)
+    assert [h.key for h in store.search(ns, query="lunch", limit=5)] == ["kept"]
