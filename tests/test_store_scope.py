@@ -9,9 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 from langgraph.store.base import PutOp
 
+from remem.store._vectors import VectorMatrix
 from remem.testing import FakeEmbedder
 
 INDEX = {"dims": 32, "fields": ["text"]}
@@ -62,3 +64,30 @@ def test_expired_items_are_skipped_before_the_limit(make_store: Any) -> None:
     store.put(ns, "kept", {"text": "lunch"})
     time.sleep(0.1)  # the 30 better matches expire (ttl in minutes)
     assert [h.key for h in store.search(ns, query="lunch", limit=5)] == ["kept"]
+
+
+def test_vector_namespace_index_agrees_with_masking_the_whole_matrix() -> None:
+    rng = np.random.default_rng(4)
+    vecs = rng.standard_normal((6000, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    items = np.arange(6000, dtype=np.int64)
+    ns = rng.integers(0, 200, size=6000).astype(np.int64)
+    for exact_below in (20_000, 500):  # exact scan, then the sign-bit prefilter
+        matrix = VectorMatrix(16, exact_below=exact_below)
+        matrix.add(items[:4000], ns[:4000], vecs[:4000])
+        matrix.add(items[4000:], ns[4000:], vecs[4000:])
+        matrix.remove(range(0, 6000, 5))
+        query = vecs[7]
+        few = [3, 150, 3, 77]
+        # more than 64 namespaces take the masking path; namespaces with no rows change nothing
+        many = [*few, *range(1000, 1100)]
+        got = matrix.search(query, 10, ns_ids=few)
+        assert got == matrix.search(query, 10, ns_ids=many)
+        assert len(got) == 10 and all(int(ns[i]) in few and i % 5 for i, _ in got)
+        one = matrix.search(query, 5, ns_ids=[150], item_ids=[int(i) for i in items if ns[i] == 150][:40])
+        assert one == matrix.search(query, 5, ns_ids=[*range(1000, 1100), 150], item_ids=[i for i, _ in one])
+        assert matrix.search(query, 5, ns_ids=[999]) == []
+        matrix.add(
+            np.array([9999]), np.array([999]), query[None, :]
+        )  # a namespace's rows grow after a search
+        assert matrix.search(query, 5, ns_ids=[999]) == [(9999, pytest.approx(1.0, abs=1e-5))]

@@ -6,7 +6,9 @@ cache. Up to ``exact_below`` rows the search is exact. Past it, a float32 scan c
 the whole matrix (150 MB at 100k x 384, 15-25 ms on this machine), so the rows are first ranked by the
 Hamming distance of their sign bits (48 bytes a row at 384 dims; random-hyperplane LSH) and the best
 ``max(20 k, 1000)`` candidates are re-scored exactly: recall@10 against exact search was 0.994 at 100k.
-Rows are appended in place; removed rows are masked and compacted when they pile up.
+Rows are appended in place; removed rows are masked and compacted when they pile up. The rows of each
+namespace are indexed, so a search under a few namespaces scores only their rows instead of masking the
+whole matrix (a user's 1,000 memories among 100,000 cost what 1,000 cost).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
+
+_FEW_NAMESPACES = 64  # up to this many namespaces, gather their indexed rows; past it, mask the matrix
 
 
 class VectorMatrix:
@@ -29,6 +33,8 @@ class VectorMatrix:
         self._alive = np.zeros(1024, dtype=bool)
         self._n = 0
         self._rows: dict[int, list[int]] = {}
+        self._ns_rows: dict[int, list[int]] = {}  # namespace id -> its row positions, ascending
+        self._ns_arrays: dict[int, npt.NDArray[np.int64]] = {}  # the same as arrays, built when searched
         self._dead = 0
 
     def __len__(self) -> int:
@@ -62,6 +68,9 @@ class VectorMatrix:
         self._alive[start:end] = True
         for offset, item_id in enumerate(item_ids.tolist()):
             self._rows.setdefault(item_id, []).append(start + offset)
+        for offset, ns_id in enumerate(ns_ids.tolist()):
+            self._ns_rows.setdefault(ns_id, []).append(start + offset)
+            self._ns_arrays.pop(ns_id, None)
         self._n = end
 
     def _signs(self, vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
@@ -97,16 +106,13 @@ class VectorMatrix:
         if not n or k <= 0:
             return []
         query = np.asarray(query, dtype=np.float32)
-        mask: npt.NDArray[np.bool_] | None = self._alive[:n] if self._dead else None
-        if ns_ids is not None:
-            wanted = np.fromiter(ns_ids, dtype=np.int64)
-            table = np.zeros(int(max(wanted.max(initial=0), self._ns[:n].max(initial=0))) + 1, dtype=bool)
-            table[wanted] = True
-            mask = table[self._ns[:n]] if mask is None else mask & table[self._ns[:n]]
+        wanted = None if ns_ids is None else list(ns_ids)
+        if wanted is not None and len(wanted) <= _FEW_NAMESPACES:
+            rows = self._namespace_rows(wanted)
+        else:
+            rows = self._masked_rows(wanted)
         if item_ids is not None:
-            keep = np.isin(self._items[:n], np.fromiter(item_ids, dtype=np.int64))
-            mask = keep if mask is None else mask & keep
-        rows = np.arange(n) if mask is None else np.flatnonzero(mask)
+            rows = rows[np.isin(self._items[rows], np.fromiter(item_ids, dtype=np.int64))]
         if not len(rows):
             return []
         if len(rows) > self.exact_below:
@@ -114,6 +120,29 @@ class VectorMatrix:
             if len(found) >= k:
                 return found
         return self._rank(query, rows, k)
+
+    def _namespace_rows(self, ns_ids: list[int]) -> npt.NDArray[np.int64]:
+        """Live rows of these namespaces, ascending (the order a full mask would give)."""
+        parts = [np.zeros(0, dtype=np.int64)]
+        for ns_id in dict.fromkeys(ns_ids):
+            cached = self._ns_arrays.get(ns_id)
+            if cached is None:
+                cached = np.array(self._ns_rows.get(ns_id, ()), dtype=np.int64)
+                self._ns_arrays[ns_id] = cached
+            parts.append(cached)
+        rows = parts[-1] if len(parts) <= 2 else np.sort(np.concatenate(parts))
+        return rows[self._alive[rows]] if self._dead else rows
+
+    def _masked_rows(self, ns_ids: list[int] | None) -> npt.NDArray[np.int64]:
+        """Live rows of these namespaces (None: all), by a mask over the whole matrix."""
+        n = self._n
+        mask: npt.NDArray[np.bool_] | None = self._alive[:n] if self._dead else None
+        if ns_ids is not None:
+            wanted = np.array(ns_ids, dtype=np.int64)
+            table = np.zeros(int(max(wanted.max(initial=0), self._ns[:n].max(initial=0))) + 1, dtype=bool)
+            table[wanted] = True
+            mask = table[self._ns[:n]] if mask is None else mask & table[self._ns[:n]]
+        return np.arange(n) if mask is None else np.flatnonzero(mask)
 
     def _candidates(
         self, query: npt.NDArray[np.float32], rows: npt.NDArray[np.int64], count: int
