@@ -3,7 +3,8 @@
 Workload (as in the issue): one thread, N turns (default 1,000) of a 40-word user message and a 60-word
 reply through a plain MessagesState graph, default durability. Printed as one table:
 
-  bytes on disk at 100/500/N turns, ms per turn at 10/100/500/N (mean of the 20 turns up to each),
+  bytes on disk at 100/500/N turns, ms per turn at 10/100/500/N (mean of the 20 turns up to each; also
+  this process's CPU time per turn at N, which other load on the machine disturbs less),
   get_state at N (mean of 5),
   list(get_state_history) at N (time and peak RSS, each saver in its own subprocess),
   8 threads x 100 turns on one shared saver (turns per second).
@@ -164,10 +165,12 @@ def run_one(kind: str, turns: int, pg_admin: str, workers: int, worker_turns: in
         rng = random.Random(1)
         config = {"configurable": {"thread_id": "bench"}}
         times: list[float] = []
+        cpu: list[float] = []
         for turn in range(1, turns + 1):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             graph.invoke({"messages": [{"role": "user", "content": text(rng, 40)}]}, config)
             times.append(time.perf_counter() - start)
+            cpu.append(time.process_time() - start_cpu)
             if turn in (100, 500, turns):
                 out[f"bytes@{turn}"] = storage_bytes(kind, saver, target)
             print(f"  {kind}: turn {turn}/{turns}", end="\r", file=sys.stderr, flush=True)
@@ -175,6 +178,7 @@ def run_one(kind: str, turns: int, pg_admin: str, workers: int, worker_turns: in
             if mark <= turns:
                 window = times[max(0, mark - 20) : mark]  # the 20 turns up to the mark
                 out[f"ms@{mark}"] = 1000 * sum(window) / len(window)
+        out["cpu_ms"] = 1000 * sum(cpu[-20:]) / len(cpu[-20:])
         graph.get_state(config)
         start = time.perf_counter()
         for _ in range(5):
@@ -266,6 +270,7 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
         + [f"storage @{m}" for m in dict.fromkeys(marks)]
         + [f"ms/turn @{m}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
         + [
+            f"CPU ms/turn @{turns}",
             f"get_state @{turns}",
             f"history @{turns} (time, peak RSS)",
             f"{workers}x{worker_turns} shared: turns/s",
@@ -279,7 +284,7 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
             [r["saver"]]
             + [_mb(r.get(f"bytes@{m}")) for m in dict.fromkeys(marks)]
             + [f"{r[f'ms@{m}']:.1f}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
-            + [f"{r['get_state_ms']:.1f} ms", hist, f"{r['turns_per_s']:.1f}"]
+            + [f"{r['cpu_ms']:.1f}", f"{r['get_state_ms']:.1f} ms", hist, f"{r['turns_per_s']:.1f}"]
         )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
