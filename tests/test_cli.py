@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from remem import checkpointer_from_url
 from remem.cli import main
 from tests.openai_server import openai_compatible_server
 
@@ -121,3 +122,38 @@ def test_bad_setting_is_a_usage_error(runner: CliRunner) -> None:
     result = runner.invoke(main, ["config"], env={"REMEM_STRATEGY": "everything"})
     assert result.exit_code == 2
     assert "must be one of filter, delete, trim, summary" in result.output
+
+
+def test_stored_markup_is_shown_as_text_not_read_as_markup(runner: CliRunner) -> None:
+    from remem import ScriptedChatModel, build_agent, run_turn
+
+    with checkpointer_from_url("sqlite:///m.db") as saver:
+        agent = build_agent(ScriptedChatModel(default="[bold]ok[/b]"), strategy="filter", checkpointer=saver)
+        run_turn(agent, "t", "close this [/b] and [red]that")
+    result = runner.invoke(main, ["state", "t", "--db", "sqlite:///m.db"])
+    assert result.exit_code == 0, result.output
+    assert "close this [/b] and [red]that" in result.output and "[bold]ok[/b]" in result.output
+
+
+def test_chat_state_on_a_new_thread_is_an_error_line_not_an_exit(runner: CliRunner) -> None:
+    with openai_compatible_server(["ok"]) as server:
+        env = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": server.url}
+        result = runner.invoke(main, ["chat", "--thread", "fresh"], input="/state\n/exit\n", env=env)
+    assert result.exit_code == 0, result.output
+    assert "does not exist" in result.output and "bye: 0 messages" in result.output
+
+
+def test_reading_commands_refuse_a_missing_database_and_bad_limits(runner: CliRunner, tmp_path: Path) -> None:
+    missing = runner.invoke(main, ["threads", "--db", f"sqlite:///{tmp_path / 'no' / 'x.db'}"])
+    assert missing.exit_code == 2 and "there is no database" in missing.output
+    assert not (tmp_path / "no").exists()
+    runner.invoke(main, ["demo"])
+    assert runner.invoke(main, ["history", "x", "--limit", "0"]).exit_code == 2
+
+
+def test_postgres_urls_are_shown_without_credentials(runner: CliRunner, pg_url: str) -> None:
+    url = pg_url.replace("postgresql://postgres@", "postgresql://postgres:hunter2@")
+    result = runner.invoke(main, ["threads", "--db", url])
+    assert result.exit_code == 0, result.output
+    flat = result.output.replace("\n", "")  # the title wraps above a narrow table
+    assert "hunter2" not in flat and "threads inpostgresql://127.0.0.1:5432/" in flat

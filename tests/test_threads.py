@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from remem import ScriptedChatModel, build_agent, checkpointer_from_url, list_threads, run_turn
-from remem.errors import ConfigError, StorageError
+from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.threads import acheckpointer_from_url, parse_database_url
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "persistent_chat.py"
@@ -50,13 +50,42 @@ def test_bad_urls_list_the_accepted_forms(url: str) -> None:
         parse_database_url(url)
 
 
-def test_unreachable_postgres_is_a_storage_error_without_the_password() -> None:
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://someone:s3cret@127.0.0.1:1/nowhere",
+        "postgresql://127.0.0.1:1/nowhere?user=u&password=s3cret",
+    ],
+)
+def test_unreachable_postgres_is_a_storage_error_without_the_password(url: str) -> None:
     with (
         pytest.raises(StorageError, match="check that the server is running") as info,
-        checkpointer_from_url("postgresql://someone:s3cret@127.0.0.1:1/nowhere"),
+        checkpointer_from_url(url),
     ):
         pass
-    assert "s3cret" not in str(info.value)
+    assert "s3cret" not in str(info.value) and "someone" not in str(info.value)
+    assert "127.0.0.1:1/nowhere" in str(info.value)
+
+
+async def test_async_opening_fails_the_same_clear_way(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match=r"127\.0\.0\.1:1/nowhere"):
+        async with acheckpointer_from_url("postgresql://u:pw@127.0.0.1:1/nowhere"):
+            pass
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StorageError, match="check the path"):
+        async with acheckpointer_from_url(f"sqlite:///{blocker}/sub/remem.db"):
+            pass
+
+
+def test_reading_commands_do_not_create_databases(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "x.db"
+    with (
+        pytest.raises(NotFoundError, match="there is no database at"),
+        checkpointer_from_url(f"sqlite:///{missing}", create=False),
+    ):
+        pass
+    assert not missing.parent.exists()
 
 
 def test_unwritable_sqlite_path_is_a_storage_error(tmp_path: Path) -> None:

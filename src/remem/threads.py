@@ -19,12 +19,13 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from remem.errors import ConfigError, StorageError
+from remem.errors import ConfigError, NotFoundError, StorageError
 
 __all__ = [
     "DatabaseURL",
     "acheckpointer_from_url",
     "checkpointer_from_url",
+    "display_url",
     "list_threads",
     "parse_database_url",
 ]
@@ -59,37 +60,92 @@ def parse_database_url(url: str) -> DatabaseURL:
     raise ConfigError(f"unsupported database URL {url!r}; use {_ACCEPTED}")
 
 
-def _open_sqlite(path: Path) -> sqlite3.Connection:
+def _prepare_sqlite_path(path: Path, create: bool) -> None:
+    """Make the file's folder (or, with ``create=False``, insist the file exists)."""
+    if str(path) == ":memory:":
+        return
+    if not create and not path.is_file():
+        raise NotFoundError(f"there is no database at {path}; check --db or REMEM_DATABASE_URL")
     try:
-        if str(path) != ":memory:":
-            path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _sqlite_unusable(path, exc) from exc
+
+
+def _sqlite_unusable(path: Path, exc: Exception) -> StorageError:
+    return StorageError(f"cannot open the SQLite file {path} ({exc}); check the path and its permissions")
+
+
+def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
+    _prepare_sqlite_path(path, create)
+    try:
         conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
         conn.execute("PRAGMA journal_mode=WAL")
-    except (OSError, sqlite3.Error) as exc:
-        raise StorageError(
-            f"cannot open the SQLite file {path} ({exc}); check the path and its permissions"
-        ) from exc
+    except sqlite3.Error as exc:
+        raise _sqlite_unusable(path, exc) from exc
     return conn
 
 
+def describe_postgres(dsn: str) -> str:
+    """``host:port/dbname`` of a PostgreSQL URL: what a message may show (never a user or password)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:
+        raise ConfigError(f"not a valid PostgreSQL URL; use {_ACCEPTED}") from None
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
+
+
+def display_url(url: str) -> str:
+    """The URL as it may be shown to people: a PostgreSQL URL loses its user and password."""
+    parsed = parse_database_url(url)
+    return f"postgresql://{describe_postgres(parsed.target)}" if parsed.kind == "postgres" else url
+
+
 def _postgres_unreachable(dsn: str, exc: Exception) -> StorageError:
-    where = dsn.split("@")[-1]  # never echo a password
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return StorageError(
-        f"cannot connect to PostgreSQL at {where} ({str(exc).strip().splitlines()[0]}); "
+        f"cannot connect to PostgreSQL at {describe_postgres(dsn)} ({reason}); "
         "check that the server is running and that REMEM_DATABASE_URL is right"
     )
 
 
+def _check_postgres(dsn: str) -> None:
+    """One plain connection first: it fails fast with the server's own reason, where a pool retries."""
+    import psycopg
+
+    describe_postgres(dsn)
+    try:
+        psycopg.connect(dsn, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        raise _postgres_unreachable(dsn, exc) from exc
+
+
+async def _acheck_postgres(dsn: str) -> None:
+    """Async version of :func:`_check_postgres`."""
+    import psycopg
+
+    describe_postgres(dsn)
+    try:
+        await (await psycopg.AsyncConnection.connect(dsn, connect_timeout=5)).close()
+    except psycopg.Error as exc:
+        raise _postgres_unreachable(dsn, exc) from exc
+
+
 @contextmanager
-def checkpointer_from_url(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
-    """Open the checkpointer that ``url`` names, with its tables created; close it on exit."""
+def checkpointer_from_url(url: str, *, create: bool = True) -> Iterator[BaseCheckpointSaver[Any]]:
+    """Open the checkpointer that ``url`` names, with its tables created; close it on exit.
+
+    ``create=False`` refuses to make a new SQLite file (for commands that only read).
+    """
     parsed = parse_database_url(url)
     if parsed.kind == "memory":
         yield InMemorySaver()
     elif parsed.kind == "sqlite":
         from remem.checkpoint import SqliteSaver
 
-        conn = _open_sqlite(parsed.sqlite_path)
+        conn = _open_sqlite(parsed.sqlite_path, create)
         try:
             saver = SqliteSaver(conn)
             saver.setup()
@@ -97,15 +153,15 @@ def checkpointer_from_url(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
         finally:
             conn.close()
     else:
-        import psycopg
         from psycopg_pool import ConnectionPool
 
         from remem.checkpoint import PostgresSaver
 
+        _check_postgres(parsed.target)
         pool = ConnectionPool(parsed.target, kwargs={"autocommit": True}, min_size=1, max_size=8, open=False)
         try:
             pool.open(wait=True, timeout=10)
-        except (psycopg.Error, Exception) as exc:
+        except Exception as exc:
             pool.close()
             raise _postgres_unreachable(parsed.target, exc) from exc
         try:
@@ -117,7 +173,7 @@ def checkpointer_from_url(url: str) -> Iterator[BaseCheckpointSaver[Any]]:
 
 
 @asynccontextmanager
-async def acheckpointer_from_url(url: str) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+async def acheckpointer_from_url(url: str, *, create: bool = True) -> AsyncIterator[BaseCheckpointSaver[Any]]:
     """Async version of :func:`checkpointer_from_url`."""
     parsed = parse_database_url(url)
     if parsed.kind == "memory":
@@ -127,7 +183,7 @@ async def acheckpointer_from_url(url: str) -> AsyncIterator[BaseCheckpointSaver[
 
         from remem.checkpoint import AsyncSqliteSaver
 
-        parsed.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_sqlite_path(parsed.sqlite_path, create)
         async with aiosqlite.connect(parsed.target) as conn:
             saver = AsyncSqliteSaver(conn)
             await saver.setup()
@@ -137,6 +193,7 @@ async def acheckpointer_from_url(url: str) -> AsyncIterator[BaseCheckpointSaver[
 
         from remem.checkpoint import AsyncPostgresSaver
 
+        await _acheck_postgres(parsed.target)
         pool = AsyncConnectionPool(
             parsed.target, kwargs={"autocommit": True}, min_size=1, max_size=8, open=False
         )

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from remem.inspection import HistoryRow, ThreadSnapshot
@@ -31,12 +32,13 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) 
     for column in columns:
         t.add_column(column, overflow="fold")
     for row in rows:
-        t.add_row(*("" if cell is None else str(cell) for cell in row))
+        # Cells hold stored text: escape it, or "[/b]" in a message would be read as markup.
+        t.add_row(*("" if cell is None else escape(str(cell)) for cell in row))
     return t
 
 
 def show_snapshot(snapshot: ThreadSnapshot, last: int = 10) -> None:
-    console.print(f"thread [bold]{snapshot.thread_id}[/bold]", end="  ")
+    console.print(f"thread [bold]{escape(snapshot.thread_id)}[/bold]", end="  ")
     console.print(f"checkpoint {snapshot.checkpoint_id}  at {snapshot.created_at}")
     console.print(
         f"messages in state: {len(snapshot.messages)}   next: {', '.join(snapshot.next) or '(none)'}"
@@ -57,7 +59,7 @@ def show_snapshot(snapshot: ThreadSnapshot, last: int = 10) -> None:
             ),
         )
     )
-    console.print("[bold]summary[/bold]: " + (snapshot.summary or "(none yet)"), markup=True)
+    console.print("[bold]summary[/bold]: " + escape(snapshot.summary or "(none yet)"))
     console.print(
         table(
             "usage (model calls)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from remem.agent import build_agent, run_turn, thread_config
 from remem.cli._render import console, preview, show_history, show_snapshot, table
@@ -13,7 +14,7 @@ from remem.demo import DemoTurn, run_demo
 from remem.errors import RememError
 from remem.inspection import reader_graph, thread_history, thread_snapshot
 from remem.models import require_chat_model
-from remem.threads import checkpointer_from_url, list_threads
+from remem.threads import checkpointer_from_url, display_url, list_threads
 
 db_option = click.option(
     "--db", "database_url", metavar="URL", help="Database URL (default: REMEM_DATABASE_URL)."
@@ -38,9 +39,9 @@ def threads_command(database_url: str | None) -> None:
     Example: remem threads --db sqlite:///.remem/remem.db
     """
     url = database_url or load_settings().database_url
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(url, create=False) as saver:
         ids = list_threads(saver)
-    console.print(table(f"threads in {url}", ["thread"], ([i] for i in ids)))
+    console.print(table(f"threads in {display_url(url)}", ["thread"], ([i] for i in ids)))
 
 
 @click.command("state")
@@ -56,13 +57,15 @@ def state_command(thread_id: str, checkpoint_id: str | None, last: int, database
     Example: remem state demo-20261129-101500 --last 5
     """
     url = database_url or load_settings().database_url
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(url, create=False) as saver:
         show_snapshot(thread_snapshot(reader_graph(saver), thread_id, checkpoint_id), last)
 
 
 @click.command("history")
 @click.argument("thread_id")
-@click.option("--limit", default=50, show_default=True, help="Most checkpoints to list.")
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Most checkpoints to list."
+)
 @db_option
 def history_command(thread_id: str, limit: int, database_url: str | None) -> None:
     """List a thread's checkpoints: step, message count, next node.
@@ -70,7 +73,7 @@ def history_command(thread_id: str, limit: int, database_url: str | None) -> Non
     Example: remem history demo-20261129-101500 --limit 20
     """
     url = database_url or load_settings().database_url
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(url, create=False) as saver:
         show_history(thread_id, thread_history(reader_graph(saver), thread_id, limit))
 
 
@@ -90,7 +93,7 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
     url = database_url or settings.database_url
     with checkpointer_from_url(url) as saver:
         agent = build_agent(model, strategy=strategy, checkpointer=saver, settings=settings)
-        console.print(f"thread {thread_id} on {url} ({agent.name}). /state, /history, /exit")
+        console.print(f"thread {thread_id} on {display_url(url)} ({agent.name}). /state, /history, /exit")
         while True:
             try:
                 line = click.prompt("you", prompt_suffix="> ", default="", show_default=False)
@@ -99,17 +102,18 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
             text = line.strip()
             if text in ("/exit", "/quit"):
                 break
-            if text == "/state":
-                show_snapshot(thread_snapshot(agent, thread_id))
-            elif text == "/history":
-                show_history(thread_id, thread_history(agent, thread_id))
-            elif text:
-                try:
+            if not text:
+                continue
+            try:  # the thread is intact after any of these errors: say what happened and go on
+                if text == "/state":
+                    show_snapshot(thread_snapshot(agent, thread_id))
+                elif text == "/history":
+                    show_history(thread_id, thread_history(agent, thread_id))
+                else:
                     reply = run_turn(agent, thread_id, text, max_message_chars=settings.max_message_chars)
-                except RememError as exc:  # the thread is intact; say what happened and go on
-                    console.print(f"[red]Error:[/red] {exc}")
-                    continue
-                console.print(f"[bold]assistant[/bold]> {reply.text}")
+                    console.print("[bold]assistant[/bold]> " + escape(reply.text))
+            except RememError as exc:
+                console.print("[red]Error:[/red] " + escape(str(exc)))
         values = agent.get_state(thread_config(thread_id)).values
         console.print(f"bye: {len(values.get('messages', []))} messages in state for thread {thread_id}")
 
