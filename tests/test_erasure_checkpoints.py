@@ -96,3 +96,11 @@ def test_forgetting_a_thread_on_postgres_leaves_no_row_with_its_text(pg_url: str
 def test_exactly_one_scope_is_required(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="exactly one"):
         erase(f"sqlite:///{tmp_path / 'x.db'}", user_id="a", thread_id="b")
+
+
+@pytest.mark.parametrize("url", ["memory://", "foo", "sqlite:///"])
+def test_a_bad_url_erases_nothing(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"memory:// keeps nothing|unsupported database URL|names no file"):
+        erase(url, thread_id="a")
+    assert list(tmp_path.iterdir()) == []  # no file was made, nothing half-erased

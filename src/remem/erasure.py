@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+from remem.errors import ConfigError
 from remem.store import ForgetReport, forget, open_store
 from remem.threads import checkpointer_from_url, parse_database_url
 
@@ -39,6 +40,10 @@ def erase(
     url: str, *, user_id: str | None = None, thread_id: str | None = None, namespace: str | None = None
 ) -> ErasureReport:
     """Erase a user's, a thread's or a namespace's data from the database at ``url``, checkpoints included."""
+    # Check the URL before touching anything, so that an erasure is never done by halves.
+    parsed = parse_database_url(url)
+    if parsed.kind == "memory":
+        raise ConfigError("memory:// keeps nothing between runs; name the database to erase from")
     with open_store(url) as store:
         report = forget(store, user_id=user_id, thread_id=thread_id, namespace=namespace)
     threads = [thread_id] if thread_id is not None else _threads_taken_whole(report) if user_id else []
@@ -47,7 +52,6 @@ def erase(
     with checkpointer_from_url(url) as saver:
         for thread in threads:
             saver.delete_thread(thread)
-    parsed = parse_database_url(url)
     if parsed.kind == "sqlite":
         # The store compacted before the checkpoints went; compact again so their bytes leave the file.
         conn = sqlite3.connect(parsed.target, isolation_level=None)

@@ -11,13 +11,14 @@ from remem.config import load_settings
 from remem.erasure import erase
 from remem.errors import ConfigError, RememUsageError
 from remem.store import open_store
+from remem.threads import parse_database_url
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
 
 
 def _url(database_url: str | None) -> str:
     url = database_url or load_settings().database_url
-    if url.startswith("memory://"):
+    if parse_database_url(url).kind == "memory":
         raise ConfigError(
             "memory:// keeps nothing between runs; pass --db sqlite:///PATH or postgresql://..."
         )
