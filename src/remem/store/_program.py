@@ -359,11 +359,21 @@ def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program:
 
 
 def _ns_ids(d: Dialect, paths: Iterable[str]) -> Program:
+    """Ids of namespace paths, creating the missing ones. Namespaces are nearly always there already, so
+    they are looked up first: one statement per put instead of an insert and a lookup."""
     paths = sorted(set(paths))
-    yield Many(
-        d.q("INSERT INTO remem_ns (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
-        [(p, p.count(core.SEP) + 1) for p in paths],
-    )
+    ids = yield from _known_ns_ids(d, paths)
+    missing = [p for p in paths if p not in ids]
+    if missing:
+        yield Many(
+            d.q("INSERT INTO remem_ns (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
+            [(p, p.count(core.SEP) + 1) for p in missing],
+        )
+        ids.update((yield from _known_ns_ids(d, missing)))
+    return ids
+
+
+def _known_ns_ids(d: Dialect, paths: list[str]) -> Program:
     ids: dict[str, int] = {}
     for start in range(0, len(paths), _CHUNK):
         chunk = paths[start : start + _CHUNK]
@@ -396,10 +406,12 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
         fields = core.index_fields(plan, op.index)
         wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
     known: dict[tuple[int, str, str], tuple[bytes, bytes]] = {}
+    looked_up = False  # whether ``known`` holds every stored vector of these items
     if plan is not None and any(t for _, t in wanted):
         ns_list = sorted({ns_ids[core.ns_path(op.namespace)] for op, _ in wanted})
         keys = sorted({op.key for op, _ in wanted})
         if len(ns_list) <= _CHUNK and len(keys) <= _CHUNK:
+            looked_up = True
             c1, p1 = d.ids_condition("i.ns_id", ns_list)
             marks = ", ".join("?" for _ in keys)
             rows = yield Sql(
@@ -436,17 +448,33 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
         )
         upsert_rows.append(d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl))
         kw_texts[(ns_id, op.key)] = kw_text
-    yield Many(d.q(d.upsert()), upsert_rows)
-    item_ids = yield from _item_ids(d, list(kw_texts))
+    if len(upsert_rows) == 1:  # one put: the upsert returns the id (a statement fewer)
+        rows = yield Sql(d.q(d.upsert() + " RETURNING id"), upsert_rows[0])
+        item_ids = {next(iter(kw_texts)): int(rows[0][0])}
+    else:
+        yield Many(d.q(d.upsert()), upsert_rows)
+        item_ids = yield from _item_ids(d, list(kw_texts))
     for stmt in d.keyword_writes([(item_ids[k], text) for k, text in kw_texts.items()]):  # noqa: UP028
         yield stmt
     if plan is None:
         return None
     added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
     new_rows = []
+    stored_paths: dict[tuple[int, str], set[str]] = {}
+    for ns_id, key, path in known:
+        stored_paths.setdefault((ns_id, key), set()).add(path)
+    clear: list[tuple[int]] = []  # items whose stored vectors are not known: delete them all
+    stale: list[tuple[int, str]] = []  # known vectors of a path the item no longer has
     for op, texts in wanted:
         ns_id = ns_ids[core.ns_path(op.namespace)]
         item_id = item_ids[(ns_id, op.key)]
+        if looked_up:
+            paths = {path for path, _ in texts}
+            stale.extend(
+                (item_id, p) for p in sorted(stored_paths.get((ns_id, op.key), ())) if p not in paths
+            )
+        else:
+            clear.append((item_id,))
         for path, text in texts:
             h = core_hash(text)
             vec = vectors.get(h)
@@ -455,11 +483,18 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
             new_rows.append((item_id, ns_id, path, h, d.vector_param(vec)))
             added.append((item_id, ns_id, vec))
     changed = sorted(set(item_ids.values()))
-    yield Many(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), [(i,) for i in changed])
+    # a new item, or one whose paths stay the same (nearly every put), needs no delete: the upsert below
+    # replaces its rows in place
+    if clear:
+        yield Many(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), clear)
+    if stale:
+        yield Many(d.q("DELETE FROM remem_vectors WHERE item_id = ? AND path = ?"), stale)
     if new_rows:
         yield Many(
             d.q(
-                "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?)"
+                "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (item_id, path) DO UPDATE SET ns_id = excluded.ns_id, "
+                "text_hash = excluded.text_hash, embedding = excluded.embedding"
             ),
             new_rows,
         )

@@ -79,10 +79,8 @@ class SqliteDialect(prog.Dialect):
         return [ns_id, key, core.dumps(value), now, now, core.expiry(ttl, now), ttl]
 
     def keyword_writes(self, rows: list[tuple[int, str]]) -> list[prog.Sql | prog.Many]:
-        return [
-            prog.Many("DELETE FROM remem_fts WHERE rowid = ?", [(i,) for i, _ in rows]),
-            prog.Many("INSERT INTO remem_fts (rowid, text) VALUES (?, ?)", rows),
-        ]
+        # OR REPLACE: FTS5 deletes the item's old row itself, one statement instead of a delete and an insert
+        return [prog.Many("INSERT OR REPLACE INTO remem_fts (rowid, text) VALUES (?, ?)", rows)]
 
     def keyword_deletes(self, ids: Sequence[int]) -> list[prog.Sql]:
         cond, params = self.ids_condition("rowid", ids)

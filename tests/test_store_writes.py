@@ -1,0 +1,63 @@
+"""Rewriting an item replaces its keyword text and vectors exactly: nothing stale stays searchable.
+
+Puts skip statements where they can (a namespace is looked up before it is created, one put's upsert
+returns its id, vectors are upserted in place and only paths an item lost are deleted); these tests check
+the stored rows after each kind of rewrite, on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.store.base import PutOp
+
+from remem.testing import FakeEmbedder
+
+
+def _vector_paths(store: Any) -> list[tuple[str, str]]:
+    rows = store.conn.execute(
+        "SELECT i.key, v.path FROM remem_vectors v JOIN remem_items i ON i.id = v.item_id"
+    ).fetchall()
+    return sorted((r[0], r[1]) for r in rows)
+
+
+def test_rewrites_replace_vectors_and_keyword_text(make_store: Any) -> None:
+    index = {"dims": 16, "embed": FakeEmbedder(16, seed=2), "fields": ["tags[*]"]}
+    store = make_store(index=index, search_mode="keyword")
+    ns = ("users", "u1", "memories")
+    store.put(ns, "a", {"tags": ["tea", "garden", "river"]})
+    store.put(ns, "b", {"tags": ["coffee"]})
+    assert _vector_paths(store) == [
+        ("a", "tags[*].0"),
+        ("a", "tags[*].1"),
+        ("a", "tags[*].2"),
+        ("b", "tags[*]"),
+    ]
+    store.put(ns, "a", {"tags": ["bread", "garden"]})  # one path fewer, one text changed
+    assert _vector_paths(store) == [("a", "tags[*].0"), ("a", "tags[*].1"), ("b", "tags[*]")]
+    assert store.search(ns, query="river") == [] and store.search(ns, query="tea") == []
+    assert [h.key for h in store.search(ns, query="bread")] == ["a"]
+    store.put(ns, "a", {"tags": ["bread"]}, index=False)  # no longer embedded at all
+    assert _vector_paths(store) == [("b", "tags[*]")]
+    store.batch(
+        [PutOp(ns, "b", {"tags": ["x", "y"]}), PutOp(("users", "u2", "memories"), "c", {"tags": ["z"]})]
+    )
+    assert _vector_paths(store) == [("b", "tags[*].0"), ("b", "tags[*].1"), ("c", "tags[*]")]
+    assert store.search(ns, query="coffee") == []
+
+
+def test_vector_search_sees_rewritten_vectors(make_store: Any) -> None:
+    embedder = FakeEmbedder(16, seed=5)
+    store = make_store(index={"dims": 16, "embed": embedder, "fields": ["text"]}, search_mode="vector")
+    ns = ("threads", "t1", "messages")
+    store.put(ns, "m", {"text": "walk in the park"})
+    store.put(ns, "n", {"text": "train tickets"})
+    store.put(ns, "m", {"text": "train tickets booked"})
+    hits = store.search(ns, query="train tickets booked", limit=2)
+    assert [h.key for h in hits] == ["m", "n"]
+    assert hits[0].score is not None and abs(hits[0].score - 1.0) < 1e-4
+    store.put(("threads", "t2", "messages"), "m", {"text": "train tickets booked"})  # same key, new namespace
+    assert {h.namespace for h in store.search(("threads",), query="train tickets booked", limit=3)} == {
+        ns,
+        ("threads", "t2", "messages"),
+    }
