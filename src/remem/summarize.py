@@ -21,7 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from remem.errors import SummarizationError
-from remem.messages import approximate_token_count
+from remem.messages import approximate_token_count, escape_text
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -166,7 +166,7 @@ def _transcript(messages: Sequence[BaseMessage]) -> str:
         if isinstance(m, SystemMessage):
             continue
         role = {"human": "user", "ai": "assistant", "tool": "tool"}.get(m.type, m.type)
-        rows.append(f"[{role}] {m.text}")
+        rows.append(f"[{role}] {escape_text(m.text)}")
     return "\n".join(rows)
 
 
@@ -174,7 +174,7 @@ def build_summary_prompt(previous: str, messages: Sequence[BaseMessage]) -> list
     """The messages sent to the model: the seeds' "extend the summary" prompt, with the transcript as data."""
     if previous:
         ask = (
-            f"This is the summary of the conversation to date:\n<summary>\n{previous}\n</summary>\n\n"
+            f"This is the summary of the conversation to date:\n<summary>\n{escape_text(previous)}\n</summary>\n\n"
             "Extend the summary by taking into account the new messages below."
         )
     else:

@@ -11,6 +11,7 @@ from remem.messages.history import (
     safe_cut_at_or_before,
     system_prefix_length,
 )
+from remem.messages.markup import escape_attribute, escape_text
 from remem.messages.tokens import (
     TokenCounter,
     approximate_token_count,
@@ -25,6 +26,8 @@ __all__ = [
     "check_can_append",
     "check_provider_valid",
     "coerce_messages",
+    "escape_attribute",
+    "escape_text",
     "exact_token_counter",
     "history_problems",
     "is_provider_valid",
