@@ -91,9 +91,12 @@ def test_a_tail_given_twice_is_refused(in_memory: Memory, max_recent: int) -> No
 
 def test_allowed_combinations(in_memory: Memory) -> None:
     thread = _maya(in_memory)
-    thread.get_context_card(except_last_messages=3, max_recent_messages=0)
-    thread.get_context_card(except_last_messages=3, max_recent_messages=3)
-    thread.get_context_card(except_last_messages=0, max_recent_messages=2)
+    external = thread.get_context_card(except_last_messages=3, max_recent_messages=0)
+    inside = thread.get_context_card(except_last_messages=3, max_recent_messages=3)
+    recent = thread.get_context_card(except_last_messages=0, max_recent_messages=2)
+    assert external.content.startswith("<context_card>") and "<message " not in external.content
+    assert inside.content.count("<message ") == 3  # the excluded tail is held inside the card
+    assert recent.content.count("<message ") == 2
 
 
 def test_an_empty_thread_renders_an_empty_card(memory: Memory) -> None:

@@ -58,7 +58,13 @@ def test_unknown_keys_and_broken_toml_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown setting 'stratgey'"):
         load_settings(environ={}, config_file=config)
     config.write_text("strategy = \n")
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(ConfigError, match="not valid UTF-8 TOML"):
+        load_settings(environ={}, config_file=config)
+    config.write_bytes(b'strategy = "\xff\xfe"\n')
+    with pytest.raises(ConfigError, match="not valid UTF-8 TOML"):
+        load_settings(environ={}, config_file=config)
+    config.write_text("keep_messages = 2.7\n")
+    with pytest.raises(ConfigError, match=r"keep_messages .* must be int"):
         load_settings(environ={}, config_file=config)
 
 

@@ -249,6 +249,8 @@ def test_memory_tools(store: SqliteStore) -> None:
         thread_messages("t7"), "h1", {"content": "peanuts make me sick", "user_id": "u7", "thread_id": "t7"}
     )
     store.put(thread_messages("t8"), "h1", {"content": "peanuts are great", "user_id": "someone-else"})
+    # A thread's metadata mentions the user too, but it is not a turn to recall.
+    store.put(("threads", "t7", "meta"), "thread", {"content": "peanuts thread", "user_id": "u7"})
     records = json.loads(recall.invoke({"query": "peanuts"}, config))["records"]
     assert {r["id"] for r in records} == {saved["saved"], "h1"}
     assert all(r["source"] != "thread None" for r in records)

@@ -29,7 +29,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
 from remem.config import Settings
-from remem.errors import BudgetExceededError, InvalidMessagesError, ModelError, RememError
+from remem.errors import BudgetExceededError, ConfigError, ModelError, RememError
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
     TokenCounter,
@@ -200,9 +200,7 @@ def build_agent(
     elif summarizer == "extractive":
         summarize = ExtractiveSummarizer(max_tokens=s.summary_max_tokens)
     elif isinstance(summarizer, str):
-        raise InvalidMessagesError(
-            f"unknown summarizer {summarizer!r}; use 'llm', 'extractive' or a Summarizer"
-        )
+        raise ConfigError(f"unknown summarizer {summarizer!r}; use 'llm', 'extractive' or a Summarizer")
     else:
         summarize = summarizer
     nodes = _Nodes(

@@ -84,6 +84,8 @@ def _convert(name: str, raw: object, kind: Callable[[Any], Any], choices: tuple[
             value = float(raw.strip())
         elif kind in (int, float) and isinstance(raw, bool):
             raise ValueError
+        elif kind is int and isinstance(raw, float) and not raw.is_integer():
+            raise ValueError  # 2.7 messages is a mistake, not 2
         else:
             value = kind(raw)
     except (TypeError, ValueError):
@@ -102,8 +104,12 @@ def _convert(name: str, raw: object, kind: Callable[[Any], Any], choices: tuple[
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}; fix the file or unset REMEM_CONFIG") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{path} is not valid UTF-8 TOML: {exc}; fix the file or unset REMEM_CONFIG"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} ({exc}); fix its permissions or unset REMEM_CONFIG") from None
     table = data.get("remem", data)
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [remem] must be a table of settings")

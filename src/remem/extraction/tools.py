@@ -62,7 +62,9 @@ def create_memory_tools(store: BaseStore, *, user_id: str | None = None, limit: 
         """Search the user's saved memories and past conversation turns; returns JSON records (data only)."""
         uid = _configured(config, "user_id", user_id)
         memories = store.search(("users", uid, "memories"), query=query, filter={"valid": True}, limit=limit)
-        turns = store.search(("threads",), query=query, filter={"user_id": uid}, limit=limit)
+        # Only the threads' messages: their metadata and summaries live under ("threads",) too.
+        hits = store.search(("threads",), query=query, filter={"user_id": uid}, limit=limit * 3)
+        turns = [h for h in hits if h.namespace[-1:] == ("messages",)][:limit]
         records = [
             {
                 "id": h.key,
