@@ -20,6 +20,7 @@ from langchain_core.messages import (
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
+from remem.errors import StorageError
 from remem.extraction import (
     DERIVED_MARKER,
     ExtractionError,
@@ -284,3 +285,35 @@ def test_extraction_node_in_a_graph_uses_runtime_store(store: SqliteStore, backg
         assert [type(r).__name__ for r in node.wait()] == ["ExtractionResult"]  # type: ignore[attr-defined]
     assert [i.value["content"] for i in store.search(user_memories("u5"))] == ["The user sails."]
     assert {i.key for i in store.search(thread_messages("g1"))} == {"h-1", "a-1"}
+
+
+def test_a_write_failure_part_way_leaves_no_memory_and_the_retry_adds_each_once(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    two = _extraction(
+        {"kind": "fact", "text": "The user lives in Lisbon."},
+        {"kind": "preference", "text": "The user likes jazz."},
+    )
+    messages = [HumanMessage(content="I live in Lisbon and I like jazz.", id="m1")]
+    real_batch = store.batch
+    memory_writes = []
+
+    def failing_batch(ops: Any) -> Any:
+        ops = list(ops)
+        if any(getattr(op, "namespace", ())[:1] == ("users",) and getattr(op, "value", None) for op in ops):
+            memory_writes.append(ops)
+            if len(memory_writes) == 2 or sum(getattr(op, "value", None) is not None for op in ops) > 1:
+                raise StorageError("disk full")  # the second memory write fails, however they are grouped
+        return real_batch(ops)
+
+    monkeypatch.setattr(store, "batch", failing_batch)
+    extractor = MemoryExtractor(store, ScriptedChatModel(replies=[two]))
+    with pytest.raises(ExtractionError):
+        extractor.run(messages, user_id="u1", thread_id="t1")
+    monkeypatch.setattr(store, "batch", real_batch)
+    assert store.search(user_memories("u1")) == []  # nothing half-written
+
+    extractor.model = ScriptedChatModel(replies=[two])
+    extractor.run(messages, user_id="u1", thread_id="t1")
+    texts = sorted(i.value["content"] for i in store.search(user_memories("u1")))
+    assert texts == ["The user likes jazz.", "The user lives in Lisbon."]

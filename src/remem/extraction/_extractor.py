@@ -208,6 +208,9 @@ class MemoryExtractor:
             reply = self.model.invoke(update_prompt(list(zip(candidates, neighbours, strict=True))))
             decisions = {d.candidate: d for d in parse_json_reply(reply, Decisions).decisions}
         source_time = now_iso()
+        # Every write waits for the end and goes in one batch: a failure part way leaves nothing written,
+        # so the retry from the watermark cannot add the same memories twice.
+        writes: list[PutOp] = []
         for n, candidate in enumerate(candidates):
             decision = decisions.get(n)
             action = decision.action if decision else "add"
@@ -219,7 +222,9 @@ class MemoryExtractor:
             if action == "noop":
                 result.unchanged += 1
             elif action == "add":
-                new_id = self._put(store, user_id, memory_value(candidate, source_time=source_time, **common))
+                new_id = self._put(
+                    writes, user_id, memory_value(candidate, source_time=source_time, **common)
+                )
                 result.added.append(new_id)
             elif action == "update":
                 assert target is not None and decision is not None
@@ -230,15 +235,17 @@ class MemoryExtractor:
                     source_message_ids=candidate.source_message_ids,
                 )
                 value = memory_value(merged, source_time=source_time, supersedes=[target], **common)
-                new_id = self._put(store, user_id, value)
-                self._invalidate(store, user_id, target, "superseded", superseded_by=new_id)
+                new_id = self._put(writes, user_id, value)
+                self._invalidate(store, writes, user_id, target, "superseded", superseded_by=new_id)
                 result.updated.append((target, new_id))
             else:
                 assert target is not None
                 self._invalidate(
-                    store, user_id, target, "contradicted", evidence=candidate.source_message_ids
+                    store, writes, user_id, target, "contradicted", evidence=candidate.source_message_ids
                 )
                 result.deleted.append(target)
+        if writes:
+            store.batch(writes)
 
     def _similar(self, store: BaseStore, user_id: str, candidate: Candidate) -> list[tuple[str, str, str]]:
         search = getattr(store, "hybrid_search", None)
@@ -251,17 +258,19 @@ class MemoryExtractor:
         return [(h.key, str(h.value.get("kind", "")), str(h.value.get("content", ""))) for h in hits]
 
     @staticmethod
-    def _put(store: BaseStore, user_id: str, value: dict[str, Any]) -> str:
+    def _put(writes: list[PutOp], user_id: str, value: dict[str, Any]) -> str:
         new_id = "mem-" + uuid.uuid4().hex
-        store.put(_users(user_id), new_id, value)
+        writes.append(PutOp(_users(user_id), new_id, value))
         return new_id
 
     @staticmethod
-    def _invalidate(store: BaseStore, user_id: str, memory_id: str, reason: str, **links: Any) -> None:
+    def _invalidate(
+        store: BaseStore, writes: list[PutOp], user_id: str, memory_id: str, reason: str, **links: Any
+    ) -> None:
         item = store.get(_users(user_id), memory_id)
         if item is None:
             return
         value = dict(item.value)
         status = "superseded" if reason == "superseded" else "deleted"
         value.update(valid=False, status=status, invalidated_at=now_iso(), invalid_reason=reason, **links)
-        store.put(_users(user_id), memory_id, value)  # same text: its embedding is reused, not recomputed
+        writes.append(PutOp(_users(user_id), memory_id, value))  # same text: its embedding is reused
