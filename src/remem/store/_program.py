@@ -93,8 +93,22 @@ class Dialect:
     def filter_condition(self, key: str, kind: str, value: Any) -> tuple[str, list[Any]]:
         raise NotImplementedError
 
-    def upsert(self) -> str:
+    def upsert_parts(self) -> tuple[str, list[str], str]:
+        """(columns, one value expression per column, ON CONFLICT clause) of the item upsert; ns_id first."""
         raise NotImplementedError
+
+    def upsert(self) -> str:
+        columns, values, conflict = self.upsert_parts()
+        return f"INSERT INTO remem_items ({columns}) VALUES ({', '.join(values)}) {conflict}"
+
+    def upsert_in_namespace(self) -> str:
+        """The upsert with the namespace id looked up by path (the last parameter) in the same statement;
+        it writes nothing when the namespace does not exist yet."""
+        columns, values, conflict = self.upsert_parts()
+        return (
+            f"INSERT INTO remem_items ({columns}) SELECT n.id, {', '.join(values[1:])} FROM remem_ns n "
+            f"WHERE n.path = ? {conflict}"
+        )
 
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
@@ -399,35 +413,34 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
         yield from delete_ids(d, ids)
     if not upserts:
         return None
-    ns_ids = yield from _ns_ids(d, (core.ns_path(op.namespace) for op in upserts))
     wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
     for op in upserts:
         assert op.value is not None
         fields = core.index_fields(plan, op.index)
         wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
-    known: dict[tuple[int, str, str], tuple[bytes, bytes]] = {}
+    # stored vectors of these items by (namespace path, key, vector path): the texts not to embed again
+    known: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
     looked_up = False  # whether ``known`` holds every stored vector of these items
     if plan is not None and any(t for _, t in wanted):
-        ns_list = sorted({ns_ids[core.ns_path(op.namespace)] for op, _ in wanted})
+        paths = sorted({core.ns_path(op.namespace) for op, _ in wanted})
         keys = sorted({op.key for op, _ in wanted})
-        if len(ns_list) <= _CHUNK and len(keys) <= _CHUNK:
+        if len(paths) <= _CHUNK and len(keys) <= _CHUNK:
             looked_up = True
-            c1, p1 = d.ids_condition("i.ns_id", ns_list)
-            marks = ", ".join("?" for _ in keys)
             rows = yield Sql(
                 d.q(
-                    "SELECT i.ns_id, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
-                    f"JOIN remem_items i ON i.id = v.item_id WHERE {c1} AND i.key IN ({marks})"
+                    "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
+                    "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
+                    f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
+                    f"AND i.key IN ({', '.join('?' for _ in keys)})"
                 ),
-                [*p1, *keys],
+                [*paths, *keys],
             )
-            known = {(int(r[0]), r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}
+            known = {(r[0], r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}
     to_embed: dict[bytes, str] = {}
     for op, texts in wanted:
-        ns_id = ns_ids[core.ns_path(op.namespace)]
         for path, text in texts:
             h = core_hash(text)
-            if known.get((ns_id, op.key, path), (b"", b""))[0] != h:
+            if known.get((core.ns_path(op.namespace), op.key, path), (b"", b""))[0] != h:
                 to_embed.setdefault(h, text)
     vectors: dict[bytes, npt.NDArray[np.float32]] = {}
     if to_embed:
@@ -438,48 +451,62 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
                 "set dims to the embedder's output size"
             )
         vectors = dict(zip(to_embed, matrix, strict=True))
-    upsert_rows: list[list[Any]] = []
-    kw_texts: dict[tuple[int, str], str] = {}
+    values: list[tuple[PutOp, dict[str, Any], str]] = []  # (op, value, keyword text)
     for op, _ in wanted:
         assert op.value is not None
-        ns_id = ns_ids[core.ns_path(op.namespace)]
-        kw_text = core.keyword_text(
-            op.value, core.index_fields(plan, None if op.index is False else op.index)
+        fields = core.index_fields(plan, None if op.index is False else op.index)
+        values.append((op, dict(op.value), core.keyword_text(op.value, fields)))
+    ns_ids: dict[str, int] = {}
+    item_ids: dict[tuple[int, str], int] = {}
+    if len(values) == 1:
+        # one put: namespace lookup, upsert and id in one statement; only a namespace that does not exist
+        # yet needs more (it is created below and the upsert runs again)
+        op, value, text = values[0]
+        params = d.upsert_params(0, op.key, value, text, now, op.ttl)[1:]
+        rows = yield Sql(
+            d.q(d.upsert_in_namespace() + " RETURNING id, ns_id"), [*params, core.ns_path(op.namespace)]
         )
-        upsert_rows.append(d.upsert_params(ns_id, op.key, dict(op.value), kw_text, now, op.ttl))
-        kw_texts[(ns_id, op.key)] = kw_text
-    if len(upsert_rows) == 1:  # one put: the upsert returns the id (a statement fewer)
-        rows = yield Sql(d.q(d.upsert() + " RETURNING id"), upsert_rows[0])
-        item_ids = {next(iter(kw_texts)): int(rows[0][0])}
-    else:
-        yield Many(d.q(d.upsert()), upsert_rows)
-        item_ids = yield from _item_ids(d, list(kw_texts))
+        if rows:
+            ns_ids[core.ns_path(op.namespace)] = int(rows[0][1])
+            item_ids[(int(rows[0][1]), op.key)] = int(rows[0][0])
+    if not item_ids:
+        ns_ids = yield from _ns_ids(d, (core.ns_path(op.namespace) for op in upserts))
+        upsert_rows = [
+            d.upsert_params(ns_ids[core.ns_path(op.namespace)], op.key, value, text, now, op.ttl)
+            for op, value, text in values
+        ]
+        if len(upsert_rows) == 1:
+            rows = yield Sql(d.q(d.upsert() + " RETURNING id"), upsert_rows[0])
+            item_ids = {(int(upsert_rows[0][0]), values[0][0].key): int(rows[0][0])}
+        else:
+            yield Many(d.q(d.upsert()), upsert_rows)
+            item_ids = yield from _item_ids(d, [(int(r[0]), str(r[1])) for r in upsert_rows])
+    kw_texts = {(ns_ids[core.ns_path(op.namespace)], op.key): text for op, _, text in values}
     for stmt in d.keyword_writes([(item_ids[k], text) for k, text in kw_texts.items()]):  # noqa: UP028
         yield stmt
     if plan is None:
         return None
     added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
     new_rows = []
-    stored_paths: dict[tuple[int, str], set[str]] = {}
-    for ns_id, key, path in known:
-        stored_paths.setdefault((ns_id, key), set()).add(path)
+    stored_paths: dict[tuple[str, str], set[str]] = {}
+    for ns_path, key, path in known:
+        stored_paths.setdefault((ns_path, key), set()).add(path)
     clear: list[tuple[int]] = []  # items whose stored vectors are not known: delete them all
     stale: list[tuple[int, str]] = []  # known vectors of a path the item no longer has
     for op, texts in wanted:
         ns_id = ns_ids[core.ns_path(op.namespace)]
         item_id = item_ids[(ns_id, op.key)]
         if looked_up:
-            paths = {path for path, _ in texts}
-            stale.extend(
-                (item_id, p) for p in sorted(stored_paths.get((ns_id, op.key), ())) if p not in paths
-            )
+            keep = {path for path, _ in texts}
+            stored = stored_paths.get((core.ns_path(op.namespace), op.key), set())
+            stale.extend((item_id, p) for p in sorted(stored) if p not in keep)
         else:
             clear.append((item_id,))
         for path, text in texts:
             h = core_hash(text)
             vec = vectors.get(h)
             if vec is None:
-                vec = _decode_vector(d, known[(ns_id, op.key, path)][1])
+                vec = _decode_vector(d, known[(core.ns_path(op.namespace), op.key, path)][1])
             new_rows.append((item_id, ns_id, path, h, d.vector_param(vec)))
             added.append((item_id, ns_id, vec))
     changed = sorted(set(item_ids.values()))

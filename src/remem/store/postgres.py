@@ -71,12 +71,12 @@ class PostgresDialect(prog.Dialect):
             [key, key, key, value],
         )
 
-    def upsert(self) -> str:
+    def upsert_parts(self) -> tuple[str, list[str], str]:
         return (
-            "INSERT INTO remem_items (ns_id, key, value, doc, tsv, created_at, updated_at, expires_at, ttl_minutes) "
-            "VALUES (?, ?, ?, ?::jsonb, to_tsvector('english', ?), ?, ?, ?, ?) ON CONFLICT (ns_id, key) DO UPDATE "
-            "SET value = EXCLUDED.value, doc = EXCLUDED.doc, tsv = EXCLUDED.tsv, updated_at = EXCLUDED.updated_at, "
-            "expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes"
+            "ns_id, key, value, doc, tsv, created_at, updated_at, expires_at, ttl_minutes",
+            ["?", "?", "?", "?::jsonb", "to_tsvector('english', ?)", "?", "?", "?", "?"],
+            "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, tsv = EXCLUDED.tsv, "
+            "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
 
     def upsert_params(

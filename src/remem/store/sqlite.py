@@ -63,12 +63,12 @@ class SqliteDialect(prog.Dialect):
         types = "('text')" if kind == "str" else "('integer', 'real', 'true', 'false')"
         return f"(json_type(i.value, ?) IN {types} AND json_extract(i.value, ?) = ?)", [path, path, value]
 
-    def upsert(self) -> str:
+    def upsert_parts(self) -> tuple[str, list[str], str]:
         return (
-            "INSERT INTO remem_items (ns_id, key, value, created_at, updated_at, expires_at, ttl_minutes) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ns_id, key) DO UPDATE SET value = excluded.value, "
-            "updated_at = excluded.updated_at, expires_at = excluded.expires_at, "
-            "ttl_minutes = excluded.ttl_minutes"
+            "ns_id, key, value, created_at, updated_at, expires_at, ttl_minutes",
+            ["?"] * 7,
+            "ON CONFLICT (ns_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at, "
+            "expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes",
         )
 
     def upsert_params(
