@@ -16,7 +16,6 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
@@ -28,6 +27,7 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
+from remem._clock import now_iso
 from remem.config import Settings
 from remem.errors import BudgetExceededError, ConfigError, ModelError, RememError
 from remem.messages import (
@@ -70,10 +70,6 @@ def thread_config(thread_id: str) -> RunnableConfig:
 
 def _model_name(model: BaseChatModel) -> str:
     return str(getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__)
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _turn_of(usage: Sequence[UsageRecord]) -> int:
@@ -142,7 +138,7 @@ class _Nodes:
             input_tokens=int(meta.get("input_tokens") or self.count(view)),
             output_tokens=int(meta.get("output_tokens") or self.count([reply])),
             latency_ms=round(latency, 2),
-            at=_now(),
+            at=now_iso(),
         )
         return {"messages": [reply], "usage": [record]}
 
@@ -170,7 +166,7 @@ class _Nodes:
                         input_tokens=result.input_tokens,
                         output_tokens=result.output_tokens,
                         latency_ms=round(result.latency_ms, 2),
-                        at=_now(),
+                        at=now_iso(),
                     )
                 ]
         return update

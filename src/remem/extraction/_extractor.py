@@ -12,6 +12,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
 
+from remem._clock import now_iso
 from remem.errors import ModelError, RememUsageError
 from remem.extraction._schema import (
     Candidate,
@@ -23,7 +24,6 @@ from remem.extraction._schema import (
     memory_value,
     message_id,
     message_text,
-    now_iso,
     parse_json_reply,
     role_of,
     update_prompt,

@@ -7,12 +7,12 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from remem._clock import now_iso
 from remem.messages import escape_attribute, escape_text
 
 MemoryKind = Literal["fact", "preference", "instruction", "event"]
@@ -58,10 +58,6 @@ def message_id(message: BaseMessage, thread_id: str, position: int) -> str:
 
 def role_of(message: BaseMessage) -> str:
     return "user" if isinstance(message, HumanMessage) else "assistant"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 class Candidate(BaseModel):

@@ -31,6 +31,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from remem._clock import now_iso
 from remem.errors import InvalidMessagesError, RememUsageError
 
 __all__ = [
@@ -90,10 +91,6 @@ def memories_ns(user_id: str) -> tuple[str, ...]:
 
 def chunk_key(n: int) -> str:
     return f"{n:08d}"
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass(frozen=True)
@@ -220,7 +217,9 @@ def stored_message_from_input(item: Any, position: int) -> StoredMessage:
         raise InvalidMessagesError(f"message {position}: 'metadata' must be a dict")
     timestamp = item.get("timestamp")
     if isinstance(timestamp, dt.datetime):
-        timestamp = timestamp.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        timestamp = (
+            timestamp.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        )  # as now_iso
     message_id = item.get("id")
     return StoredMessage(
         id=str(message_id) if message_id else str(uuid.uuid4()),
