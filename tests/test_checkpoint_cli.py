@@ -76,3 +76,20 @@ def test_parse_age() -> None:
     assert parse_age("2w") == timedelta(weeks=2)
     with pytest.raises(Exception, match="not an age"):
         parse_age("soon")
+
+
+def test_an_age_too_long_for_the_calendar_is_a_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        [
+            "checkpoints",
+            "prune",
+            f"sqlite:///{tmp_path / 'c.db'}",
+            "--all",
+            "--older-than",
+            "99999999999999d",
+            "--yes",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "before the calendar starts" in result.output and "Traceback" not in result.output

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
@@ -20,7 +20,14 @@ def parse_age(text: str) -> timedelta:
     match = re.fullmatch(r"\s*(\d+)\s*([smhdw])\s*", text or "")
     if not match:
         raise click.BadParameter(f"{text!r} is not an age; write it like 30d, 12h, 90m, 45s or 2w")
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    try:
+        age = timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+        datetime.now(UTC) - age  # an age past year 1 cannot be a cutoff
+    except OverflowError:
+        raise click.BadParameter(
+            f"{text!r} reaches back before the calendar starts; give a shorter age"
+        ) from None
+    return age
 
 
 def _remem_saver(saver: Any, url: str) -> Any:
