@@ -141,3 +141,11 @@ async def test_arun_turn_on_async_sqlite(tmp_path: Path) -> None:
         agent = build_agent(model, strategy="filter", checkpointer=saver)
         assert (await arun_turn(agent, "t", "one")).text == "1 messages"
         assert (await arun_turn(agent, "t", "two")).text == "3 messages"
+
+
+def test_in_memory_threads_are_listed_most_recently_written_first() -> None:
+    with checkpointer_from_url("memory://") as saver:
+        agent = build_agent(ScriptedChatModel(), strategy="filter", checkpointer=saver)
+        for thread in ("a", "b", "a"):
+            run_turn(agent, thread, "hello")
+        assert list_threads(saver) == ["a", "b"]

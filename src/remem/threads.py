@@ -216,7 +216,12 @@ def list_threads(saver: BaseCheckpointSaver[Any]) -> list[str]:
     if callable(own):
         return list(own())
     if isinstance(saver, InMemorySaver):
-        return list(reversed(list(saver.storage)))
+        # Checkpoint ids are time-ordered (uuid6): a thread's newest is its largest.
+        newest = {
+            t: max((c for ns in spaces.values() for c in ns), default="")
+            for t, spaces in saver.storage.items()
+        }
+        return sorted(newest, key=lambda t: newest[t], reverse=True)
     sql = "SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint_id) DESC"
     conn = getattr(saver, "conn", None)
     if isinstance(conn, sqlite3.Connection):
