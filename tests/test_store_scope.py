@@ -57,8 +57,10 @@ def test_keyword_ranking_inside_a_namespace_matches_ranking_of_everything(make_s
     assert inside[0].score > inside[1].score > 0
 
 
-def test_expired_items_are_skipped_before_the_limit(make_store: Any) -> None:
+@pytest.mark.parametrize("crowd", [0, 200])  # the namespace holds every item, then a small share of them
+def test_expired_items_are_skipped_before_the_limit(make_store: Any, crowd: int) -> None:
     store = make_store(search_mode="keyword")
+    store.batch([PutOp(("threads", "t2", "messages"), f"c{i}", {"text": "dinner"}) for i in range(crowd)])
     ns = ("threads", "t1", "messages")
     store.batch([PutOp(ns, f"old{i}", {"text": "lunch plans lunch"}, ttl=0.0005) for i in range(30)])
     store.put(ns, "kept", {"text": "lunch"})

@@ -151,6 +151,7 @@ class SqliteStore(RememStoreBase):
         self._matrix: VectorMatrix | None = None
         self._data_version: int | None = None
         self._df: dict[str, tuple[int, int]] = {}  # term -> (items containing it, index size then)
+        self._ns_sizes: tuple[int, dict[int, int]] = (-1, {})  # (index size then, items per namespace)
         self.keyword_budget = keyword_budget
 
     @classmethod
@@ -324,6 +325,8 @@ class SqliteStore(RememStoreBase):
     def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
         rows = self._fts_rows()
         df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
+        narrow = request.item_ids is not None or self._is_narrow(request.ns_ids, rows)
+        ranked = self._ranked if narrow else self._ranked_then_filtered
         newest: int | None = None
         for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
             match = (" AND " if attempt.every else " OR ").join(_phrase(t) for t in attempt.terms)
@@ -334,10 +337,57 @@ class SqliteStore(RememStoreBase):
                         self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()[0]
                     )
                 lowest = newest - attempt.newest
-            found = self._ranked(match, lowest, request)
+            found = ranked(match, lowest, request)
             if found and (attempt.partial or len(found) >= request.k):
                 return found
         return []
+
+    def _is_narrow(self, ns_ids: list[int] | None, rows: int) -> bool:
+        """Whether these namespaces hold under half the items. Then the namespace is checked while ranking
+        (``_ranked``); otherwise most matches are in it anyway, and ranking everything first then checking
+        the best few (``_ranked_then_filtered``) skips a row lookup per match. Both give the same results,
+        so the item counts are only refreshed when the index has grown or shrunk by a tenth."""
+        if ns_ids is None:
+            return False
+        seen, sizes = self._ns_sizes
+        if abs(seen - rows) > rows // 10 or seen < 0:
+            counted = self.conn.execute("SELECT ns_id, count(*) FROM remem_items GROUP BY ns_id").fetchall()
+            sizes = {int(r[0]): int(r[1]) for r in counted}
+            self._ns_sizes = (rows, sizes)
+        return 2 * sum(sizes.get(i, 0) for i in set(ns_ids)) < sum(sizes.values())
+
+    def _ranked_then_filtered(
+        self, match: str, lowest: int | None, request: prog.KwSearch
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best live matches in the namespaces asked for: the whole index ranked, then filtered,
+        ranking deeper until ``k`` pass or the matches run out."""
+        base = "SELECT rowid, -bm25(remem_fts) FROM remem_fts WHERE remem_fts MATCH ?"
+        params: list[Any] = [match]
+        if lowest is not None:
+            base += " AND rowid > ?"
+            params.append(lowest)
+        limit = max(request.k * 4, 64)
+        while True:
+            rows = self.conn.execute(base + " ORDER BY rank LIMIT ?", [*params, limit]).fetchall()
+            found = self._live(rows, request)
+            if len(found) >= request.k or len(rows) < limit:
+                return found[: request.k]
+            limit *= 8
+
+    def _live(self, rows: list[Any], request: prog.KwSearch) -> list[tuple[int, float]]:
+        """The rows whose items are live and in the namespaces asked for, in rank order."""
+        if not rows:
+            return []
+        sql = (
+            "SELECT id FROM remem_items WHERE id IN (SELECT value FROM json_each(?)) "
+            "AND (expires_at IS NULL OR expires_at > ?)"
+        )
+        params: list[Any] = [json.dumps([r[0] for r in rows]), request.now]
+        if request.ns_ids is not None:
+            sql += " AND ns_id IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(request.ns_ids))
+        keep = {r[0] for r in self.conn.execute(sql, params)}
+        return [(int(r[0]), float(r[1])) for r in rows if r[0] in keep]
 
     def _ranked(self, match: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
         """The ``k`` best live matches in the namespaces (and items) asked for, best first.
