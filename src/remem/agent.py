@@ -38,6 +38,7 @@ from remem.messages import (
     check_provider_valid,
     coerce_messages,
 )
+from remem.models import model_name
 from remem.strategies import Strategy, build_view, strategy_from_name
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 
@@ -66,10 +67,6 @@ class MemoryState(TypedDict, total=False):
 
 def thread_config(thread_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id}}
-
-
-def _model_name(model: BaseChatModel) -> str:
-    return str(getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__)
 
 
 def _turn_of(usage: Sequence[UsageRecord]) -> int:
@@ -134,7 +131,7 @@ class _Nodes:
         record = UsageRecord(
             turn=_turn_of(usage) + 1,
             node="call_model",
-            model=_model_name(self.model),
+            model=model_name(self.model),
             input_tokens=int(meta.get("input_tokens") or self.count(view)),
             output_tokens=int(meta.get("output_tokens") or self.count([reply])),
             latency_ms=round(latency, 2),

@@ -19,7 +19,7 @@ from remem.config import Settings
 from remem.errors import ConfigError
 from remem.messages import approximate_token_count
 
-__all__ = ["Reply", "ScriptedChatModel", "chat_model_from_settings", "require_chat_model"]
+__all__ = ["Reply", "ScriptedChatModel", "chat_model_from_settings", "model_name", "require_chat_model"]
 
 Reply = str | AIMessage | Exception | Callable[[list[BaseMessage]], "str | AIMessage"]
 
@@ -29,6 +29,11 @@ _HOW_TO_CONFIGURE = (
     "REMEM_LLM_MODEL=llama3.2 REMEM_LLM_BASE_URL=http://localhost:11434/v1; "
     "`remem demo` runs without one"
 )
+
+
+def model_name(model: BaseChatModel) -> str:
+    """The name a usage record gives a model: its model name where it has one, else its class."""
+    return str(getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__)
 
 
 def chat_model_from_settings(settings: Settings) -> BaseChatModel | None:

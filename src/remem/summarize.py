@@ -22,6 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from remem.errors import SummarizationError
 from remem.messages import approximate_token_count, escape_text
+from remem.models import model_name
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -215,7 +216,7 @@ class LLMSummarizer:
             input_tokens=int(usage.get("input_tokens") or approximate_token_count(prompt)),
             output_tokens=int(usage.get("output_tokens") or _tokens(text)),
             latency_ms=(time.perf_counter() - started) * 1000,
-            model=str(getattr(self.model, "model_name", None) or type(self.model).__name__),
+            model=model_name(self.model),
         )
 
     def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import click
 
+from remem.cli._options import db_option
 from remem.cli._render import console, preview, table
 from remem.config import load_settings
 from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
 
 __all__ = ["COMMANDS", "card_command", "search_command", "summary_command"]
-
-db_option = click.option(
-    "--db", "database_url", metavar="URL", help="Database URL (default: REMEM_DATABASE_URL)."
-)
 
 
 def _memory(database_url: str | None) -> Memory:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from remem.cli._options import db_option
 from remem.cli._render import console, table
 from remem.config import load_settings
 from remem.erasure import erase
@@ -33,7 +34,7 @@ def _url(database_url: str | None) -> str:
 @click.option(
     "--namespace", metavar="A.B", help="Erase every item under this namespace (labels joined by '.')."
 )
-@click.option("--db", "database_url", metavar="URL", help="Database URL (default: REMEM_DATABASE_URL).")
+@db_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def forget_command(
     user_id: str | None, thread_id: str | None, namespace: str | None, database_url: str | None, yes: bool

@@ -8,6 +8,7 @@ import click
 from rich.markup import escape
 
 from remem.agent import build_agent, run_turn, thread_config
+from remem.cli._options import db_option
 from remem.cli._render import console, preview, show_history, show_snapshot, table
 from remem.config import STRATEGY_NAMES, load_settings
 from remem.demo import DemoTurn, run_demo
@@ -15,10 +16,6 @@ from remem.errors import RememError
 from remem.inspection import reader_graph, thread_history, thread_snapshot
 from remem.models import require_chat_model
 from remem.threads import checkpointer_from_url, display_url, list_threads
-
-db_option = click.option(
-    "--db", "database_url", metavar="URL", help="Database URL (default: REMEM_DATABASE_URL)."
-)
 
 
 @click.command("config")
