@@ -14,6 +14,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import settings
+
+# In CI the property tests draw the same examples every run, so a red build is reproducible;
+# locally they keep exploring new ones.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 # The machine's PostgreSQL; REMEM_TEST_POSTGRES_URL points the suite elsewhere.
 POSTGRES_URL = os.environ.get("REMEM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
