@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import operator
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +24,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 
-from remem.checkpoint import AsyncPostgresSaver, AsyncSqliteSaver, PostgresSaver, SqliteSaver
+from remem.checkpoint import AsyncPostgresSaver, AsyncSqliteSaver
+from tests.savers import open_saver
 
 
 class TeeSaver(BaseCheckpointSaver[Any]):
@@ -204,16 +204,6 @@ SCENARIOS: dict[str, tuple[Callable[[], StateGraph[Any]], list[Step]]] = {
 }
 
 
-@contextmanager
-def remem_saver(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    if kind == "postgres":
-        with PostgresSaver.from_conn_string(request.getfixturevalue("pg_url")) as pg:
-            yield pg
-    else:
-        with SqliteSaver.from_conn_string(tmp_path / "cp.db") as saver:
-            yield saver
-
-
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
@@ -235,7 +225,7 @@ def test_same_state_and_history_as_in_memory(
 ) -> None:
     make, steps = SCENARIOS[scenario]
     config: RunnableConfig = {"configurable": {"thread_id": f"t-{scenario}"}}
-    with remem_saver(kind, tmp_path, request) as saver:
+    with open_saver(kind, tmp_path, request) as saver:
         memory = InMemorySaver()
         tee = make().compile(checkpointer=TeeSaver(memory, saver))
         for step in steps:

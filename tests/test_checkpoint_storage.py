@@ -7,8 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,20 +15,11 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from remem.checkpoint import PostgresSaver, SqliteSaver
+from remem.checkpoint import SqliteSaver
 from remem.errors import StorageError
+from tests.savers import open_saver
 
 KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@contextmanager
-def open_saver(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    if kind == "postgres":
-        with PostgresSaver.from_conn_string(request.getfixturevalue("pg_url")) as pg:
-            yield pg
-    else:
-        with SqliteSaver.from_conn_string(tmp_path / "cp.db") as saver:
-            yield saver
 
 
 def chat(saver: Any) -> Any:
