@@ -12,14 +12,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from remem.errors import ConfigError, NotFoundError, StorageError
+from remem._url import DatabaseURL, describe_postgres, display_url, parse_database_url
+from remem.errors import NotFoundError, StorageError
 
 __all__ = [
     "DatabaseURL",
@@ -29,35 +29,6 @@ __all__ = [
     "list_threads",
     "parse_database_url",
 ]
-
-_ACCEPTED = "memory://, sqlite:///PATH (sqlite:////ABSOLUTE/PATH) or postgresql://USER@HOST:PORT/DB"
-
-
-@dataclass(frozen=True)
-class DatabaseURL:
-    """A parsed database URL: ``kind`` is memory, sqlite or postgres; ``target`` a path or a DSN."""
-
-    kind: str
-    target: str
-
-    @property
-    def sqlite_path(self) -> Path:
-        return Path(self.target)
-
-
-def parse_database_url(url: str) -> DatabaseURL:
-    """Check a database URL and say what it names; :class:`ConfigError` listing the forms otherwise."""
-    text = (url or "").strip()
-    if text in ("memory://", "memory:", "memory"):
-        return DatabaseURL("memory", "")
-    if text.startswith("sqlite:///"):
-        path = text[len("sqlite:///") :]
-        if not path or path.endswith("/"):
-            raise ConfigError(f"{url!r} names no file; use {_ACCEPTED}")
-        return DatabaseURL("sqlite", path)
-    if text.startswith(("postgresql://", "postgres://")):
-        return DatabaseURL("postgres", text)
-    raise ConfigError(f"unsupported database URL {url!r}; use {_ACCEPTED}")
 
 
 def _prepare_sqlite_path(path: Path, create: bool) -> None:
@@ -84,23 +55,6 @@ def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise _sqlite_unusable(path, exc) from exc
     return conn
-
-
-def describe_postgres(dsn: str) -> str:
-    """``host:port/dbname`` of a PostgreSQL URL: what a message may show (never a user or password)."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        info = conninfo_to_dict(dsn)
-    except Exception:
-        raise ConfigError(f"not a valid PostgreSQL URL; use {_ACCEPTED}") from None
-    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
-
-
-def display_url(url: str) -> str:
-    """The URL as it may be shown to people: a PostgreSQL URL loses its user and password."""
-    parsed = parse_database_url(url)
-    return f"postgresql://{describe_postgres(parsed.target)}" if parsed.kind == "postgres" else url
 
 
 def _postgres_unreachable(dsn: str, exc: Exception) -> StorageError:

@@ -1,0 +1,82 @@
+"""Database URLs, parsed in one place, and shown in one way.
+
+    memory://                      in this process only
+    sqlite:///relative/path.db     a SQLite file (sqlite:////absolute/path.db)
+    postgresql://user@host/db      PostgreSQL (postgres:// too)
+
+Every part of remem that takes a database URL calls :func:`parse_database_url`; every message or
+output that names a database calls :func:`display_url`, which never shows a user or a password.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from remem._secrets import mask_secrets
+from remem.errors import ConfigError
+
+__all__ = ["ACCEPTED_URLS", "DatabaseURL", "describe_postgres", "display_url", "parse_database_url"]
+
+ACCEPTED_URLS = "memory://, sqlite:///PATH (sqlite:////ABSOLUTE/PATH) or postgresql://USER@HOST:PORT/DB"
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed database URL: ``kind`` is memory, sqlite or postgres; ``target`` a path or a DSN."""
+
+    kind: str
+    target: str
+
+    @property
+    def sqlite_path(self) -> Path:
+        return Path(self.target)
+
+    def __repr__(self) -> str:  # a DSN may hold a password
+        return f"DatabaseURL(kind={self.kind!r}, target={mask_secrets(self.target)!r})"
+
+
+def parse_database_url(url: str | Path) -> DatabaseURL:
+    """Check a database URL and say what it names; :class:`ConfigError` listing the forms otherwise.
+
+    A plain path (``str`` or :class:`~pathlib.Path`) and ``:memory:`` name SQLite, as the stock
+    savers' ``from_conn_string`` accept them.
+    """
+    if isinstance(url, Path):
+        return DatabaseURL("sqlite", str(url))
+    text = (url or "").strip()
+    if text in ("memory://", "memory:", "memory"):
+        return DatabaseURL("memory", "")
+    if text.startswith("sqlite:///"):
+        path = text[len("sqlite:///") :]
+        if not path or path.endswith("/"):
+            raise ConfigError(f"{mask_secrets(text)!r} names no file; use {ACCEPTED_URLS}")
+        return DatabaseURL("sqlite", path)
+    if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        return DatabaseURL("postgres", text.replace("postgresql+psycopg://", "postgresql://", 1))
+    if "=" in text and ("host=" in text or "dbname=" in text):  # a libpq key=value DSN
+        return DatabaseURL("postgres", text)
+    if text == ":memory:" or (text and "://" not in text):
+        return DatabaseURL("sqlite", text)
+    raise ConfigError(f"unsupported database URL {mask_secrets(text)!r}; use {ACCEPTED_URLS}")
+
+
+def describe_postgres(dsn: str) -> str:
+    """``host:port/dbname`` of a PostgreSQL URL: what a message may show (never a user or password)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:
+        raise ConfigError(f"not a valid PostgreSQL URL; use {ACCEPTED_URLS}") from None
+    return f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}/{info.get('dbname') or ''}"
+
+
+def display_url(url: str | Path) -> str:
+    """The URL as it may be shown to people: a PostgreSQL URL loses its user and password."""
+    parsed = parse_database_url(url)
+    if parsed.kind == "postgres":
+        return f"postgresql://{describe_postgres(parsed.target)}"
+    if parsed.kind == "sqlite":
+        return f"sqlite:///{parsed.target}"
+    return "memory://"
