@@ -6,6 +6,7 @@ database file owner-only first is enough for all three.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -24,7 +25,5 @@ def make_private_file(path: Path) -> None:
     if str(path) in ("", ":memory:") or path.exists():
         return
     make_private_dir(path.parent)
-    try:
+    with contextlib.suppress(FileExistsError):  # another process created it first
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:  # another process created it first
-        pass
