@@ -176,16 +176,19 @@ def test_run_turn_finishes_an_interrupted_turn_before_the_next() -> None:
     assert state_of(agent)["summary"] == "A summary."
 
 
-def test_turn_budget_stops_the_call_and_keeps_the_message() -> None:
+def test_turn_budget_refuses_the_message_before_writing_it() -> None:
     chat = echo_model()
-    agent = build_agent(
-        chat, strategy="filter", checkpointer=InMemorySaver(), settings=Settings(turn_token_budget=30)
-    )
+    saver = InMemorySaver()
+    agent = build_agent(chat, strategy="filter", checkpointer=saver, settings=Settings(turn_token_budget=30))
     run_turn(agent, "t", "short")
+    before = len(list(saver.list(thread_config("t"))))
     with pytest.raises(BudgetExceededError, match="REMEM_TURN_TOKEN_BUDGET"):
         run_turn(agent, "t", "a much longer message " * 10)
     assert len(chat.calls) == 1
-    assert state_of(agent)["messages"][-1].text.startswith("a much longer")
+    assert len(list(saver.list(thread_config("t")))) == before  # no checkpoint written
+    assert [m.text for m in state_of(agent)["messages"]][0] == "short"
+    run_turn(agent, "t", "short again")  # the thread is not stuck on the refused message
+    assert state_of(agent)["messages"][-2].text == "short again"
 
 
 def test_session_budget_counts_what_the_thread_spent() -> None:

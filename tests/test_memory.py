@@ -78,10 +78,11 @@ def test_add_messages_keeps_ids_order_and_fields(memory: Memory) -> None:
 def test_the_same_message_sent_again_is_stored_once(memory: Memory) -> None:
     thread = memory.thread("t1", user_id="maya")
     first = _conversation(4)
-    assert len(thread.add_messages(first)) == 4
-    assert thread.add_messages(first) == []
+    stored = thread.add_messages(first)
+    assert len(stored) == 4
+    assert thread.add_messages(first) == stored  # a retry returns what was stored, not a second copy
     again = thread.add_messages([*first, {"role": "user", "content": "new", "id": "m9"}, first[0]])
-    assert [m.id for m in again] == ["m9"]
+    assert [(m.id, m.seq) for m in again] == [("m0", 0), ("m1", 1), ("m2", 2), ("m3", 3), ("m9", 4)]
     assert [m.id for m in thread.messages()] == ["m0", "m1", "m2", "m3", "m9"]
 
 
@@ -217,7 +218,7 @@ async def test_async_methods_match_the_sync_ones(memory: Memory) -> None:
     thread = await memory.athread("t-async", user_id="maya")
     added = await thread.aadd_messages(_conversation(6))
     assert [m.id for m in added] == [f"m{i}" for i in range(6)]
-    assert await thread.aadd_messages(_conversation(6)) == []
+    assert await thread.aadd_messages(_conversation(6)) == added
     stored = await thread.amessages()
     assert stored == thread.messages()
     assert all(isinstance(m, StoredMessage) for m in stored)
@@ -248,7 +249,8 @@ def test_turns_indexed_by_extraction_first_are_taken_into_the_thread(memory: Mem
     thread = memory.thread("shared", user_id="maya")
     assert [m.id for m in thread.add_messages(turns)] == ["h1", "a1"]
     assert [m.id for m in thread.messages()] == ["h1", "a1"]
-    assert thread.add_messages(turns) == []
+    assert [m.seq for m in thread.add_messages(turns)] == [0, 1]
+    assert thread.info().message_count == 2
 
 
 def test_superseded_memories_are_not_recalled(memory: Memory) -> None:

@@ -14,6 +14,7 @@ from remem.errors import (
     RememUsageError,
     StorageError,
     SummarizationError,
+    ThreadBusyError,
 )
 from remem.inspection import thread_history, thread_snapshot
 from remem.memory import ContextCard, Memory, MemoryRecord, Summary, Thread
@@ -50,6 +51,7 @@ __all__ = [
     "Summary",
     "SummaryStrategy",
     "Thread",
+    "ThreadBusyError",
     "TrimStrategy",
     "UsageRecord",
     "acheckpointer_from_url",

@@ -9,14 +9,19 @@ State = messages + rolling summary + a usage ledger. Each turn:
 the turn. If compaction fails after the model replied, the reply is already checkpointed: invoking the
 graph again with ``None`` resumes at the compaction step without calling the chat model again
 (:func:`run_turn` does that for you).
+
+:func:`run_turn` holds the thread's lease for the whole turn (``remem._lease``): one writer per thread,
+across threads and processes, so two turns never fork the thread's history.
 """
 
 from __future__ import annotations
 
 import operator
 import time
+import weakref
 from collections.abc import Sequence
-from typing import Annotated, Any, TypedDict
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
@@ -28,8 +33,9 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
 from remem._clock import now_iso
+from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings
-from remem.errors import BudgetExceededError, ConfigError, ModelError, RememError
+from remem.errors import BudgetExceededError, ConfigError, InvalidMessagesError, ModelError, RememError
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
     TokenCounter,
@@ -37,6 +43,7 @@ from remem.messages import (
     check_can_append,
     check_provider_valid,
     coerce_messages,
+    history_problems,
 )
 from remem.models import model_name
 from remem.strategies import Strategy, build_view, strategy_from_name
@@ -96,7 +103,7 @@ class _Nodes:
         head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*head, *build_view(plan, summary)]
 
-    def _check_budgets(self, view: list[BaseMessage], usage: Sequence[UsageRecord]) -> None:
+    def check_budgets(self, view: list[BaseMessage], usage: Sequence[UsageRecord]) -> None:
         tokens = self.count(view)
         if self.turn_budget and tokens > self.turn_budget:
             raise BudgetExceededError(
@@ -115,7 +122,7 @@ class _Nodes:
         view = self.view(state)
         check_provider_valid(view)
         usage = state.get("usage", [])
-        self._check_budgets(view, usage)
+        self.check_budgets(view, usage)
         started = time.perf_counter()
         try:
             reply = self.model.invoke(view)
@@ -209,7 +216,55 @@ def build_agent(
     graph.add_edge("delete_messages", END)
     compiled = graph.compile(checkpointer=checkpointer, store=store)
     compiled.name = f"remem-agent[{chosen.name}]"
+    _TURN_RULES[compiled] = _TurnRules(s.thread_lease_timeout, nodes)
     return compiled
+
+
+@dataclass(frozen=True)
+class _TurnRules:
+    """What :func:`run_turn` knows of a graph :func:`build_agent` made: its lease wait, its model node."""
+
+    lease_timeout: float
+    nodes: _Nodes | None = None
+
+
+_TURN_RULES: weakref.WeakKeyDictionary[Any, _TurnRules] = weakref.WeakKeyDictionary()
+
+
+def _rules(graph: CompiledStateGraph[Any, Any, Any, Any], lease_timeout: float | None) -> _TurnRules:
+    known = _TURN_RULES.get(graph, _TurnRules(DEFAULT_LEASE_TIMEOUT))
+    return known if lease_timeout is None else _TurnRules(lease_timeout, known.nodes)
+
+
+def _lease_owner(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Any:
+    """What holds the thread's lease: the checkpointer's database (the graph itself when it has none)."""
+    saver = graph.checkpointer
+    return saver if isinstance(saver, BaseCheckpointSaver) else graph
+
+
+def _unfinished(snapshot: Any) -> bool:
+    """Whether the thread's last checkpoint has tasks left: a turn cut short after its input, or after a
+    node's writes (the model's reply) were saved but before the step's checkpoint. Resuming with ``None``
+    applies the saved writes instead of running their nodes again."""
+    return bool(snapshot.next or snapshot.tasks)
+
+
+def _check_input(rules: _TurnRules, values: dict[str, Any], messages: list[BaseMessage]) -> None:
+    """Refuse, before anything is written, an input the turn would refuse after writing it."""
+    history = values.get("messages", [])
+    check_can_append(history, messages)
+    merged = cast("list[AnyMessage]", add_messages(cast(Any, list(history)), cast(Any, list(messages))))
+    problems = history_problems(merged)
+    if problems and not history_problems(history):
+        raise InvalidMessagesError(
+            "this turn would send the model a history that is not provider-valid: "
+            + "; ".join(problems[:3])
+            + ". An AI tool call needs its results (ToolMessages) before the model is called again; "
+            "the thread was not changed"
+        )
+    if rules.nodes is not None:  # the budgets call_model checks, checked before the input is stored
+        state = MemoryState(messages=merged, summary=values.get("summary", ""), usage=values.get("usage", []))
+        rules.nodes.check_budgets(rules.nodes.view(state), state["usage"])
 
 
 def run_turn(
@@ -218,19 +273,28 @@ def run_turn(
     message: Any,
     *,
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+    lease_timeout: float | None = None,
 ) -> AIMessage:
     """Send one user turn and return the reply.
 
-    The input is checked first (nothing is written if it is malformed), and a turn that an earlier
-    failure left unfinished is completed before the new one, so no model call is paid for twice.
+    The turn holds the thread's lease: another turn on the same thread, in this process or another,
+    waits for it up to ``lease_timeout`` seconds (default: the ``thread_lease_timeout`` setting the agent
+    was built with) and then raises :class:`~remem.errors.ThreadBusyError`, having written nothing.
+    A turn that an earlier failure or crash left unfinished is completed first, from what it wrote, so
+    a reply that was saved is kept and no model call is paid for twice. The input is then checked
+    against the thread (shape, provider validity, token budgets) before any of it is written: a refused
+    input leaves the thread as it was.
     """
     messages = coerce_messages(message, max_chars=max_message_chars)
     config = thread_config(thread_id)
-    snapshot = graph.get_state(config)
-    check_can_append(snapshot.values.get("messages", []), messages)
-    if snapshot.next:
-        graph.invoke(None, config)
-    result = graph.invoke({"messages": messages}, config)
+    rules = _rules(graph, lease_timeout)
+    with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+        snapshot = graph.get_state(config)
+        if _unfinished(snapshot):
+            graph.invoke(None, config)
+            snapshot = graph.get_state(config)
+        _check_input(rules, snapshot.values, messages)
+        result = graph.invoke({"messages": messages}, config)
     return _last_reply(result)
 
 
@@ -240,15 +304,19 @@ async def arun_turn(
     message: Any,
     *,
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
+    lease_timeout: float | None = None,
 ) -> AIMessage:
     """Async version of :func:`run_turn`."""
     messages = coerce_messages(message, max_chars=max_message_chars)
     config = thread_config(thread_id)
-    snapshot = await graph.aget_state(config)
-    check_can_append(snapshot.values.get("messages", []), messages)
-    if snapshot.next:
-        await graph.ainvoke(None, config)
-    result = await graph.ainvoke({"messages": messages}, config)
+    rules = _rules(graph, lease_timeout)
+    async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+        snapshot = await graph.aget_state(config)
+        if _unfinished(snapshot):
+            await graph.ainvoke(None, config)
+            snapshot = await graph.aget_state(config)
+        _check_input(rules, snapshot.values, messages)
+        result = await graph.ainvoke({"messages": messages}, config)
     return _last_reply(result)
 
 

@@ -52,6 +52,9 @@ class Settings:
     turn_token_budget: int = _setting(0, "most tokens one model call may be sent (0: no limit)")
     session_token_budget: int = _setting(0, "most tokens a thread may spend in all (0: no limit)")
     max_message_chars: int = _setting(100_000, "longest message accepted, in characters")
+    thread_lease_timeout: float = _setting(
+        30.0, "seconds a turn or append waits for another one on the same thread (then ThreadBusyError)"
+    )
     embedder: str = _setting("minilm", "embedding model for semantic search", choices=EMBEDDERS)
 
     def describe(self) -> list[tuple[str, str, str]]:

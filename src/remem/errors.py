@@ -12,6 +12,7 @@ down, a model endpoint that fails) are ``RememRuntimeError``. Every message says
     │   └── BudgetExceededError             a token budget per turn or per session would be passed
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
+        ├── ThreadBusyError                 another turn or append holds the thread's lease; retry later
         ├── ModelError                      the chat model or the embedder failed
         │   └── SummarizationError          the summariser failed; the state was left as it was
         └── MissingDependencyError          an optional package is not installed
@@ -31,6 +32,7 @@ __all__ = [
     "RememUsageError",
     "StorageError",
     "SummarizationError",
+    "ThreadBusyError",
 ]
 
 
@@ -64,6 +66,10 @@ class RememRuntimeError(RememError):
 
 class StorageError(RememRuntimeError):
     """A database could not be reached, or refused the work."""
+
+
+class ThreadBusyError(RememRuntimeError):
+    """Another turn or append on the same thread held its lease past the wait; nothing was written."""
 
 
 class ModelError(RememRuntimeError):

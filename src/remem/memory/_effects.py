@@ -1,13 +1,16 @@
 """Logic once, I/O twice: the client's operations are generators that yield what they need done.
 
-A plan yields :class:`StoreCall` (a batch of LangGraph store ops) or :class:`SummarizeCall` and is sent
-the result back; :func:`run` drives a plan with a store's ``batch`` and a summariser's ``summarize``,
-:func:`arun` with ``abatch`` and ``asummarize``. The plans themselves do no I/O.
+A plan yields :class:`StoreCall` (a batch of LangGraph store ops), :class:`SummarizeCall` or
+:class:`Leased` (a sub-plan run holding the thread's lease) and is sent the result back; :func:`run`
+drives a plan with a store's ``batch`` and a summariser's ``summarize``, :func:`arun` with ``abatch`` and
+``asummarize``. The plans themselves do no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import contextlib
+from collections.abc import Callable, Generator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -17,7 +20,7 @@ from langgraph.store.base import BaseStore, Op
 from remem.errors import RememError, StorageError
 from remem.summarize import Summarizer, SummaryResult
 
-__all__ = ["Plan", "StoreCall", "SummarizeCall", "arun", "run"]
+__all__ = ["ALease", "Lease", "Leased", "Plan", "StoreCall", "SummarizeCall", "arun", "run"]
 
 T = TypeVar("T")
 
@@ -33,8 +36,28 @@ class SummarizeCall:
     messages: Sequence[BaseMessage]
 
 
-Effect = StoreCall | SummarizeCall
+@dataclass(frozen=True)
+class Leased:
+    """Run ``plan`` holding ``thread_id``'s lease: what it reads is not changed by another writer before
+    it writes (a read-modify-write of the thread's metadata, numbering of appended messages)."""
+
+    thread_id: str
+    plan: Generator[Any, Any, Any]
+
+
+Effect = StoreCall | SummarizeCall | Leased
 Plan = Generator[Effect, Any, T]
+Lease = Callable[[str], AbstractContextManager[None]]
+ALease = Callable[[str], AbstractAsyncContextManager[None]]
+
+
+def _no_lease(thread_id: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+@contextlib.asynccontextmanager
+async def _no_alease(thread_id: str) -> Any:
+    yield
 
 
 def _storage_failed(exc: Exception) -> StorageError:
@@ -44,8 +67,8 @@ def _storage_failed(exc: Exception) -> StorageError:
     )
 
 
-def run(plan: Plan[T], store: BaseStore, summarizer: Summarizer) -> T:
-    """Drive ``plan`` synchronously."""
+def run(plan: Plan[T], store: BaseStore, summarizer: Summarizer, lease: Lease = _no_lease) -> T:
+    """Drive ``plan`` synchronously; ``lease(thread_id)`` holds a thread's lease for a :class:`Leased`."""
     result: Any = None
     try:
         while True:
@@ -57,6 +80,9 @@ def run(plan: Plan[T], store: BaseStore, summarizer: Summarizer) -> T:
                     raise
                 except Exception as exc:
                     raise _storage_failed(exc) from exc
+            elif isinstance(effect, Leased):
+                with lease(effect.thread_id):
+                    result = run(effect.plan, store, summarizer, lease)
             else:
                 result = summarizer.summarize(effect.previous, effect.messages)
     except StopIteration as stop:
@@ -64,7 +90,7 @@ def run(plan: Plan[T], store: BaseStore, summarizer: Summarizer) -> T:
         return value
 
 
-async def arun(plan: Plan[T], store: BaseStore, summarizer: Summarizer) -> T:
+async def arun(plan: Plan[T], store: BaseStore, summarizer: Summarizer, lease: ALease = _no_alease) -> T:
     """Async version of :func:`run`."""
     result: Any = None
     try:
@@ -77,6 +103,9 @@ async def arun(plan: Plan[T], store: BaseStore, summarizer: Summarizer) -> T:
                     raise
                 except Exception as exc:
                     raise _storage_failed(exc) from exc
+            elif isinstance(effect, Leased):
+                async with lease(effect.thread_id):
+                    result = await arun(effect.plan, store, summarizer, lease)
             else:
                 summary: SummaryResult = await summarizer.asummarize(effect.previous, effect.messages)
                 result = summary

@@ -1,7 +1,10 @@
 """The memory client's operations as plans (see ``_effects``): all logic, no I/O.
 
 Each public plan reads the thread's metadata first, so that several processes sharing one store see
-each other's writes. Writes of one operation go to the store in one batch.
+each other's writes. Writes of one operation go to the store in one batch (one transaction in remem's
+stores). Every read-modify-write of a thread (its metadata, the numbering of appended messages) runs as a
+:class:`Leased` sub-plan, under the thread's lease, so concurrent writers take turns instead of
+overwriting each other's counts.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from remem.memory._card import (
     render_recall,
 )
 from remem.memory._card import truncate_to_budget as _truncate
-from remem.memory._effects import Plan, StoreCall, SummarizeCall
+from remem.memory._effects import Leased, Plan, StoreCall, SummarizeCall
 from remem.memory._records import (
     EMPTY_SUMMARY,
     META_KEY,
@@ -82,6 +85,15 @@ def open_thread_plan(
     """Create the thread, or open it and check that it belongs to ``user_id``."""
     if frequency is not None and frequency < 1:
         raise RememUsageError("context_summary_update_frequency must be at least 1 (1: at every card)")
+    info: ThreadInfo = yield Leased(
+        thread_id, _open_thread(thread_id, user_id, agent_id, frequency, default_frequency)
+    )
+    return info
+
+
+def _open_thread(
+    thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None, default_frequency: int
+) -> Plan[ThreadInfo]:
     (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     if item is None:
         info = ThreadInfo(
@@ -133,27 +145,64 @@ def _messages_by_id(thread_id: str, ids: Sequence[str]) -> Plan[list[StoredMessa
 
 
 def add_messages_plan(thread_id: str, inputs: Sequence[Any]) -> Plan[list[StoredMessage]]:
-    """Append messages, keeping the caller's ids; a message whose id the thread already holds is skipped."""
+    """Append messages, keeping the caller's ids, and return each as stored, in the order given.
+
+    A message whose id the thread already holds is not added again: it is returned as it was stored.
+    One that was stored but never made it into the thread's order (a write of an older version that
+    lost a race) is appended now, so that a retry makes it visible."""
     if isinstance(inputs, str | Mapping) or not isinstance(inputs, Sequence):
         raise RememUsageError("add_messages takes a list of messages; wrap a single message in a list")
     parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs)]
+    stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, parsed))
+    return stored
+
+
+def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Plan[set[str]]:
+    """The ids among ``seqs`` (id -> stored seq) that the thread's order holds at that seq."""
+    wanted = {seq // ORDER_CHUNK for seq in seqs.values() if 0 <= seq < info.message_count}
+    numbers = sorted(wanted)
+    if not numbers:
+        return set()
+    items = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(n)) for n in numbers])
+    chunks = {
+        n: item.value["ids"] if item is not None else [] for n, item in zip(numbers, items, strict=True)
+    }
+    placed: set[str] = set()
+    for message_id, seq in seqs.items():
+        ids = chunks.get(seq // ORDER_CHUNK, [])
+        if seq % ORDER_CHUNK < len(ids) and ids[seq % ORDER_CHUNK] == message_id:
+            placed.add(message_id)
+    return placed
+
+
+def _append(thread_id: str, parsed: Sequence[StoredMessage]) -> Plan[list[StoredMessage]]:
     info = yield from thread_info_plan(thread_id)
     unique: dict[str, StoredMessage] = {}
     for m in parsed:
         unique.setdefault(m.id, m)
     existing = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in unique])
     # A turn indexed by someone else (extraction indexes raw turns too) has no ``seq``: it is taken over.
-    new = [
-        m
+    found = {
+        m.id: StoredMessage.from_value(item.value)
         for m, item in zip(unique.values(), existing, strict=True)
-        if item is None or "seq" not in item.value
-    ]
-    if not new:
-        return []
+        if item is not None and "seq" in item.value
+    }
+    placed = yield from _in_order(thread_id, info, {i: m.seq for i, m in found.items()})
+    stored = {i: m for i, m in found.items() if i in placed}
+    new = [m for m in unique.values() if m.id not in stored]
+    if new:
+        added = yield from _append_new(thread_id, info, new)
+        stored.update((m.id, m) for m in added)
+    return [stored[i] for i in unique]
+
+
+def _append_new(thread_id: str, info: ThreadInfo, new: Sequence[StoredMessage]) -> Plan[list[StoredMessage]]:
+    """Number ``new`` after the thread's last message and write them, the order and the count in one batch."""
     count = info.message_count
     first_chunk = count // ORDER_CHUNK
     (chunk_item,) = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(first_chunk))])
     chunks: dict[int, list[str]] = {first_chunk: list(chunk_item.value["ids"]) if chunk_item else []}
+    del chunks[first_chunk][count - first_chunk * ORDER_CHUNK :]  # slots past the count were never counted
     added: list[StoredMessage] = []
     last_user = info.last_user_seq
     for m in new:
@@ -204,6 +253,14 @@ def _summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int)
     ids = yield from _ids_between(thread_id, base.covered_count, boundary)
     messages = yield from _messages_by_id(thread_id, ids)
     result: SummaryResult = yield SummarizeCall(base.text, [m.to_langchain() for m in messages])
+    saved: Summary = yield Leased(thread_id, _save_summary(thread_id, info, base, ids, boundary, result))
+    return saved
+
+
+def _save_summary(
+    thread_id: str, info: ThreadInfo, base: Summary, ids: Sequence[str], boundary: int, result: SummaryResult
+) -> Plan[Summary]:
+    """Store a new summary revision and count it in the thread's metadata as it is now."""
     (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     current = ThreadInfo.from_value(item.value) if item is not None else info
     summary = Summary(

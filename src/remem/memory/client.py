@@ -11,19 +11,22 @@ built on a LangGraph ``BaseStore``, so it runs on any store: LangGraph's ``InMem
 or remem's SQLite and PostgreSQL stores (hybrid keyword + vector search). The layout of what it stores is
 described in ``remem.memory._records``.
 
-Any number of processes may share one database. Writes to one thread are expected one at a time (as a
-LangGraph thread runs one turn at a time): two processes appending to the same thread at the same instant
-could each number their messages from the same count.
+Any number of processes may share one database. Writes to one thread take turns under the thread's
+lease (``remem._lease``, held by the store's database): concurrent appends all land, once each, in one
+order that every reader sees. A writer that waits longer than ``thread_lease_timeout`` seconds gets a
+:class:`~remem.errors.ThreadBusyError` and has written nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langgraph.store.base import BaseStore
 
+from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
 from remem.memory._card import ContextCard, Recall
 from remem.memory._effects import Plan, arun, run
@@ -53,7 +56,8 @@ class Memory:
 
     ``summarizer`` writes thread summaries (default: the extractive one, no LLM); ``token_counter``
     measures summaries and cards against their budgets; ``context_summary_update_frequency`` is how many
-    new messages a thread gathers before its card's summary is extended (a new thread may override it).
+    new messages a thread gathers before its card's summary is extended (a new thread may override it);
+    ``thread_lease_timeout`` is how long a write waits for another writer of the same thread.
     """
 
     def __init__(
@@ -63,6 +67,7 @@ class Memory:
         summarizer: Summarizer | None = None,
         token_counter: TokenCounter | None = None,
         context_summary_update_frequency: int = DEFAULT_UPDATE_FREQUENCY,
+        thread_lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
     ) -> None:
         from remem.messages import approximate_token_count
 
@@ -70,6 +75,7 @@ class Memory:
         self.summarizer: Summarizer = summarizer or summarizer_for(None)
         self.token_counter: TokenCounter = token_counter or approximate_token_count
         self.context_summary_update_frequency = context_summary_update_frequency
+        self.thread_lease_timeout = thread_lease_timeout
         self._owned: list[Any] = []
 
     @classmethod
@@ -89,7 +95,12 @@ class Memory:
             from remem.models import chat_model_from_settings
 
             summarizer = summarizer_for(chat_model_from_settings(settings), settings.summary_max_tokens)
-        memory = cls(store, summarizer=summarizer, token_counter=token_counter(settings.token_counter))
+        memory = cls(
+            store,
+            summarizer=summarizer,
+            token_counter=token_counter(settings.token_counter),
+            thread_lease_timeout=settings.thread_lease_timeout,
+        )
         memory._owned = owned
         return memory
 
@@ -115,11 +126,17 @@ class Memory:
         """Tokens of ``text`` sent as one message, by this memory's counter."""
         return self.token_counter([HumanMessage(content=text)])
 
+    def _lease(self, thread_id: str) -> AbstractContextManager[None]:
+        return thread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
+
+    def _alease(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+        return athread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
+
     def _run(self, plan: Plan[Any]) -> Any:
-        return run(plan, self.store, self.summarizer)
+        return run(plan, self.store, self.summarizer, self._lease)
 
     async def _arun(self, plan: Plan[Any]) -> Any:
-        return await arun(plan, self.store, self.summarizer)
+        return await arun(plan, self.store, self.summarizer, self._alease)
 
     def _open_plan(
         self, thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None
@@ -228,15 +245,19 @@ class Thread:
 
     def add_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
         """Append messages: dicts (``role``, ``content``, optional ``id``, ``timestamp``, ``metadata``) or
-        LangChain messages. The caller's ids are kept; a message whose id is already in the thread is
-        skipped, so sending the same list twice stores each message once. Returns what was added."""
-        added: list[StoredMessage] = self.memory._run(add_messages_plan(self.thread_id, messages))
-        return added
+        LangChain messages. The caller's ids are kept; a message whose id is already in the thread is not
+        stored again, so sending the same list twice (a retry) stores each message once. Returns every
+        message as stored, in the order given (one sent before comes back with its first ``seq``).
+
+        The append holds the thread's lease: appends from any number of processes take turns, and one
+        that waits past ``thread_lease_timeout`` raises :class:`~remem.errors.ThreadBusyError`."""
+        stored: list[StoredMessage] = self.memory._run(add_messages_plan(self.thread_id, messages))
+        return stored
 
     async def aadd_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
         """Async version of :meth:`add_messages`."""
-        added: list[StoredMessage] = await self.memory._arun(add_messages_plan(self.thread_id, messages))
-        return added
+        stored: list[StoredMessage] = await self.memory._arun(add_messages_plan(self.thread_id, messages))
+        return stored
 
     def messages(self, last: int | None = None) -> list[StoredMessage]:
         """The thread's messages in order (only the last ``last`` when given)."""

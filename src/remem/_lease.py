@@ -1,0 +1,419 @@
+"""One writer per thread: a lease on a thread, held by the database, while one turn or append writes it.
+
+A second turn (or append) on the same thread waits for the lease, at most ``timeout`` seconds, and then
+fails with :class:`~remem.errors.ThreadBusyError` before it has written anything. Where the lease lives
+follows the database of the saver or store that is given:
+
+- a SQLite file: a POSIX byte-range lock (``fcntl.lockf``) on a sidecar file ``<database>-lease``, one
+  byte per thread (its offset a hash of the thread id). The kernel drops it when the holding process
+  dies, so a SIGKILLed writer never blocks the next one; no SQLite write lock is held during a turn.
+- PostgreSQL: a session advisory lock (``pg_advisory_lock`` on a 64-bit hash of the thread id) on a
+  connection kept for the lease; the server drops it when that connection dies.
+- anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
+
+POSIX locks and advisory locks belong to a process (a session), not a thread, so a lock in this process
+per (database, thread) comes first. A context that holds a lease takes it again at no cost, so a turn may
+call code that takes the same lease. ``scope`` keeps the checkpointer's lease apart from the memory
+client's, which a turn takes inside its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import fcntl
+import hashlib
+import os
+import random
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from remem._files import make_private_file
+from remem.errors import StorageError, ThreadBusyError
+
+__all__ = ["DEFAULT_LEASE_TIMEOUT", "Scope", "athread_lease", "lease_target", "thread_lease"]
+
+DEFAULT_LEASE_TIMEOUT = 30.0
+Scope = Literal["checkpoint", "memory"]
+_POLL_FIRST, _POLL_MAX = 0.001, 0.025  # seconds between tries of a POSIX lock (it has no timed wait)
+_IDLE_PG_CONNECTIONS = 4  # kept per server for the next lease
+
+
+@dataclass(frozen=True)
+class LeaseTarget:
+    """Where a thread's lease is held: ``kind`` sqlite (a file path), postgres (a conninfo) or process."""
+
+    kind: Literal["sqlite", "postgres", "process"]
+    where: str
+    label: str  # what a message may show (never a password)
+
+    def __repr__(self) -> str:  # a conninfo may hold a password
+        return f"LeaseTarget(kind={self.kind!r}, label={self.label!r})"
+
+
+_Key = tuple[str, str, str, str]  # kind, where, scope, thread id
+_held: contextvars.ContextVar[frozenset[_Key]] = contextvars.ContextVar("remem_leases", default=frozenset())
+_targets: weakref.WeakKeyDictionary[Any, LeaseTarget] = weakref.WeakKeyDictionary()
+
+
+class _State:
+    """What this process holds: its in-process locks, lock files and idle lease connections."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.locks: dict[_Key, tuple[threading.Lock, int]] = {}  # lock, users (holders and waiters)
+        self.files: dict[str, int] = {}  # never closed: closing any descriptor drops the process's locks
+        self.idle: dict[str, list[Any]] = {}
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+_state = _State()
+
+
+def _reset_after_fork() -> None:
+    # A child holds none of its parent's POSIX or advisory locks, and must not share its sockets.
+    global _state
+    files = _state.files
+    _state = _State()
+    _state.files = files  # the inherited descriptors stay usable: locks on them are the child's own
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+# -------------------------------------------------------------------------------- where the lease lives
+
+
+def _sqlite_target(path: str, owner: Any) -> LeaseTarget:
+    if not path:  # :memory: or a temporary database: no other process can open it
+        return _process_target(owner)
+    real = os.path.realpath(path)
+    return LeaseTarget("sqlite", real, real)
+
+
+def _process_target(owner: Any) -> LeaseTarget:
+    return LeaseTarget("process", f"{type(owner).__name__}@{id(owner):x}", "this process")
+
+
+def _postgres_target(conninfo: str) -> LeaseTarget:
+    from remem._url import describe_postgres
+
+    return LeaseTarget("postgres", conninfo, describe_postgres(conninfo))
+
+
+def _main_file(rows: list[Any]) -> str:
+    for row in rows:
+        if row[1] == "main":
+            return str(row[2] or "")
+    return ""
+
+
+def _describe(owner: Any) -> LeaseTarget | Any:
+    """The target of ``owner`` (a saver, a store, a connection or pool), or an aiosqlite connection to ask."""
+    conn = getattr(owner, "conn", owner)
+    if isinstance(conn, sqlite3.Connection):
+        return _sqlite_target(_main_file(conn.execute("PRAGMA database_list").fetchall()), owner)
+    if type(conn).__module__.startswith("aiosqlite"):
+        return conn
+    conninfo = getattr(conn, "conninfo", None)  # psycopg_pool's ConnectionPool and AsyncConnectionPool
+    if isinstance(conninfo, str) and type(conn).__module__.startswith("psycopg_pool"):
+        return _postgres_target(conninfo)
+    info = getattr(conn, "info", None)
+    if type(conn).__module__.startswith("psycopg") and info is not None:
+        from psycopg.conninfo import make_conninfo
+
+        password = getattr(info, "password", None)
+        dsn = make_conninfo(info.dsn, password=password) if password else info.dsn
+        return _postgres_target(dsn)
+    return _process_target(owner)
+
+
+def _remember(owner: Any, target: LeaseTarget) -> LeaseTarget:
+    with contextlib.suppress(TypeError):  # an owner that takes no weak reference is looked up again
+        _targets[owner] = target
+    return target
+
+
+def lease_target(owner: Any) -> LeaseTarget:
+    """Where the leases of ``owner``'s threads are held (a saver, a store, a connection, a pool)."""
+    with contextlib.suppress(TypeError):
+        if owner in _targets:
+            return _targets[owner]
+    found = _describe(owner)
+    if not isinstance(found, LeaseTarget):  # an aiosqlite connection cannot be asked from sync code
+        return _process_target(owner)
+    return _remember(owner, found)
+
+
+async def alease_target(owner: Any) -> LeaseTarget:
+    """Async version of :func:`lease_target`."""
+    with contextlib.suppress(TypeError):
+        if owner in _targets:
+            return _targets[owner]
+    found = _describe(owner)
+    if not isinstance(found, LeaseTarget):
+        async with found.execute("PRAGMA database_list") as cur:
+            found = _sqlite_target(_main_file(list(await cur.fetchall())), owner)
+    return _remember(owner, found)
+
+
+# -------------------------------------------------------------------------------- taking and giving back
+
+
+def _offset(scope: str, thread_id: str) -> int:
+    digest = hashlib.blake2b(f"remem:{scope}:{thread_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2  # a non-negative file offset (off_t is signed 64-bit)
+
+
+def _advisory_key(scope: str, thread_id: str) -> int:
+    digest = hashlib.blake2b(f"remem:{scope}:{thread_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _busy(thread_id: str, target: LeaseTarget, waited: float, timeout: float) -> ThreadBusyError:
+    return ThreadBusyError(
+        f"thread {thread_id!r} is busy: another turn or append on it held its lease ({target.label}) "
+        f"for the {waited:.1f} s this call waited (thread_lease_timeout = {timeout:g} s, "
+        "REMEM_THREAD_LEASE_TIMEOUT). Nothing was written; retry when that turn has finished, "
+        "raise the timeout, or send this turn to another thread"
+    )
+
+
+class _Lease:
+    """One acquired lease; :meth:`release` gives it back (once)."""
+
+    def __init__(self, key: _Key, local: threading.Lock, release: Any) -> None:
+        self.key, self._local, self._release = key, local, release
+
+    def release(self) -> None:
+        release, self._release = self._release, None
+        if release is None:
+            return
+        try:
+            release()
+        finally:
+            self._local.release()
+            _forget_local(self.key)
+
+
+def _local_lock(key: _Key) -> threading.Lock:
+    with _state.mutex:
+        lock, users = _state.locks.get(key, (None, 0))
+        lock = lock or threading.Lock()
+        _state.locks[key] = (lock, users + 1)
+        return lock
+
+
+def _forget_local(key: _Key) -> None:
+    with _state.mutex:
+        lock, users = _state.locks.get(key, (None, 0))
+        if lock is None:
+            return
+        if users <= 1:
+            del _state.locks[key]
+        else:
+            _state.locks[key] = (lock, users - 1)
+
+
+def _lock_file(path: str) -> int:
+    with _state.mutex:
+        fd = _state.files.get(path)
+        if fd is None:
+            lease_path = Path(path + "-lease")
+            try:
+                make_private_file(lease_path)
+                fd = os.open(lease_path, os.O_RDWR)
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot open the lease file {lease_path} ({exc}); check that its folder is writable"
+                ) from exc
+            _state.files[path] = fd
+        return fd
+
+
+def _sqlite_lock(target: LeaseTarget, scope: str, thread_id: str, deadline: float) -> Any:
+    fd = _lock_file(target.where)
+    offset = _offset(scope, thread_id)
+    pause = _POLL_FIRST
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
+            return lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)
+        except (BlockingIOError, PermissionError):
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
+        pause = min(pause * 2, _POLL_MAX)
+
+
+def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
+    """A connection for a lease (an idle one when ``reuse``), and whether it was idle."""
+    import psycopg
+
+    with _state.mutex:
+        idle = _state.idle.get(conninfo)
+        if reuse and idle:
+            return idle.pop(), True
+    try:
+        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10, application_name="remem-lease")
+    except psycopg.Error as exc:
+        raise StorageError(
+            f"cannot reach PostgreSQL for the thread's lease ({type(exc).__name__}); "
+            "check that the server is up and retry"
+        ) from exc
+    return conn, False
+
+
+def _pg_give_back(conninfo: str, conn: Any) -> None:
+    with _state.mutex:
+        idle = _state.idle.setdefault(conninfo, [])
+        if len(idle) < _IDLE_PG_CONNECTIONS and not conn.closed:
+            idle.append(conn)
+            return
+    conn.close()
+
+
+def _pg_try(conn: Any, key: int, deadline: float) -> bool:
+    import psycopg
+
+    left_ms = int((deadline - time.monotonic()) * 1000)
+    try:
+        if left_ms <= 0:
+            return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0])
+        # the server's own queue: fair, and woken the moment the holder lets go
+        conn.execute(f"SET lock_timeout = {left_ms}")
+        conn.execute("SELECT pg_advisory_lock(%s)", [key])
+        return True
+    except psycopg.errors.LockNotAvailable:
+        return False
+
+
+def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, deadline: float) -> Any:
+    import psycopg
+
+    key = _advisory_key(scope, thread_id)
+    reuse = True
+    while True:
+        conn, was_idle = _pg_connection(target.where, reuse)
+        try:
+            got = _pg_try(conn, key, deadline)
+            break
+        except psycopg.Error as exc:
+            conn.close()
+            if was_idle:  # a connection left idle may have died with a server restart: once more, new
+                reuse = False
+                continue
+            raise StorageError(
+                f"PostgreSQL failed while taking the thread's lease ({type(exc).__name__}); retry"
+            ) from exc
+    if not got:
+        _pg_give_back(target.where, conn)
+        return None
+
+    def release() -> None:
+        try:
+            conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+        except psycopg.Error:
+            conn.close()  # the server drops the lock with the connection
+            return
+        _pg_give_back(target.where, conn)
+
+    return release
+
+
+def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float, deadline: float) -> _Lease:
+    key: _Key = (target.kind, target.where, scope, thread_id)
+    local = _local_lock(key)
+    started = deadline - timeout
+    if not local.acquire(timeout=max(deadline - time.monotonic(), 0)):
+        _forget_local(key)
+        raise _busy(thread_id, target, time.monotonic() - started, timeout)
+    try:
+        if target.kind == "sqlite":
+            release = _sqlite_lock(target, scope, thread_id, deadline)
+        elif target.kind == "postgres":
+            release = _pg_lock(target, scope, thread_id, deadline)
+        else:
+            release = _nothing
+    except BaseException:
+        local.release()
+        _forget_local(key)
+        raise
+    if release is None:
+        local.release()
+        _forget_local(key)
+        raise _busy(thread_id, target, time.monotonic() - started, timeout)
+    return _Lease(key, local, release)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
+    return (target.kind, target.where, scope, thread_id)
+
+
+@contextlib.contextmanager
+def thread_lease(
+    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+) -> Iterator[None]:
+    """Hold the lease of ``thread_id`` in ``owner``'s database for the block (waiting up to ``timeout`` s)."""
+    target = lease_target(owner)
+    key = _key_of(target, scope, thread_id)
+    if key in _held.get():
+        yield
+        return
+    lease = _acquire(target, scope, thread_id, timeout, time.monotonic() + timeout)
+    token = _held.set(_held.get() | {key})
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        lease.release()
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    with _state.mutex:
+        if _state.executor is None:
+            _state.executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="remem-lease")
+        return _state.executor
+
+
+def _release_if_taken(future: concurrent.futures.Future[_Lease]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        future.result().release()
+
+
+@contextlib.asynccontextmanager
+async def athread_lease(
+    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+) -> AsyncIterator[None]:
+    """Async version of :func:`thread_lease`: the wait runs in a worker thread, the event loop stays free."""
+    target = await alease_target(owner)
+    key = _key_of(target, scope, thread_id)
+    if key in _held.get():
+        yield
+        return
+    future = _executor().submit(_acquire, target, scope, thread_id, timeout, time.monotonic() + timeout)
+    try:
+        lease = await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_release_if_taken)  # taken after the caller gave up: give it back
+        raise
+    token = _held.set(_held.get() | {key})
+    try:
+        yield
+    finally:
+        _held.reset(token)
+        await asyncio.get_running_loop().run_in_executor(_executor(), lease.release)
