@@ -60,7 +60,9 @@ class LeaseTarget:
 
 
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
-_held: contextvars.ContextVar[frozenset[_Key]] = contextvars.ContextVar("remem_leases", default=frozenset())
+# The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
+# to be still held: a task that outlives its parent's lease takes the lease itself).
+_held: contextvars.ContextVar[dict[_Key, _Lease]] = contextvars.ContextVar("remem_leases")
 _targets: weakref.WeakKeyDictionary[Any, LeaseTarget] = weakref.WeakKeyDictionary()
 
 
@@ -192,6 +194,10 @@ class _Lease:
 
     def __init__(self, key: _Key, local: threading.Lock, release: Any) -> None:
         self.key, self._local, self._release = key, local, release
+
+    @property
+    def active(self) -> bool:
+        return self._release is not None
 
     def release(self) -> None:
         release, self._release = self._release, None
@@ -364,6 +370,11 @@ def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
     return (target.kind, target.where, scope, thread_id)
 
 
+def _holds(key: _Key) -> bool:
+    lease = _held.get({}).get(key)
+    return lease is not None and lease.active
+
+
 @contextlib.contextmanager
 def thread_lease(
     owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
@@ -371,11 +382,11 @@ def thread_lease(
     """Hold the lease of ``thread_id`` in ``owner``'s database for the block (waiting up to ``timeout`` s)."""
     target = lease_target(owner)
     key = _key_of(target, scope, thread_id)
-    if key in _held.get():
+    if _holds(key):
         yield
         return
     lease = _acquire(target, scope, thread_id, timeout, time.monotonic() + timeout)
-    token = _held.set(_held.get() | {key})
+    token = _held.set({**_held.get({}), key: lease})
     try:
         yield
     finally:
@@ -402,7 +413,7 @@ async def athread_lease(
     """Async version of :func:`thread_lease`: the wait runs in a worker thread, the event loop stays free."""
     target = await alease_target(owner)
     key = _key_of(target, scope, thread_id)
-    if key in _held.get():
+    if _holds(key):
         yield
         return
     future = _executor().submit(_acquire, target, scope, thread_id, timeout, time.monotonic() + timeout)
@@ -411,7 +422,7 @@ async def athread_lease(
     except asyncio.CancelledError:
         future.add_done_callback(_release_if_taken)  # taken after the caller gave up: give it back
         raise
-    token = _held.set(_held.get() | {key})
+    token = _held.set({**_held.get({}), key: lease})
     try:
         yield
     finally:

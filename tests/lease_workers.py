@@ -1,0 +1,168 @@
+"""What the concurrency and crash tests run in child processes: agent turns and memory appends on one thread.
+
+The children are started by a forkserver that has this module (and so remem, LangGraph, psycopg)
+imported already, so a child costs milliseconds, not the second and a half of a fresh interpreter.
+Each child writes what it saw acknowledged to a file, line by line, so a SIGKILL loses nothing of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from remem import Memory, ScriptedChatModel, Settings, build_agent, run_turn
+from remem.errors import RememError
+
+THREAD = "shared"
+_CONTEXT: Any = None
+
+
+def context() -> Any:
+    """The multiprocessing context the tests start children with (a preloaded forkserver)."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["tests.lease_workers"])
+    return _CONTEXT
+
+
+@contextlib.contextmanager
+def open_saver(kind: str, target: str) -> Iterator[Any]:
+    """remem's or LangGraph's own saver on a SQLite file or a Postgres database."""
+    if kind == "sqlite":
+        from remem.checkpoint import SqliteSaver
+
+        with SqliteSaver.from_conn_string(target) as saver:
+            yield saver
+    elif kind == "postgres":
+        from remem.checkpoint import PostgresSaver
+
+        with PostgresSaver.from_conn_string(target) as pg:
+            pg.setup()
+            yield pg
+    elif kind == "stock-sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver as StockSqliteSaver
+
+        with StockSqliteSaver.from_conn_string(target) as stock:
+            yield stock
+    else:
+        raise ValueError(kind)
+
+
+def replying_model() -> ScriptedChatModel:
+    return ScriptedChatModel(default=lambda messages: "reply to " + messages[-1].text)
+
+
+def agent_for(saver: Any, strategy: str = "filter", model: ScriptedChatModel | None = None) -> Any:
+    settings = Settings(keep_messages=4, summary_trigger_messages=4)
+    return build_agent(
+        model or replying_model(),
+        strategy=strategy,
+        summarizer="extractive",
+        checkpointer=saver,
+        settings=settings,
+    )
+
+
+def turn_worker(kind: str, target: str, worker: int, turns: int, acks: str) -> None:
+    """Run ``turns`` agent turns on the shared thread; write each acknowledged question to ``acks``."""
+    with open_saver(kind, target) as saver, open(acks, "a", encoding="utf-8") as out:
+        agent = agent_for(saver)
+        for i in range(turns):
+            question = f"w{worker} q{i}"
+            try:
+                run_turn(agent, THREAD, question)
+            except RememError as exc:  # e.g. ThreadBusyError: refused, so not acknowledged
+                print(f"refused {question}: {exc}", flush=True)
+                continue
+            out.write(question + "\n")
+            out.flush()
+
+
+def append_worker(url: str, worker: int, count: int, acks: str) -> None:
+    """Append ``count`` messages to the shared memory thread; write each acknowledged id to ``acks``.
+    At the end the first message is sent again: its line records the seq it came back with."""
+    settings = Settings(embedder="fake")
+    with Memory.from_url(url, settings=settings) as memory, open(acks, "a", encoding="utf-8") as out:
+        thread = memory.thread(THREAD, user_id="maya")
+        first: dict[str, Any] | None = None
+        for i in range(count):
+            message = {
+                "role": "user" if i % 2 else "assistant",
+                "content": f"w{worker} m{i}",
+                "id": f"w{worker}-m{i}",
+            }
+            first = first or message
+            try:
+                thread.add_messages([message])
+            except RememError as exc:
+                print(f"refused {message['id']}: {exc}", flush=True)
+                continue
+            out.write(json.dumps({"id": message["id"]}) + "\n")
+            out.flush()
+        assert first is not None
+        again = thread.add_messages([first])
+        seq = again[0].seq if again else None  # main's client returned [] for a message sent before
+        out.write(json.dumps({"resent": first["id"], "seq": seq}) + "\n")
+
+
+class KillAfter:
+    """Wraps a saver's writes: after the ``n``-th ``put`` or ``put_writes`` returns, SIGKILL this process."""
+
+    def __init__(self, saver: Any) -> None:
+        self.saver, self.n, self.writes = saver, 0, 0
+        self.put, self.put_writes = saver.put, saver.put_writes
+        saver.put, saver.put_writes = self._put, self._put_writes
+
+    def arm(self, n: int) -> None:
+        self.n, self.writes = n, 0
+
+    def _count(self) -> None:
+        self.writes += 1
+        if self.n and self.writes >= self.n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _put(self, *args: Any, **kwargs: Any) -> Any:
+        result = self.put(*args, **kwargs)
+        self._count()
+        return result
+
+    def _put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.put_writes(*args, **kwargs)
+        self._count()
+
+
+def texts(messages: list[BaseMessage]) -> list[list[str]]:
+    return [[m.type, m.text] for m in messages]
+
+
+def crash_worker(
+    kind: str, target: str, strategy: str, follow_up: str, question: str, kill_after: int, out: str
+) -> None:
+    """The next turn after a kill (its model calls and the state it leaves), then a turn killed after its
+    ``kill_after``-th write (0: a random moment the parent chooses; the turns just go on)."""
+    with open_saver(kind, target) as saver:
+        killer = KillAfter(saver)
+        model = replying_model()
+        agent = agent_for(saver, strategy, model)
+        if follow_up:
+            run_turn(agent, THREAD, follow_up)
+            state = agent.get_state({"configurable": {"thread_id": THREAD}}).values
+            Path(out).write_text(
+                json.dumps({"calls": len(model.calls), "messages": texts(state["messages"])})
+            )
+        killer.arm(kill_after)
+        run_turn(agent, THREAD, question)
+        Path(out + ".writes").write_text(str(killer.writes))  # not killed: the turn had fewer writes
+        i = 0
+        while not kill_after:  # random kills: turns until the parent kills this process
+            run_turn(agent, THREAD, f"{question} more {i}")
+            i += 1

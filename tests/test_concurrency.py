@@ -1,0 +1,279 @@
+"""One writer per thread: six processes writing one thread at once lose nothing and fork nothing.
+
+Real processes on a real SQLite file and the machine's PostgreSQL. Each child records what it was told
+succeeded; afterwards every acknowledged turn is in ``get_state``, in one linear history, each question
+followed by its reply, and every acknowledged memory message is in ``messages()`` once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from remem import Memory, Settings, ThreadBusyError, arun_turn, build_agent, run_turn
+from remem._lease import athread_lease, lease_target, thread_lease
+from tests.lease_workers import (
+    THREAD,
+    agent_for,
+    append_worker,
+    context,
+    open_saver,
+    replying_model,
+    turn_worker,
+)
+
+WORKERS = 6
+TURNS = 8
+APPENDS = 12
+
+
+def _target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if kind == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "threads.db")
+
+
+def _run_children(target: Any, args: list[tuple[Any, ...]]) -> None:
+    children = [context().Process(target=target, args=a) for a in args]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(120)
+    assert [c.exitcode for c in children] == [0] * len(children)
+
+
+def _acked(paths: list[Path]) -> list[str]:
+    return [line for p in paths if p.exists() for line in p.read_text(encoding="utf-8").splitlines()]
+
+
+def _turn_problems(saver: Any, acked: list[str]) -> dict[str, int]:
+    """How many acknowledged turns are missing, questions lack their reply, checkpoints fork."""
+    agent = agent_for(saver)
+    config = {"configurable": {"thread_id": THREAD}}
+    messages = agent.get_state(config).values.get("messages", [])
+    questions = Counter(m.text for m in messages if m.type == "human")
+    unanswered = sum(
+        1
+        for i, m in enumerate(messages)
+        if m.type == "human" and not (i + 1 < len(messages) and messages[i + 1].text == "reply to " + m.text)
+    )
+    children = Counter(
+        t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(config) if t.parent_config
+    )
+    return {
+        "acknowledged": len(acked),
+        "missing": sum(1 for q in acked if questions[q] == 0),
+        "duplicated": sum(1 for n in questions.values() if n > 1),
+        "unanswered": unanswered,
+        "forks": sum(1 for n in children.values() if n > 1),
+    }
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "stock-sqlite"])
+def test_six_processes_running_turns_on_one_thread_lose_none(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target = _target(kind, tmp_path, request)
+    with open_saver(kind, target):
+        pass  # the tables exist before the children race to create them
+    acks = [tmp_path / f"acks-{w}.txt" for w in range(WORKERS)]
+    _run_children(turn_worker, [(kind, target, w, TURNS, str(acks[w])) for w in range(WORKERS)])
+    with open_saver(kind, target) as saver:
+        problems = _turn_problems(saver, _acked(acks))
+    print(kind, problems)
+    assert problems == {
+        "acknowledged": WORKERS * TURNS,  # nobody waited past the 30 s lease timeout
+        "missing": 0,
+        "duplicated": 0,
+        "unanswered": 0,
+        "forks": 0,
+    }
+
+
+def _memory_url(kind: str, target: str) -> str:
+    return target if kind == "postgres" else f"sqlite:///{target}"
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_six_processes_appending_to_one_memory_thread_lose_none(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = _memory_url(kind, _target(kind, tmp_path, request))
+    settings = Settings(embedder="fake")
+    with Memory.from_url(url, settings=settings) as memory:
+        memory.thread(THREAD, user_id="maya")
+    acks = [tmp_path / f"acks-{w}.txt" for w in range(WORKERS)]
+    _run_children(append_worker, [(url, w, APPENDS, str(acks[w])) for w in range(WORKERS)])
+    records = [json.loads(line) for line in _acked(acks)]
+    acked = [r["id"] for r in records if "id" in r]
+    with Memory.from_url(url, settings=settings) as memory:
+        thread = memory.get_thread(THREAD)
+        stored = thread.messages()
+        info = thread.info()
+    ids = Counter(m.id for m in stored)
+    seq_of = {m.id: m.seq for m in stored}
+    problems = {
+        "acknowledged": len(acked),
+        "missing": sum(1 for i in acked if ids[i] == 0),
+        "duplicated": sum(1 for n in ids.values() if n > 1),
+        "count_mismatch": int(info.message_count != len(stored)),
+        "seq_gaps": int([m.seq for m in stored] != list(range(len(stored)))),
+        "resent_not_returned": sum(
+            1 for r in records if "resent" in r and (r["seq"] is None or r["seq"] != seq_of.get(r["resent"]))
+        ),
+    }
+    print(kind, problems)
+    assert problems == {
+        "acknowledged": WORKERS * APPENDS,
+        "missing": 0,
+        "duplicated": 0,
+        "count_mismatch": 0,
+        "seq_gaps": 0,
+        "resent_not_returned": 0,
+    }
+
+
+# ------------------------------------------------------------------------------ the lease itself
+
+
+def _hold(owner: Any, scope: Any, entered: threading.Event, leave: threading.Event) -> None:
+    with thread_lease(owner, "t", scope=scope, timeout=5):
+        entered.set()
+        leave.wait(10)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "memory"])
+def test_a_second_writer_waits_then_fails_with_thread_busy(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    owner: Any
+    if kind == "memory":
+        owner = InMemorySaver()
+        owner_cm: Any = None
+    else:
+        owner_cm = open_saver(kind, _target(kind, tmp_path, request))
+        owner = owner_cm.__enter__()
+    try:
+        entered, leave = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(owner, "checkpoint", entered, leave))
+        holder.start()
+        assert entered.wait(10)
+        with (
+            pytest.raises(
+                ThreadBusyError, match=r"thread 't' is busy.*waited|waited.*REMEM_THREAD_LEASE_TIMEOUT"
+            ),
+            thread_lease(owner, "t", scope="checkpoint", timeout=0.2),
+        ):
+            pass
+        with thread_lease(owner, "other", scope="checkpoint", timeout=0.2):
+            pass  # another thread of the same database is free
+        with thread_lease(owner, "t", scope="memory", timeout=0.2):
+            pass  # and so is the memory client's lease of the same thread
+        leave.set()
+        holder.join(10)
+        with (
+            thread_lease(owner, "t", scope="checkpoint", timeout=0.2),
+            thread_lease(owner, "t", scope="checkpoint", timeout=0.2),
+        ):
+            pass  # taken again by its holder at no cost
+    finally:
+        if owner_cm is not None:
+            owner_cm.__exit__(None, None, None)
+
+
+def test_busy_turn_writes_nothing_and_says_what_to_do(tmp_path: Path) -> None:
+    with open_saver("sqlite", str(tmp_path / "t.db")) as saver:
+        agent = build_agent(replying_model(), strategy="filter", checkpointer=saver)
+        run_turn(agent, THREAD, "first")
+        before = len(list(saver.list({"configurable": {"thread_id": THREAD}})))
+        entered, leave = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold_thread, args=(saver, entered, leave))
+        holder.start()
+        assert entered.wait(10)
+        try:
+            with pytest.raises(ThreadBusyError) as caught:
+                run_turn(agent, THREAD, "second", lease_timeout=0.3)
+        finally:
+            leave.set()
+            holder.join(10)
+        assert "raise the timeout" in str(caught.value) and "Nothing was written" in str(caught.value)
+        assert len(list(saver.list({"configurable": {"thread_id": THREAD}}))) == before
+        run_turn(agent, THREAD, "second")
+        assert [m.text for m in agent.get_state({"configurable": {"thread_id": THREAD}}).values["messages"]][
+            -2:
+        ] == [
+            "second",
+            "reply to second",
+        ]
+
+
+def _hold_thread(saver: Any, entered: threading.Event, leave: threading.Event) -> None:
+    with thread_lease(saver, THREAD, scope="checkpoint", timeout=5):
+        entered.set()
+        leave.wait(10)
+
+
+def test_the_lease_is_found_from_stock_savers_and_stores(tmp_path: Path, pg_url: str) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver as StockPostgresSaver
+    from langgraph.checkpoint.sqlite import SqliteSaver as StockSqliteSaver
+    from langgraph.store.memory import InMemoryStore
+
+    from remem.store import SqliteStore
+
+    path = tmp_path / "stock.db"
+    with StockSqliteSaver.from_conn_string(str(path)) as stock:
+        assert lease_target(stock).kind == "sqlite" and lease_target(stock).where == str(path.resolve())
+    with SqliteStore.from_conn_string(path) as store:
+        assert lease_target(store).where == str(path.resolve())
+    with StockPostgresSaver.from_conn_string(pg_url) as pg:
+        found = lease_target(pg)
+        assert found.kind == "postgres" and found.label.endswith(pg_url.rsplit("/", 1)[1])
+    assert lease_target(InMemorySaver()).kind == "process"
+    assert lease_target(InMemoryStore()).kind == "process"
+
+
+async def test_async_turns_on_one_thread_take_turns(tmp_path: Path) -> None:
+    from remem.checkpoint import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
+        agent = build_agent(replying_model(), strategy="filter", checkpointer=saver)
+        await asyncio.gather(*(arun_turn(agent, THREAD, f"q{i}") for i in range(6)))
+        assert (await athread_lease_target_kind(saver)) == "sqlite"
+        messages = (await agent.aget_state({"configurable": {"thread_id": THREAD}})).values["messages"]
+        assert sorted(m.text for m in messages if m.type == "human") == [f"q{i}" for i in range(6)]
+        assert all(
+            messages[i + 1].text == "reply to " + m.text for i, m in enumerate(messages) if m.type == "human"
+        )
+
+
+async def athread_lease_target_kind(saver: Any) -> str:
+    from remem._lease import alease_target
+
+    return (await alease_target(saver)).kind
+
+
+async def test_an_async_wait_that_is_cancelled_leaves_the_lease_free(tmp_path: Path) -> None:
+    owner = InMemorySaver()
+    async with athread_lease(owner, "t", scope="checkpoint", timeout=5):
+        # a waiter of its own (a task started here would share this context's lease)
+        waiter = asyncio.get_running_loop().create_task(_take(owner), context=contextvars.Context())
+        await asyncio.sleep(0.1)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    await asyncio.sleep(0.1)
+    async with athread_lease(owner, "t", scope="checkpoint", timeout=2):
+        pass  # a lease the cancelled waiter kept would make this a ThreadBusyError
+
+
+async def _take(owner: Any) -> None:
+    async with athread_lease(owner, "t", scope="checkpoint", timeout=5):
+        pass
