@@ -62,7 +62,7 @@ def replying_model() -> ScriptedChatModel:
 
 
 def agent_for(saver: Any, strategy: str = "filter", model: ScriptedChatModel | None = None) -> Any:
-    settings = Settings(keep_messages=4, summary_trigger_messages=4)
+    settings = Settings(keep_messages=4, summary_trigger_messages=5)
     return build_agent(
         model or replying_model(),
         strategy=strategy,
@@ -140,6 +140,11 @@ class KillAfter:
         self._count()
 
 
+def _write(path: str, text: str) -> None:
+    Path(path + ".tmp").write_text(text)
+    os.replace(path + ".tmp", path)  # whole or not at all: the parent may be polling for it
+
+
 def texts(messages: list[BaseMessage]) -> list[list[str]]:
     return [[m.type, m.text] for m in messages]
 
@@ -147,22 +152,29 @@ def texts(messages: list[BaseMessage]) -> list[list[str]]:
 def crash_worker(
     kind: str, target: str, strategy: str, follow_up: str, question: str, kill_after: int, out: str
 ) -> None:
-    """The next turn after a kill (its model calls and the state it leaves), then a turn killed after its
-    ``kill_after``-th write (0: a random moment the parent chooses; the turns just go on)."""
+    """The next turn after a kill (``follow_up``: its model calls and the state it leaves are written to
+    ``out``), then ``question`` killed after its ``kill_after``-th write. With ``kill_after=0`` turns go on
+    until the parent kills this process at a moment of its choosing."""
+    from remem.messages import is_provider_valid
+
     with open_saver(kind, target) as saver:
         killer = KillAfter(saver)
         model = replying_model()
         agent = agent_for(saver, strategy, model)
+        result: dict[str, Any] = {}
         if follow_up:
             run_turn(agent, THREAD, follow_up)
-            state = agent.get_state({"configurable": {"thread_id": THREAD}}).values
-            Path(out).write_text(
-                json.dumps({"calls": len(model.calls), "messages": texts(state["messages"])})
-            )
+            messages = agent.get_state({"configurable": {"thread_id": THREAD}}).values["messages"]
+            result = {
+                "calls": len(model.calls),
+                "messages": texts(messages),
+                "valid": is_provider_valid(messages),
+            }
+        _write(out, json.dumps(result))
         killer.arm(kill_after)
         run_turn(agent, THREAD, question)
-        Path(out + ".writes").write_text(str(killer.writes))  # not killed: the turn had fewer writes
+        _write(out + ".writes", str(killer.writes))  # not killed: the turn had fewer writes
         i = 0
-        while not kill_after:  # random kills: turns until the parent kills this process
+        while not kill_after:
             run_turn(agent, THREAD, f"{question} more {i}")
             i += 1

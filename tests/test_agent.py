@@ -186,7 +186,7 @@ def test_turn_budget_refuses_the_message_before_writing_it() -> None:
         run_turn(agent, "t", "a much longer message " * 10)
     assert len(chat.calls) == 1
     assert len(list(saver.list(thread_config("t")))) == before  # no checkpoint written
-    assert [m.text for m in state_of(agent)["messages"]][0] == "short"
+    assert state_of(agent)["messages"][0].text == "short"
     run_turn(agent, "t", "short again")  # the thread is not stuck on the refused message
     assert state_of(agent)["messages"][-2].text == "short again"
 
