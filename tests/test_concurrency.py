@@ -277,3 +277,34 @@ async def test_an_async_wait_that_is_cancelled_leaves_the_lease_free(tmp_path: P
 async def _take(owner: Any) -> None:
     async with athread_lease(owner, "t", scope="checkpoint", timeout=5):
         pass
+
+
+def test_create_agent_turns_with_the_card_middleware_take_turns_under_run_turn(tmp_path: Path) -> None:
+    """The create_agent path: run_turn holds the checkpoint lease, the middleware's appends the memory one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from langchain.agents import create_agent
+
+    from remem.checkpoint import SqliteSaver
+    from remem.middleware import ContextCardMiddleware
+
+    # two files: remem's SqliteStore opens deferred write transactions, which SQLite refuses at once
+    # ("database is locked") when the saver's connection wrote to the same file in between
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    with Memory.from_url(url, settings=Settings(embedder="fake")) as memory:
+        with SqliteSaver.from_conn_string(tmp_path / "checkpoints.db") as saver:
+            middleware = ContextCardMiddleware(memory, user_id="maya", compaction_token_trigger=100_000)
+            agent = create_agent(
+                model=replying_model(), tools=[], middleware=[middleware], checkpointer=saver
+            )
+            questions = [f"w{w} q{i}" for w in range(4) for i in range(5)]
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda q: run_turn(agent, THREAD, q), questions))
+            messages = agent.get_state({"configurable": {"thread_id": THREAD}}).values["messages"]
+        stored = memory.get_thread(THREAD).messages()
+    asked = [m.text for m in messages if m.type == "human"]
+    assert sorted(asked) == sorted(questions)
+    assert all(
+        messages[i + 1].text == "reply to " + m.text for i, m in enumerate(messages) if m.type == "human"
+    )
+    assert [m.content for m in stored] == [m.text for m in messages]  # the same one order in both

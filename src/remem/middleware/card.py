@@ -20,6 +20,14 @@ The tail starts at a safe point (a tool call and its results are never separated
 latest user message. Unlike LangChain's ``SummarizationMiddleware`` (langchain#34664), the trigger counts
 the system prompt and the tool schemas, which are sent with every call. ``recall_results`` adds per-turn
 recall between compactions (see :class:`ContextCardMiddleware`).
+
+One writer per thread: every append to the remem thread holds that thread's lease, so concurrent runs
+never lose or renumber each other's messages. A checkpointed agent's own history is read by LangGraph
+before the first middleware hook runs, so only the caller can hold its lease over a whole run: send turns
+with :func:`remem.run_turn` (``run_turn(agent, thread_id, message)``), which makes a second turn on the
+same thread wait (up to ``thread_lease_timeout``) or fail with :class:`~remem.ThreadBusyError` instead
+of forking the thread. Two bare ``agent.invoke`` calls on one thread at once can fork it, as with any
+LangGraph agent.
 """
 
 from __future__ import annotations
