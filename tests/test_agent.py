@@ -258,3 +258,30 @@ def test_tool_call_histories_reach_the_model_valid() -> None:
     agent.invoke({"messages": history}, thread_config("t"))
     assert is_provider_valid(model.calls[-1])
     assert model.calls[-1][0].id == "h1"  # the cut moved back to the question, not into the tool results
+
+
+def test_an_input_ending_in_an_unanswered_tool_call_is_refused_before_it_is_written() -> None:
+    saver = InMemorySaver()
+    model = echo_model()
+    agent = build_agent(model, strategy="filter", checkpointer=saver)
+    run_turn(agent, "t", "hello")
+    before = len(list(saver.list(thread_config("t"))))
+    call = AIMessage("", id="a9", tool_calls=[{"name": "weather", "args": {}, "id": "c9"}])
+    with pytest.raises(InvalidMessagesError, match="the thread was not changed"):
+        run_turn(agent, "t", [HumanMessage("weather?"), call])
+    assert len(list(saver.list(thread_config("t")))) == before  # nothing written
+    assert len(model.calls) == 1
+    run_turn(agent, "t", "still there?")  # later messages are not refused because of it
+    assert [m.text for m in state_of(agent)["messages"]][-2:] == ["still there?", "noted (3 messages)"]
+
+
+async def test_arun_turn_refuses_the_same_inputs_and_finishes_the_same_turns() -> None:
+    from remem import arun_turn
+
+    saver = InMemorySaver()
+    agent = build_agent(echo_model(), strategy="filter", checkpointer=saver)
+    await arun_turn(agent, "t", "hello")
+    call = AIMessage("", id="a9", tool_calls=[{"name": "weather", "args": {}, "id": "c9"}])
+    with pytest.raises(InvalidMessagesError, match="the thread was not changed"):
+        await arun_turn(agent, "t", [call])
+    assert [m.text for m in state_of(agent)["messages"]] == ["hello", "noted (1 messages)"]
