@@ -82,6 +82,7 @@ def turn_worker(kind: str, target: str, worker: int, turns: int, acks: str) -> N
                 run_turn(agent, THREAD, question)
             except RememError as exc:  # e.g. ThreadBusyError: refused, so not acknowledged
                 print(f"refused {question}: {exc}", flush=True)
+                Path(acks + ".refused").write_text(f"{question}: {exc}\n")
                 continue
             out.write(question + "\n")
             out.flush()
@@ -104,7 +105,7 @@ def append_worker(url: str, worker: int, count: int, acks: str) -> None:
             try:
                 thread.add_messages([message])
             except RememError as exc:
-                print(f"refused {message['id']}: {exc}", flush=True)
+                out.write(json.dumps({"refused": message["id"], "error": str(exc)}) + "\n")
                 continue
             out.write(json.dumps({"id": message["id"]}) + "\n")
             out.flush()

@@ -114,6 +114,7 @@ def test_six_processes_appending_to_one_memory_thread_lose_none(
     _run_children(append_worker, [(url, w, APPENDS, str(acks[w])) for w in range(WORKERS)])
     records = [json.loads(line) for line in _acked(acks)]
     acked = [r["id"] for r in records if "id" in r]
+    refused = [r for r in records if "refused" in r]
     with Memory.from_url(url, settings=settings) as memory:
         thread = memory.get_thread(THREAD)
         stored = thread.messages()
@@ -130,7 +131,8 @@ def test_six_processes_appending_to_one_memory_thread_lose_none(
             1 for r in records if "resent" in r and (r["seq"] is None or r["seq"] != seq_of.get(r["resent"]))
         ),
     }
-    print(kind, problems)
+    print(kind, problems, refused)
+    assert refused == []
     assert problems == {
         "acknowledged": WORKERS * APPENDS,
         "missing": 0,
@@ -308,3 +310,20 @@ def test_create_agent_turns_with_the_card_middleware_take_turns_under_run_turn(t
         messages[i + 1].text == "reply to " + m.text for i, m in enumerate(messages) if m.type == "human"
     )
     assert [m.content for m in stored] == [m.text for m in messages]  # the same one order in both
+
+
+def test_a_retry_makes_a_message_an_earlier_race_hid_visible(tmp_path: Path) -> None:
+    """Before the lease, a racing append could store a message whose order slot another one overwrote:
+    the retry was skipped as a duplicate and the message stayed invisible. Now the retry places it."""
+    from remem.memory._records import messages_ns
+
+    with Memory.from_url(f"sqlite:///{tmp_path / 'm.db'}", settings=Settings(embedder="fake")) as memory:
+        thread = memory.thread("t", user_id="maya")
+        thread.add_messages([{"role": "user", "content": "kept", "id": "a"}])
+        hidden = {"id": "b", "role": "user", "content": "hidden", "timestamp": "", "seq": 0, "metadata": {}}
+        memory.store.put(messages_ns("t"), "b", {**hidden, "thread_id": "t", "user_id": "maya"})
+        assert [m.id for m in thread.messages()] == ["a"]  # stored, but not in the thread's order
+        (again,) = thread.add_messages([{"role": "user", "content": "hidden", "id": "b"}])
+        assert (again.id, again.seq) == ("b", 1)
+        assert [(m.id, m.seq) for m in thread.messages()] == [("a", 0), ("b", 1)]
+        assert thread.add_messages([{"role": "user", "content": "hidden", "id": "b"}]) == [again]

@@ -31,7 +31,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_LEASE_TIMEOUT", "Scope", "athread_lease", "lease_target", "t
 
 DEFAULT_LEASE_TIMEOUT = 30.0
 Scope = Literal["checkpoint", "memory"]
-_POLL_FIRST, _POLL_MAX = 0.001, 0.025  # seconds between tries of a POSIX lock (it has no timed wait)
+_POLL_FIRST, _POLL_MAX = 0.001, 0.01  # seconds between tries of a POSIX lock (it has no timed wait)
 _IDLE_PG_CONNECTIONS = 4  # kept per server for the next lease
 
 
@@ -60,6 +60,7 @@ class LeaseTarget:
 
 
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
+Release = Callable[[], None]
 # The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
 # to be still held: a task that outlives its parent's lease takes the lease itself).
 _held: contextvars.ContextVar[dict[_Key, _Lease]] = contextvars.ContextVar("remem_leases")
@@ -80,9 +81,14 @@ class _State:
 _state = _State()
 
 
+_inherited: list[Any] = []  # the parent's lease connections, never used nor closed in a child
+
+
 def _reset_after_fork() -> None:
-    # A child holds none of its parent's POSIX or advisory locks, and must not share its sockets.
+    # A child holds none of its parent's POSIX or advisory locks, and must not share its sockets: closing
+    # (or collecting) an inherited connection would end the parent's session, so they are kept unused.
     global _state
+    _inherited.append(_state.idle)
     files = _state.files
     _state = _State()
     _state.files = files  # the inherited descriptors stay usable: locks on them are the child's own
@@ -192,8 +198,9 @@ def _busy(thread_id: str, target: LeaseTarget, waited: float, timeout: float) ->
 class _Lease:
     """One acquired lease; :meth:`release` gives it back (once)."""
 
-    def __init__(self, key: _Key, local: threading.Lock, release: Any) -> None:
-        self.key, self._local, self._release = key, local, release
+    def __init__(self, key: _Key, local: threading.Lock, release: Release) -> None:
+        self.key, self._local = key, local
+        self._release: Release | None = release
 
     @property
     def active(self) -> bool:
@@ -245,21 +252,14 @@ def _lock_file(path: str) -> int:
         return fd
 
 
-def _sqlite_lock(target: LeaseTarget, scope: str, thread_id: str, deadline: float) -> Any:
+def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Release | None:
     fd = _lock_file(target.where)
     offset = _offset(scope, thread_id)
-    pause = _POLL_FIRST
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
-            return lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)
-        except (BlockingIOError, PermissionError):
-            pass
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        time.sleep(min(left, pause * random.uniform(0.5, 1.5)))
-        pause = min(pause * 2, _POLL_MAX)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
+    except (BlockingIOError, PermissionError):
+        return None
+    return lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)
 
 
 def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
@@ -289,10 +289,10 @@ def _pg_give_back(conninfo: str, conn: Any) -> None:
     conn.close()
 
 
-def _pg_try(conn: Any, key: int, deadline: float) -> bool:
+def _pg_try(conn: Any, key: int, wait: float) -> bool:
     import psycopg
 
-    left_ms = int((deadline - time.monotonic()) * 1000)
+    left_ms = int(wait * 1000)
     try:
         if left_ms <= 0:
             return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0])
@@ -304,7 +304,8 @@ def _pg_try(conn: Any, key: int, deadline: float) -> bool:
         return False
 
 
-def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, deadline: float) -> Any:
+def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Release | None:
+    """The advisory lock, waiting for it in the server's queue up to ``wait`` seconds (0: one try)."""
     import psycopg
 
     key = _advisory_key(scope, thread_id)
@@ -312,7 +313,7 @@ def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, deadline: float) -
     while True:
         conn, was_idle = _pg_connection(target.where, reuse)
         try:
-            got = _pg_try(conn, key, deadline)
+            got = _pg_try(conn, key, wait)
             break
         except psycopg.Error as exc:
             conn.close()
@@ -337,33 +338,107 @@ def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, deadline: float) -
     return release
 
 
-def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float, deadline: float) -> _Lease:
-    key: _Key = (target.kind, target.where, scope, thread_id)
-    local = _local_lock(key)
-    started = deadline - timeout
-    if not local.acquire(timeout=max(deadline - time.monotonic(), 0)):
-        _forget_local(key)
-        raise _busy(thread_id, target, time.monotonic() - started, timeout)
-    try:
-        if target.kind == "sqlite":
-            release = _sqlite_lock(target, scope, thread_id, deadline)
-        elif target.kind == "postgres":
-            release = _pg_lock(target, scope, thread_id, deadline)
-        else:
-            release = _nothing
-    except BaseException:
-        local.release()
-        _forget_local(key)
-        raise
-    if release is None:
-        local.release()
-        _forget_local(key)
-        raise _busy(thread_id, target, time.monotonic() - started, timeout)
-    return _Lease(key, local, release)
-
-
 def _nothing() -> None:
     return None
+
+
+def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Release | None:
+    """One try at the lease held by the database (PostgreSQL waits up to ``wait`` s in its own queue)."""
+    if target.kind == "sqlite":
+        return _sqlite_try(target, scope, thread_id)
+    if target.kind == "postgres":
+        return _pg_lock(target, scope, thread_id, wait)
+    return _nothing
+
+
+class _Attempt:
+    """The bookkeeping of one acquisition: the in-process lock first, then the database's lease."""
+
+    def __init__(self, target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> None:
+        self.target, self.scope, self.thread_id, self.timeout = target, scope, thread_id, timeout
+        self.key: _Key = _key_of(target, scope, thread_id)
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        self.local = _local_lock(self.key)
+        self.pause = _POLL_FIRST
+
+    def left(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def next_pause(self) -> float:
+        pause, self.pause = self.pause, min(self.pause * 2, _POLL_MAX)
+        return min(self.left(), pause * random.uniform(0.5, 1.5))
+
+    def busy(self) -> ThreadBusyError:
+        return _busy(self.thread_id, self.target, time.monotonic() - self.started, self.timeout)
+
+    def give_up(self, *, locally_held: bool) -> None:
+        if locally_held:
+            self.local.release()
+        _forget_local(self.key)
+
+
+def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> _Lease:
+    attempt = _Attempt(target, scope, thread_id, timeout)
+    if not attempt.local.acquire(timeout=attempt.left()):
+        attempt.give_up(locally_held=False)
+        raise attempt.busy()
+    try:
+        while True:
+            release = _backend_try(target, scope, thread_id, attempt.left())
+            if release is not None:
+                return _Lease(attempt.key, attempt.local, release)
+            if not attempt.left():
+                raise attempt.busy()
+            time.sleep(attempt.next_pause())  # a POSIX lock has no timed wait
+    except BaseException:
+        attempt.give_up(locally_held=True)
+        raise
+
+
+async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Release | None:
+    """One try at a PostgreSQL lease in a worker thread; a lock taken after the caller gave up is given back."""
+    future = _executor().submit(_pg_lock, target, scope, thread_id, 0.0)
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_release_if_taken)
+        raise
+
+
+def _release_if_taken(future: concurrent.futures.Future[Release | None]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        release = future.result()
+        if release is not None:
+            release()
+
+
+async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> _Lease:
+    """Async version of :func:`_acquire`: it polls, so a wait never holds a thread or the event loop."""
+    attempt = _Attempt(target, scope, thread_id, timeout)
+    while not attempt.local.acquire(blocking=False):
+        if not attempt.left():
+            attempt.give_up(locally_held=False)
+            raise attempt.busy()
+        try:
+            await asyncio.sleep(attempt.next_pause())
+        except BaseException:
+            attempt.give_up(locally_held=False)
+            raise
+    try:
+        while True:
+            if target.kind == "postgres":
+                release = await _in_worker(target, scope, thread_id)
+            else:
+                release = _backend_try(target, scope, thread_id, 0.0)
+            if release is not None:
+                return _Lease(attempt.key, attempt.local, release)
+            if not attempt.left():
+                raise attempt.busy()
+            await asyncio.sleep(attempt.next_pause())
+    except BaseException:
+        attempt.give_up(locally_held=True)
+        raise
 
 
 def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
@@ -385,7 +460,7 @@ def thread_lease(
     if _holds(key):
         yield
         return
-    lease = _acquire(target, scope, thread_id, timeout, time.monotonic() + timeout)
+    lease = _acquire(target, scope, thread_id, timeout)
     token = _held.set({**_held.get({}), key: lease})
     try:
         yield
@@ -401,30 +476,23 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
         return _state.executor
 
 
-def _release_if_taken(future: concurrent.futures.Future[_Lease]) -> None:
-    if not future.cancelled() and future.exception() is None:
-        future.result().release()
-
-
 @contextlib.asynccontextmanager
 async def athread_lease(
     owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> AsyncIterator[None]:
-    """Async version of :func:`thread_lease`: the wait runs in a worker thread, the event loop stays free."""
+    """Async version of :func:`thread_lease`."""
     target = await alease_target(owner)
     key = _key_of(target, scope, thread_id)
     if _holds(key):
         yield
         return
-    future = _executor().submit(_acquire, target, scope, thread_id, timeout, time.monotonic() + timeout)
-    try:
-        lease = await asyncio.wrap_future(future)
-    except asyncio.CancelledError:
-        future.add_done_callback(_release_if_taken)  # taken after the caller gave up: give it back
-        raise
+    lease = await _aacquire(target, scope, thread_id, timeout)
     token = _held.set({**_held.get({}), key: lease})
     try:
         yield
     finally:
         _held.reset(token)
-        await asyncio.get_running_loop().run_in_executor(_executor(), lease.release)
+        if target.kind == "postgres":  # a round trip to the server: off the event loop
+            await asyncio.get_running_loop().run_in_executor(_executor(), lease.release)
+        else:
+            lease.release()
