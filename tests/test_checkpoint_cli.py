@@ -64,7 +64,7 @@ def test_usage_errors_are_clean(tmp_path: Path) -> None:
     result = runner.invoke(main, ["checkpoints", "prune", f"sqlite:///{tmp_path / 'cp.db'}"])
     assert result.exit_code == 2 and "--thread ID" in result.output
     result = runner.invoke(main, ["checkpoints", "stats", "memory://"])
-    assert result.exit_code == 2 and "not a remem checkpoint database" in result.output
+    assert result.exit_code == 2 and "memory:// keeps nothing" in result.output
     result = runner.invoke(main, ["checkpoints", "stats", "mysql://x"])
     assert result.exit_code == 2 and "unsupported database URL" in result.output
     assert "Traceback" not in result.output

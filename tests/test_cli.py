@@ -106,7 +106,7 @@ def test_chat_survives_bad_input_and_keeps_going(runner: CliRunner) -> None:
     [
         (["threads", "--db", "mysql://nope"], 2, "unsupported database URL"),
         (["threads", "--db", "postgresql://x@127.0.0.1:1/none"], 1, "cannot connect to PostgreSQL"),
-        (["state", "no-such-thread", "--db", "memory://"], 2, "does not exist"),
+        (["state", "no-such-thread", "--db", "memory://"], 1, "holds no checkpoints"),
         (["demo", "--strategy", "nonsense"], 2, "Invalid value"),
     ],
 )
@@ -145,7 +145,7 @@ def test_chat_state_on_a_new_thread_is_an_error_line_not_an_exit(runner: CliRunn
 
 def test_reading_commands_refuse_a_missing_database_and_bad_limits(runner: CliRunner, tmp_path: Path) -> None:
     missing = runner.invoke(main, ["threads", "--db", f"sqlite:///{tmp_path / 'no' / 'x.db'}"])
-    assert missing.exit_code == 2 and "there is no database" in missing.output
+    assert missing.exit_code == 1 and "there is no database" in missing.output
     assert not (tmp_path / "no").exists()
     runner.invoke(main, ["demo"])
     assert runner.invoke(main, ["history", "x", "--limit", "0"]).exit_code == 2
@@ -156,4 +156,4 @@ def test_postgres_urls_are_shown_without_credentials(runner: CliRunner, pg_url: 
     result = runner.invoke(main, ["threads", "--db", url])
     assert result.exit_code == 0, result.output
     flat = result.output.replace("\n", "")  # the title wraps above a narrow table
-    assert "hunter2" not in flat and "threads inpostgresql://127.0.0.1:5432/" in flat
+    assert "hunter2" not in flat and "threads in postgresql://127.0.0.1:5432/" in flat

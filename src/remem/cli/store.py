@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from remem.cli._options import db_option
-from remem.cli._render import console, table
-from remem.config import load_settings
-from remem.erasure import erase
-from remem.errors import ConfigError, RememUsageError
-from remem.store import open_store
-from remem.threads import parse_database_url
+from remem.cli._options import database_url, db_option, json_option
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
 
 
 def _url(database_url: str | None) -> str:
-    url = database_url or load_settings().database_url
-    if parse_database_url(url).kind == "memory":
-        raise ConfigError(
-            "memory:// keeps nothing between runs; pass --db sqlite:///PATH or postgresql://..."
-        )
+    from remem.cli._sources import require_persistent
+
+    url = database_url or _configured_url()
+    require_persistent(url)
     return url
+
+
+def _configured_url() -> str:
+    from remem.config import load_settings
+
+    return load_settings().database_url
 
 
 @click.command("forget")
@@ -43,14 +40,28 @@ def forget_command(
 
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
+    from remem.cli._render import show_table
+    from remem.cli._sources import checkpoint_messages, inspect_database, open_checkpointer
+    from remem.erasure import erase
+    from remem.errors import NotFoundError, RememUsageError
+
     if sum(x is not None for x in (user_id, thread_id, namespace)) != 1:
         raise RememUsageError("give exactly one of --user, --thread or --namespace")
     url = _url(database_url)
+    db = inspect_database(url)  # a missing file is an error here, not a new empty database
+    shown = db.shown
+    had_checkpoints = False
+    if thread_id is not None:
+        with open_checkpointer(db) as saver:
+            had_checkpoints = saver is not None and checkpoint_messages(saver, thread_id) is not None
     scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
-        click.confirm(f"Erase everything stored for {scope} in {url}? This cannot be undone", abort=True)
+        click.confirm(f"Erase everything stored for {scope} in {shown}? This cannot be undone", abort=True)
     report = erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace)
-    console.print(table(f"forgot {scope}", ["what", "deleted"], report.as_rows()))
+    show_table(f"forgot {scope} in {shown}", ["what", "deleted"], report.as_rows())
+    went = report.checkpoint_threads if thread_id is None else had_checkpoints
+    if not report.store.items and not went:
+        raise NotFoundError(f"nothing is stored for {scope} in {shown}; check the name and --db")
 
 
 @click.group("store")
@@ -59,23 +70,45 @@ def store_group() -> None:
 
 
 @store_group.command("stats")
-@click.argument("url", required=False)
-def stats_command(url: str | None) -> None:
+@click.argument("url", required=False, metavar="[URL]")
+@db_option
+@json_option
+def stats_command(url: str | None, database_url: str | None, as_json: bool) -> None:
     """Show how many items, namespaces and vectors a store holds, by root label.
 
-    Example: remem store stats sqlite:///.remem/remem.db
+    URL is the same as --db (kept for older scripts).
+
+    Example: remem store stats --db sqlite:///.remem/remem.db
     """
-    url = _url(url)
-    with open_store(url) as store:
+    from remem.cli._render import emit_json, show_table
+    from remem.cli._sources import inspect_database, require_persistent
+    from remem.errors import NotFoundError
+    from remem.store import open_store
+    from remem.threads import parse_database_url
+
+    target = _database_url(database_url, url)
+    require_persistent(target)
+    db = inspect_database(target)
+    if not db.has_store:
+        raise NotFoundError(
+            f"{db.shown} holds no memory store; check --db (`remem threads` lists its threads)"
+        )
+    with open_store(target) as store:
         stats = store.stats()
-    rows = [(name, stats[name]) for name in ("items", "namespaces", "vectors", "expiring items")]
-    if url.startswith("sqlite:///") or not url.startswith(("postgres://", "postgresql://")):
-        path = Path(url.removeprefix("sqlite:///"))
-        if path.exists():
-            rows.append(("file size (bytes)", path.stat().st_size))
-    console.print(table(f"store {url}", ["", "count"], rows))
+    counts = {name: stats[name] for name in ("items", "namespaces", "vectors", "expiring items")}
+    parsed = parse_database_url(target)
+    if parsed.kind == "sqlite":
+        counts["file size (bytes)"] = parsed.sqlite_path.stat().st_size
+    if as_json:
+        emit_json({"database": db.shown, **counts, "by_root": dict(stats["by_root"])})
+        return
+    show_table(f"store in {db.shown}", ["", "count"], counts.items())
     if stats["by_root"]:
-        console.print(table("items by root label", ["root", "items"], stats["by_root"].items()))
+        show_table("items by root label", ["root", "items"], stats["by_root"].items())
+
+
+def _database_url(given: str | None, positional: str | None) -> str:
+    return database_url(given, positional)
 
 
 COMMANDS: list[click.Command] = [forget_command, store_group]
