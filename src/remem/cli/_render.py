@@ -73,7 +73,8 @@ def say(*parts: object, style: str | None = None) -> None:
     """Print one line of text, literally."""
     from rich.text import Text
 
-    console().print(Text(" ".join(clean(p) for p in parts), style=style or ""))
+    # soft_wrap: a long line is left to the terminal, so a command or a path can be copied whole.
+    console().print(Text(" ".join(clean(p) for p in parts), style=style or ""), soft_wrap=True)
 
 
 def error_line(message: object) -> str:

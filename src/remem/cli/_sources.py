@@ -12,6 +12,9 @@ either; for a checkpoint-only thread its latest messages are copied into a scrat
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
+
+import click
 
 from remem._files import make_private_file
 from remem._url import describe_postgres, display_url, parse_database_url
@@ -83,18 +88,51 @@ def _postgres_tables(dsn: str) -> set[str]:
         ) from None
 
 
-def inspect_database(url: str) -> Database:
-    """What the database at ``url`` holds, found without writing to it (or creating it)."""
+def _read_only_copy(path: Path) -> str:
+    """A private temporary copy of a SQLite file this process may not write (removed when the command ends).
+
+    SQLite's readers still write (the WAL index, the journal mode), so a read-only file is read from a copy
+    rather than refused; the original is never opened for writing.
+    """
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="remem-ro-"))  # 0700
+    for suffix in ("", "-wal"):
+        source = Path(str(path) + suffix)
+        if source.exists():
+            shutil.copyfile(source, folder / (path.name + suffix))
+    remove = functools.partial(shutil.rmtree, folder, ignore_errors=True)
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.call_on_close(remove)
+    else:
+        atexit.register(remove)
+    return f"sqlite:///{folder / path.name}"
+
+
+def _writable_file(path: Path) -> bool:
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def inspect_database(url: str, *, for_writing: bool = False) -> Database:
+    """What the database at ``url`` holds, found without writing to it (or creating it).
+
+    A SQLite file this process cannot write is read from a private copy, unless ``for_writing``.
+    """
     parsed = parse_database_url(url)
+    shown = display_url(url)
     if parsed.kind == "memory":
         tables: set[str] = set()
     elif parsed.kind == "sqlite":
         tables = set() if parsed.target == ":memory:" else _sqlite_tables(parsed.sqlite_path)
+        if tables and not for_writing and not _writable_file(parsed.sqlite_path):
+            url = _read_only_copy(parsed.sqlite_path)
     else:
         tables = _postgres_tables(parsed.target)
     return Database(
         url=url,
-        shown=display_url(url),
+        shown=shown,
         kind=parsed.kind,
         has_store=STORE_TABLE in tables,
         has_checkpoints=CHECKPOINT_TABLE in tables,

@@ -102,14 +102,14 @@ def card_command(
 
     Example: remem card support-42 --except-last 3
     """
-    from remem.cli._render import emit_json, say
+    from remem.cli._render import clean, emit_json, say
     from remem.cli._sources import inspect_database, open_thread, writable
     from remem.config import load_settings
     from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
 
     settings = load_settings()
     url = database_url_of(database_url)
-    db = inspect_database(writable(url) if refresh else url)
+    db = inspect_database(writable(url) if refresh else url, for_writing=refresh)
     with open_thread(db, thread_id, settings) as source:
         thread = source.thread
         boundary = max(source.thread.info().message_count - max(except_last, recent), 0)
@@ -149,7 +149,7 @@ def card_command(
         )
         return
     if card.content:
-        click.echo(card.content)  # the XML as is: its own escaping already made stored text inert
+        click.echo(clean(card.content))  # XML-escaped already; control characters still need showing
     else:
         say(f"thread {thread_id} has nothing to put in a card yet (the card is empty)")
     summary_part = "summary computed now" if source.from_checkpoints else f"summary revision {revision}"
@@ -204,7 +204,7 @@ def summary_command(
         raise RememUsageError("--except-last must be 0 or more")
     settings = load_settings()
     url = database_url_of(database_url)
-    db = inspect_database(writable(url) if refresh else url)
+    db = inspect_database(writable(url) if refresh else url, for_writing=refresh)
     with open_thread(db, thread_id, settings) as source:
         boundary = max(source.thread.info().message_count - except_last, 0)
         if refresh or source.from_checkpoints:

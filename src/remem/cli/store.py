@@ -48,7 +48,7 @@ def forget_command(
     if sum(x is not None for x in (user_id, thread_id, namespace)) != 1:
         raise RememUsageError("give exactly one of --user, --thread or --namespace")
     url = _url(database_url)
-    db = inspect_database(url)  # a missing file is an error here, not a new empty database
+    db = inspect_database(url, for_writing=True)  # a missing file is an error, not a new empty database
     shown = db.shown
     had_checkpoints = False
     if thread_id is not None:
@@ -93,7 +93,7 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
         raise NotFoundError(
             f"{db.shown} holds no memory store; check --db (`remem threads` lists its threads)"
         )
-    with open_store(target) as store:
+    with open_store(db.url) as store:
         stats = store.stats()
     counts = {name: stats[name] for name in ("items", "namespaces", "vectors", "expiring items")}
     parsed = parse_database_url(target)

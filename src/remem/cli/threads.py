@@ -316,12 +316,18 @@ def remem_command() -> str:
 @click.option(
     "--strategy", type=click.Choice(STRATEGY_NAMES), help="Memory strategy (default: REMEM_STRATEGY)."
 )
-def demo_command(database_url: str | None, strategy: str | None) -> None:
+@click.option(
+    "--turns",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay only the first N turns (default: all 65).",
+)
+def demo_command(database_url: str | None, strategy: str | None, turns: int | None) -> None:
     """Replay a 65-turn conversation through the agent, offline, and show what memory did each turn.
 
     Example: remem demo --strategy trim
     """
-    from remem.cli._render import console, preview, say, show_table
+    from remem.cli._render import clean, console, preview, say, show_table
     from remem.cli._sources import writable
     from remem.config import load_settings
     from remem.demo import DemoTurn, run_demo
@@ -344,7 +350,7 @@ def demo_command(database_url: str | None, strategy: str | None) -> None:
             f"{note:<9}  {preview(t.user, 48)}{recall}"
         )
 
-    report = run_demo(settings, on_turn=show)
+    report = run_demo(settings, on_turn=show, turns=turns)
     got, asked = report.recalled
     saved = 1 - report.tokens_seen / max(report.tokens_full_history, 1)
     console().print()
@@ -363,7 +369,12 @@ def demo_command(database_url: str | None, strategy: str | None) -> None:
     say("rolling summary:", style="bold")
     say(report.summary or "(none)")
     remem = remem_command()
-    db = "" if database_url is None else f" --db {shown}"
+    # The database again if it was not the configured one: a user is no secret (a password is masked).
+    db = (
+        ""
+        if database_url is None
+        else f" --db {shown if shown.startswith('sqlite') else clean(database_url)}"
+    )
     say("")
     say(f"Inspect it: {remem} state {report.thread_id}{db}   {remem} history {report.thread_id}{db}")
 
