@@ -89,3 +89,25 @@ def test_search_lists_typed_records(db: str) -> None:
     assert "u2" in out and "f1" in out and "fact" in out and "message" in out
     code, out = _run("search", "ledger", "--db", db)
     assert code == 2 and "--user" in out
+
+
+def test_card_summary_and_search_read_an_agents_thread_from_its_checkpoints(tmp_path: Path) -> None:
+    from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
+
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(ScriptedChatModel(default="Noted."), strategy="filter", checkpointer=saver)
+        run_turn(agent, "user-001", "My cat is called Biscuit and she hates the vacuum.")
+        run_turn(agent, "user-001", "Which step of the ledger job fails?")
+    before = (tmp_path / "agent.db").read_bytes()
+
+    code, out = _run("card", "user-001", "--db", url)
+    assert code == 0, out
+    assert "Biscuit" in out and "read from checkpoints in" in out and "nothing stored" in out
+    code, out = _run("summary", "user-001", "--db", url)
+    assert code == 0 and "Biscuit" in out and "computed now" in out, out
+    code, out = _run("search", "cat Biscuit", "--thread", "user-001", "--db", url)
+    assert code == 0 and "Biscuit" in out and not out.startswith("0 records"), out
+    assert (tmp_path / "agent.db").read_bytes() == before  # all three were reads
+    code, out = _run("search", "cat", "--thread", "nobody", "--db", url)
+    assert code == 1 and "neither in the memory store nor in the checkpoints" in out

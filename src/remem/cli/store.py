@@ -41,7 +41,7 @@ def forget_command(
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
     from remem.cli._render import show_table
-    from remem.cli._sources import checkpoint_messages, inspect_database, open_checkpointer
+    from remem.cli._sources import checkpoint_messages, inspect_database, open_checkpointer, store_url
     from remem.erasure import erase
     from remem.errors import NotFoundError, RememUsageError
 
@@ -50,6 +50,7 @@ def forget_command(
     url = _url(database_url)
     db = inspect_database(url, for_writing=True)  # a missing file is an error, not a new empty database
     shown = db.shown
+    store_url(db)  # before anything is erased
     had_checkpoints = False
     if thread_id is not None:
         with open_checkpointer(db) as saver:
@@ -81,7 +82,7 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
     Example: remem store stats --db sqlite:///.remem/remem.db
     """
     from remem.cli._render import emit_json, show_table
-    from remem.cli._sources import inspect_database, require_persistent
+    from remem.cli._sources import inspect_database, require_persistent, store_url
     from remem.errors import NotFoundError
     from remem.store import open_store
     from remem.threads import parse_database_url
@@ -93,7 +94,7 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
         raise NotFoundError(
             f"{db.shown} holds no memory store; check --db (`remem threads` lists its threads)"
         )
-    with open_store(db.url) as store:
+    with open_store(store_url(db)) as store:
         stats = store.stats()
     counts = {name: stats[name] for name in ("items", "namespaces", "vectors", "expiring items")}
     parsed = parse_database_url(target)
