@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 
     from remem.config import Settings
     from remem.memory import Memory, Thread
+    from remem.summarize import SummaryResult
 
-__all__ = ["Database", "ThreadSource", "checkpoint_messages", "inspect_database", "open_thread", "writable"]
+__all__ = ["Database", "ThreadSource", "checkpoint_state", "inspect_database", "open_thread", "writable"]
 
 # The tables that say which of remem's parts a database holds (their migration tables).
 STORE_TABLE = "remem_store_migrations"
@@ -175,14 +176,16 @@ def open_checkpointer(db: Database) -> Iterator[BaseCheckpointSaver[Any] | None]
         yield saver
 
 
-def checkpoint_messages(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[BaseMessage] | None:
-    """The messages of the thread's latest checkpoint (any graph with a ``messages`` channel); None when
-    the checkpointer has no such thread."""
+def checkpoint_state(saver: BaseCheckpointSaver[Any], thread_id: str) -> tuple[list[BaseMessage], str] | None:
+    """The messages and the rolling summary of the thread's latest checkpoint (any graph with a
+    ``messages`` channel; the summary is remem's agent's ``summary`` channel); None when there is no such
+    thread."""
     found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
     if found is None:
         return None
     values = found.checkpoint.get("channel_values") or {}
-    return list(values.get("messages") or [])
+    summary = values.get("summary")
+    return list(values.get("messages") or []), summary if isinstance(summary, str) else ""
 
 
 def store_url(db: Database) -> str:
@@ -222,14 +225,29 @@ class ThreadSource:
     stored: Memory | None  # the database's own memory client (for a user's long-term memories)
 
 
-def _scratch_memory(settings: Settings, stack: ExitStack) -> Memory:
+class _AfterRollingSummary:
+    """The extractive summariser, started from the agent's rolling summary: an agent that summarised
+    removed the older messages from its state, and its summary is all that is left of them."""
+
+    def __init__(self, rolling: str, max_tokens: int) -> None:
+        from remem.summarize import ExtractiveSummarizer
+
+        self.rolling = rolling
+        self.inner = ExtractiveSummarizer(max_tokens=max_tokens)
+
+    def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        return self.inner.summarize(previous or self.rolling, messages)
+
+    async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        return self.summarize(previous, messages)
+
+
+def _scratch_memory(settings: Settings, rolling: str, stack: ExitStack) -> Memory:
     from remem.memory import Memory
-    from remem.summarize import ExtractiveSummarizer
 
     # Same store kind and index as the database's, in this process only: nothing reaches the database.
-    scratch = Memory.from_url(
-        "sqlite:///:memory:", settings=settings, summarizer=ExtractiveSummarizer(settings.summary_max_tokens)
-    )
+    summarizer = _AfterRollingSummary(rolling, settings.summary_max_tokens)
+    scratch = Memory.from_url("sqlite:///:memory:", settings=settings, summarizer=summarizer)
     stack.callback(scratch.close)
     return scratch
 
@@ -257,13 +275,14 @@ def open_thread(db: Database, thread_id: str, settings: Settings) -> Iterator[Th
                 yield ThreadSource(memory, thread, f"memory store in {db.shown}", False, memory)
                 return
         saver = stack.enter_context(open_checkpointer(db))
-        messages = checkpoint_messages(saver, thread_id) if saver is not None else None
-        if messages is None:
+        state = checkpoint_state(saver, thread_id) if saver is not None else None
+        if state is None:
             raise NotFoundError(
                 f"thread {thread_id!r} is neither in the memory store nor in the checkpoints of {db.shown}; "
                 "`remem threads` lists the threads there"
             )
-        scratch = _scratch_memory(settings, stack)
+        messages, rolling = state
+        scratch = _scratch_memory(settings, rolling, stack)
         thread = scratch.thread(thread_id)
         thread.add_messages(_copyable(messages))
         described = f"checkpoints in {db.shown} (the agent's latest state; computed now, nothing stored)"

@@ -231,11 +231,16 @@ def summary_command(
     if summary is None or (not summary.revision and not summary.text):
         say(f"thread {thread_id}: no summary stored yet ({boundary} messages); --refresh writes one")
     else:
-        revision = "computed now" if source.from_checkpoints else f"revision {summary.revision}"
-        say(
-            f"thread {thread_id}  {revision}  covers {summary.covered_count} messages "
-            f"({summary.first_message_id or '-'} .. {summary.last_message_id or '-'})"
-        )
+        if source.from_checkpoints:
+            say(
+                f"thread {thread_id}  computed now: the agent's rolling summary (if any) and the "
+                f"{summary.covered_count} messages in its state"
+            )
+        else:
+            say(
+                f"thread {thread_id}  revision {summary.revision}  covers {summary.covered_count} messages "
+                f"({summary.first_message_id or '-'} .. {summary.last_message_id or '-'})"
+            )
         say(summary.text or "(the summary is empty)")
         say(f"summary: {status}")
     say(f"read from {source.described}")

@@ -41,7 +41,7 @@ def forget_command(
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
     from remem.cli._render import show_table
-    from remem.cli._sources import checkpoint_messages, inspect_database, open_checkpointer, store_url
+    from remem.cli._sources import checkpoint_state, inspect_database, open_checkpointer, store_url
     from remem.erasure import erase
     from remem.errors import NotFoundError, RememUsageError
 
@@ -54,7 +54,7 @@ def forget_command(
     had_checkpoints = False
     if thread_id is not None:
         with open_checkpointer(db) as saver:
-            had_checkpoints = saver is not None and checkpoint_messages(saver, thread_id) is not None
+            had_checkpoints = saver is not None and checkpoint_state(saver, thread_id) is not None
     scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
         click.confirm(f"Erase everything stored for {scope} in {shown}? This cannot be undone", abort=True)
