@@ -144,6 +144,16 @@ def test_card_summary_search_on_a_memory_thread_with_hostile_ids(hostile: str) -
     assert "[red]alert[/red]" in searched.output
     summary = run(("summary",), hostile, thread=MEMORY_THREAD)
     assert f"thread {MEMORY_THREAD}: no summary stored yet" in summary.output
+    from click.testing import CliRunner
+
+    from remem.cli import main
+
+    refreshed = CliRunner().invoke(
+        main, ["summary", MEMORY_THREAD, "--refresh", "--db", hostile], env={"REMEM_EMBEDDER": "fake"}
+    )
+    _assert_clean(refreshed)
+    assert refreshed.exit_code == 0, refreshed.output
+    assert f"thread {MEMORY_THREAD}  revision 1  covers 3 messages ([/]m1 .. m3)" in refreshed.output
 
 
 # ------------------------------------------------------------------ broken files

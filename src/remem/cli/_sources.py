@@ -195,8 +195,8 @@ def store_url(db: Database) -> str:
     """
     if db.kind == "postgres" and not db.url.startswith(("postgresql://", "postgres://")):
         raise ConfigError(
-            "the memory store takes PostgreSQL as a URL; write the key=value DSN as "
-            "postgresql://USER:PASSWORD@HOST:PORT/DBNAME"
+            "the memory store takes PostgreSQL as a postgresql:// URL, not a key=value DSN; "
+            "write the same user, host, port and database name as a URL"
         )
     return db.url
 

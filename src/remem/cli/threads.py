@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import Sequence
@@ -370,11 +371,8 @@ def demo_command(database_url: str | None, strategy: str | None, turns: int | No
     say(report.summary or "(none)")
     remem = remem_command()
     # The database again if it was not the configured one: a user is no secret (a password is masked).
-    db = (
-        ""
-        if database_url is None
-        else f" --db {shown if shown.startswith('sqlite') else clean(database_url)}"
-    )
+    again = shown if shown.startswith("sqlite") else clean(database_url or "")
+    db = "" if database_url is None else f" --db {shlex.quote(again)}"
     say("")
     say(f"Inspect it: {remem} state {report.thread_id}{db}   {remem} history {report.thread_id}{db}")
 
