@@ -144,7 +144,9 @@ def inspect_database(url: str, *, for_writing: bool = False) -> Database:
 def writable(url: str) -> str:
     """``url`` for a command that writes: a SQLite file is created owner-only (0600, its folder 0700) first."""
     parsed = parse_database_url(url)
-    if parsed.kind == "sqlite":
+    if parsed.kind == "sqlite" and parsed.target != ":memory:":
+        if parsed.sqlite_path.is_file() and parsed.sqlite_path.stat().st_size:
+            _sqlite_tables(parsed.sqlite_path)  # a file that is no database fails here, before any work
         try:
             make_private_file(parsed.sqlite_path)
         except OSError as exc:
