@@ -227,3 +227,19 @@ def test_a_read_only_file_can_be_read_and_writes_fail_in_one_line(hostile: str, 
                 _assert_clean(result)
                 assert result.exit_code == 0, (cmd, result.output)
     assert path.read_bytes() == before
+
+
+def test_reading_commands_leave_every_byte_of_the_database_as_it_was(hostile: str, tmp_path: Path) -> None:
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(tmp_path.iterdir()) if p.name.startswith("hostile")}
+
+    before = files()
+    assert "hostile.db" in before
+    for path in READS:
+        for thread in (AGENT_THREAD, MEMORY_THREAD):
+            result = run(path, hostile, thread=thread)
+            if thread == MEMORY_THREAD and path in {("state",), ("history",)}:  # no checkpoints: said so
+                assert result.exit_code == 1 and "is the memory client's" in result.stderr, result.output
+            else:
+                assert result.exit_code == 0, (path, result.output)
+    assert files() == before

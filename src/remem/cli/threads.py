@@ -6,7 +6,8 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,9 @@ from remem.cli._options import database_url, db_option, full_option, json_option
 from remem.config import STRATEGY_NAMES
 
 if TYPE_CHECKING:
+    from remem.cli._sources import Database
     from remem.inspection import HistoryRow, ThreadSnapshot
+    from remem.memory import Memory
 
 CHAT_COMMANDS = {
     "/state": "show the thread's messages, summary and usage",
@@ -146,6 +149,35 @@ def show_history(thread_id: str, rows: Sequence[HistoryRow]) -> None:
     )
 
 
+@contextmanager
+def _hint_memory_thread(db: Database, thread_id: str) -> Iterator[None]:
+    """A thread the checkpoints lack may be the memory client's: say so, and which commands show it."""
+    from remem.cli._sources import open_memory
+    from remem.config import load_settings
+    from remem.errors import NotFoundError
+
+    try:
+        yield
+    except NotFoundError as exc:
+        with open_memory(db, load_settings()) as memory:
+            if memory is None or not _has_thread(memory, thread_id):
+                raise
+        raise NotFoundError(
+            f"thread {thread_id!r} is the memory client's (in the memory store of {db.shown}), not an agent's: "
+            f"it has no checkpoints; `remem summary`, `remem card` and `remem search --thread` show it"
+        ) from exc
+
+
+def _has_thread(memory: Memory, thread_id: str) -> bool:
+    from remem.errors import NotFoundError
+
+    try:
+        memory.get_thread(thread_id)
+    except NotFoundError:
+        return False
+    return True
+
+
 def _no_checkpoints(shown: str) -> Exception:
     from remem.errors import NotFoundError
 
@@ -182,7 +214,8 @@ def state_command(
     with open_checkpointer(db) as saver:
         if saver is None:
             raise _no_checkpoints(db.shown)
-        snapshot = thread_snapshot(reader_graph(saver), thread_id, checkpoint_id)
+        with _hint_memory_thread(db, thread_id):
+            snapshot = thread_snapshot(reader_graph(saver), thread_id, checkpoint_id)
     source = f"checkpoints in {db.shown}"
     if as_json:
         emit_json(_snapshot_json(snapshot, last, source))
@@ -210,7 +243,8 @@ def history_command(thread_id: str, limit: int, database_url: str | None, as_jso
     with open_checkpointer(db) as saver:
         if saver is None:
             raise _no_checkpoints(db.shown)
-        rows = thread_history(reader_graph(saver), thread_id, limit)
+        with _hint_memory_thread(db, thread_id):
+            rows = thread_history(reader_graph(saver), thread_id, limit)
     if as_json:
         emit_json(
             {
