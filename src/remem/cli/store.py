@@ -59,10 +59,10 @@ def forget_command(
     if not yes:
         click.confirm(f"Erase everything stored for {scope} in {shown}? This cannot be undone", abort=True)
     report = erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace)
-    show_table(f"forgot {scope} in {shown}", ["what", "deleted"], report.as_rows())
     went = report.checkpoint_threads if thread_id is None else had_checkpoints
-    if not report.store.items and not went:
+    if not report.store.items and not went:  # a typo must not read as a success
         raise NotFoundError(f"nothing is stored for {scope} in {shown}; check the name and --db")
+    show_table(f"forgot {scope} in {shown}", ["what", "deleted"], report.as_rows())
 
 
 @click.group("store")
