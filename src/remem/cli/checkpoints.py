@@ -11,7 +11,6 @@ import click
 from remem.cli._options import database_url, db_option, json_option
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_URL_HELP = "URL is the same as --db (kept for older scripts)."
 
 
 def parse_age(text: str) -> timedelta:

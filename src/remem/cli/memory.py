@@ -83,7 +83,7 @@ def _read_only(store: BaseStore) -> BaseStore:
 )
 @click.option("--query", default=None, help="Search with this text instead of the latest user message.")
 @click.option(
-    "--budget", type=int, default=None, help="Token budget of the card (default: the memory client's, 1500)."
+    "--budget", type=int, default=None, help="Token budget of the card (default: the memory client's)."
 )
 @click.option("--refresh", is_flag=True, help="Extend the stored summary first (writes a new revision).")
 @db_option
