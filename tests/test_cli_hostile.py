@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import Result
+from click.testing import CliRunner, Result
 
+from remem.cli import main
 from tests.cli_commands import (
     AGENT_THREAD,
     ARGS,
@@ -99,10 +100,6 @@ def test_every_command_shows_hostile_strings_literally(hostile: str) -> None:
 def test_full_shows_whole_contents(hostile: str) -> None:
     result = run(("state",), hostile, env=None)
     assert "TAILMARK" not in result.output
-    from click.testing import CliRunner
-
-    from remem.cli import main
-
     full = CliRunner().invoke(main, ["state", AGENT_THREAD, "--last", "0", "--full", "--db", hostile])
     assert full.exit_code == 0 and "TAILMARK" in full.output
     searched = CliRunner().invoke(
@@ -114,9 +111,6 @@ def test_full_shows_whole_contents(hostile: str) -> None:
 
 
 def test_every_reading_command_prints_json_with_the_stored_strings_intact(hostile: str) -> None:
-    from click.testing import CliRunner
-
-    from remem.cli import main
     from tests.cli_commands import argv
 
     for path in READS:
@@ -144,10 +138,6 @@ def test_card_summary_search_on_a_memory_thread_with_hostile_ids(hostile: str) -
     assert "[red]alert[/red]" in searched.output
     summary = run(("summary",), hostile, thread=MEMORY_THREAD)
     assert f"thread {MEMORY_THREAD}: no summary stored yet" in summary.output
-    from click.testing import CliRunner
-
-    from remem.cli import main
-
     refreshed = CliRunner().invoke(
         main, ["summary", MEMORY_THREAD, "--refresh", "--db", hostile], env={"REMEM_EMBEDDER": "fake"}
     )
@@ -184,6 +174,10 @@ def test_a_missing_file_is_an_error_and_reads_create_nothing(tmp_path: Path) -> 
             continue
         _assert_one_line_error(result, 1)
         assert "there is no database at" in result.stderr, result.stderr
+        assert not (tmp_path / "typo").exists(), cmd
+    for cmd in (("card",), ("summary",)):  # not even to write a new summary revision
+        result = CliRunner().invoke(main, [*cmd, AGENT_THREAD, "--refresh", "--db", url])
+        _assert_one_line_error(result, 1)
         assert not (tmp_path / "typo").exists(), cmd
 
 

@@ -103,13 +103,13 @@ def card_command(
     Example: remem card support-42 --except-last 3
     """
     from remem.cli._render import clean, emit_json, say
-    from remem.cli._sources import inspect_database, open_thread, writable
+    from remem.cli._sources import inspect_database, open_thread
     from remem.config import load_settings
     from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
 
     settings = load_settings()
     url = database_url_of(database_url)
-    db = inspect_database(writable(url) if refresh else url, for_writing=refresh)
+    db = inspect_database(url, for_writing=refresh)  # the file must exist, even to refresh
     with open_thread(db, thread_id, settings) as source:
         thread = source.thread
         boundary = max(source.thread.info().message_count - max(except_last, recent), 0)
@@ -196,7 +196,7 @@ def summary_command(
     Example: remem summary support-42 --refresh
     """
     from remem.cli._render import emit_json, say
-    from remem.cli._sources import inspect_database, open_thread, writable
+    from remem.cli._sources import inspect_database, open_thread
     from remem.config import load_settings
     from remem.errors import RememUsageError
 
@@ -204,7 +204,7 @@ def summary_command(
         raise RememUsageError("--except-last must be 0 or more")
     settings = load_settings()
     url = database_url_of(database_url)
-    db = inspect_database(writable(url) if refresh else url, for_writing=refresh)
+    db = inspect_database(url, for_writing=refresh)  # the file must exist, even to refresh
     with open_thread(db, thread_id, settings) as source:
         boundary = max(source.thread.info().message_count - except_last, 0)
         if refresh or source.from_checkpoints:
