@@ -230,3 +230,13 @@ def test_demo_prints_the_follow_up_command_with_the_remem_it_ran(tmp_path: Path)
         assert re.fullmatch(
             rf"Inspect it: {re.escape(expected)} state demo-\S+ +{re.escape(expected)} history demo-\S+", line
         ), line
+
+
+def test_a_configured_key_of_any_shape_is_masked_wherever_it_would_be_printed(runner: CliRunner) -> None:
+    key = "plainkey-without-a-known-prefix-42"
+    with openai_compatible_server([f"the key is {key}"]) as server:
+        env = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": server.url, "REMEM_LLM_API_KEY": key}
+        chat = runner.invoke(main, ["chat"], input="say it\n/exit\n", env=env)
+        shown = runner.invoke(main, ["config", "--json"], env=env)
+    assert chat.exit_code == 0 and "the key is ***" in chat.output
+    assert key not in chat.output and key not in shown.output

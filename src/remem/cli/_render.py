@@ -11,6 +11,7 @@ rich is imported on first use: ``remem --help`` does not pay for it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -49,9 +50,15 @@ def _escape_control(match: re.Match[str]) -> str:
     return f"\\x{ord(match.group()):02x}"
 
 
+def _configured_keys() -> tuple[str | None, ...]:
+    # Keys come from the environment only (remem.config refuses them in files); any shape is masked.
+    return tuple(os.environ.get(name) for name in ("REMEM_LLM_API_KEY", "OPENAI_API_KEY"))
+
+
 def clean(value: object) -> str:
     """``value`` as text that is safe to show: secrets masked, control characters escaped."""
-    return _CONTROL.sub(_escape_control, mask_secrets("" if value is None else str(value)))
+    text = mask_secrets("" if value is None else str(value), *_configured_keys())
+    return _CONTROL.sub(_escape_control, text)
 
 
 @cache
@@ -111,7 +118,7 @@ def show_table(title: object, columns: Sequence[str], rows: Iterable[Sequence[ob
 
 def _masked(value: Any) -> Any:
     if isinstance(value, str):
-        return mask_secrets(value)
+        return mask_secrets(value, *_configured_keys())
     if isinstance(value, Mapping):
         return {str(k): _masked(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
