@@ -140,7 +140,9 @@ def test_registered_namespaces_and_thread_patterns(tmp_path: Path) -> None:
     assert report.store.items == 1 and report.checkpoint_threads == ["support-alice-1"]
     assert report.registered_namespaces == ["crm.alice"]
     report = erase(url, thread_id="notes-t9")
-    assert report.registered_namespaces == ["app.notes.notes-t9"] and report.checkpoint_threads == ["notes-t9"]
+    assert report.registered_namespaces == ["app.notes.notes-t9"] and report.checkpoint_threads == [
+        "notes-t9"
+    ]
     with open_store(url) as store:
         assert store.list_namespaces() == [("crm", "bob", "cards")]
     with checkpointer_from_url(url) as saver:

