@@ -6,11 +6,13 @@ The kills are placed with ``remem.erasure._on_step`` in a child process running 
 
 from __future__ import annotations
 
+import random
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from remem import Memory, ScriptedChatModel, Settings, build_agent, checkpointer_from_url, list_threads
-from remem.erasure import ErasureReport, finish_erasures, register_user_data, unfinished_erasures
+from remem.erasure import ErasureReport, erase, finish_erasures, register_user_data, unfinished_erasures
 from remem.errors import ErasureIncompleteError
 from remem.store import open_store
 
@@ -42,6 +44,7 @@ _CHILD = textwrap.dedent(
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
     remem.erasure._on_step = hook
+    print("start", flush=True)
     main(sys.argv[4:], prog_name="remem")
     """
 )
@@ -220,8 +223,6 @@ def test_a_reader_holding_a_transaction_is_waited_for(tmp_path: Path) -> None:
 
 
 def test_a_reader_that_stays_is_reported_and_the_erasure_stays_open(tmp_path: Path) -> None:
-    from remem.erasure import erase
-
     seeded = seed(_sqlite(tmp_path))
     reader = sqlite3.connect(seeded.url.removeprefix("sqlite:///"), isolation_level=None)
     try:
@@ -239,6 +240,33 @@ def test_a_reader_that_stays_is_reported_and_the_erasure_stays_open(tmp_path: Pa
     [report] = finish_erasures(seeded.url, wait=5)
 
     check_finished(seeded, report)
+
+
+def test_random_kills_then_a_rerun_finishes(tmp_path: Path) -> None:
+    seeded = seed(_sqlite(tmp_path))
+    delays = random.Random(8).sample([0.05 * i for i in range(1, 20)], 3)  # fixed draws: reproducible
+    args = ["--user", "alice", "--db", seeded.url, "--yes"]
+    for delay in delays:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, "none", "none", "0", "forget", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "start"
+        time.sleep(delay)  # somewhere inside the erasure (or after it)
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+
+    finish_erasures(seeded.url)
+
+    assert erase(seeded.url, user_id="alice").removed == 0  # whatever the kills left, it is all done
+    with checkpointer_from_url(seeded.url) as saver:
+        assert list_threads(saver) == ["t-bob"]
+    with open_store(seeded.url) as store:
+        assert store.get(("crm", "alice"), "card") is None and store.get(("crm", "bob"), "card") is not None
+    assert seeded.secret.encode() not in sqlite_bytes(seeded.url)
+    assert unfinished_erasures(seeded.url) == 0
 
 
 @pytest.mark.postgres
