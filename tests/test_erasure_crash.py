@@ -6,6 +6,7 @@ The kills are placed with ``remem.erasure._on_step`` in a child process running 
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import sqlite3
@@ -266,6 +267,51 @@ def test_random_kills_then_a_rerun_finishes(tmp_path: Path) -> None:
     with open_store(seeded.url) as store:
         assert store.get(("crm", "alice"), "card") is None and store.get(("crm", "bob"), "card") is not None
     assert seeded.secret.encode() not in sqlite_bytes(seeded.url)
+    assert unfinished_erasures(seeded.url) == 0
+
+
+def journal_totals(url: str) -> dict[str, int]:
+    """The totals of every closed erasure in the journal, summed (runs left out)."""
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        rows = conn.execute("SELECT totals FROM remem_erasures WHERE state = 'closed'").fetchall()
+    finally:
+        conn.close()
+    summed: dict[str, int] = {}
+    for (totals,) in rows:
+        for key, value in json.loads(totals).items():
+            if key != "runs":
+                summed[key] = summed.get(key, 0) + value
+    return {k: v for k, v in summed.items() if v}
+
+
+def test_two_runs_of_one_erasure_never_count_twice(tmp_path: Path) -> None:
+    import remem.erasure
+
+    seeded = seed(_sqlite(tmp_path))
+    assert (
+        remem_forget(
+            "--user", "alice", "--db", seeded.url, "--yes", point="planned", action="kill"
+        ).returncode
+        < 0
+    )
+
+    def another_process_finishes_it(step: str) -> None:
+        if step == "planned":
+            other = remem_forget("--db", seeded.url)
+            assert other.returncode == 0, other.stderr
+
+    remem.erasure._on_step = another_process_finishes_it
+    try:
+        with pytest.raises(ErasureIncompleteError, match="another run of forget"):
+            finish_erasures(seeded.url)  # it read the entry before the other process wrote it
+    finally:
+        remem.erasure._on_step = None
+
+    with open_store(seeded.url) as store:
+        items_after = store.stats()["items"]
+    totals = journal_totals(seeded.url)
+    assert totals["items"] == seeded.items - items_after and totals["threads"] == 3
     assert unfinished_erasures(seeded.url) == 0
 
 

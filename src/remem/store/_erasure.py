@@ -145,11 +145,15 @@ REGISTRY_TABLE = "remem_erasure_registry"
 _JOURNAL_DDL = (
     f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
     "finished_at TEXT, state TEXT NOT NULL, scope_digest TEXT, plan TEXT NOT NULL, done TEXT NOT NULL, "
-    "totals TEXT NOT NULL)",
+    "totals TEXT NOT NULL, revision INTEGER NOT NULL)",
     f"CREATE TABLE IF NOT EXISTS {REGISTRY_TABLE} (kind TEXT NOT NULL, template TEXT NOT NULL, "
     "PRIMARY KEY (kind, template))",
 )
-_ENTRY_COLS = "id, started_at, finished_at, state, scope_digest, plan, done, totals"
+_ENTRY_COLS = "id, started_at, finished_at, state, scope_digest, plan, done, totals, revision"
+
+
+class JournalConflict(StorageError):
+    """Another process wrote the journal entry since this one read it (two runs of one erasure)."""
 
 
 @dataclass
@@ -167,6 +171,7 @@ class JournalEntry:
     done: list[str] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=dict)
     finished_at: str | None = None
+    revision: int = 0  # how many times it was written; a write expects the revision it read
 
     def row(self) -> list[Any]:
         return [
@@ -178,6 +183,7 @@ class JournalEntry:
             json.dumps(self.plan, sort_keys=True),
             json.dumps(self.done),
             json.dumps(self.totals, sort_keys=True),
+            self.revision,
         ]
 
 
@@ -191,6 +197,7 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
         plan=json.loads(row[5]),
         done=list(json.loads(row[6])),
         totals=dict(json.loads(row[7])),
+        revision=int(row[8]),
     )
 
 
@@ -207,9 +214,29 @@ def journal_open_program(d: Dialect) -> Program:
 
 
 def journal_save_program(d: Dialect, entry: JournalEntry) -> Program:
-    marks = ", ".join("?" for _ in range(8))
-    yield Sql(d.q(f"DELETE FROM {JOURNAL_TABLE} WHERE id = ?"), [entry.id], fetch=False)
-    yield Sql(d.q(f"INSERT INTO {JOURNAL_TABLE} ({_ENTRY_COLS}) VALUES ({marks})"), entry.row(), fetch=False)
+    """Write ``entry`` as its next revision; refused when another run wrote it since it was read."""
+    if entry.revision == 0:
+        entry.revision = 1
+        marks = ", ".join("?" for _ in range(9))
+        yield Sql(
+            d.q(f"INSERT INTO {JOURNAL_TABLE} ({_ENTRY_COLS}) VALUES ({marks})"), entry.row(), fetch=False
+        )
+        return
+    read = entry.revision
+    entry.revision += 1
+    columns = _ENTRY_COLS.split(", ")[1:]
+    changed = yield Sql(
+        d.q(
+            f"UPDATE {JOURNAL_TABLE} SET {', '.join(f'{c} = ?' for c in columns)} WHERE id = ? AND revision = ?"
+        ),
+        [*entry.row()[1:], entry.id, read],
+        fetch=False,
+    )
+    if changed != 1:
+        entry.revision = read
+        raise JournalConflict(
+            f"another run of forget is working on erasure {entry.id}; let it finish, or run forget again"
+        )
 
 
 def journaled_forget_program(
