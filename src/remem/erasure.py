@@ -61,7 +61,14 @@ from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
 from remem.threads import checkpointer_from_url, list_threads
 
-__all__ = ["ErasureReport", "erase", "finish_erasures", "register_user_data", "registered_user_data"]
+__all__ = [
+    "ErasureReport",
+    "erase",
+    "finish_erasures",
+    "register_user_data",
+    "registered_user_data",
+    "unfinished_erasures",
+]
 
 _on_step: Callable[[str], None] | None = None
 """Called with each step's name as it is reached ("planned", "store", "checkpoints", "compacting"), and with
