@@ -68,9 +68,9 @@ def test_forgetting_a_user_that_is_not_there_reports_no_success(tmp_path: Path) 
         _seed(store)
     result = CliRunner().invoke(main, ["forget", "--user", "alcie", "--db", url, "--yes"])
     assert result.exit_code == 1, result.output
-    assert "nothing is stored for user alcie" in result.stderr and "forgot" not in result.output
+    assert "nothing was stored for user alcie" in result.stderr and "forgot" not in result.output
     thread = CliRunner().invoke(main, ["forget", "--thread", "t2", "--db", url, "--yes"])
-    assert thread.exit_code == 1 and "nothing is stored for thread t2" in thread.stderr
+    assert thread.exit_code == 1 and "nothing was stored for thread t2" in thread.stderr
 
 
 def test_store_stats_reads_and_never_creates(tmp_path: Path) -> None:

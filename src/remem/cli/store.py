@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import click
 
 from remem.cli._options import database_url, db_option, json_option
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
+
+T = TypeVar("T")
 
 
 def _url(database_url: str | None) -> str:
@@ -33,36 +38,74 @@ def _configured_url() -> str:
 )
 @db_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long compaction waits for other connections that still read the old rows.",
+)
 def forget_command(
-    user_id: str | None, thread_id: str | None, namespace: str | None, database_url: str | None, yes: bool
+    user_id: str | None,
+    thread_id: str | None,
+    namespace: str | None,
+    database_url: str | None,
+    yes: bool,
+    wait: float,
 ) -> None:
     """Erase a user's, a thread's or a namespace's memory for good (checkpoints too), and report what went.
 
+    Every erasure is recorded before anything is deleted. With no --user, --thread or --namespace, this
+    finishes the erasures a crash or a failure left unfinished; the same command again does that too.
+    It exits 1 while an erasure is unfinished (compaction included) or when nothing was found.
+
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
-    from remem.cli._render import show_table
-    from remem.cli._sources import checkpoint_state, inspect_database, open_checkpointer, store_url
-    from remem.erasure import erase
+    from remem.cli._render import say, show_table
+    from remem.cli._sources import inspect_database, store_url
+    from remem.erasure import erase, finish_erasures, unfinished_erasures
     from remem.errors import NotFoundError, RememUsageError
 
-    if sum(x is not None for x in (user_id, thread_id, namespace)) != 1:
-        raise RememUsageError("give exactly one of --user, --thread or --namespace")
+    given = sum(x is not None for x in (user_id, thread_id, namespace))
+    if given > 1:
+        raise RememUsageError("give exactly one of --user, --thread or --namespace (or none, to finish)")
     url = _url(database_url)
     db = inspect_database(url, for_writing=True)  # a missing file is an error, not a new empty database
-    shown = db.shown
-    store_url(db)  # before anything is erased
-    had_checkpoints = False
-    if thread_id is not None:
-        with open_checkpointer(db) as saver:
-            had_checkpoints = saver is not None and checkpoint_state(saver, thread_id) is not None
+    store_url(db)  # a DSN is refused before anything is erased
+    if not given:
+        reports = _run_reported(lambda: finish_erasures(url, wait=wait))
+        if not reports:
+            say(f"no unfinished erasure in {db.shown}")
+        for report in reports:
+            show_table(f"finished erasure {report.erasure_id}", ["what", "deleted"], report.as_rows())
+        return
     scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
-        click.confirm(f"Erase everything stored for {scope} in {shown}? This cannot be undone", abort=True)
-    report = erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace)
-    went = report.checkpoint_threads if thread_id is None else had_checkpoints
-    if not report.store.items and not went:  # a typo must not read as a success
-        raise NotFoundError(f"nothing is stored for {scope} in {shown}; check the name and --db")
-    show_table(f"forgot {scope} in {shown}", ["what", "deleted"], report.as_rows())
+        click.confirm(f"Erase everything stored for {scope} in {db.shown}? This cannot be undone", abort=True)
+    report = _run_reported(
+        lambda: erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace, wait=wait)
+    )
+    if not report.removed:  # a typo must not read as a success
+        raise NotFoundError(f"nothing was stored for {scope} in {db.shown}; check the id")
+    show_table(f"forgot {scope} in {db.shown}", ["what", "deleted"], report.as_rows())
+    others = unfinished_erasures(url)
+    if others:
+        say(f"{others} other erasure(s) are unfinished; run `remem forget --db ...` to finish them")
+
+
+def _run_reported(call: Callable[[], T]) -> T:
+    """Run an erasure; when it stops part way, show what it did before the error says why."""
+    from remem.cli._render import show_table
+    from remem.erasure import ErasureReport
+    from remem.errors import ErasureIncompleteError
+
+    try:
+        return call()
+    except ErasureIncompleteError as exc:
+        if isinstance(exc.report, ErasureReport):
+            show_table("erased so far (unfinished)", ["what", "deleted"], exc.report.as_rows())
+        raise
 
 
 @click.group("store")
