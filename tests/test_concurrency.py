@@ -242,13 +242,19 @@ def test_the_lease_is_found_from_stock_savers_and_stores(tmp_path: Path, pg_url:
     assert lease_target(InMemoryStore()).kind == "process"
 
 
-async def test_async_turns_on_one_thread_take_turns(tmp_path: Path) -> None:
-    from remem.checkpoint import AsyncSqliteSaver
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_async_turns_on_one_thread_take_turns(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from remem.checkpoint import AsyncPostgresSaver, AsyncSqliteSaver
 
-    async with AsyncSqliteSaver.from_conn_string(tmp_path / "a.db") as saver:
+    opener = AsyncSqliteSaver if kind == "sqlite" else AsyncPostgresSaver
+    async with opener.from_conn_string(_target(kind, tmp_path, request)) as saver:
+        if kind == "postgres":
+            await saver.setup()
         agent = build_agent(replying_model(), strategy="filter", checkpointer=saver)
         await asyncio.gather(*(arun_turn(agent, THREAD, f"q{i}") for i in range(6)))
-        assert (await athread_lease_target_kind(saver)) == "sqlite"
+        assert (await athread_lease_target_kind(saver)) == kind
         messages = (await agent.aget_state({"configurable": {"thread_id": THREAD}})).values["messages"]
         assert sorted(m.text for m in messages if m.type == "human") == [f"q{i}" for i in range(6)]
         assert all(
