@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from remem.errors import RememError, RememUsageError
+from remem.errors import RememError
 
 
 class _RememGroup(click.Group):
@@ -16,12 +16,9 @@ class _RememGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except RememUsageError as exc:
+        except RememError as exc:  # each error knows its exit code: 2 usage, 1 runtime
             click.echo(f"Error: {exc}", err=True)
-            sys.exit(2)
-        except RememError as exc:
-            click.echo(f"Error: {exc}", err=True)
-            sys.exit(1)
+            sys.exit(exc.exit_code)
 
 
 @click.group(cls=_RememGroup)

@@ -45,6 +45,7 @@ from remem.memory._records import (
     summaries_ns,
 )
 from remem.memory._topics import extract_topics
+from remem.messages import is_derived
 from remem.summarize import SummaryResult
 
 __all__ = [
@@ -133,10 +134,11 @@ def _messages_by_id(thread_id: str, ids: Sequence[str]) -> Plan[list[StoredMessa
 
 
 def add_messages_plan(thread_id: str, inputs: Sequence[Any]) -> Plan[list[StoredMessage]]:
-    """Append messages, keeping the caller's ids; a message whose id the thread already holds is skipped."""
+    """Append messages, keeping the caller's ids; a message whose id the thread already holds is skipped,
+    and so is a message remem derived from memory (never stored as a turn)."""
     if isinstance(inputs, str | Mapping) or not isinstance(inputs, Sequence):
         raise RememUsageError("add_messages takes a list of messages; wrap a single message in a list")
-    parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs)]
+    parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs) if not is_derived(item)]
     info = yield from thread_info_plan(thread_id)
     unique: dict[str, StoredMessage] = {}
     for m in parsed:

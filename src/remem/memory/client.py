@@ -229,7 +229,9 @@ class Thread:
     def add_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
         """Append messages: dicts (``role``, ``content``, optional ``id``, ``timestamp``, ``metadata``) or
         LangChain messages. The caller's ids are kept; a message whose id is already in the thread is
-        skipped, so sending the same list twice stores each message once. Returns what was added."""
+        skipped, so sending the same list twice stores each message once. Messages remem derived from
+        memory (cards, recalls, summaries: :func:`remem.messages.is_derived`) are not turns and are
+        skipped too. Returns what was added."""
         added: list[StoredMessage] = self.memory._run(add_messages_plan(self.thread_id, messages))
         return added
 
