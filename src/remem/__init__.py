@@ -3,11 +3,15 @@
 from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
 from remem.config import Settings, load_settings
 from remem.errors import (
+    ArgumentTypeError,
     BudgetExceededError,
     ConfigError,
+    ExtractionError,
+    InvalidFilterError,
     InvalidMessagesError,
     MissingDependencyError,
     ModelError,
+    NamespaceError,
     NotFoundError,
     RememError,
     RememRuntimeError,
@@ -23,12 +27,15 @@ from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, sum
 from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 __all__ = [
+    "ArgumentTypeError",
     "BudgetExceededError",
     "ConfigError",
     "ContextCard",
     "DeleteStrategy",
+    "ExtractionError",
     "ExtractiveSummarizer",
     "FilterStrategy",
+    "InvalidFilterError",
     "InvalidMessagesError",
     "LLMSummarizer",
     "Memory",
@@ -36,6 +43,7 @@ __all__ = [
     "MemoryState",
     "MissingDependencyError",
     "ModelError",
+    "NamespaceError",
     "NotFoundError",
     "Plan",
     "RememError",
