@@ -9,8 +9,8 @@ nor read by extraction (which is how a memory store fills with copies of itself)
     derived_source(message)    # "card"
 
 The mark is ``additional_kwargs["remem_derived"] = source``; it survives checkpoints and copies of the
-message. Messages written before this marker existed are recognised by their names or id (a card or a
-recall in a checkpointed state, an earlier ``remem_derived: True``), so an upgrade never stores them.
+message. Messages written before this marker existed are recognised by their names (a card or a recall
+in a checkpointed state) or by the earlier ``remem_derived: True``, so an upgrade never stores them.
 """
 
 from __future__ import annotations
@@ -30,14 +30,13 @@ DerivedSource = Literal["summary", "card", "recall", "memory", "prompt"]
 DERIVED_SOURCES: Final[tuple[str, ...]] = get_args(DerivedSource)
 DERIVED_KEY: Final = "remem_derived"
 
-# Before the marker: cards and recalls were known by their name, the rolling summary by its id.
+# Before the marker, cards and recalls (which a checkpointed state may hold) were known by their name.
 _LEGACY_NAMES: Final = {
     "memory_context_card": "card",
     "memory_recall": "recall",
     "remem_recall": "recall",
     "remem_summary": "summary",
 }
-_LEGACY_IDS: Final = {"remem-summary": "summary"}
 
 M = TypeVar("M", bound=BaseMessage)
 
@@ -59,8 +58,7 @@ def derived_source(message: object) -> str | None:
         return mark
     if mark:  # the marker of earlier versions, ``True``, or a source this version does not know
         return "memory"
-    legacy = _LEGACY_NAMES.get(message.name or "") or _LEGACY_IDS.get(str(message.id or ""))
-    return legacy
+    return _LEGACY_NAMES.get(message.name or "")
 
 
 def is_derived(message: object) -> bool:
