@@ -181,3 +181,41 @@ def test_every_declared_dependency_is_imported() -> None:
         module = imports.get(name)
         assert module is not None, f"{name}: add the module it provides to this table"
         assert f"import {module}" in source or f"from {module}" in source, f"{name} is imported nowhere"
+
+
+# Built-in exceptions remem may raise: abstract methods, the module ``__getattr__`` protocol, and one
+# ValueError that config.py raises and catches itself (to turn it into a ConfigError).
+_BUILTIN_ALLOWED = {
+    ("NotImplementedError", None),
+    ("AttributeError", "__getattr__"),
+    ("ValueError", "_convert"),
+}
+
+
+def test_no_bare_builtin_exception_is_raised() -> None:
+    import builtins
+
+    builtin_errors = {
+        name
+        for name, value in vars(builtins).items()
+        if inspect.isclass(value) and issubclass(value, Exception)
+    }
+    seen: set[tuple[str, str]] = set()
+    raised = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Raise) or node.exc is None:
+                    continue
+                target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                name = target.id if isinstance(target, ast.Name) else ""
+                if name not in builtin_errors:
+                    continue
+                seen.add((name, function.name))
+                if (name, None) not in _BUILTIN_ALLOWED and (name, function.name) not in _BUILTIN_ALLOWED:
+                    raised.append(f"{path.relative_to(SRC)}:{node.lineno}: {function.name} raises {name}")
+    assert ("ValueError", "_convert") in seen  # the scan sees the raises it should
+    assert raised == [], "raise a remem.errors class (a usage error is also a ValueError):\n" + "\n".join(
+        raised
+    )
