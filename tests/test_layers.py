@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("messages", ("remem.messages",)),
     ("models", ("remem.models", "remem.embeddings", "remem.testing")),
-    ("layout", ("remem.layout", "remem._migrate")),
+    ("layout", ("remem.layout", "remem._migrate", "remem._lease")),  # the contract storage shares
     ("strategies", ("remem.strategies",)),
     ("summarisers", ("remem.summarize",)),
     ("checkpointing", ("remem.checkpoint", "remem.threads")),
