@@ -15,16 +15,14 @@ Namespaces in a LangGraph ``BaseStore`` (T: a thread id, U: a user id)::
     ("users", U, "memories")         memory id       one long-term memory, with provenance     extraction,
                                                                                                memory tools
     ("_remem", "extraction", T)      "state"         the thread's extraction watermark         extraction
-    ("_remem", "erasure", ...)       (reserved)      the erasure journal                       erasure
-    ("_remem", "usage", ...)         (reserved)      the usage ledger                          (to come)
 
 Tenants: every namespace is built by :func:`namespace`, which puts it under ``("tenants", tenant)``
 when a tenant is given. Without one (the default) the namespaces are exactly the ones above, byte for
 byte, so databases written before tenants existed keep working.
 
-Tables (SQL) are named in :data:`TABLES`: the checkpointer's, the store's, the one migration record
-(``remem_schema``) and the version tables it replaces. Tenancy does not change table names: a tenant
-scopes rows (namespaces), not tables.
+Tables (SQL) are named in :data:`TABLES`: the checkpointer's, the store's, the erasure journal and
+registry, the one migration record (``remem_schema``), the version tables it replaces and the usage
+ledger to come. Tenancy does not change table names: a tenant scopes rows (namespaces), not tables.
 """
 
 from __future__ import annotations
@@ -36,6 +34,8 @@ from remem.errors import ConfigError
 __all__ = [
     "CHECKPOINT_MIGRATIONS_TABLE",
     "CHECKPOINT_TABLES",
+    "ERASURE_JOURNAL_TABLE",
+    "ERASURE_REGISTRY_TABLE",
     "EXTRACTION_STATE_KEY",
     "INTERNAL_ROOT",
     "SCHEMA_TABLE",
@@ -49,7 +49,6 @@ __all__ = [
     "USERS_ROOT",
     "Namespace",
     "chunk_key",
-    "erasure_journal",
     "extraction_root",
     "extraction_state",
     "is_thread_messages",
@@ -60,7 +59,6 @@ __all__ = [
     "thread_root",
     "thread_summaries",
     "threads_root",
-    "usage_ledger",
     "user_memories",
     "user_root",
     "users_root",
@@ -80,8 +78,6 @@ _MESSAGES: Final = "messages"
 _SUMMARIES: Final = "summaries"
 _MEMORIES: Final = "memories"
 _EXTRACTION: Final = "extraction"
-_ERASURE: Final = "erasure"
-_USAGE: Final = "usage"
 
 # ----------------------------------------------------------------------------- keys
 
@@ -107,11 +103,15 @@ STORE_TABLES: Final = ("remem_ns", "remem_items", "remem_fts", "remem_vectors")
 SCHEMA_TABLE: Final = "remem_schema"  # the one migration record of every component (remem._migrate)
 CHECKPOINT_MIGRATIONS_TABLE: Final = "remem_cp_migrations"  # read once by the migration runner, then kept
 STORE_MIGRATIONS_TABLE: Final = "remem_store_migrations"  # likewise
+ERASURE_JOURNAL_TABLE: Final = "remem_erasures"  # each erasure's plan and steps, never the erased text
+ERASURE_REGISTRY_TABLE: Final = "remem_erasure_registry"  # namespaces and threads registered for a user
 USAGE_LEDGER_TABLE: Final = "remem_usage"  # reserved for the usage ledger
 TABLES: Final = frozenset(
     {
         *CHECKPOINT_TABLES,
         *STORE_TABLES,
+        ERASURE_JOURNAL_TABLE,
+        ERASURE_REGISTRY_TABLE,
         SCHEMA_TABLE,
         CHECKPOINT_MIGRATIONS_TABLE,
         STORE_MIGRATIONS_TABLE,
@@ -196,13 +196,3 @@ def extraction_root(*, tenant: str | None = None) -> Namespace:
 def extraction_state(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's extraction watermark (key :data:`EXTRACTION_STATE_KEY`)."""
     return namespace(INTERNAL_ROOT, _EXTRACTION, thread_id, tenant=tenant)
-
-
-def erasure_journal(*, tenant: str | None = None) -> Namespace:
-    """The prefix of the erasure journal (what was erased, when; never the erased text)."""
-    return namespace(INTERNAL_ROOT, _ERASURE, tenant=tenant)
-
-
-def usage_ledger(*, tenant: str | None = None) -> Namespace:
-    """The prefix of the usage ledger (reserved)."""
-    return namespace(INTERNAL_ROOT, _USAGE, tenant=tenant)
