@@ -114,11 +114,3 @@ class MissingDependencyError(RememRuntimeError):
     def for_extra(cls, package: str, extra: str) -> MissingDependencyError:
         """``package`` comes with the ``extra`` that pyproject.toml declares (a test keeps them in step)."""
         return cls(f"{package} is not installed; install it with: pip install 'remem[{extra}]'")
-
-    @classmethod
-    def for_dependency(cls, package: str) -> MissingDependencyError:
-        """``package`` is one of remem's own dependencies, yet missing: the installation is broken."""
-        return cls(
-            f"{package} is not installed, though remem depends on it; repair the installation with: "
-            "pip install --force-reinstall remem"
-        )
