@@ -16,6 +16,8 @@ every class knows the exit code the ``remem`` command ends with (``exit_code``: 
     │   └── ArgumentTypeError (TypeError)   an argument has the wrong type
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
+        │   ├── ErasureIncompleteError      an erasure stopped part way; run it again to finish it
+        │   └── ErasureConflictError        another run of the same erasure wrote its journal first
         ├── ModelError                      the chat model or the embedder failed
         │   ├── SummarizationError          the summariser failed; the state was left as it was
         │   └── ExtractionError             memory extraction failed; its watermark was kept
@@ -32,6 +34,8 @@ __all__ = [
     "ArgumentTypeError",
     "BudgetExceededError",
     "ConfigError",
+    "ErasureConflictError",
+    "ErasureIncompleteError",
     "ExtractionError",
     "InvalidFilterError",
     "InvalidMessagesError",
@@ -93,6 +97,19 @@ class RememRuntimeError(RememError):
 
 class StorageError(RememRuntimeError):
     """A database could not be reached, or refused the work."""
+
+
+class ErasureConflictError(StorageError):
+    """Another process wrote the erasure's journal entry since this one read it (two runs of one erasure)."""
+
+
+class ErasureIncompleteError(StorageError):
+    """An erasure stopped part way (a failure, or compaction that could not finish); its journal entry
+    stays open and the next run finishes it. ``report`` holds what was removed so far."""
+
+    def __init__(self, message: str, *, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class ModelError(RememRuntimeError):
