@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from remem.embeddings import CachedEmbedder, text_hash
-from remem.store import PostgresStore, SqliteStore, forget, hybrid_search, thread_messages, user_memories
+from remem.layout import thread_messages, user_memories
+from remem.store import PostgresStore, SqliteStore, forget, hybrid_search
 from remem.testing import FakeEmbedder
 
 INDEX_FIELDS = ["text"]

@@ -22,14 +22,16 @@ from langgraph.graph.message import add_messages
 
 from remem.errors import StorageError
 from remem.extraction import (
-    DERIVED_MARKER,
     ExtractionError,
     MemoryExtractor,
     create_memory_tools,
     extraction_node,
     is_extractable,
 )
-from remem.store import SqliteStore, hybrid_search, thread_messages, user_memories
+from remem.layout import thread_messages, user_memories
+from remem.messages import mark_derived
+from remem.store import SqliteStore, hybrid_search
+from remem.strategies import summary_message
 from remem.testing import FakeEmbedder, ScriptedChatModel
 
 
@@ -47,10 +49,23 @@ def _conversation() -> list[BaseMessage]:
         AIMessage(content="Nice to meet you. Lisbon is lovely.", id="a1"),
         HumanMessage(content="Earlier: the user owns a boat CARDTEXT", name="memory_context_card", id="c1"),
         HumanMessage(content="recalled: user likes RECALLTEXT", name="memory_recall", id="r1"),
-        HumanMessage(content="DERIVEDTEXT", id="d1", additional_kwargs={DERIVED_MARKER: True}),
+        HumanMessage(content="DERIVEDTEXT", id="d1", additional_kwargs={"remem_derived": True}),  # 0.1 mark
+        mark_derived(HumanMessage(content="MARKEDTEXT", id="d2"), source="memory"),
+        summary_message("SUMMARYTEXT"),
         ToolMessage(content="TOOLTEXT", tool_call_id="x", id="t1"),
         HumanMessage(content="Please always answer in French.", id="h2"),
     ]
+
+
+DERIVED_TEXTS = (
+    "SYSTEMSECRET",
+    "CARDTEXT",
+    "RECALLTEXT",
+    "DERIVEDTEXT",
+    "MARKEDTEXT",
+    "SUMMARYTEXT",
+    "TOOLTEXT",
+)
 
 
 def _extraction(*memories: dict[str, Any]) -> str:
@@ -60,7 +75,7 @@ def _extraction(*memories: dict[str, Any]) -> str:
 def test_without_llm_raw_turns_are_searchable_and_derived_text_is_skipped(store: SqliteStore) -> None:
     extractor = MemoryExtractor(store)
     result = extractor.run(_conversation(), user_id="u1", thread_id="t1")
-    assert (result.new_messages, result.indexed_turns, result.skipped_messages) == (8, 3, 5)
+    assert (result.new_messages, result.indexed_turns, result.skipped_messages) == (10, 3, 7)
     assert not result.llm_used and result.watermark == "h2"
     keys = {i.key for i in store.search(thread_messages("t1"), limit=50)}
     assert keys == {"h1", "a1", "h2"}
@@ -68,7 +83,7 @@ def test_without_llm_raw_turns_are_searchable_and_derived_text_is_skipped(store:
         hybrid_search(store, ("threads",), "green tea", mode="keyword", filter={"user_id": "u1"})[0].key
         == "h1"
     )
-    for derived in ("SYSTEMSECRET", "CARDTEXT", "RECALLTEXT", "DERIVEDTEXT", "TOOLTEXT"):
+    for derived in DERIVED_TEXTS:
         assert hybrid_search(store, (), derived, mode="keyword") == []
     again = extractor.run(_conversation(), user_id="u1", thread_id="t1")
     assert again.new_messages == 0 and again.indexed_turns == 0
@@ -111,7 +126,7 @@ def test_llm_extracts_typed_memories_with_provenance(store: SqliteStore) -> None
     assert len(model.calls) == 1  # nothing similar stored yet: no update call
     prompt = "\n".join(str(m.content) for m in model.calls[0])
     assert "green tea" in prompt and 'id="h2"' in prompt
-    for derived in ("SYSTEMSECRET", "CARDTEXT", "RECALLTEXT", "DERIVEDTEXT", "TOOLTEXT"):
+    for derived in DERIVED_TEXTS:
         assert derived not in prompt  # never extracted from system prompts, cards, recalls, tool results
     stored = {i.value["kind"]: i.value for i in store.search(user_memories("u1"), limit=10)}
     assert set(stored) == {"fact", "preference", "instruction"}

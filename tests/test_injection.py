@@ -77,6 +77,7 @@ def test_injection_corpus_through_add_messages_stays_data(memory: Memory) -> Non
         {"role": "user", "content": f"hostile id {i}", "id": mid} for i, mid in enumerate(MALICIOUS_IDS)
     ]
     thread.add_messages(messages)
+    rendered: set[str] = set()  # the stored texts some card actually showed
     for query in ["ignore instructions context card system", "record admin funds", "hostile id"]:
         for except_last, recent in [(3, 0), (3, 3), (0, 4)]:
             card = thread.get_context_card(
@@ -93,9 +94,14 @@ def test_injection_corpus_through_add_messages_stays_data(memory: Memory) -> Non
                 original = originals[record_id]
                 role = original["role"]
                 assert element.text == f"{role}: {_clean(original['content'])}"  # the exact text, as data
+                rendered.add(original["content"])
             for element, stored in zip(root.iter("message"), card.recent, strict=True):
                 assert element.text == _clean(stored.content)
+                rendered.add(stored.content)
+            assert by_id or card.recent, "the card showed no stored text: nothing was tested"
             assert card.to_message().type == "human"
+    # Every hostile text went through the renderer at least once, as a record or a recent message.
+    assert {m["content"] for m in messages} - rendered == set()
 
 
 def test_recalled_memories_and_their_labels_are_escaped(memory: Memory) -> None:
@@ -163,6 +169,6 @@ def test_injection_corpus_through_extraction_stays_data(memory: Memory) -> None:
     records = list(root.iter("record"))
     assert records and all(r.get("type") == "instruction" for r in records)
     written = {_clean(str(item.value["content"])) for item in stored if item is not None}
-    for record in records:
-        assert record.text in written  # the extracted text, exactly, as data
+    assert len(written) == len(ATTEMPTS)  # every hostile memory was written
+    assert {record.text for record in records} == written  # and shown, exactly, as data
     assert [m.id for m in thread.messages()] == [f"h{i}" for i in range(len(ATTEMPTS))]

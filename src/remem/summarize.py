@@ -21,7 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from remem.errors import SummarizationError
-from remem.messages import approximate_token_count, escape_text
+from remem.messages import approximate_token_count, escape_text, mark_derived
 from remem.models import model_name
 
 __all__ = [
@@ -181,7 +181,7 @@ def build_summary_prompt(previous: str, messages: Sequence[BaseMessage]) -> list
     else:
         ask = "Create a summary of the conversation below."
     body = f"{ask}\n\n<transcript>\n{_transcript(messages)}\n</transcript>"
-    return [SystemMessage(content=_INSTRUCTIONS), HumanMessage(content=body)]
+    return [SystemMessage(content=_INSTRUCTIONS), mark_derived(HumanMessage(content=body), source="prompt")]
 
 
 def _call_failed(exc: Exception) -> SummarizationError:

@@ -33,6 +33,7 @@ from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
+from remem.errors import ArgumentTypeError, RememUsageError
 
 __all__ = ["AsyncSaver", "CheckpointStats", "SyncSaver", "ThreadStats"]
 
@@ -177,9 +178,11 @@ class _RememSaver(BaseCheckpointSaver[int]):
     @staticmethod
     def _check_prune(thread_ids: Sequence[str], strategy: str) -> list[str]:
         if isinstance(thread_ids, str):
-            raise TypeError("thread_ids must be a sequence of thread ids, not one str")
+            raise ArgumentTypeError("thread_ids must be a sequence of thread ids, not one str")
         if strategy not in PRUNE_STRATEGIES:
-            raise ValueError(f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}")
+            raise RememUsageError(
+                f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
+            )
         return [str(t) for t in thread_ids]
 
 

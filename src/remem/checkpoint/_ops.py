@@ -32,6 +32,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
+from remem.errors import RememUsageError
 
 T = TypeVar("T")
 
@@ -563,7 +564,7 @@ def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
     if dst is not None:
         ((count,),) = yield ctx.q(sql.COUNT_CHECKPOINTS, (dst[0],))
         if count:
-            raise ValueError(
+            raise RememUsageError(
                 f"cannot copy thread {source!r} into {target!r}: the target already has checkpoints; "
                 "delete it first or pick a new thread id"
             )

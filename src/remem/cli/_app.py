@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import click
 
-from remem.errors import NotFoundError, RememError, RememUsageError
+from remem.errors import RememError
 
 
 def _fail(message: object, code: int) -> NoReturn:
@@ -46,12 +46,8 @@ class _RememGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise  # click prints these itself, with its own exit codes
-        except NotFoundError as exc:
-            _fail(exc, 1)
-        except RememUsageError as exc:
-            _fail(exc, 2)
-        except RememError as exc:
-            _fail(exc, 1)
+        except RememError as exc:  # each error knows its exit code: 2 usage, 1 runtime (not found: 1)
+            _fail(exc, exc.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
         except Exception as exc:  # a bug or an environment failure: still one line, never a traceback

@@ -255,9 +255,9 @@ def _scratch_memory(settings: Settings, rolling: str, stack: ExitStack) -> Memor
 
 
 def _copyable(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    from remem.memory import is_card_message, is_memory_message
+    from remem.messages import is_derived
 
-    return [m for m in messages if not is_card_message(m) and not is_memory_message(m)]
+    return [m for m in messages if not is_derived(m)]
 
 
 @contextmanager

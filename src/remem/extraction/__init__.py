@@ -4,12 +4,12 @@
     extractor = MemoryExtractor(store, model=llm)          # model=None: raw turns only, no LLM needed
     result = extractor.run(messages, user_id="u1", thread_id="t1")
 
-Each run first indexes the new user and assistant turns under ``("threads", thread_id, "messages")``, so
+Each run first indexes the new user and assistant turns under ``thread_messages(thread_id)``, so
 they are searchable with no model. With a model it asks for typed memories (``fact``, ``preference``,
 ``instruction``, ``event``) as JSON, each with a confidence and the ids of the messages it came from, then
 decides per memory against similar stored ones: add, update, delete or no-op. An updated or deleted memory
 is kept, marked ``valid: False`` and linked (``superseded_by`` / ``supersedes``); searches for recall filter
-on ``valid``. Memories live under ``("users", user_id, "memories")`` with this value::
+on ``valid``. Memories live under ``user_memories(user_id)`` with this value (namespaces: ``remem.layout``)::
 
     {"content", "kind", "confidence", "valid", "status", "user_id", "thread_id", "source_message_ids",
      "source_time", "extracted_at", "origin", "supersedes", "superseded_by", "invalidated_at", "invalid_reason"}
@@ -18,9 +18,9 @@ Raw turns use the memory client's message shape (``id``, ``role``, ``content``, 
 ``user_id``); a turn already stored (by the memory client, say) is left as it is. Index ``content``.
 
 System prompts, tool results, and messages remem derives from memory (context cards, recalls, summaries:
-see :func:`is_extractable`) are never read. ``enabled=False`` turns extraction off (turns are still
+see :func:`remem.messages.is_derived`) are never read. ``enabled=False`` turns extraction off (turns are still
 indexed). A failed run raises :class:`ExtractionError` and leaves the per-thread watermark (stored under
-``("_remem", "extraction", thread_id)``) where it was, so the next run retries the same messages.
+``extraction_state(thread_id)``) where it was, so the next run retries the same messages.
 
 :func:`create_memory_tools` gives an agent ``remember``, ``recall_memories`` and ``forget_memory``;
 :func:`extraction_node` runs an extractor after each turn, inline or in the background.
@@ -28,10 +28,9 @@ indexed). A failed run raises :class:`ExtractionError` and leaves the per-thread
 
 from __future__ import annotations
 
-from remem.extraction._extractor import ExtractionError, MemoryExtractor, state_namespace
+from remem.errors import ExtractionError
+from remem.extraction._extractor import MemoryExtractor
 from remem.extraction._schema import (
-    DERIVED_MARKER,
-    DERIVED_MESSAGE_NAMES,
     MEMORY_KINDS,
     Candidate,
     ExtractionResult,
@@ -41,8 +40,6 @@ from remem.extraction._schema import (
 from remem.extraction.tools import create_memory_tools, extraction_node
 
 __all__ = [
-    "DERIVED_MARKER",
-    "DERIVED_MESSAGE_NAMES",
     "MEMORY_KINDS",
     "Candidate",
     "ExtractionError",
@@ -52,5 +49,4 @@ __all__ = [
     "create_memory_tools",
     "extraction_node",
     "is_extractable",
-    "state_namespace",
 ]

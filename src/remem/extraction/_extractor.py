@@ -13,7 +13,7 @@ from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, GetOp, PutOp
 
 from remem._clock import now_iso
-from remem.errors import ModelError, RememUsageError
+from remem.errors import ExtractionError, RememUsageError
 from remem.extraction._schema import (
     Candidate,
     Decisions,
@@ -28,32 +28,15 @@ from remem.extraction._schema import (
     role_of,
     update_prompt,
 )
+from remem.layout import EXTRACTION_STATE_KEY, extraction_state, thread_messages, user_memories
 
 logger = logging.getLogger(__name__)
-
-STATE_KEY = "state"
-
-
-class ExtractionError(ModelError):
-    """Extraction failed. The watermark was not moved: the next run retries the same messages."""
-
-
-def state_namespace(thread_id: str) -> tuple[str, ...]:
-    return ("_remem", "extraction", thread_id)
-
-
-def _users(user_id: str) -> tuple[str, ...]:
-    return ("users", user_id, "memories")
-
-
-def _threads(thread_id: str) -> tuple[str, ...]:
-    return ("threads", thread_id, "messages")
 
 
 class MemoryExtractor:
     """Turns conversation into long-term memory in a store.
 
-    Every run indexes the new user and assistant turns under ``("threads", thread_id, "messages")`` (so recall
+    Every run indexes the new user and assistant turns under ``thread_messages(thread_id)`` (so recall
     works with no model at all). With a ``model`` and ``enabled``, it then asks the model for typed memories
     (fact, preference, instruction, event) with their source message ids and a confidence, and runs an update
     step against similar stored memories: add, update (the old memory is marked invalid and linked to its
@@ -107,13 +90,13 @@ class MemoryExtractor:
                 state.update(
                     attempts=int(state.get("attempts", 0)) + 1, last_error=str(exc)[:500], failed_at=now_iso()
                 )
-                store.put(state_namespace(thread_id), STATE_KEY, state, index=False)
+                store.put(extraction_state(thread_id), EXTRACTION_STATE_KEY, state, index=False)
                 raise ExtractionError(
                     f"extracting memories from thread {thread_id!r} failed ({exc}); the watermark was kept, "
                     "so running extraction again retries these messages"
                 ) from exc
         state.update(watermark=watermark, attempts=0, last_error=None, updated_at=now_iso())
-        store.put(state_namespace(thread_id), STATE_KEY, state, index=False)
+        store.put(extraction_state(thread_id), EXTRACTION_STATE_KEY, state, index=False)
         result.watermark = watermark
         return result
 
@@ -130,7 +113,7 @@ class MemoryExtractor:
 
     def watermark(self, thread_id: str, store: BaseStore | None = None) -> dict[str, Any] | None:
         """The thread's extraction state: ``watermark`` (last message id done), ``attempts``, ``last_error``."""
-        item = self._store(store).get(state_namespace(thread_id), STATE_KEY)
+        item = self._store(store).get(extraction_state(thread_id), EXTRACTION_STATE_KEY)
         return None if item is None else dict(item.value)
 
     # ------------------------------------------------------------------ steps
@@ -142,7 +125,7 @@ class MemoryExtractor:
         return chosen
 
     def _state(self, store: BaseStore, thread_id: str, user_id: str) -> dict[str, Any]:
-        item = store.get(state_namespace(thread_id), STATE_KEY)
+        item = store.get(extraction_state(thread_id), EXTRACTION_STATE_KEY)
         state: dict[str, Any] = dict(item.value) if item else {"watermark": None, "attempts": 0}
         state["user_id"] = user_id
         return state
@@ -167,13 +150,13 @@ class MemoryExtractor:
             "user_id": user_id,
             "metadata": {"indexed_by": "remem.extraction"},
         }
-        return PutOp(_threads(thread_id), mid, value)
+        return PutOp(thread_messages(thread_id), mid, value)
 
     def _index_turns(
         self, store: BaseStore, user_id: str, thread_id: str, turns: list[tuple[str, BaseMessage]]
     ) -> int:
         """Store the turns not stored yet (the memory client may have stored them); returns how many."""
-        found = store.batch([GetOp(_threads(thread_id), mid) for mid, _ in turns])
+        found = store.batch([GetOp(thread_messages(thread_id), mid) for mid, _ in turns])
         new = [
             self._turn_op(user_id, thread_id, mid, m)
             for (mid, m), item in zip(turns, found, strict=True)
@@ -250,27 +233,27 @@ class MemoryExtractor:
     def _similar(self, store: BaseStore, user_id: str, candidate: Candidate) -> list[tuple[str, str, str]]:
         search = getattr(store, "hybrid_search", None)
         if callable(search):
-            hits = search(_users(user_id), candidate.text, filter={"valid": True}, limit=self.similar)
+            hits = search(user_memories(user_id), candidate.text, filter={"valid": True}, limit=self.similar)
         else:
             hits = store.search(
-                _users(user_id), query=candidate.text, filter={"valid": True}, limit=self.similar
+                user_memories(user_id), query=candidate.text, filter={"valid": True}, limit=self.similar
             )
         return [(h.key, str(h.value.get("kind", "")), str(h.value.get("content", ""))) for h in hits]
 
     @staticmethod
     def _put(writes: list[PutOp], user_id: str, value: dict[str, Any]) -> str:
         new_id = "mem-" + uuid.uuid4().hex
-        writes.append(PutOp(_users(user_id), new_id, value))
+        writes.append(PutOp(user_memories(user_id), new_id, value))
         return new_id
 
     @staticmethod
     def _invalidate(
         store: BaseStore, writes: list[PutOp], user_id: str, memory_id: str, reason: str, **links: Any
     ) -> None:
-        item = store.get(_users(user_id), memory_id)
+        item = store.get(user_memories(user_id), memory_id)
         if item is None:
             return
         value = dict(item.value)
         status = "superseded" if reason == "superseded" else "deleted"
         value.update(valid=False, status=status, invalidated_at=now_iso(), invalid_reason=reason, **links)
-        writes.append(PutOp(_users(user_id), memory_id, value))  # same text: its embedding is reused
+        writes.append(PutOp(user_memories(user_id), memory_id, value))  # same text: its embedding is reused

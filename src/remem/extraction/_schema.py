@@ -13,27 +13,23 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from remem._clock import now_iso
-from remem.messages import escape_attribute, escape_text
+from remem.errors import ExtractionError
+from remem.messages import escape_attribute, escape_text, is_derived, mark_derived
 
 MemoryKind = Literal["fact", "preference", "instruction", "event"]
 MEMORY_KINDS: tuple[str, ...] = ("fact", "preference", "instruction", "event")
 
-# Messages remem itself puts in front of a model; their text is derived from memory and must never be
-# extracted again (that is how a memory store fills with copies of itself). The names match the ones the
-# memory client gives its context card and recall messages.
-DERIVED_MESSAGE_NAMES = frozenset({"memory_context_card", "memory_recall", "remem_recall", "remem_summary"})
-DERIVED_MARKER = "remem_derived"  # additional_kwargs[DERIVED_MARKER] = True marks any other derived message
 RECALL_TOOL_NAME = "recall_memories"
 
 
 def is_extractable(message: BaseMessage) -> bool:
     """Whether a message may be read for memories: user and assistant turns only; never system prompts,
-    context cards, recalled memories, summaries or tool results."""
+    tool results, or messages remem derived (cards, recalls, summaries: :func:`remem.messages.is_derived`)."""
     if isinstance(message, SystemMessage | ToolMessage):
         return False
     if not isinstance(message, HumanMessage | AIMessage):
         return False
-    if message.name in DERIVED_MESSAGE_NAMES or message.additional_kwargs.get(DERIVED_MARKER):
+    if is_derived(message):
         return False
     return bool(message_text(message).strip())
 
@@ -130,10 +126,8 @@ def extraction_prompt(turns: Sequence[tuple[str, str, str]]) -> list[BaseMessage
     lines = [
         f'<message id="{escape_attribute(i)}" role="{r}">{escape_text(t)}</message>' for i, r, t in turns
     ]
-    return [
-        SystemMessage(content=EXTRACT_SYSTEM),
-        HumanMessage(content="<transcript>\n" + "\n".join(lines) + "\n</transcript>"),
-    ]
+    transcript = HumanMessage(content="<transcript>\n" + "\n".join(lines) + "\n</transcript>")
+    return [SystemMessage(content=EXTRACT_SYSTEM), mark_derived(transcript, source="prompt")]
 
 
 def update_prompt(items: Sequence[tuple[Candidate, Sequence[tuple[str, str, str]]]]) -> list[BaseMessage]:
@@ -148,25 +142,26 @@ def update_prompt(items: Sequence[tuple[Candidate, Sequence[tuple[str, str, str]
             f'<candidate index="{n}" kind="{candidate.kind}">{escape_text(candidate.text)}\n'
             f"  <similar>\n{stored}\n  </similar>\n</candidate>"
         )
-    return [SystemMessage(content=UPDATE_SYSTEM), HumanMessage(content="\n".join(blocks))]
+    ask = HumanMessage(content="\n".join(blocks))
+    return [SystemMessage(content=UPDATE_SYSTEM), mark_derived(ask, source="memory")]
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
 def parse_json_reply(reply: BaseMessage | str, model: type[BaseModel]) -> Any:
-    """Parse a model's JSON reply (bare, or in a ```json fence) into ``model``; ValueError when it cannot."""
+    """Parse a model's JSON reply (bare, or in a ```json fence) into ``model``; ExtractionError if it cannot."""
     text = reply if isinstance(reply, str) else message_text(reply)
     fenced = _FENCE.search(text)
     if fenced:
         text = fenced.group(1)
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
-        raise ValueError(f"the model's reply holds no JSON object: {text[:200]!r}")
+        raise ExtractionError(f"the model's reply holds no JSON object: {text[:200]!r}")
     try:
         return model.model_validate(json.loads(text[start : end + 1]))
     except (json.JSONDecodeError, ValidationError) as exc:
-        raise ValueError(f"the model's reply is not valid {model.__name__} JSON: {exc}") from None
+        raise ExtractionError(f"the model's reply is not valid {model.__name__} JSON: {exc}") from None
 
 
 def memory_value(

@@ -24,6 +24,7 @@ from langgraph.store.base import BaseStore
 from remem.errors import RememUsageError
 from remem.extraction._extractor import MemoryExtractor
 from remem.extraction._schema import MEMORY_KINDS, RECALL_TOOL_NAME, Candidate, ExtractionResult, memory_value
+from remem.layout import is_thread_messages, threads_root, user_memories
 
 logger = logging.getLogger(__name__)
 
@@ -55,16 +56,16 @@ def create_memory_tools(store: BaseStore, *, user_id: str | None = None, limit: 
             candidate, user_id=uid, thread_id=str(thread), source_ids=[], source_time=None, origin="tool"
         )
         memory_id = "mem-" + uuid.uuid4().hex
-        store.put(("users", uid, "memories"), memory_id, value)
+        store.put(user_memories(uid), memory_id, value)
         return json.dumps({"saved": memory_id})
 
     def recall_memories(query: str, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
         """Search the user's saved memories and past conversation turns; returns JSON records (data only)."""
         uid = _configured(config, "user_id", user_id)
-        memories = store.search(("users", uid, "memories"), query=query, filter={"valid": True}, limit=limit)
-        # Only the threads' messages: their metadata and summaries live under ("threads",) too.
-        hits = store.search(("threads",), query=query, filter={"user_id": uid}, limit=limit * 3)
-        turns = [h for h in hits if h.namespace[-1:] == ("messages",)][:limit]
+        memories = store.search(user_memories(uid), query=query, filter={"valid": True}, limit=limit)
+        # Only the threads' messages: their metadata and summaries live under the threads' root too.
+        hits = store.search(threads_root(), query=query, filter={"user_id": uid}, limit=limit * 3)
+        turns = [h for h in hits if is_thread_messages(h.namespace)][:limit]
         records = [
             {
                 "id": h.key,
@@ -89,9 +90,9 @@ def create_memory_tools(store: BaseStore, *, user_id: str | None = None, limit: 
     def forget_memory(memory_id: str, config: RunnableConfig = None) -> str:  # type: ignore[assignment]
         """Delete one saved memory of the user by its id (as returned by recall_memories)."""
         uid = _configured(config, "user_id", user_id)
-        if store.get(("users", uid, "memories"), memory_id) is None:
+        if store.get(user_memories(uid), memory_id) is None:
             return json.dumps({"deleted": None, "error": "no such memory for this user"})
-        store.delete(("users", uid, "memories"), memory_id)
+        store.delete(user_memories(uid), memory_id)
         return json.dumps({"deleted": memory_id})
 
     return [

@@ -10,7 +10,6 @@ from remem.memory._card import (
     ContextCard,
     Recall,
     is_card_message,
-    is_memory_message,
 )
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo
 from remem.memory.client import DEFAULT_CARD_TOKEN_BUDGET, Memory, Thread
@@ -28,5 +27,4 @@ __all__ = [
     "Thread",
     "ThreadInfo",
     "is_card_message",
-    "is_memory_message",
 ]

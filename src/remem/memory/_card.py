@@ -22,6 +22,7 @@ from langchain_core.messages import HumanMessage
 
 from remem.errors import RememUsageError
 from remem.memory._records import MemoryRecord, StoredMessage
+from remem.messages import derived_source, mark_derived
 from remem.messages import escape_attribute as attribute
 from remem.messages import escape_text as escape
 
@@ -35,7 +36,6 @@ __all__ = [
     "check_card_arguments",
     "diversify",
     "is_card_message",
-    "is_memory_message",
     "render_card",
     "render_recall",
     "truncate_to_budget",
@@ -114,18 +114,14 @@ class ContextCard:
         return self.content
 
     def to_message(self) -> HumanMessage:
-        """The card as a user-role message named ``memory_context_card`` (never a system message)."""
-        return HumanMessage(content=self.content, name=CARD_MESSAGE_NAME)
+        """The card as a user-role message named ``memory_context_card`` (never a system message),
+        marked derived (:func:`remem.messages.is_derived`): never persisted as a turn nor extracted."""
+        return mark_derived(HumanMessage(content=self.content, name=CARD_MESSAGE_NAME), source="card")
 
 
 def is_card_message(message: object) -> bool:
-    """Whether ``message`` is a card message this package made."""
-    return isinstance(message, HumanMessage) and message.name == CARD_MESSAGE_NAME
-
-
-def is_memory_message(message: object) -> bool:
-    """Whether ``message`` was made from memory here (a card or a recall): never persisted nor counted."""
-    return isinstance(message, HumanMessage) and message.name in (CARD_MESSAGE_NAME, RECALL_MESSAGE_NAME)
+    """Whether ``message`` is a context card message remem made."""
+    return isinstance(message, HumanMessage) and derived_source(message) == "card"
 
 
 @dataclass(frozen=True)
@@ -137,8 +133,8 @@ class Recall:
     token_count: int = 0
 
     def to_message(self) -> HumanMessage:
-        """The recall as a user-role message named ``memory_recall``."""
-        return HumanMessage(content=self.content, name=RECALL_MESSAGE_NAME)
+        """The recall as a user-role message named ``memory_recall``, marked derived."""
+        return mark_derived(HumanMessage(content=self.content, name=RECALL_MESSAGE_NAME), source="recall")
 
 
 def _record_line(r: MemoryRecord) -> str:

@@ -48,6 +48,7 @@ from remem.memory._records import (
     summaries_ns,
 )
 from remem.memory._topics import extract_topics
+from remem.messages import is_derived
 from remem.summarize import SummaryResult
 
 __all__ = [
@@ -149,10 +150,11 @@ def add_messages_plan(thread_id: str, inputs: Sequence[Any]) -> Plan[list[Stored
 
     A message whose id the thread already holds is not added again: it is returned as it was stored.
     One that was stored but never made it into the thread's order (a write of an older version that
-    lost a race) is appended now, so that a retry makes it visible."""
+    lost a race) is appended now, so that a retry makes it visible. A message remem derived from memory
+    is not a turn and is skipped."""
     if isinstance(inputs, str | Mapping) or not isinstance(inputs, Sequence):
         raise RememUsageError("add_messages takes a list of messages; wrap a single message in a list")
-    parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs)]
+    parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs) if not is_derived(item)]
     stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, parsed))
     return stored
 

@@ -2,20 +2,8 @@
 
 Pure: namespaces, keys, and the encoding of values. No I/O.
 
-Layout (every item is a plain JSON value in the store):
-
-=========================================  ==============  ==================================================
-namespace                                  key             value
-=========================================  ==============  ==================================================
-``("threads", T, "meta")``                 ``"thread"``    user_id, agent_id, created_at, message_count,
-                                                           last_user_seq, summary_revision, update frequency
-``("threads", T, "order")``                ``"%08d"``      ``{"ids": [...]}``: message ids in order
-``("threads", T, "messages")``             message id      id, role, content, timestamp, metadata, seq;
-                                                           ``content`` is indexed for hybrid search
-``("threads", T, "summaries")``            ``"%08d"``      one summary revision: text, topics, covered_count
-                                                           (the watermark), based_on, created_at, model
-``("users", U, "memories")``               memory id       long-term memories (``remem.extraction``)
-=========================================  ==============  ==================================================
+Every item is a plain JSON value in the store, under the namespaces and keys that ``remem.layout``
+names (metadata, order chunks, messages, summary revisions; long-term memories under the user).
 
 A message's key is the caller's message id, so a record found by search names the message it came from.
 The order chunks make "the last N messages" two reads at any thread length.
@@ -34,7 +22,17 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from remem._clock import now_iso
 from remem.errors import InvalidMessagesError, RememUsageError
 
+# The memory client's short names for the layout's namespaces and keys (imported, never redefined).
+from remem.layout import THREAD_META_KEY as META_KEY
+from remem.layout import chunk_key
+from remem.layout import thread_messages as messages_ns
+from remem.layout import thread_meta as meta_ns
+from remem.layout import thread_order as order_ns
+from remem.layout import thread_summaries as summaries_ns
+from remem.layout import user_memories as memories_ns
+
 __all__ = [
+    "META_KEY",
     "ORDER_CHUNK",
     "ROLES",
     "MemoryRecord",
@@ -42,6 +40,7 @@ __all__ = [
     "Summary",
     "ThreadInfo",
     "check_label",
+    "chunk_key",
     "memories_ns",
     "messages_ns",
     "meta_ns",
@@ -55,7 +54,6 @@ __all__ = [
 
 ORDER_CHUNK = 512
 ROLES = ("user", "assistant", "system", "tool")
-META_KEY = "thread"
 _ROLE_ALIASES = {"human": "user", "ai": "assistant", "user": "user", "assistant": "assistant"}
 _ROLE_ALIASES |= {"system": "system", "tool": "tool", "developer": "system"}
 
@@ -67,30 +65,6 @@ def check_label(value: str, what: str) -> str:
             f"{what} {value!r} cannot be used: give a non-empty text without '.' (e.g. 'support-42')"
         )
     return value
-
-
-def meta_ns(thread_id: str) -> tuple[str, ...]:
-    return ("threads", thread_id, "meta")
-
-
-def order_ns(thread_id: str) -> tuple[str, ...]:
-    return ("threads", thread_id, "order")
-
-
-def messages_ns(thread_id: str) -> tuple[str, ...]:
-    return ("threads", thread_id, "messages")
-
-
-def summaries_ns(thread_id: str) -> tuple[str, ...]:
-    return ("threads", thread_id, "summaries")
-
-
-def memories_ns(user_id: str) -> tuple[str, ...]:
-    return ("users", user_id, "memories")
-
-
-def chunk_key(n: int) -> str:
-    return f"{n:08d}"
 
 
 @dataclass(frozen=True)

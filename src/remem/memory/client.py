@@ -248,6 +248,8 @@ class Thread:
         LangChain messages. The caller's ids are kept; a message whose id is already in the thread is not
         stored again, so sending the same list twice (a retry) stores each message once. Returns every
         message as stored, in the order given (one sent before comes back with its first ``seq``).
+        Messages remem derived from memory (cards, recalls, summaries: :func:`remem.messages.is_derived`)
+        are not turns and are skipped.
 
         The append holds the thread's lease: appends from any number of processes take turns, and one
         that waits past ``thread_lease_timeout`` raises :class:`~remem.errors.ThreadBusyError`."""

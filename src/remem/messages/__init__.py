@@ -1,5 +1,13 @@
-"""Messages: token counts, provider validity and safe cut points."""
+"""Messages: token counts, provider validity, safe cut points, escaping and the derived-message marker."""
 
+from remem.messages.derived import (
+    DERIVED_KEY,
+    DERIVED_SOURCES,
+    DerivedSource,
+    derived_source,
+    is_derived,
+    mark_derived,
+)
 from remem.messages.history import (
     DEFAULT_MAX_MESSAGE_CHARS,
     check_can_append,
@@ -21,17 +29,23 @@ from remem.messages.tokens import (
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
+    "DERIVED_KEY",
+    "DERIVED_SOURCES",
+    "DerivedSource",
     "TokenCounter",
     "approximate_token_count",
     "check_can_append",
     "check_provider_valid",
     "coerce_messages",
+    "derived_source",
     "escape_attribute",
     "escape_text",
     "exact_token_counter",
     "history_problems",
+    "is_derived",
     "is_provider_valid",
     "last_human_index",
+    "mark_derived",
     "safe_cut_at_or_before",
     "system_prefix_length",
     "token_counter",

@@ -20,8 +20,13 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from remem.errors import RememUsageError
-from remem.memory import is_memory_message
-from remem.messages import TokenCounter, last_human_index, safe_cut_at_or_before, system_prefix_length
+from remem.messages import (
+    TokenCounter,
+    is_derived,
+    last_human_index,
+    safe_cut_at_or_before,
+    system_prefix_length,
+)
 
 __all__ = [
     "PATTERNS",
@@ -55,8 +60,8 @@ def check_settings(trigger: int, kept: int, pattern: str) -> None:
 
 
 def organic_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-    """The conversation without the card and recall messages this package injected."""
-    return [m for m in messages if not is_memory_message(m)]
+    """The conversation without the derived messages (cards, recalls, summaries) remem injected."""
+    return [m for m in messages if not is_derived(m)]
 
 
 def _stable_id(role: str, text: str) -> str:
@@ -64,12 +69,12 @@ def _stable_id(role: str, text: str) -> str:
 
 
 def persistable(message: BaseMessage) -> dict[str, Any] | None:
-    """The thread message to store for ``message``, or None for tool traffic, system and memory messages.
+    """The thread message to store for ``message``, or None for tool traffic, system and derived messages.
 
     The id is the message's own; a message without one gets an id derived from its role and text, so
     the same turn sent again is still stored once.
     """
-    if is_memory_message(message):
+    if is_derived(message):
         return None
     if isinstance(message, HumanMessage):
         role = "user"
@@ -150,7 +155,7 @@ def with_recall(messages: Sequence[BaseMessage], recall: BaseMessage) -> list[Ba
     so a provider's prompt cache still holds)."""
     out = list(messages)
     for i in range(len(out) - 1, -1, -1):
-        if isinstance(out[i], HumanMessage) and not is_memory_message(out[i]):
+        if isinstance(out[i], HumanMessage) and not is_derived(out[i]):
             out.insert(i + 1, recall)
             return out
     out.append(recall)
@@ -158,8 +163,8 @@ def with_recall(messages: Sequence[BaseMessage], recall: BaseMessage) -> list[Ba
 
 
 def latest_question(messages: Sequence[BaseMessage]) -> str | None:
-    """The text of the latest user message (not a memory message), if any."""
+    """The text of the latest user message (not a derived one), if any."""
     for message in reversed(messages):
-        if isinstance(message, HumanMessage) and not is_memory_message(message) and message.text.strip():
+        if isinstance(message, HumanMessage) and not is_derived(message) and message.text.strip():
             return message.text
     return None

@@ -16,7 +16,7 @@ from langgraph.config import get_config
 
 from remem.errors import RememUsageError
 from remem.memory import CARD_MESSAGE_NAME, ContextCard, Memory, Thread
-from remem.messages import TokenCounter
+from remem.messages import TokenCounter, mark_derived
 from remem.middleware._compaction import (
     PLACEHOLDER_CARD,
     CompactionPlan,
@@ -148,10 +148,11 @@ class Compactor:
 
     @staticmethod
     def card_message(card: ContextCard) -> HumanMessage:
-        """The card as a user-role message (never the system role), marked so it is never persisted."""
-        return HumanMessage(
+        """The card as a user-role message (never the system role), marked derived: never persisted."""
+        message = HumanMessage(
             content=card.content or PLACEHOLDER_CARD, name=CARD_MESSAGE_NAME, id=f"remem-card-{uuid.uuid4()}"
         )
+        return mark_derived(message, source="card")
 
     def build_card(self, plan: CompactionPlan) -> HumanMessage:
         return self.card_message(self.thread().get_context_card(**self._card_kwargs(plan)))

@@ -27,9 +27,8 @@ their ranks, where found) and ``mode``. ``filter`` uses LangGraph's filter synta
 ``$eq $ne $gt $gte $lt $lte``). ``store.search(...)`` with a query uses the store's ``search_mode``
 (hybrid by default; keyword when the store has no index).
 
-Namespaces remem uses: a user's long-term memories live under ``user_memories(user_id)`` =
-``("users", user_id, "memories")``; raw turns indexed for recall under ``thread_messages(thread_id)`` =
-``("threads", thread_id, "messages")``; extraction watermarks under ``("_remem", "extraction", thread_id)``.
+The store stores any namespace and knows none of remem's own: which namespace holds what (a user's
+memories, a thread's turns, extraction watermarks) is named in ``remem.layout``.
 
 Erasure: ``forget(store, user_id=...)``, ``forget(store, thread_id=...)``, ``forget(store, namespace=...)``
 delete items, their vectors, keyword-index rows, queued extraction state, cached embeddings, then compact the
@@ -43,8 +42,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from remem.errors import InvalidFilterError, NamespaceError
 from remem.store._base import RememStoreBase
-from remem.store._core import InvalidFilterError, NamespaceError, ScoredItem, SearchMode
+from remem.store._core import ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
 
@@ -77,19 +77,7 @@ __all__ = [
     "forget",
     "hybrid_search",
     "open_store",
-    "thread_messages",
-    "user_memories",
 ]
-
-
-def user_memories(user_id: str) -> tuple[str, str, str]:
-    """The namespace of a user's long-term memories."""
-    return ("users", user_id, "memories")
-
-
-def thread_messages(thread_id: str) -> tuple[str, str, str]:
-    """The namespace of a thread's raw turns, indexed for recall."""
-    return ("threads", thread_id, "messages")
 
 
 def hybrid_search(

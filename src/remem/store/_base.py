@@ -17,6 +17,7 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, Result, SearchOp, T
 
 from remem.embeddings import embed_array
 from remem.errors import RememUsageError
+from remem.layout import extraction_root, extraction_state, thread_root, threads_root, user_root, users_root
 from remem.store import _core as core
 from remem.store import _erasure
 from remem.store import _program as prog
@@ -25,8 +26,6 @@ from remem.store._erasure import ForgetReport
 from remem.store._program import Program
 
 logger = logging.getLogger(__name__)
-
-EXTRACTION_ROOT = ("_remem", "extraction")
 
 
 def forget_scopes(
@@ -39,15 +38,15 @@ def forget_scopes(
     if user_id is not None:
         core._check_text("user_id", user_id, core.MAX_LABEL)
         return (
-            [("users", user_id)],
-            [(("threads",), "user_id", user_id), (EXTRACTION_ROOT, "user_id", user_id)],
+            [user_root(user_id)],
+            [(threads_root(), "user_id", user_id), (extraction_root(), "user_id", user_id)],
             [f"user {user_id}"],
         )
     if thread_id is not None:
         core._check_text("thread_id", thread_id, core.MAX_LABEL)
         return (
-            [("threads", thread_id), (*EXTRACTION_ROOT, thread_id)],
-            [(("users",), "thread_id", thread_id)],
+            [thread_root(thread_id), extraction_state(thread_id)],
+            [(users_root(), "thread_id", thread_id)],
             [f"thread {thread_id}"],
         )
     ns = tuple(namespace.split(core.SEP)) if isinstance(namespace, str) else tuple(namespace or ())

@@ -13,14 +13,13 @@ from typing import Any, Literal
 
 from langgraph.store.base import (
     IndexConfig,
-    InvalidNamespaceError,
     SearchItem,
     TTLConfig,
     get_text_at_path,
     tokenize_path,
 )
 
-from remem.errors import ConfigError, RememUsageError
+from remem.errors import ConfigError, InvalidFilterError, NamespaceError, RememUsageError
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
 SEARCH_MODES: tuple[str, ...] = ("hybrid", "keyword", "vector")
@@ -37,14 +36,6 @@ _STOPWORD_TEXT = (
     "will with you your yours"
 )
 STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-
-
-class NamespaceError(RememUsageError, InvalidNamespaceError):
-    """A namespace label cannot be stored faithfully (also LangGraph's ``InvalidNamespaceError``)."""
-
-
-class InvalidFilterError(RememUsageError):
-    """A search filter is malformed: its keys must be non-empty strings and its operators known."""
 
 
 def _check_text(kind: str, text: object, limit: int) -> str:

@@ -10,7 +10,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remem.errors import StorageError
+from remem.errors import ErasureConflictError, StorageError
+from remem.layout import (
+    ERASURE_JOURNAL_TABLE,
+    ERASURE_REGISTRY_TABLE,
+    THREAD_META_KEY,
+    extraction_root,
+    thread_root,
+    threads_root,
+)
 from remem.store import _core as core
 from remem.store._program import _CHUNK, Dialect, Program, Sql, delete_ids
 
@@ -76,7 +84,9 @@ def forget_program(
         cond, extra = d.filter_condition(key, "str", value)
         ids.update((yield from _select(d, f"{where} AND {cond}", params + extra)))
     if owner is not None:
-        threads = sorted({ns[:2] for ns, _, _ in ids.values() if len(ns) >= 2 and ns[0] == "threads"})
+        threads = sorted(
+            {thread_root(ns[1]) for ns, _, _ in ids.values() if len(ns) >= 2 and ns[:1] == threads_root()}
+        )
         for thread in threads:
             where, params = d.ns_condition(thread)
             found = yield from _select(d, where, params)
@@ -85,7 +95,7 @@ def forget_program(
                 ids.update(found)
     report = ForgetReport(scopes=scopes)
     report.item_keys = sorted((ns, key) for ns, key, _ in ids.values())
-    report.queued = sum(1 for ns, _, _ in ids.values() if ns[:2] == ("_remem", "extraction"))
+    report.queued = sum(1 for ns, _, _ in ids.values() if ns[:2] == extraction_root())
     report.items, report.vectors, report.keyword_rows = yield from delete_ids(d, sorted(ids))
     paths = sorted({core.ns_path(ns) for ns, _, _ in ids.values()})
     for start in range(0, len(paths), _CHUNK):
@@ -139,8 +149,8 @@ def stats_program(d: Dialect) -> Program:
 # so that a run killed or refused half way can be finished by the next one. The store keeps the rows and
 # knows nothing of what a plan means. The table names move to remem.layout once it exists.
 
-JOURNAL_TABLE = "remem_erasures"
-REGISTRY_TABLE = "remem_erasure_registry"
+JOURNAL_TABLE = ERASURE_JOURNAL_TABLE
+REGISTRY_TABLE = ERASURE_REGISTRY_TABLE
 
 _JOURNAL_DDL = (
     f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
@@ -150,10 +160,6 @@ _JOURNAL_DDL = (
     "PRIMARY KEY (kind, template))",
 )
 _ENTRY_COLS = "id, started_at, finished_at, state, scope_digest, plan, done, totals, revision"
-
-
-class JournalConflict(StorageError):
-    """Another process wrote the journal entry since this one read it (two runs of one erasure)."""
 
 
 @dataclass
@@ -234,7 +240,7 @@ def journal_save_program(d: Dialect, entry: JournalEntry) -> Program:
     )
     if changed != 1:
         entry.revision = read
-        raise JournalConflict(
+        raise ErasureConflictError(
             f"another run of forget is working on erasure {entry.id}; let it finish, or run forget again"
         )
 
@@ -256,14 +262,14 @@ def journaled_forget_program(
 
 def meta_threads_program(d: Dialect, user_id: str) -> Program:
     """Threads whose memory-client record ``("threads", T, "meta")`` names ``user_id`` as their user."""
-    where, params = d.ns_condition(("threads",))
+    where, params = d.ns_condition(threads_root())
     cond, extra = d.filter_condition("user_id", "str", user_id)
     rows = yield Sql(
         d.q(
             "SELECT n.path FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
             f"WHERE {where} AND {cond} AND i.key = ?"
         ),
-        [*params, *extra, "thread"],
+        [*params, *extra, THREAD_META_KEY],
     )
     found = (core.ns_tuple(r[0]) for r in rows)
     return sorted({ns[1] for ns in found if len(ns) == 3 and ns[2] == "meta"})

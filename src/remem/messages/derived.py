@@ -1,0 +1,66 @@
+"""The one marker for messages remem derives from memory: summaries, context cards, recalls, prompts.
+
+A derived message carries text that remem wrote (or recalled) itself, never a new turn of the user or
+the assistant. It is sent to a model as labelled data, and it is never persisted as a turn of the thread
+nor read by extraction (which is how a memory store fills with copies of itself)::
+
+    message = mark_derived(HumanMessage(content=card_xml, name="memory_context_card"), source="card")
+    is_derived(message)        # True
+    derived_source(message)    # "card"
+
+The mark is ``additional_kwargs["remem_derived"] = source``; it survives checkpoints and copies of the
+message. Messages written before this marker existed are recognised by their names (a card or a recall
+in a checkpointed state) or by the earlier ``remem_derived: True``, so an upgrade never stores them.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, TypeVar, get_args
+
+from langchain_core.messages import BaseMessage
+
+from remem.errors import RememUsageError
+
+__all__ = ["DERIVED_KEY", "DERIVED_SOURCES", "DerivedSource", "derived_source", "is_derived", "mark_derived"]
+
+DerivedSource = Literal["summary", "card", "recall", "memory", "prompt"]
+"""``summary``: a rolling summary; ``card``: a context card; ``recall``: records recalled for a question;
+``memory``: long-term memories shown to a model; ``prompt``: a prompt remem wrote to ask a model."""
+
+DERIVED_SOURCES: Final[tuple[str, ...]] = get_args(DerivedSource)
+DERIVED_KEY: Final = "remem_derived"
+
+# Before the marker, cards and recalls (which a checkpointed state may hold) were known by their name.
+_LEGACY_NAMES: Final = {
+    "memory_context_card": "card",
+    "memory_recall": "recall",
+    "remem_recall": "recall",
+    "remem_summary": "summary",
+}
+
+M = TypeVar("M", bound=BaseMessage)
+
+
+def mark_derived(message: M, *, source: DerivedSource) -> M:
+    """A copy of ``message`` marked as derived from ``source`` (the original is left as it was)."""
+    if source not in DERIVED_SOURCES:
+        raise RememUsageError(f"source must be one of {', '.join(DERIVED_SOURCES)}; got {source!r}")
+    kwargs = {**message.additional_kwargs, DERIVED_KEY: source}
+    return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def derived_source(message: object) -> str | None:
+    """What ``message`` was derived from (one of :data:`DERIVED_SOURCES`), or None for a real turn."""
+    if not isinstance(message, BaseMessage):
+        return None
+    mark = message.additional_kwargs.get(DERIVED_KEY)
+    if isinstance(mark, str) and mark in DERIVED_SOURCES:
+        return mark
+    if mark:  # the marker of earlier versions, ``True``, or a source this version does not know
+        return "memory"
+    return _LEGACY_NAMES.get(message.name or "")
+
+
+def is_derived(message: object) -> bool:
+    """Whether ``message`` is text remem derived from memory: never a turn to persist or extract."""
+    return derived_source(message) is not None

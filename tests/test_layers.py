@@ -1,0 +1,119 @@
+"""The layer order of DESIGN.md, pinned: no module imports a module of a higher layer.
+
+Every import counts, at any depth of the module (a lazy import inside a function, or one under
+``TYPE_CHECKING``, is still a dependency). A module with no layer in the table fails the test, so that a
+new module is placed on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import remem
+
+SRC = Path(remem.__file__).parent
+
+# DESIGN.md, "Layers", lowest first. A prefix covers its submodules; the longest prefix wins.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "foundation",
+        ("remem.errors", "remem.config", "remem._clock", "remem._url", "remem._secrets", "remem._files"),
+    ),
+    ("messages", ("remem.messages",)),
+    ("models", ("remem.models", "remem.embeddings", "remem.testing")),
+    ("layout", ("remem.layout", "remem._migrate", "remem._lease")),  # the contract storage shares
+    ("strategies", ("remem.strategies",)),
+    ("summarisers", ("remem.summarize",)),
+    ("checkpointing", ("remem.checkpoint", "remem.threads")),
+    ("long-term store", ("remem.store",)),
+    ("extraction", ("remem.extraction",)),
+    ("memory client", ("remem.memory", "remem.erasure")),
+    ("agent", ("remem.agent", "remem.middleware", "remem.inspection")),
+    ("surfaces", ("remem.cli", "remem.server", "remem.demo")),
+    ("package", ("remem",)),  # the package's __init__ re-exports the public API of every layer
+]
+RANK = {prefix: rank for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes}
+
+
+def layer_of(module: str) -> int | None:
+    """The rank of ``module``'s layer, by its longest listed prefix."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        rank = RANK.get(".".join(parts[:n]))
+        if rank is not None and (n > 1 or module == "remem"):
+            return rank
+    return None
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> list[Path]:
+    return sorted(SRC.rglob("*.py"))
+
+
+ALL_MODULES = {module_name(p) for p in _modules()}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The remem modules ``path`` imports, relative imports resolved."""
+    name = module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            # ``from remem import layout`` imports the module remem.layout; ``from remem import Memory``
+            # imports the package itself.
+            submodules = {f"{target}.{a.name}" for a in node.names} & ALL_MODULES
+            found.update(submodules)
+            if len(submodules) < len(node.names):
+                found.add(target)
+    return {m for m in found if m == "remem" or m.startswith("remem.")}
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [module_name(p) for p in _modules() if layer_of(module_name(p)) is None]
+    assert unplaced == [], f"add these modules to LAYERS (and to DESIGN.md): {unplaced}"
+
+
+def upward(source: str, targets: set[str]) -> list[str]:
+    """The imports of ``source`` that reach a higher layer than its own."""
+    own = layer_of(source)
+    assert own is not None, source
+    out = []
+    for target in sorted(targets):
+        rank = layer_of(target)
+        if rank is not None and rank > own:
+            out.append(f"{source} ({LAYERS[own][0]}) imports {target} ({LAYERS[rank][0]})")
+    return out
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    graph = {module_name(p): imports_of(p) for p in _modules()}
+    assert sum(len(t) for t in graph.values()) > 100, "the import graph is nearly empty: imports are missed"
+    assert "remem.layout" in graph["remem.memory._records"]  # a known edge is seen
+    assert "remem.checkpoint._ops" in graph["remem.checkpoint._base"]  # ``from remem.checkpoint import _ops``
+    violations = [v for source, targets in graph.items() for v in upward(source, targets)]
+    assert violations == [], "\n".join(violations)
+
+
+def test_the_check_refuses_an_upward_import() -> None:
+    assert upward("remem.store._core", {"remem.memory.client", "remem.errors"}) == [
+        "remem.store._core (long-term store) imports remem.memory.client (memory client)"
+    ]
+    assert upward("remem.memory._records", {"remem.layout", "remem.store"}) == []
+    assert upward("remem.agent", {"remem"}) == ["remem.agent (agent) imports remem (package)"]
+    assert layer_of("remem.messages.derived") == layer_of("remem.messages")
+    assert layer_of("rememx") is None and layer_of("remem.unknown") is None
