@@ -1,6 +1,7 @@
 """remem: a memory layer for LangGraph agents."""
 
 from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
+from remem.checkpoint import acheckpointer_from_url, checkpointer_from_url, list_threads
 from remem.config import Settings, load_settings
 from remem.errors import (
     BudgetExceededError,
@@ -20,7 +21,6 @@ from remem.memory import ContextCard, Memory, MemoryRecord, Summary, Thread
 from remem.models import ScriptedChatModel, chat_model_from_settings
 from remem.strategies import DeleteStrategy, FilterStrategy, Plan, Strategy, SummaryStrategy, TrimStrategy
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, summarizer_for
-from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 __all__ = [
     "BudgetExceededError",

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+from remem._url import parse_database_url
+from remem.checkpoint import checkpointer_from_url
 from remem.errors import ConfigError
 from remem.store import ForgetReport, forget, open_store
-from remem.threads import checkpointer_from_url, parse_database_url
 
 __all__ = ["ErasureReport", "erase"]
 

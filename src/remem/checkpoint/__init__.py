@@ -5,6 +5,9 @@
     with SqliteSaver.from_conn_string("checkpoints.db") as saver:
         graph = builder.compile(checkpointer=saver)
 
+``checkpointer_from_url("sqlite:///app.db")`` opens the right one for a URL (``memory://``, ``sqlite:///``,
+``postgresql://``), and ``list_threads(saver)`` lists any saver's threads.
+
 Each saver is a complete ``BaseCheckpointSaver`` (put, put_writes, get_tuple, list, delete_thread,
 copy_thread, delete_for_runs, prune) plus ``list_threads()`` and ``stats()``. A value already stored for
 a thread is not stored again and a list channel such as ``messages`` is stored as what changed, so
@@ -19,6 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from remem.checkpoint._base import CheckpointStats, ThreadStats
+from remem.checkpoint._open import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 if TYPE_CHECKING:
     from remem.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
@@ -31,6 +35,9 @@ __all__ = [
     "PostgresSaver",
     "SqliteSaver",
     "ThreadStats",
+    "acheckpointer_from_url",
+    "checkpointer_from_url",
+    "list_threads",
 ]
 
 _BACKENDS = {

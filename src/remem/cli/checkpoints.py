@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from remem.checkpoint import checkpointer_from_url
 from remem.cli._render import console, table
 from remem.errors import ConfigError
-from remem.threads import checkpointer_from_url
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
+from remem._url import parse_database_url
 from remem.cli._options import db_option
 from remem.cli._render import console, table
 from remem.config import load_settings
 from remem.erasure import erase
 from remem.errors import ConfigError, RememUsageError
 from remem.store import open_store
-from remem.threads import parse_database_url
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
 

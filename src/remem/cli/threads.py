@@ -7,7 +7,9 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from remem._url import display_url
 from remem.agent import build_agent, run_turn, thread_config
+from remem.checkpoint import checkpointer_from_url, list_threads
 from remem.cli._options import db_option
 from remem.cli._render import console, preview, show_history, show_snapshot, table
 from remem.config import STRATEGY_NAMES, load_settings
@@ -15,7 +17,6 @@ from remem.demo import DemoTurn, run_demo
 from remem.errors import RememError
 from remem.inspection import reader_graph, thread_history, thread_snapshot
 from remem.models import require_chat_model
-from remem.threads import checkpointer_from_url, display_url, list_threads
 
 
 @click.command("config")
