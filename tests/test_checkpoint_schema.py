@@ -80,7 +80,9 @@ def test_a_newer_schema_is_refused_by_upgrade_and_check(tmp_path: Path) -> None:
         _migrate.run_sqlite(conn, toy(TOY_V1))
     assert isinstance(info.value, StorageError) and "version 2" in str(info.value)
     with pytest.raises(SchemaTooNewError, match="upgrade remem"):
-        _migrate.drive(_migrate.check(toy(TOY_V1), "sqlite"), lambda s: conn.execute(s.sql, s.params).fetchall())
+        _migrate.drive(
+            _migrate.check(toy(TOY_V1), "sqlite"), lambda s: conn.execute(s.sql, s.params).fetchall()
+        )
     assert recorded(conn, "toy") == [1, 2]
 
 
@@ -162,7 +164,10 @@ def _tables(db: Path) -> list[str]:
 
 def test_reading_a_missing_file_creates_nothing(tmp_path: Path) -> None:
     missing = tmp_path / "typo" / "remem.db"
-    with pytest.raises(NotFoundError, match="there is no database at"), checkpointer_from_url(missing, create=False):
+    with (
+        pytest.raises(NotFoundError, match="there is no database at"),
+        checkpointer_from_url(missing, create=False),
+    ):
         pass
     assert not missing.parent.exists()
 
@@ -204,7 +209,10 @@ def test_a_read_only_saver_reads_and_refuses_to_write(tmp_path: Path) -> None:
 
 
 def test_reading_an_empty_postgres_database_creates_no_table(pg_url: str) -> None:
-    with pytest.raises(NotFoundError, match="has no remem checkpoints"), checkpointer_from_url(pg_url, create=False):
+    with (
+        pytest.raises(NotFoundError, match="has no remem checkpoints"),
+        checkpointer_from_url(pg_url, create=False),
+    ):
         pass
     with psycopg.connect(pg_url) as conn:
         tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
