@@ -13,6 +13,22 @@ copy_thread, delete_for_runs, prune) plus ``list_threads()`` and ``stats()``. A 
 a thread is not stored again and a list channel such as ``messages`` is stored as what changed, so
 storage grows with what was said, not with how often it was saved. Nothing is pickled.
 
+Drop-in: every constructor and option of the stock savers works with the same meaning (paths and URLs in
+``from_conn_string``, connections and pools with any row factory, ``pipe=`` / ``pipeline=``), and user
+classes in state (Pydantic models, dataclasses, enums, named tuples) come back as their classes, as on
+``InMemorySaver``, without reviving anything else (see ``_serde``). Differences on purpose, each pinned
+by a test in ``tests/test_checkpoint_parity.py``:
+
+- a sync saver serves the ``a*`` methods in a worker thread (stock ``SqliteSaver`` raises
+  ``NotImplementedError``);
+- ``list(filter=...)`` is applied after reading, so no key reaches SQL and any key is accepted (stock
+  ``SqliteSaver`` refuses odd keys with ``ValueError``); dotted keys reach nested values as there;
+- metadata is kept whole, ``writes`` included (as ``InMemorySaver`` and ``SqliteSaver``; stock
+  ``PostgresSaver`` drops ``writes``);
+- pending sends written on a parent by LangGraph < 0.3 are not moved into the child's values (as
+  ``InMemorySaver`` and ``SqliteSaver``; stock ``PostgresSaver`` moves them);
+- the stock savers' internals (``MIGRATIONS``, ``_load_checkpoint_tuple``, ``search_where``) do not exist.
+
 This module imports no database driver: each saver's backend module is imported on first use.
 """
 

@@ -27,13 +27,13 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from remem import _migrate
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
+from remem.checkpoint._serde import RememSerializer
 from remem.errors import ConfigError, NotFoundError, StorageError
 
 __all__ = ["AsyncSaver", "CheckpointStats", "SyncSaver", "ThreadStats"]
@@ -170,10 +170,8 @@ class _RememSaver(BaseCheckpointSaver[int]):
     ) -> None:
         trusted = serde is not None
         if serde is None:
-            # No pickle, and msgpack revives only LangGraph's safe types plus those the caller names.
-            serde = JsonPlusSerializer(pickle_fallback=False, allowed_msgpack_modules=None)
-            if allowed_types:
-                serde = serde.with_msgpack_allowlist(allowed_types)
+            # No pickle; msgpack revives LangGraph's safe types, imported data classes and allowed_types.
+            serde = RememSerializer(allowed_types)
         super().__init__(serde=serde)
         self._ctx = ops.Context(self._dialect, self.serde, SaverCache(), trusted_types=trusted)
         self._is_setup = False
