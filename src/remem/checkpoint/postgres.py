@@ -30,6 +30,7 @@ try:
     import psycopg
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool.base import AttemptWithBackoff
 except ImportError as exc:  # pragma: no cover - psycopg is a dependency
     raise MissingDependencyError.for_extra("psycopg[pool]", "postgres") from exc
 
@@ -88,6 +89,31 @@ def _pool_kwargs(dsn: str, read_only: bool) -> dict[str, Any]:
     return kwargs
 
 
+_MAX_RECONNECT_DELAY = 2.0
+
+
+def _capped(attempt: AttemptWithBackoff | None) -> AttemptWithBackoff | None:
+    # psycopg_pool doubles the delay between reconnection attempts without bound: after a 30 s outage the
+    # next attempt can be 30 s away, and calls made once the server is back would time out waiting for it.
+    if attempt is not None:
+        attempt.delay = min(attempt.delay, _MAX_RECONNECT_DELAY / attempt.DELAY_BACKOFF)
+    return attempt
+
+
+class _Pool(ConnectionPool[Any]):
+    """The pool ``from_conn_string`` opens: connections checked before use, a lost server retried every 2 s."""
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(_capped(attempt), growing)
+
+
+class _AsyncPool(AsyncConnectionPool[Any]):
+    """Async version of :class:`_Pool`."""
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        await super()._add_connection(_capped(attempt), growing)
+
+
 class PostgresSaver(SyncSaver):
     """A LangGraph checkpointer that stores each value of a thread once, in PostgreSQL.
 
@@ -144,7 +170,7 @@ class PostgresSaver(SyncSaver):
                 yield saver
             return
         first.close()
-        pool = ConnectionPool(
+        pool = _Pool(
             dsn,
             kwargs=_pool_kwargs(dsn, read_only),
             min_size=1,
@@ -245,7 +271,7 @@ class AsyncPostgresSaver(AsyncSaver):
                 yield saver
             return
         await first.close()
-        pool = AsyncConnectionPool(
+        pool = _AsyncPool(
             dsn,
             kwargs=_pool_kwargs(dsn, read_only),
             min_size=1,
