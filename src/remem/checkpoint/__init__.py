@@ -6,7 +6,8 @@
         graph = builder.compile(checkpointer=saver)
 
 ``checkpointer_from_url("sqlite:///app.db")`` opens the right one for a URL (``memory://``, ``sqlite:///``,
-``postgresql://``), and ``list_threads(saver)`` lists any saver's threads.
+``postgresql://``), ``list_threads(saver)`` lists any saver's threads, and
+``import_stock_checkpoints(stock_url, remem_url)`` copies the threads of LangGraph's stock savers in.
 
 Each saver is a complete ``BaseCheckpointSaver`` (put, put_writes, get_tuple, list, delete_thread,
 copy_thread, delete_for_runs, prune) plus ``list_threads()`` and ``stats()``. A value already stored for
@@ -38,6 +39,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from remem.checkpoint._base import CheckpointStats, ThreadStats
+from remem.checkpoint._import import ImportReport, import_stock_checkpoints
 from remem.checkpoint._open import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 if TYPE_CHECKING:
@@ -48,11 +50,13 @@ __all__ = [
     "AsyncPostgresSaver",
     "AsyncSqliteSaver",
     "CheckpointStats",
+    "ImportReport",
     "PostgresSaver",
     "SqliteSaver",
     "ThreadStats",
     "acheckpointer_from_url",
     "checkpointer_from_url",
+    "import_stock_checkpoints",
     "list_threads",
 ]
 

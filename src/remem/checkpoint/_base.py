@@ -91,8 +91,8 @@ def _setup_op(ctx: ops.Context, read_only: bool, where: str) -> ops.Op[None]:
         stock = yield _query(_migrate.table_exists(dialect, sql.STOCK_TABLES[0]))
         if stock:
             raise NotFoundError(
-                f"{where} holds checkpoints of LangGraph's stock saver, not remem's; "
-                "copy them into remem's tables with `remem import`"
+                f"{where} holds checkpoints of LangGraph's stock saver, not remem's; copy them into "
+                "remem's tables with `remem import URL` (the same URL; see remem import --help)"
             )
         raise NotFoundError(
             f"{where} has no remem checkpoints; check --db or REMEM_DATABASE_URL "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remem._files import make_private_file
-from remem._url import parse_database_url
+from remem._url import display_url, parse_database_url
 from remem.checkpoint import _ops as ops
 from remem.checkpoint._base import AExecute, AsyncSaver, Execute, SyncSaver
 from remem.checkpoint._sql import SQLITE
@@ -118,7 +118,9 @@ class SqliteSaver(SyncSaver):
         except sqlite3.Error as exc:
             raise _storage_error(exc) from exc
         try:
-            yield cls(conn, read_only=read_only, **kwargs)
+            saver = cls(conn, read_only=read_only, **kwargs)
+            saver._where = display_url(conn_string)
+            yield saver
         finally:
             conn.close()
 
@@ -177,7 +179,9 @@ class AsyncSqliteSaver(AsyncSaver):
         except sqlite3.Error as exc:
             raise _storage_error(exc) from exc
         try:
-            yield cls(conn, read_only=read_only, **kwargs)
+            saver = cls(conn, read_only=read_only, **kwargs)
+            saver._where = display_url(conn_string)
+            yield saver
         finally:
             await conn.close()
 

@@ -126,4 +126,29 @@ def prune_command(
         )
 
 
-COMMANDS: list[click.Command] = [checkpoints_group]
+@click.command("import")
+@click.argument("source")
+@click.option(
+    "--into", "target", metavar="URL", help="The remem database to import into (default: SOURCE itself)."
+)
+def import_command(source: str, target: str | None) -> None:
+    """Copy every thread of LangGraph's stock SqliteSaver / PostgresSaver into remem's checkpointer.
+
+    Checkpoints, parents, metadata and pending writes; the stock tables are left as they are. Run it
+    again after an interruption: it continues where it stopped.
+
+    Example: remem import sqlite:///app.db --into sqlite:///.remem/remem.db
+    """
+    from remem._url import display_url
+    from remem.checkpoint import import_stock_checkpoints
+
+    report = import_stock_checkpoints(source, target or source)
+    console.print(
+        f"imported {report.checkpoints} checkpoint(s) and {report.writes} pending write(s) of {report.threads} "
+        f"thread(s) into {display_url(target or source)}"
+        + (f"; {report.skipped} already there" if report.skipped else ""),
+        markup=False,
+    )
+
+
+COMMANDS: list[click.Command] = [checkpoints_group, import_command]
