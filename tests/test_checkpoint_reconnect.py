@@ -113,3 +113,23 @@ def test_without_checks_a_pool_would_hand_out_dead_connections(server: Server) -
         server.restart()
         with pytest.raises(StorageError):
             _write(saver, "d", 2)
+
+
+def test_a_lost_server_is_retried_every_two_seconds_at_most() -> None:
+    # psycopg_pool doubles its reconnection delay without bound; remem's pools cap it, so calls made once
+    # the server is back do not wait out a long backoff.
+    from psycopg_pool.base import AttemptWithBackoff
+
+    from remem.checkpoint.postgres import _capped
+
+    attempt = AttemptWithBackoff(timeout=300)
+    delays = []
+    for now in range(12):
+        _capped(attempt)
+        attempt.update_delay(float(now))
+        delays.append(attempt.delay)
+    assert max(delays) <= 2.0 and delays[-1] == 2.0
+    uncapped = AttemptWithBackoff(timeout=300)
+    for now in range(12):
+        uncapped.update_delay(float(now))
+    assert uncapped.delay > 30  # what the pool would wait without the cap

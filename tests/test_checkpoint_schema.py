@@ -9,6 +9,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.rows import dict_row
 
@@ -224,3 +226,38 @@ def test_reading_an_empty_postgres_database_creates_no_table(pg_url: str) -> Non
         assert isinstance(reader, PostgresSaver) and not isinstance(reader.conn, psycopg.Connection)
         with reader.conn.connection() as conn, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             conn.execute("CREATE TABLE sneaky (x int)")  # the server itself refuses writes
+
+
+async def test_async_read_only_opening_reads_and_creates_nothing(tmp_path: Path) -> None:
+    from remem.checkpoint import acheckpointer_from_url
+
+    missing = tmp_path / "typo.db"
+    with pytest.raises(NotFoundError, match="there is no database at"):
+        async with acheckpointer_from_url(missing, create=False):
+            pass
+    assert not missing.exists()
+    db = tmp_path / "cp.db"
+    async with acheckpointer_from_url(db) as saver:
+        await saver.aput(CONFIG, empty_checkpoint(), {"step": 1}, {})
+    async with acheckpointer_from_url(db, create=False) as reader:
+        assert (await reader.aget_tuple(CONFIG)) is not None
+        with pytest.raises(ConfigError, match="read-only"):
+            await reader.aput(CONFIG, empty_checkpoint(), {"step": 2}, {})
+
+
+@given(st.lists(st.integers(min_value=0, max_value=4), min_size=1, max_size=6))
+@settings(max_examples=30, deadline=None)
+def test_any_sequence_of_releases_ends_with_each_migration_once(releases: list[int]) -> None:
+    # Each release knows the first n migrations; running them in any order (older ones refused once a
+    # newer ran) leaves every migration up to the newest applied exactly once, in order.
+    steps = [(f"CREATE TABLE t{i} (x INTEGER)",) for i in range(1, 5)]
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    newest = 0
+    for known in releases:
+        if known < newest:
+            with pytest.raises(SchemaTooNewError):
+                _migrate.run_sqlite(conn, toy(*steps[:known]))
+            continue
+        assert _migrate.run_sqlite(conn, toy(*steps[:known])) == known
+        newest = known
+        assert recorded(conn, "toy") == list(range(1, known + 1))
