@@ -173,3 +173,11 @@ def test_an_error_of_a_working_saver_shows_no_password(pg_url: str) -> None:
             _roundtrip(saver)
         _assert_hidden(failure.value)
         assert "remem_cp_checkpoints" in str(failure.value)
+
+
+@pytest.mark.parametrize("dsn", ["user=postgres port=5432", "service=nowhere", "dbname=x"])
+def test_any_libpq_dsn_names_postgres(dsn: str) -> None:
+    from remem._url import parse_database_url
+
+    assert parse_database_url(dsn).kind == "postgres"
+    assert parse_database_url("a=b.db").kind == "sqlite"  # a file name with "=" in it stays a file
