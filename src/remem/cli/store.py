@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
-from remem._url import parse_database_url
+from remem._url import display_url, parse_database_url
 from remem.cli._options import db_option
 from remem.cli._render import console, table
 from remem.config import load_settings
-from remem.erasure import erase
-from remem.errors import ConfigError, RememUsageError
+from remem.erasure import ErasureReport, erase, finish_erasures, unfinished_erasures
+from remem.errors import ConfigError, ErasureIncompleteError, NotFoundError, RememUsageError
 from remem.store import open_store
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
+
+T = TypeVar("T")
 
 
 def _url(database_url: str | None) -> str:
@@ -36,21 +40,67 @@ def _url(database_url: str | None) -> str:
 )
 @db_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long compaction waits for other connections that still read the old rows.",
+)
 def forget_command(
-    user_id: str | None, thread_id: str | None, namespace: str | None, database_url: str | None, yes: bool
+    user_id: str | None,
+    thread_id: str | None,
+    namespace: str | None,
+    database_url: str | None,
+    yes: bool,
+    wait: float,
 ) -> None:
     """Erase a user's, a thread's or a namespace's memory for good (checkpoints too), and report what went.
 
+    Every erasure is recorded before anything is deleted. With no --user, --thread or --namespace, this
+    finishes the erasures a crash or a failure left unfinished; the same command again does that too.
+    It exits 1 while an erasure is unfinished (compaction included) or when nothing was found.
+
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
-    if sum(x is not None for x in (user_id, thread_id, namespace)) != 1:
-        raise RememUsageError("give exactly one of --user, --thread or --namespace")
+    given = sum(x is not None for x in (user_id, thread_id, namespace))
+    if given > 1:
+        raise RememUsageError("give exactly one of --user, --thread or --namespace (or none, to finish)")
     url = _url(database_url)
+    if not given:
+        reports = _run_reported(lambda: finish_erasures(url, wait=wait))
+        if not reports:
+            console.print(f"no unfinished erasure in {display_url(url)}")
+        for report in reports:
+            console.print(
+                table(f"finished erasure {report.erasure_id}", ["what", "deleted"], report.as_rows())
+            )
+        return
     scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
-        click.confirm(f"Erase everything stored for {scope} in {url}? This cannot be undone", abort=True)
-    report = erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace)
+        click.confirm(
+            f"Erase everything stored for {scope} in {display_url(url)}? This cannot be undone", abort=True
+        )
+    report = _run_reported(
+        lambda: erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace, wait=wait)
+    )
     console.print(table(f"forgot {scope}", ["what", "deleted"], report.as_rows()))
+    others = unfinished_erasures(url)
+    if others:
+        console.print(f"{others} other erasure(s) are unfinished; run `remem forget --db ...` to finish them")
+    if not report.removed:
+        raise NotFoundError(f"nothing was stored for {scope} in {display_url(url)}; check the id")
+
+
+def _run_reported(call: Callable[[], T]) -> T:
+    """Run an erasure; when it stops part way, show what it did before the error says why."""
+    try:
+        return call()
+    except ErasureIncompleteError as exc:
+        if isinstance(exc.report, ErasureReport):
+            console.print(table("erased so far (unfinished)", ["what", "deleted"], exc.report.as_rows()))
+        raise
 
 
 @click.group("store")
