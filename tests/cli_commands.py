@@ -27,7 +27,7 @@ LONG = "long " + "word " * 400 + "TAILMARK"
 TOOL = "lookup[/]"
 RAW_CONTROLS = ("\x07", "\x1b", "\r")
 
-# Arguments a command needs besides --db; "{thread}" / "{user}" are filled in. A command missing here
+# Arguments a command needs besides --db; "{thread}" / "{user}" / "{db}" (the --db URL) are filled in. A command missing here
 # still runs (with --db only) in every test below.
 ARGS: dict[tuple[str, ...], list[str]] = {
     ("card",): ["{thread}"],
@@ -36,12 +36,13 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("demo",): ["--turns", "2"],
     ("forget",): ["--thread", "{thread}", "--yes"],
     ("history",): ["{thread}"],
+    ("import",): ["{db}"],
     ("search",): ["alert", "--thread", "{thread}", "--user", "{user}"],
     ("state",): ["{thread}", "--last", "0"],
     ("summary",): ["{thread}"],
 }
 # Commands that change the database; every other command is a read and takes --json.
-WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune")}
+WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune"), ("import",)}
 CHAT_INPUT = "/state\n/nonsense\n/exit\n"
 # chat needs a configured model to start; it is never called (the session only runs local commands).
 CHAT_ENV = {
@@ -70,7 +71,10 @@ def command(path: tuple[str, ...]) -> click.Command:
 
 
 def argv(path: tuple[str, ...], url: str | None, thread: str = AGENT_THREAD, user: str = USER) -> list[str]:
-    args = [a.replace("{thread}", thread).replace("{user}", user) for a in ARGS.get(path, [])]
+    args = [
+        a.replace("{thread}", thread).replace("{user}", user).replace("{db}", url or "memory://")
+        for a in ARGS.get(path, [])
+    ]
     return [*path, *args, *(["--db", url] if url is not None else [])]
 
 

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("layout", ("remem.layout", "remem._migrate", "remem._lease")),  # the contract storage shares
     ("strategies", ("remem.strategies",)),
     ("summarisers", ("remem.summarize",)),
-    ("checkpointing", ("remem.checkpoint", "remem.threads")),
+    ("checkpointing", ("remem.checkpoint",)),
     ("long-term store", ("remem.store",)),
     ("extraction", ("remem.extraction",)),
     ("memory client", ("remem.memory", "remem.erasure")),

@@ -16,6 +16,7 @@ every class knows the exit code the ``remem`` command ends with (``exit_code``: 
     │   └── ArgumentTypeError (TypeError)   an argument has the wrong type
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
+        │   ├── SchemaTooNewError           a newer remem wrote the database: upgrade remem
         │   ├── ErasureIncompleteError      an erasure stopped part way; run it again to finish it
         │   └── ErasureConflictError        another run of the same erasure wrote its journal first
         ├── ThreadBusyError                 another turn or append holds the thread's lease; retry later
@@ -47,6 +48,7 @@ __all__ = [
     "RememError",
     "RememRuntimeError",
     "RememUsageError",
+    "SchemaTooNewError",
     "StorageError",
     "SummarizationError",
     "ThreadBusyError",
@@ -105,6 +107,10 @@ class StorageError(RememRuntimeError):
 
 class ErasureConflictError(StorageError):
     """Another process wrote the erasure's journal entry since this one read it (two runs of one erasure)."""
+
+
+class SchemaTooNewError(StorageError):
+    """The database's schema was written by a newer remem than this one; upgrade remem to use it."""
 
 
 class ErasureIncompleteError(StorageError):

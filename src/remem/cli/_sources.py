@@ -172,7 +172,7 @@ def open_checkpointer(db: Database) -> Iterator[BaseCheckpointSaver[Any] | None]
     if not db.has_checkpoints:
         yield None
         return
-    from remem.threads import checkpointer_from_url
+    from remem.checkpoint import checkpointer_from_url
 
     with checkpointer_from_url(db.url, create=False) as saver:
         yield saver

@@ -176,8 +176,33 @@ def prune_command(
         )
 
 
+@click.command("import")
+@click.argument("source")
+@db_option
+def import_command(source: str, database_url: str | None) -> None:
+    """Copy every thread of LangGraph's stock SqliteSaver / PostgresSaver into remem's checkpointer.
+
+    Checkpoints, parents, metadata and pending writes; the stock tables are left as they are. --db is the
+    remem database to import into (default: SOURCE itself). Run it again after an interruption: it
+    continues where it stopped.
+
+    Example: remem import sqlite:///app.db --db sqlite:///.remem/remem.db
+    """
+    from remem._url import display_url
+    from remem.checkpoint import import_stock_checkpoints
+    from remem.cli._render import say
+
+    target = database_url or source
+    report = import_stock_checkpoints(source, target)
+    say(
+        f"imported {report.checkpoints} checkpoint(s) and {report.writes} pending write(s) of {report.threads} "
+        f"thread(s) into {display_url(target)}"
+        + (f"; {report.skipped} already there" if report.skipped else "")
+    )
+
+
 def _database_url(given: str | None, positional: str | None) -> str:
     return database_url(given, positional)
 
 
-COMMANDS: list[click.Command] = [checkpoints_group]
+COMMANDS: list[click.Command] = [checkpoints_group, import_command]
