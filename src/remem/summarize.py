@@ -133,10 +133,13 @@ class ExtractiveSummarizer:
             raise RememUsageError("chunk_messages must be at least 1 (how many messages one step folds in)")
 
     def _points(self, message: BaseMessage) -> list[tuple[int, str]]:
-        if isinstance(message, SystemMessage | ToolMessage) or not message.text.strip():
+        if isinstance(message, SystemMessage | ToolMessage):
+            return []
+        text = message.text  # computed by LangChain at every read
+        if not text.strip():
             return []
         who = "User" if isinstance(message, HumanMessage) else "Assistant"
-        sentences = [s.strip() for s in _SENTENCE.split(" ".join(message.text.split())) if s.strip()]
+        sentences = [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
         scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences)]
         # A sentence must carry some fact; the assistant's must carry more (its chit-chat is no memory).
         threshold = 3 if isinstance(message, AIMessage) else 1
