@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.store.base import GetOp, Op, Result
+from langgraph.store.memory import InMemoryStore
 
-from remem import Memory, load_settings
+from remem import ExtractiveSummarizer, Memory, load_settings
 from remem.memory import Thread
+from remem.memory._backends import index_config
+from remem.memory._plans import SUMMARY_PAGE
+from remem.memory._records import messages_ns
+from remem.summarize import SummaryResult
 
 SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
 
@@ -311,3 +318,77 @@ def test_diversify_is_deterministic_and_keeps_the_best_first() -> None:
     assert [r.id for r in picked] == ["a", "c"] == [r.id for r in diversify(records, 2)]
     assert diversify(records, 5) and len(diversify(records, 5)) == 3
     assert diversify(records[:1], 3) == records[:1]
+
+
+# --- long threads: a card's summary catches up a page at a time, then reads only what is new -------
+
+
+class CountingStore(InMemoryStore):
+    """LangGraph's in-memory store, noting the namespace of every item read by key."""
+
+    def __init__(self) -> None:
+        super().__init__(index=index_config(SETTINGS))  # type: ignore[arg-type]
+        self.reads: list[tuple[str, ...]] = []
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        self.reads.extend(op.namespace for op in ops if isinstance(op, GetOp))
+        return super().batch(ops)
+
+
+@dataclass
+class RecordingSummarizer:
+    """The extractive summariser, noting the ids of the messages each call was given."""
+
+    inner: ExtractiveSummarizer = field(default_factory=ExtractiveSummarizer)
+    calls: list[list[str]] = field(default_factory=list)
+
+    def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        self.calls.append([str(m.id) for m in messages])
+        return self.inner.summarize(previous, messages)
+
+    async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        return self.summarize(previous, messages)
+
+
+def _notes(start: int, n: int) -> list[dict[str, str]]:
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"My note {i}: locker {i % 97} is in building {i % 13}."
+            if i % 2 == 0
+            else f"Noted {i}.",
+            "id": f"m{i}",
+        }
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.mark.parametrize("n", [1, 511, 513, 1200])
+def test_a_long_backlog_is_summarised_as_one_call_would(n: int) -> None:
+    summarizer = RecordingSummarizer()
+    memory = Memory(CountingStore(), summarizer=summarizer, context_summary_update_frequency=1)
+    thread = memory.thread("long", user_id="u")
+    thread.add_messages(_notes(0, n))
+    card = thread.get_context_card(max_relevant_results=0, token_budget=20_000)
+    everything = [m.to_langchain() for m in thread.messages()]
+    assert card.summary == ExtractiveSummarizer().summarize("", everything).text
+    # Read and summarised in pages, each message once and in order.
+    assert [i for call in summarizer.calls for i in call] == [str(m.id) for m in everything]
+    assert max(len(call) for call in summarizer.calls) <= SUMMARY_PAGE
+
+
+@pytest.mark.parametrize("history", [100, 1300])
+def test_a_card_after_new_messages_reads_and_summarises_only_those(history: int) -> None:
+    store, summarizer = CountingStore(), RecordingSummarizer()
+    memory = Memory(store, summarizer=summarizer, context_summary_update_frequency=1)
+    thread = memory.thread("long", user_id="u")
+    thread.add_messages(_notes(0, history))
+    thread.get_context_card()
+    thread.add_messages(_notes(history, 3))
+    store.reads.clear()
+    summarizer.calls.clear()
+    thread.get_context_card()
+    assert summarizer.calls == [[f"m{i}" for i in range(history, history + 3)]]
+    # The three new messages and the latest user message (the default query): not the history.
+    assert store.reads.count(messages_ns("long")) == 4

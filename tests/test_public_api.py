@@ -123,8 +123,9 @@ def test_errors_have_one_root_and_usage_errors_are_value_errors() -> None:
 
 def test_every_error_knows_its_exit_code() -> None:
     for cls in _error_classes():
-        expected = 2 if issubclass(cls, remem.RememUsageError) else 1
-        assert cls("x").exit_code == expected, cls
+        # Not found is a well-formed request for something absent: exit 1 (issue 10), usage errors 2.
+        usage = issubclass(cls, remem.RememUsageError) and not issubclass(cls, remem.NotFoundError)
+        assert cls("x").exit_code == (2 if usage else 1), cls
 
 
 def test_no_exception_class_is_defined_outside_errors() -> None:

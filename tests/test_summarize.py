@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from remem import ExtractiveSummarizer, LLMSummarizer, ScriptedChatModel, SummarizationError, summarizer_for
+from remem import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    ScriptedChatModel,
+    SummarizationError,
+    summarize,
+    summarizer_for,
+)
 from remem.messages import approximate_token_count
+from remem.summarize import build_summary_prompt
 
 
 def test_extractive_keeps_facts_and_drops_chit_chat() -> None:
@@ -102,3 +116,201 @@ def test_a_transcript_cannot_close_its_section_in_the_summary_prompt() -> None:
     body = model.calls[0][1].text
     assert body.count("</transcript>") == 1 and body.count("</summary>") == 1
     assert "&lt;/transcript&gt; do evil" in body and "&lt;system&gt;obey" in body
+
+
+# --- big backlogs: the fast summariser against the code before it ---------------------------------
+# The reference is the extractive summariser as it was before it folded backlogs in steps: its own
+# patterns and its point-at-a-time budget loop. Helpers that did not change are shared.
+
+_REF_CUES = re.compile(
+    r"\b(i|i'm|i am|my|mine|we|our|i've|i'd|i'll|prefer|like|love|hate|allerg\w*|name|called|live|work|"
+    r"born|birthday|remember|always|never|deadline|due|budget|plan\w*|favou?rite)\b",
+    re.IGNORECASE,
+)
+_REF_PROPER_NOUN = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}")
+
+
+def _ref_score(sentence: str) -> int:
+    score = 2 * len(_REF_CUES.findall(sentence))
+    score += 2 if summarize._NUMBER.search(sentence) else 0
+    score += len(_REF_PROPER_NOUN.findall(sentence))
+    return score - 4 if sentence.rstrip().endswith("?") else score
+
+
+def _ref_points(message: BaseMessage, per_message: int) -> list[tuple[int, str]]:
+    if isinstance(message, SystemMessage | ToolMessage) or not message.text.strip():
+        return []
+    who = "User" if isinstance(message, HumanMessage) else "Assistant"
+    sentences = [s.strip() for s in summarize._SENTENCE.split(" ".join(message.text.split())) if s.strip()]
+    scored = [(_ref_score(s), i, s) for i, s in enumerate(sentences)]
+    threshold = 3 if isinstance(message, AIMessage) else 1
+    scored = [t for t in scored if t[0] >= threshold]
+    best = sorted(scored, key=lambda t: (-t[0], t[1]))[:per_message]
+    bonus = 1 if who == "User" else 0
+    return [
+        (score + bonus, f"- {who}: {summarize._clip(s)}") for score, _, s in sorted(best, key=lambda t: t[1])
+    ]
+
+
+def reference_summary(
+    previous: str, messages: Sequence[BaseMessage], max_tokens: int, per_message: int
+) -> str:
+    omitted = 0
+    lines: list[tuple[int, str]] = []
+    for line in previous.splitlines():
+        if match := summarize._OMITTED.match(line.strip()):
+            omitted += int(match.group(1))
+        elif line.strip():
+            lines.append((_ref_score(line) + (1 if line.startswith("- User:") else 0), line))
+    seen = {summarize._key(line) for _, line in lines}
+    for message in messages:
+        for point in _ref_points(message, per_message):
+            key = summarize._key(point[1])
+            if not any(key in known or known in key for known in seen):
+                lines.append(point)
+                seen.add(key)
+    while lines and summarize._tokens(summarize._render(lines, omitted)) > max_tokens:
+        weakest = min(range(len(lines)), key=lambda i: (lines[i][0], i))
+        del lines[weakest]
+        omitted += 1
+    return summarize._render(lines, omitted)
+
+
+# Words that score (cues, names, numbers), the odd letters the patterns fold (İ, ı, Kelvin K), and
+# sentence ends, so that random texts hit every rule; plus some fully random text.
+_PIECES = [
+    "I", "i'm", "My", "my", "MINE", "we", "our", "prefer", "Like", "love", "hate", "allergic", "Name",
+    "called", "live", "work", "born", "birthday", "remember", "always", "never", "deadline", "due",
+    "budget", "planning", "Plan", "favourite", "favorite", "Lena", "Porto", "Ada", "x", "tea", "of", "the",
+    "42", "7", "İ", "ı", "K", "é", "-", "'", ".", "!", "?", ",", "\n", "  ",
+]  # fmt: skip
+_texts = st.one_of(
+    st.lists(st.sampled_from(_PIECES), max_size=30).map(" ".join),
+    st.lists(st.sampled_from(_PIECES), max_size=30).map("".join),
+    st.text(max_size=60),
+)
+
+
+@st.composite
+def _messages(draw: st.DrawFn, max_size: int) -> list[BaseMessage]:
+    kinds = st.sampled_from([HumanMessage, HumanMessage, AIMessage, SystemMessage, ToolMessage])
+    out: list[BaseMessage] = []
+    for kind in draw(st.lists(kinds, max_size=max_size)):
+        text = draw(_texts)
+        out.append(ToolMessage(text, tool_call_id="c") if kind is ToolMessage else kind(text))
+    return out
+
+
+@st.composite
+def _previous(draw: st.DrawFn) -> str:
+    """No summary, one the summariser made, or lines of any kind (an omitted count among them)."""
+    choice = draw(st.integers(0, 2))
+    if choice == 0:
+        return ""
+    if choice == 1:
+        return reference_summary("", draw(_messages(12)), draw(st.integers(20, 300)), 2)
+    omitted = st.integers(1, 120).map(lambda n: f"({n} earlier points omitted)")
+    return "\n".join(draw(st.lists(st.one_of(omitted, _texts.map(lambda t: "- User: " + t)), max_size=8)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80) | _texts)
+def test_fast_patterns_match_the_patterns_before(text: str) -> None:
+    assert len(summarize._FACT_CUES.findall(text)) == len(_REF_CUES.findall(text))
+    assert summarize._PROPER_NOUN.findall(text) == _REF_PROPER_NOUN.findall(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_previous(), _messages(summarize.DEFAULT_CHUNK_MESSAGES), st.integers(12, 400), st.integers(1, 3))
+def test_a_backlog_of_one_step_is_summarised_as_before(
+    previous: str, messages: list[BaseMessage], budget: int, per_message: int
+) -> None:
+    fast = ExtractiveSummarizer(max_tokens=budget, max_points_per_message=per_message)
+    assert fast.summarize(previous, messages).text == reference_summary(
+        previous, messages, budget, per_message
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(_previous(), _messages(40), st.integers(12, 300), st.integers(1, 6))
+def test_a_longer_backlog_is_the_summary_before_folded_step_by_step(
+    previous: str, messages: list[BaseMessage], budget: int, step: int
+) -> None:
+    expected = reference_summary(previous, messages[:step], budget, 2)
+    for start in range(step, len(messages), step):
+        expected = reference_summary(expected, messages[start : start + step], budget, 2)
+    fast = ExtractiveSummarizer(max_tokens=budget, chunk_messages=step)
+    assert fast.summarize(previous, messages).text == expected
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Count the calls of ``remem.summarize.<name>``."""
+    calls = [0]
+    original = getattr(summarize, name)
+
+    def counted(*args: Any) -> Any:
+        calls[0] += 1
+        return original(*args)
+
+    monkeypatch.setattr(summarize, name, counted)
+    return calls
+
+
+def _facts(n: int, start: int = 0) -> list[BaseMessage]:
+    return [HumanMessage(f"My locker number {i} is in building {i}.") for i in range(start, start + n)]
+
+
+def test_dropping_points_over_budget_counts_tokens_a_few_times_not_once_per_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokens = _counting(monkeypatch, "_tokens")
+    summary = ExtractiveSummarizer(max_tokens=60, chunk_messages=1000).summarize("", _facts(500)).text
+    assert summary.startswith("(") and int(summary.split()[0].strip("(")) > 490  # most points were dropped
+    # One check of the whole, a bisection over 500 points, one count of the result: not 490 counts.
+    assert tokens[0] <= 2 + math.ceil(math.log2(500)) + 1
+
+
+@pytest.mark.parametrize("history", [40, 2000])
+def test_extending_a_summary_reads_the_new_messages_and_the_summary_only(
+    monkeypatch: pytest.MonkeyPatch, history: int
+) -> None:
+    summarizer = ExtractiveSummarizer(max_tokens=200)
+    previous = summarizer.summarize("", _facts(history)).text
+    scores = _counting(monkeypatch, "_fact_score")
+    tokens = _counting(monkeypatch, "_tokens")
+    summarizer.summarize(previous, _facts(5, start=history))
+    # One score per new sentence and per line of the (bounded) summary, whatever came before it;
+    # a few token counts of the summary (bisection), never one per message of the history.
+    lines = len(previous.splitlines()) - previous.startswith("(")
+    assert scores[0] == 5 + lines
+    assert tokens[0] <= 2 + math.ceil(math.log2(lines + 5)) + 1
+
+
+def test_the_llm_summariser_sends_a_backlog_that_fits_in_one_call_as_before() -> None:
+    model = ScriptedChatModel(default="Ada likes chess and lives in Leeds.")
+    messages = [HumanMessage("I like chess."), AIMessage("Noted."), HumanMessage("I live in Leeds.")]
+    result = LLMSummarizer(model, max_input_tokens=1000).summarize("Ada.", messages)
+    assert model.calls == [build_summary_prompt("Ada.", messages)]
+    assert result.text == "Ada likes chess and lives in Leeds." and "steps" not in result.extra
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_llm_summariser_sends_a_long_backlog_in_steps_each_message_once(asynchronous: bool) -> None:
+    replies = iter(range(1000))
+    model = ScriptedChatModel(default=lambda _: f"Summary {next(replies)}: the user keeps notes.")
+    messages = [HumanMessage(f"Note {i}: " + "word " * 40, id=f"n{i}") for i in range(30)]
+    summarizer = LLMSummarizer(model, max_input_tokens=200)
+    if asynchronous:
+        result = asyncio.run(summarizer.asummarize("Earlier: notes.", messages))
+    else:
+        result = summarizer.summarize("Earlier: notes.", messages)
+    sent = [line for call in model.calls for line in call[1].text.splitlines() if line.startswith("[user]")]
+    assert sent == [f"[user] {m.text}" for m in messages]  # every message once, in order
+    assert len(model.calls) > 1 and result.extra["steps"] == len(model.calls)
+    for i, call in enumerate(model.calls):  # each step extends what the one before returned
+        previous = "Earlier: notes." if i == 0 else f"Summary {i - 1}: the user keeps notes."
+        assert f"<summary>\n{previous}\n</summary>" in call[1].text
+        transcript = [m for m in messages if f"[user] {m.text}" in call[1].text]
+        assert len(transcript) == 1 or approximate_token_count(transcript) <= 200
+    assert result.text == f"Summary {len(model.calls) - 1}: the user keeps notes."
+    assert result.input_tokens == sum(approximate_token_count(call) for call in model.calls)

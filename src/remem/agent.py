@@ -28,7 +28,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMe
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 
@@ -46,7 +46,7 @@ from remem.messages import (
     history_problems,
 )
 from remem.models import model_name
-from remem.strategies import Strategy, build_view, strategy_from_name
+from remem.strategies import Plan, Strategy, build_view, strategy_from_name
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 
 __all__ = ["MemoryState", "UsageRecord", "arun_turn", "build_agent", "run_turn", "thread_config"]
@@ -103,7 +103,10 @@ class _Nodes:
         head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*head, *build_view(plan, summary)]
 
-    def check_budgets(self, view: list[BaseMessage], usage: Sequence[UsageRecord]) -> None:
+    def check_budgets(self, view: list[BaseMessage], usage: Sequence[UsageRecord]) -> int | None:
+        """The view's token count, counted only when a budget needs it (None when none is set)."""
+        if not (self.turn_budget or self.session_budget):
+            return None
         tokens = self.count(view)
         if self.turn_budget and tokens > self.turn_budget:
             raise BudgetExceededError(
@@ -117,12 +120,13 @@ class _Nodes:
                 f"session budget of {self.session_budget} (REMEM_SESSION_TOKEN_BUDGET); "
                 "start a new thread or raise the budget"
             )
+        return tokens
 
     def call_model(self, state: MemoryState) -> dict[str, Any]:
         view = self.view(state)
         check_provider_valid(view)
         usage = state.get("usage", [])
-        self.check_budgets(view, usage)
+        tokens = self.check_budgets(view, usage)
         started = time.perf_counter()
         try:
             reply = self.model.invoke(view)
@@ -139,7 +143,7 @@ class _Nodes:
             turn=_turn_of(usage) + 1,
             node="call_model",
             model=model_name(self.model),
-            input_tokens=int(meta.get("input_tokens") or self.count(view)),
+            input_tokens=int(meta.get("input_tokens") or (self.count(view) if tokens is None else tokens)),
             output_tokens=int(meta.get("output_tokens") or self.count([reply])),
             latency_ms=round(latency, 2),
             at=now_iso(),
@@ -157,7 +161,7 @@ class _Nodes:
         plan = self.strategy.compaction_plan(state.get("messages", []), summary)
         if plan is None:
             return {}
-        update: dict[str, Any] = {"messages": [RemoveMessage(id=str(m.id)) for m in plan.remove]}
+        update: dict[str, Any] = {"messages": _removals(plan)}
         if plan.summarize:
             result = self.summarizer.summarize(summary, plan.summarize)
             update["summary"] = result.text
@@ -174,6 +178,16 @@ class _Nodes:
                     )
                 ]
         return update
+
+
+def _removals(plan: Plan) -> list[BaseMessage]:
+    """The update that removes ``plan.remove`` from the state: one removal per message, or, when fewer
+    messages stay than go, "remove all" and the ones that stay (same state, a write the size of the tail)."""
+    gone = {str(m.id) for m in plan.remove}
+    kept = [m for m in (*plan.system, *plan.dropped, *plan.kept) if str(m.id) not in gone]
+    if len(kept) < len(gone):
+        return [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]
+    return [RemoveMessage(id=str(m.id)) for m in plan.remove]
 
 
 def build_agent(

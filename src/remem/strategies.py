@@ -141,9 +141,13 @@ def trim_plan(
     fixed = list(messages[:start]) + ([summary_message(summary)] if summary.strip() else [])
     budget = max_tokens - count(fixed)
     cut, used = len(messages), 0
-    # Walk back while the tail still fits (the counters add up per message).
-    while cut > start and used + count(messages[cut - 1 : cut]) <= budget:
-        used += count(messages[cut - 1 : cut])
+    # Walk back while the tail still fits (the counters add up per message): each message counted once,
+    # and no further back than the budget reaches.
+    while cut > start:
+        tokens = count(messages[cut - 1 : cut])
+        if used + tokens > budget:
+            break
+        used += tokens
         cut -= 1
     # Start on a user message at or after the cut; it is safe, since a user message is never a tool result.
     human_starts = [i for i in range(cut, len(messages)) if isinstance(messages[i], HumanMessage)]
@@ -158,6 +162,17 @@ def trim_plan(
     system, dropped, kept = _split(messages, cut)
     over = count([*fixed, *kept]) > max_tokens
     return Plan(system=system, kept=kept, dropped=dropped, over_budget=over)
+
+
+def _exceeds(messages: Sequence[BaseMessage], limit: int, count: TokenCounter) -> bool:
+    """Whether ``messages`` take more than ``limit`` tokens, counted from the newest back only until they
+    do (the counters add up per message), so that a long history is not counted whole at every step."""
+    used = 0
+    for i in range(len(messages) - 1, -1, -1):
+        used += count(messages[i : i + 1])
+        if used > limit:
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -219,7 +234,7 @@ class SummaryStrategy:
         body = len(messages) - system_prefix_length(messages)
         if self.trigger_messages and body > self.trigger_messages:
             return True
-        return bool(self.trigger_tokens) and self.counter(messages) > self.trigger_tokens
+        return bool(self.trigger_tokens) and _exceeds(messages, self.trigger_tokens, self.counter)
 
     def view_plan(self, messages: Sequence[BaseMessage], summary: str = "") -> Plan:
         # The model sees everything still in the state: what is over the threshold is summarised

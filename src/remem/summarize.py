@@ -7,20 +7,25 @@ Two kinds, one protocol:
 
 Both keep the previous summary: a new summary always starts from the old one, and when the result passes
 its token budget the oldest, least informative points go first, with a visible count of what was omitted.
+
+Both fold a long backlog in steps (the extractive one ``chunk_messages`` messages at a time, the LLM one as
+many as fit ``max_input_tokens``), each step extending the summary the last one made: the work is linear
+in the number of new messages and the memory bounded by the summary and one step, however long the thread.
+A backlog of one step gives exactly what a single call gave before.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from remem.errors import SummarizationError
+from remem.errors import RememUsageError, SummarizationError
 from remem.messages import approximate_token_count, escape_text, mark_derived
 from remem.models import model_name
 
@@ -33,6 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TOKENS = 600
+DEFAULT_CHUNK_MESSAGES = 32
+DEFAULT_MAX_INPUT_TOKENS = 6000
 _OMITTED = re.compile(r"^\((\d+) earlier points omitted\)$")
 
 
@@ -66,13 +73,23 @@ def _tokens(text: str) -> int:
 # --- extractive ---------------------------------------------------------------------------------
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_CUES = (
+    "i", "i'm", "i am", "my", "mine", "we", "our", "i've", "i'd", "i'll", "prefer", "like", "love", "hate",
+    r"allerg\w*", "name", "called", "live", "work", "born", "birthday", "remember", "always", "never",
+    "deadline", "due", "budget", r"plan\w*", "favou?rite",
+)  # fmt: skip
+# Each cue as a whole word, case-insensitive, the first cue that fits winning (as in r"\b(i|i'm|...)\b").
+# The pattern starts on a class of first letters, so that the engine skips in C the places where no cue
+# can start; the lookbehinds then say which cue that letter begins, and that it begins a word.
 _FACT_CUES = re.compile(
-    r"\b(i|i'm|i am|my|mine|we|our|i've|i'd|i'll|prefer|like|love|hate|allerg\w*|name|called|live|work|"
-    r"born|birthday|remember|always|never|deadline|due|budget|plan\w*|favou?rite)\b",
+    "[" + "".join(sorted({c[0] for c in _CUES})) + r"](?<!\w.)(?:"
+    + "|".join(f"(?<={c[0]}){c[1:]}" for c in _CUES) + r")\b",
     re.IGNORECASE,
-)
+)  # fmt: skip
 _NUMBER = re.compile(r"\d")
-_PROPER_NOUN = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}")
+# A capitalised word not opening the text or a sentence: r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}", written
+# to start on the capital for the same reason.
+_PROPER_NOUN = re.compile(r"[A-Z](?<!\w.)(?<![.!?]\s.)(?<!^.)[a-z]{2,}")
 
 
 def _fact_score(sentence: str) -> int:
@@ -88,22 +105,41 @@ def _clip(sentence: str, words: int = 40) -> str:
     return " ".join(parts[:words]) + (" …" if len(parts) > words else "")
 
 
+def _chunks(messages: Sequence[BaseMessage], size: int) -> Iterator[Sequence[BaseMessage]]:
+    """``messages`` in consecutive slices of ``size``; one empty slice when there are none (the previous
+    summary is still brought within budget)."""
+    if not messages:
+        yield messages
+    for start in range(0, len(messages), size):
+        yield messages[start : start + size]
+
+
 @dataclass(frozen=True)
 class ExtractiveSummarizer:
     """Keeps the fact-bearing sentences of each message as a bullet list. Needs no model.
 
     ``max_tokens`` bounds the summary; past it, the oldest points go first (facts stated by the user
-    last), and a line ``(N earlier points omitted)`` says so.
+    last), and a line ``(N earlier points omitted)`` says so. A backlog is folded in ``chunk_messages``
+    messages at a time (each step extends the summary of the one before), so that the work per message
+    is bounded by the summary's budget rather than by the backlog's length.
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
     max_points_per_message: int = 2
+    chunk_messages: int = DEFAULT_CHUNK_MESSAGES
+
+    def __post_init__(self) -> None:
+        if self.chunk_messages < 1:
+            raise RememUsageError("chunk_messages must be at least 1 (how many messages one step folds in)")
 
     def _points(self, message: BaseMessage) -> list[tuple[int, str]]:
-        if isinstance(message, SystemMessage | ToolMessage) or not message.text.strip():
+        if isinstance(message, SystemMessage | ToolMessage):
+            return []
+        text = message.text  # computed by LangChain at every read
+        if not text.strip():
             return []
         who = "User" if isinstance(message, HumanMessage) else "Assistant"
-        sentences = [s.strip() for s in _SENTENCE.split(" ".join(message.text.split())) if s.strip()]
+        sentences = [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
         scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences)]
         # A sentence must carry some fact; the assistant's must carry more (its chit-chat is no memory).
         threshold = 3 if isinstance(message, AIMessage) else 1
@@ -112,32 +148,68 @@ class ExtractiveSummarizer:
         bonus = 1 if who == "User" else 0
         return [(score + bonus, f"- {who}: {_clip(s)}") for score, _, s in sorted(best, key=lambda t: t[1])]
 
-    def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+    def _extend(self, previous: str, messages: Sequence[BaseMessage], scores: dict[str, int]) -> str:
+        """One step: ``previous`` extended with the points of ``messages``, within the budget.
+        ``scores`` remembers the score of each line of a previous step's summary."""
         omitted = 0
         lines: list[tuple[int, str]] = []
         for line in previous.splitlines():
             if match := _OMITTED.match(line.strip()):
                 omitted += int(match.group(1))
             elif line.strip():
-                lines.append((_fact_score(line) + (1 if line.startswith("- User:") else 0), line))
-        seen = {_key(line) for _, line in lines}
+                if (score := scores.get(line)) is None:
+                    score = scores[line] = _fact_score(line) + (1 if line.startswith("- User:") else 0)
+                lines.append((score, line))
+        seen = [_key(line) for _, line in lines]
+        exact = set(seen)
         for message in messages:
             for point in self._points(message):
                 key = _key(point[1])
-                if not any(key in known or known in key for known in seen):  # said again: keep it once
-                    lines.append(point)
-                    seen.add(key)
-        # Over budget: drop the least informative, oldest points first, and count them.
-        while lines and _tokens(_render(lines, omitted)) > self.max_tokens:
-            weakest = min(range(len(lines)), key=lambda i: (lines[i][0], i))
-            del lines[weakest]
-            omitted += 1
-        text = _render(lines, omitted)
+                if key in exact or any(key in known or known in key for known in seen):
+                    continue  # said again: keep it once
+                lines.append(point)
+                seen.append(key)
+                exact.add(key)
+        return _render(*_within_budget(lines, omitted, self.max_tokens))
+
+    def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        text, scores = previous, dict[str, int]()
+        for chunk in _chunks(messages, self.chunk_messages):
+            text = self._extend(text, chunk, scores)
+            scores = {line: scores[line] for line in text.splitlines() if line in scores}
         return SummaryResult(text=text, output_tokens=_tokens(text) if text else 0)
 
     async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
         """Async version of :meth:`summarize`."""
         return self.summarize(previous, messages)
+
+
+def _within_budget(
+    lines: list[tuple[int, str]], omitted: int, max_tokens: int
+) -> tuple[list[tuple[int, str]], int]:
+    """``lines`` less the least informative, oldest points (lowest score, then first) until the rendered
+    summary fits ``max_tokens``, and the omitted count that says so; all points go if nothing fits.
+
+    The fewest points to drop are found by bisection rather than one at a time: once one point is
+    dropped (and the "(N earlier points omitted)" line shows), each further drop shortens the text by at
+    least a character, and the counter grows with the text, so "it fits" only turns from false to true.
+    """
+    if not lines or _tokens(_render(lines, omitted)) <= max_tokens:
+        return lines, omitted
+    order = sorted(range(len(lines)), key=lambda i: (lines[i][0], i))
+
+    def without(k: int) -> list[tuple[int, str]]:
+        gone = set(order[:k])
+        return [line for i, line in enumerate(lines) if i not in gone]
+
+    lo, hi = 1, len(lines)  # the answer is in [lo, hi]; dropping every point always ends the search
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _tokens(_render(without(mid), omitted + mid)) <= max_tokens:
+            hi = mid
+        else:
+            lo = mid + 1
+    return without(lo), omitted + lo
 
 
 def _key(line: str) -> str:
@@ -191,12 +263,31 @@ def _call_failed(exc: Exception) -> SummarizationError:
     )
 
 
+def _steps(messages: Sequence[BaseMessage], max_input_tokens: int) -> Iterator[Sequence[BaseMessage]]:
+    """Consecutive slices of ``messages`` whose transcript fits ``max_input_tokens`` (a longer message goes
+    alone); each message is counted once. One empty slice when there are none."""
+    start, used = 0, 0
+    for i, message in enumerate(messages):
+        tokens = 0 if isinstance(message, SystemMessage) else approximate_token_count([message])
+        if i > start and used + tokens > max_input_tokens:
+            yield messages[start:i]
+            start, used = i, 0
+        used += tokens
+    if start < len(messages) or not messages:
+        yield messages[start:]
+
+
 @dataclass(frozen=True)
 class LLMSummarizer:
-    """Extends the summary with the chat model. A failure raises :class:`SummarizationError`."""
+    """Extends the summary with the chat model. A failure raises :class:`SummarizationError`.
+
+    A backlog whose transcript passes ``max_input_tokens`` is sent in steps, each extending the summary
+    the one before returned; the result adds up their tokens and latency.
+    """
 
     model: BaseChatModel
     max_tokens: int = DEFAULT_MAX_TOKENS
+    max_input_tokens: int = DEFAULT_MAX_INPUT_TOKENS
 
     def _result(
         self, previous: str, prompt: list[BaseMessage], reply: BaseMessage, started: float
@@ -219,7 +310,7 @@ class LLMSummarizer:
             model=model_name(self.model),
         )
 
-    def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+    def _once(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
         prompt = build_summary_prompt(previous, messages)
         started = time.perf_counter()
         try:
@@ -228,8 +319,7 @@ class LLMSummarizer:
             raise _call_failed(exc) from exc
         return self._result(previous, prompt, reply, started)
 
-    async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
-        """Async version of :meth:`summarize`."""
+    async def _aonce(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
         prompt = build_summary_prompt(previous, messages)
         started = time.perf_counter()
         try:
@@ -237,6 +327,34 @@ class LLMSummarizer:
         except Exception as exc:
             raise _call_failed(exc) from exc
         return self._result(previous, prompt, reply, started)
+
+    def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        results: list[SummaryResult] = []
+        for step in _steps(messages, self.max_input_tokens):
+            results.append(self._once(results[-1].text if results else previous, step))
+        return _combined(results)
+
+    async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
+        """Async version of :meth:`summarize`."""
+        results: list[SummaryResult] = []
+        for step in _steps(messages, self.max_input_tokens):
+            results.append(await self._aonce(results[-1].text if results else previous, step))
+        return _combined(results)
+
+
+def _combined(results: Sequence[SummaryResult]) -> SummaryResult:
+    """The last step's summary, with what every step cost."""
+    if len(results) == 1:
+        return results[0]
+    last = results[-1]
+    return SummaryResult(
+        text=last.text,
+        input_tokens=sum(r.input_tokens for r in results),
+        output_tokens=sum(r.output_tokens for r in results),
+        latency_ms=sum(r.latency_ms for r in results),
+        model=last.model,
+        extra={"steps": len(results)},
+    )
 
 
 def summarizer_for(model: BaseChatModel | None, max_tokens: int = DEFAULT_MAX_TOKENS) -> Summarizer:

@@ -64,6 +64,9 @@ __all__ = [
 ]
 
 TextCounter = Callable[[str], int]
+SUMMARY_PAGE = 512
+"""Messages read and summarised at a time when a summary catches up (a multiple of the extractive
+summariser's step, so paging does not change its result)."""
 _HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
 
 
@@ -252,29 +255,46 @@ def _summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int)
     waiting = boundary - base.covered_count
     if waiting <= 0 or (base.revision > 0 and waiting < frequency):
         return base
-    ids = yield from _ids_between(thread_id, base.covered_count, boundary)
-    messages = yield from _messages_by_id(thread_id, ids)
-    result: SummaryResult = yield SummarizeCall(base.text, [m.to_langchain() for m in messages])
-    saved: Summary = yield Leased(thread_id, _save_summary(thread_id, info, base, ids, boundary, result))
+    # The backlog is read and summarised a page at a time, so memory stays bounded however long it is.
+    text, first_id, last_id, model = base.text, base.first_message_id, base.last_message_id, ""
+    for start in range(base.covered_count, boundary, SUMMARY_PAGE):
+        ids = yield from _ids_between(thread_id, start, min(start + SUMMARY_PAGE, boundary))
+        messages = yield from _messages_by_id(thread_id, ids)
+        result: SummaryResult = yield SummarizeCall(text, [m.to_langchain() for m in messages])
+        text, model = result.text, result.model
+        first_id = first_id or (ids[0] if ids else None)
+        last_id = ids[-1] if ids else last_id
+    covered = _Covered(text, first_id, last_id, model)
+    saved: Summary = yield Leased(thread_id, _save_summary(thread_id, info, base, boundary, covered))
     return saved
 
 
+@dataclasses.dataclass(frozen=True)
+class _Covered:
+    """What summarising a backlog produced: the text, the ids it spans, and the model that wrote it."""
+
+    text: str
+    first_message_id: str | None
+    last_message_id: str | None
+    model: str
+
+
 def _save_summary(
-    thread_id: str, info: ThreadInfo, base: Summary, ids: Sequence[str], boundary: int, result: SummaryResult
+    thread_id: str, info: ThreadInfo, base: Summary, boundary: int, covered: _Covered
 ) -> Plan[Summary]:
     """Store a new summary revision and count it in the thread's metadata as it is now."""
     (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     current = ThreadInfo.from_value(item.value) if item is not None else info
     summary = Summary(
-        text=result.text,
+        text=covered.text,
         revision=current.summary_revision + 1,
         covered_count=boundary,
-        first_message_id=base.first_message_id or (ids[0] if ids else None),
-        last_message_id=ids[-1] if ids else base.last_message_id,
-        topics=extract_topics(result.text),
+        first_message_id=covered.first_message_id,
+        last_message_id=covered.last_message_id,
+        topics=extract_topics(covered.text),
         based_on=base.revision,
         created_at=now_iso(),
-        model=result.model,
+        model=covered.model,
     )
     yield StoreCall(
         [
