@@ -107,6 +107,7 @@ def checkpointer_from_url(url: str, *, create: bool = True) -> Iterator[BaseChec
         finally:
             conn.close()
     else:
+        describe_postgres(parsed.target)  # without psycopg: names the `postgres` extra
         from psycopg_pool import ConnectionPool
 
         from remem.checkpoint import PostgresSaver
@@ -143,6 +144,7 @@ async def acheckpointer_from_url(url: str, *, create: bool = True) -> AsyncItera
             await saver.setup()
             yield saver
     else:
+        describe_postgres(parsed.target)  # without psycopg: names the `postgres` extra
         from psycopg_pool import AsyncConnectionPool
 
         from remem.checkpoint import AsyncPostgresSaver

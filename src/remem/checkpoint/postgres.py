@@ -27,7 +27,7 @@ from remem.errors import MissingDependencyError, StorageError
 try:
     import psycopg
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
-except ImportError as exc:  # pragma: no cover - psycopg is a dependency
+except ImportError as exc:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg[pool]", "postgres") from exc
 
 __all__ = ["AsyncPostgresSaver", "PostgresSaver"]

@@ -28,7 +28,7 @@ def approximate_token_count(messages: Sequence[BaseMessage]) -> int:
 def _encoding(name: str) -> Any:
     try:
         import bpe_openai
-    except ImportError:  # pragma: no cover - bpe-openai is a core dependency
+    except ImportError:  # pragma: no cover - the dev environment has the extra
         raise MissingDependencyError.for_extra("bpe-openai", "tokens") from None
     return bpe_openai.get_encoding(name)
 
