@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -200,13 +202,13 @@ def test_a_model_that_cannot_call_tools_is_refused_at_build_time() -> None:
     with pytest.raises(ConfigError, match="cannot call tools"):
         build_agent(FakeListChatModel(responses=["x"]), tools=[lookup], settings=SMALL)
     assert build_agent(FakeListChatModel(responses=["x"]), settings=SMALL).name == "remem-agent[summary]"
+    with pytest.raises(ConfigError, match="cannot call tools"):
+        build_agent(RunnableLambda(lambda _: AIMessage("x")), tools=[lookup], settings=SMALL)
 
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     """No REMEM_* variable and no remem.toml: what a new user has."""
-    import os
-
     for name in list(os.environ):
         if name.startswith("REMEM_") or name == "OPENAI_API_KEY":
             monkeypatch.delenv(name)

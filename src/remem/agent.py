@@ -204,7 +204,7 @@ def _tool_node(tools: Tools) -> ToolNode:
 def _bind_tools(model: BaseChatModel, node: ToolNode) -> Runnable[Any, Any]:
     try:
         return model.bind_tools(list(node.tools_by_name.values()))
-    except NotImplementedError:
+    except (NotImplementedError, AttributeError):  # BaseChatModel's default raises; a plain Runnable has none
         raise ConfigError(
             f"{type(model).__name__} cannot call tools (it has no bind_tools); pass a chat model that "
             "supports tool calling (e.g. ChatOpenAI), or build the agent without tools"
