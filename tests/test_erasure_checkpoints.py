@@ -101,6 +101,56 @@ def test_exactly_one_scope_is_required(tmp_path: Path) -> None:
 @pytest.mark.parametrize("url", ["memory://", "foo", "sqlite:///"])
 def test_a_bad_url_erases_nothing(url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"memory:// keeps nothing|unsupported database URL|names no file"):
+    with pytest.raises(
+        ValueError, match=r"memory:// keeps nothing|unsupported database URL|names no file|no database at"
+    ):
         erase(url, thread_id="a")
     assert list(tmp_path.iterdir()) == []  # no file was made, nothing half-erased
+
+
+def test_registered_namespaces_and_thread_patterns(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from remem.cli import main
+    from remem.erasure import register_user_data, registered_user_data
+    from remem.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'remem.db'}"
+    talk(url, "support-alice-1", "hello")
+    talk(url, "support-bob-1", "hello")
+    talk(url, "notes-t9", "hello")
+    with open_store(url) as store:
+        store.put(("crm", "alice", "cards"), "c", {"text": "alice"})
+        store.put(("crm", "bob", "cards"), "c", {"text": "bob"})
+        store.put(("app", "notes", "notes-t9"), "n", {"text": "note of t9"})
+    with pytest.raises(ValueError, match="exactly"):
+        register_user_data(url, namespaces=["crm.user-{user_id}"])  # a placeholder must be a whole label
+    with pytest.raises(ValueError, match="needs"):
+        register_user_data(url, threads=["support-*"])
+    register_user_data(
+        url, namespaces=["crm.{user_id}", "app.notes.{thread_id}"], threads=["support-{user_id}-*"]
+    )
+    register_user_data(url, namespaces=["crm.{user_id}"])  # idempotent
+    assert registered_user_data(url) == {
+        "namespaces": ["app.notes.{thread_id}", "crm.{user_id}"],
+        "threads": ["support-{user_id}-*"],
+    }
+
+    report = erase(url, user_id="alice")
+    assert report.store.items == 1 and report.checkpoint_threads == ["support-alice-1"]
+    assert report.registered_namespaces == ["crm.alice"]
+    report = erase(url, thread_id="notes-t9")
+    assert report.registered_namespaces == ["app.notes.notes-t9"] and report.checkpoint_threads == [
+        "notes-t9"
+    ]
+    with open_store(url) as store:
+        assert store.list_namespaces() == [("crm", "bob", "cards")]
+    with checkpointer_from_url(url) as saver:
+        assert list_threads(saver) == ["support-bob-1"]
+
+    runner = CliRunner()
+    idle = runner.invoke(main, ["forget", "--db", url])
+    assert idle.exit_code == 0 and "no unfinished erasure" in idle.output
+    missing = runner.invoke(main, ["forget", "--db", f"sqlite:///{tmp_path / 'nope.db'}"])
+    assert missing.exit_code != 0 and "no database at" in missing.output
+    assert not (tmp_path / "nope.db").exists()

@@ -12,6 +12,7 @@ down, a model endpoint that fails) are ``RememRuntimeError``. Every message says
     │   └── BudgetExceededError             a token budget per turn or per session would be passed
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
+        │   └── ErasureIncompleteError      an erasure stopped part way; run it again to finish it
         ├── ModelError                      the chat model or the embedder failed
         │   └── SummarizationError          the summariser failed; the state was left as it was
         └── MissingDependencyError          an optional package is not installed
@@ -22,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "BudgetExceededError",
     "ConfigError",
+    "ErasureIncompleteError",
     "InvalidMessagesError",
     "MissingDependencyError",
     "ModelError",
@@ -64,6 +66,15 @@ class RememRuntimeError(RememError):
 
 class StorageError(RememRuntimeError):
     """A database could not be reached, or refused the work."""
+
+
+class ErasureIncompleteError(StorageError):
+    """An erasure stopped part way (a failure, or compaction that could not finish); its journal entry
+    stays open and the next run finishes it. ``report`` holds what was removed so far."""
+
+    def __init__(self, message: str, *, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 class ModelError(RememRuntimeError):

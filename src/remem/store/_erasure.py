@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
+import time
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from remem.errors import StorageError
 from remem.store import _core as core
 from remem.store._program import _CHUNK, Dialect, Program, Sql, delete_ids
+
+if TYPE_CHECKING:
+    from remem.store._base import RememStoreBase
 
 
 @dataclass
@@ -122,3 +131,365 @@ def stats_program(d: Dialect) -> Program:
         top[head] = top.get(head, 0) + int(count)
     out["by_root"] = dict(sorted(top.items(), key=lambda kv: -kv[1]))
     return out
+
+
+# ---------------------------------------------------------------- the erasure journal
+#
+# ``remem.erasure`` records each erasure here before it deletes anything, in the same database as the data,
+# so that a run killed or refused half way can be finished by the next one. The store keeps the rows and
+# knows nothing of what a plan means. The table names move to remem.layout once it exists.
+
+JOURNAL_TABLE = "remem_erasures"
+REGISTRY_TABLE = "remem_erasure_registry"
+
+_JOURNAL_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
+    "finished_at TEXT, state TEXT NOT NULL, scope_digest TEXT, plan TEXT NOT NULL, done TEXT NOT NULL, "
+    "totals TEXT NOT NULL, revision INTEGER NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {REGISTRY_TABLE} (kind TEXT NOT NULL, template TEXT NOT NULL, "
+    "PRIMARY KEY (kind, template))",
+)
+_ENTRY_COLS = "id, started_at, finished_at, state, scope_digest, plan, done, totals, revision"
+
+
+class JournalConflict(StorageError):
+    """Another process wrote the journal entry since this one read it (two runs of one erasure)."""
+
+
+@dataclass
+class JournalEntry:
+    """One erasure as recorded: ``state`` is ``open`` (deleting), ``compacting`` or ``closed``.
+
+    ``plan`` is what it covers, ``done`` the steps finished, ``totals`` what they removed so far.
+    """
+
+    id: str
+    started_at: str
+    state: str
+    scope_digest: str | None
+    plan: dict[str, Any]
+    done: list[str] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=dict)
+    finished_at: str | None = None
+    revision: int = 0  # how many times it was written; a write expects the revision it read
+
+    def row(self) -> list[Any]:
+        return [
+            self.id,
+            self.started_at,
+            self.finished_at,
+            self.state,
+            self.scope_digest,
+            json.dumps(self.plan, sort_keys=True),
+            json.dumps(self.done),
+            json.dumps(self.totals, sort_keys=True),
+            self.revision,
+        ]
+
+
+def _entry(row: Sequence[Any]) -> JournalEntry:
+    return JournalEntry(
+        id=row[0],
+        started_at=row[1],
+        finished_at=row[2],
+        state=row[3],
+        scope_digest=row[4],
+        plan=json.loads(row[5]),
+        done=list(json.loads(row[6])),
+        totals=dict(json.loads(row[7])),
+        revision=int(row[8]),
+    )
+
+
+def journal_setup_program(d: Dialect) -> Program:
+    for statement in _JOURNAL_DDL:
+        yield Sql(statement, [], fetch=False)
+
+
+def journal_open_program(d: Dialect) -> Program:
+    rows = yield Sql(
+        d.q(f"SELECT {_ENTRY_COLS} FROM {JOURNAL_TABLE} WHERE state <> 'closed' ORDER BY started_at, id"), []
+    )
+    return [_entry(r) for r in rows]
+
+
+def journal_save_program(d: Dialect, entry: JournalEntry) -> Program:
+    """Write ``entry`` as its next revision; refused when another run wrote it since it was read."""
+    if entry.revision == 0:
+        entry.revision = 1
+        marks = ", ".join("?" for _ in range(9))
+        yield Sql(
+            d.q(f"INSERT INTO {JOURNAL_TABLE} ({_ENTRY_COLS}) VALUES ({marks})"), entry.row(), fetch=False
+        )
+        return
+    read = entry.revision
+    entry.revision += 1
+    columns = _ENTRY_COLS.split(", ")[1:]
+    changed = yield Sql(
+        d.q(
+            f"UPDATE {JOURNAL_TABLE} SET {', '.join(f'{c} = ?' for c in columns)} WHERE id = ? AND revision = ?"
+        ),
+        [*entry.row()[1:], entry.id, read],
+        fetch=False,
+    )
+    if changed != 1:
+        entry.revision = read
+        raise JournalConflict(
+            f"another run of forget is working on erasure {entry.id}; let it finish, or run forget again"
+        )
+
+
+def journaled_forget_program(
+    d: Dialect,
+    prefixes: list[tuple[str, ...]],
+    value_matches: list[tuple[tuple[str, ...], str, str]],
+    scopes: list[str],
+    owner: tuple[str, str] | None,
+    record: Callable[[ForgetReport], JournalEntry],
+) -> Program:
+    """:func:`forget_program`, and the journal entry ``record`` makes of its report, in one transaction:
+    a step is marked done exactly when its deletions commit."""
+    report, values = yield from forget_program(d, prefixes, value_matches, scopes, owner)
+    yield from journal_save_program(d, record(report))
+    return report, values
+
+
+def meta_threads_program(d: Dialect, user_id: str) -> Program:
+    """Threads whose memory-client record ``("threads", T, "meta")`` names ``user_id`` as their user."""
+    where, params = d.ns_condition(("threads",))
+    cond, extra = d.filter_condition("user_id", "str", user_id)
+    rows = yield Sql(
+        d.q(
+            "SELECT n.path FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"WHERE {where} AND {cond} AND i.key = ?"
+        ),
+        [*params, *extra, "thread"],
+    )
+    found = (core.ns_tuple(r[0]) for r in rows)
+    return sorted({ns[1] for ns in found if len(ns) == 3 and ns[2] == "meta"})
+
+
+def registry_add_program(d: Dialect, kind: str, templates: Sequence[str]) -> Program:
+    for template in templates:
+        yield Sql(
+            d.q(f"DELETE FROM {REGISTRY_TABLE} WHERE kind = ? AND template = ?"),
+            [kind, template],
+            fetch=False,
+        )
+        yield Sql(
+            d.q(f"INSERT INTO {REGISTRY_TABLE} (kind, template) VALUES (?, ?)"), [kind, template], fetch=False
+        )
+
+
+def registry_program(d: Dialect) -> Program:
+    rows = yield Sql(d.q(f"SELECT kind, template FROM {REGISTRY_TABLE} ORDER BY kind, template"), [])
+    return [(str(r[0]), str(r[1])) for r in rows]
+
+
+# ---------------------------------------------------------------- journal and compaction, run on a store
+
+
+_JOURNAL_READY: weakref.WeakSet[RememStoreBase] = weakref.WeakSet()
+
+
+def run_journal(store: RememStoreBase, program: Program) -> Any:
+    """Run a journal program in one transaction of ``store`` (its tables are created first, once)."""
+    if store not in _JOURNAL_READY:
+        store._run(journal_setup_program(store.dialect))
+        _JOURNAL_READY.add(store)
+    return store._run(program)
+
+
+def check_scope(
+    *, user_id: str | None = None, thread_id: str | None = None, namespace: tuple[str, ...] | None = None
+) -> None:
+    """Refuse an erasure scope the store would refuse, before anything is written."""
+    from remem.store._base import forget_scopes
+
+    forget_scopes(user_id, thread_id, namespace)
+
+
+def journaled_forget(
+    store: RememStoreBase,
+    record: Callable[[ForgetReport], JournalEntry],
+    *,
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    namespace: tuple[str, ...] | str | None = None,
+) -> ForgetReport:
+    """What ``store.forget`` deletes, without compacting, committed together with the journal entry."""
+    from remem.store._base import forget_scopes
+
+    prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
+    owner = ("user_id", user_id) if user_id is not None else None
+    result: tuple[ForgetReport, list[str]] = run_journal(
+        store, journaled_forget_program(store.dialect, prefixes, matches, scopes, owner, record)
+    )
+    store._evict_texts(result[1])
+    return result[0]
+
+
+@dataclass
+class Compaction:
+    """The outcome of :func:`compact`: ``done`` only when it was checked; ``detail`` says what happened."""
+
+    done: bool
+    detail: str
+    outlives: list[str]
+
+
+SQLITE_OUTLIVES = [
+    "copies made before the erasure (backups, copies of the file)",
+    "blocks the file system freed when the file shrank, until the disk reuses them",
+]
+POSTGRES_OUTLIVES = [
+    "WAL segments in pg_wal, until the server recycles them after later checkpoints",
+    "WAL archives, base backups, pg_dump files and replicas made or fed before the erasure",
+    "blocks the file system freed with the old table files, until the disk reuses them",
+]
+
+
+def compact(store: RememStoreBase, *, wait: float) -> Compaction:
+    """Rewrite storage so that deleted rows' bytes leave the database's files, waiting up to ``wait`` s for
+    other connections that still need the old rows; say plainly when that could not be done."""
+    with store._lock:
+        if store.dialect.name == "sqlite":
+            return _compact_sqlite(store, wait)
+        return _compact_postgres(store, wait)
+
+
+def _compact_sqlite(store: Any, wait: float) -> Compaction:
+    conn = store.conn
+    deadline = time.monotonic() + wait
+    # Every wait inside (the write lock for VACUUM, readers for the checkpoint) stays within ``wait``.
+    conn.execute(f"PRAGMA busy_timeout = {int(max(wait, 0.0) * 1000)}")
+    try:
+        try:
+            store._compact()  # merges the keyword index, VACUUMs
+        except StorageError as exc:
+            return Compaction(False, str(exc), SQLITE_OUTLIVES)
+        while True:
+            # (busy, frames in the WAL, frames copied back): (0, 0, 0) once the WAL is emptied and truncated,
+            # which a connection reading an older snapshot prevents (it may still read the old pages).
+            busy, log, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy and log == copied:
+                return Compaction(True, "VACUUM done and the WAL checkpointed and truncated", SQLITE_OUTLIVES)
+            if time.monotonic() >= deadline:
+                return Compaction(
+                    False,
+                    "another connection to the file holds a read transaction, so the old pages could not be "
+                    f"overwritten (waited {wait:g} s); close it, or wait longer with --wait",
+                    SQLITE_OUTLIVES,
+                )
+            time.sleep(0.05)
+    finally:
+        conn.execute("PRAGMA busy_timeout = 10000")
+
+
+_HOLDERS = """
+SELECT 'session ' || pid FROM pg_stat_activity
+WHERE pid <> pg_backend_pid() AND backend_type <> 'autovacuum worker'
+  AND (((datname = current_database() OR backend_type = 'walsender')
+        AND backend_xmin IS NOT NULL AND age(backend_xmin) > age(%s::xid))
+    -- a running transaction's id holds rows back in every database of the server
+    OR (backend_xid IS NOT NULL AND age(backend_xid) > age(%s::xid)))
+UNION ALL
+SELECT 'prepared transaction ' || gid FROM pg_prepared_xacts
+WHERE database = current_database() AND age(transaction) > age(%s::xid)
+UNION ALL
+SELECT 'replication slot ' || slot_name FROM pg_replication_slots
+WHERE (xmin IS NOT NULL AND age(xmin) > age(%s::xid))
+   OR (catalog_xmin IS NOT NULL AND age(catalog_xmin) > age(%s::xid))
+"""
+_RELFILES = """
+SELECT c.oid::regclass::text, c.relfilenode FROM pg_class c
+WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace AND c.relname LIKE 'remem\\_%'
+UNION ALL SELECT 'pg_catalog.pg_statistic', relfilenode FROM pg_class WHERE oid = 'pg_catalog.pg_statistic'::regclass
+"""
+_STATISTIC = "pg_catalog.pg_statistic"
+_KEPT = re.compile(r"^(\d+) dead row versions cannot be removed yet")
+
+
+def _vacuum_full(
+    conn: Any, wait: float, current: list[str], on_notice: Callable[[Any], None]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """VACUUM FULL every remem table, then pg_statistic; their relation file numbers before and after."""
+    before = dict(conn.execute(_RELFILES).fetchall())
+    conn.execute(f"SET lock_timeout = {max(int(wait * 1000), 1)}")
+    conn.add_notice_handler(on_notice)
+    try:
+        for table in [t for t in before if t != _STATISTIC] + [_STATISTIC]:
+            current[0] = table
+            # ANALYZE replaces the tables' column samples; pg_statistic, rewritten last, drops the old ones.
+            options = "FULL, VERBOSE" if table == _STATISTIC else "FULL, ANALYZE, VERBOSE"
+            conn.execute(f"VACUUM ({options}) {table}")
+    finally:
+        conn.remove_notice_handler(on_notice)
+        conn.execute("RESET lock_timeout")
+    return before, dict(conn.execute(_RELFILES).fetchall())
+
+
+def _compact_postgres(store: Any, wait: float) -> Compaction:
+    import psycopg
+
+    conn: psycopg.Connection[Any] = store.conn
+    deadline = time.monotonic() + wait
+    kept: dict[str, int] = {}
+    current = [""]
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        found = _KEPT.match(diag.message_detail or "")
+        if found:
+            kept[current[0]] = kept.get(current[0], 0) + int(found.group(1))
+
+    try:
+        # A transaction id newer than every deletion: a snapshot older than it may still see deleted rows,
+        # and VACUUM FULL copies rows some snapshot can see.
+        row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+        marker = str(int(row[0]) % 2**32) if row else "0"
+        while True:
+            holders = [r[0] for r in conn.execute(_HOLDERS, [marker] * 5).fetchall()]
+            if not holders:
+                kept.clear()
+                before, after = _vacuum_full(conn, wait, current, on_notice)
+                if not any(n for t, n in kept.items() if t != _STATISTIC):
+                    break
+                holders = ["a transaction"]  # VACUUM saw one that the check above could not
+            if time.monotonic() >= deadline:
+                return Compaction(
+                    False,
+                    f"{', '.join(holders)} still see rows from before the erasure (waited {wait:g} s), so "
+                    "VACUUM FULL keeps their bytes; end those transactions and run forget again",
+                    POSTGRES_OUTLIVES,
+                )
+            time.sleep(0.2)
+    except psycopg.errors.LockNotAvailable:
+        return Compaction(
+            False,
+            f"another session kept a lock on a remem table for {wait:g} s, so VACUUM FULL could not run; "
+            "run forget again when it is idle",
+            POSTGRES_OUTLIVES,
+        )
+    except psycopg.Error as exc:
+        return Compaction(False, f"VACUUM FULL failed: {exc}", POSTGRES_OUTLIVES)
+    # VACUUM skips, with a warning only, a table this role may not vacuum: a new file proves the rewrite.
+    skipped = sorted(t for t in before if after.get(t) == before[t] and t != _STATISTIC)
+    if skipped:
+        return Compaction(
+            False,
+            f"VACUUM FULL did not rewrite {', '.join(skipped)} (this role may not vacuum them); run "
+            "forget as the tables' owner or the database owner",
+            POSTGRES_OUTLIVES,
+        )
+    outlives = list(POSTGRES_OUTLIVES)
+    if after.get(_STATISTIC) == before[_STATISTIC] or kept.get(_STATISTIC):
+        # Catalog rows wait for the oldest transaction of the whole server, and need the database owner.
+        outlives.append(
+            "old column statistics samples (pg_statistic), until it is vacuumed again by its owner once "
+            "older transactions on the server have ended"
+        )
+    return Compaction(
+        True,
+        f"VACUUM FULL rewrote {len(before) - 1} tables and their indexes, statistics re-sampled",
+        outlives,
+    )
