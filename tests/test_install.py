@@ -3,7 +3,7 @@
 The wheel is built from a copy of the checkout and installed, with the project's constraints.txt, into a fresh
 virtualenv for each Python from 3.11 to 3.13 found on this machine; then the README's Python snippets run on
 each, offline. uv builds and installs (seconds, where pip spends most of a minute per virtualenv fetching
-index pages); ``REMEM_WHEEL_INSTALLER=pip`` checks the same with pip.
+index pages); ``REMEM_TEST_WHEEL_INSTALLER=pip`` checks the same with pip.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tests.openai_server import openai_compatible_server
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("3.11", "3.12", "3.13")
-INSTALLER = os.environ.get("REMEM_WHEEL_INSTALLER", "uv")
+INSTALLER = os.environ.get("REMEM_TEST_WHEEL_INSTALLER", "uv")
 # Every test here shares one wheel and its virtualenvs: one xdist worker builds them once.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel")]
 
