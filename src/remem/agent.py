@@ -2,8 +2,13 @@
 
 State = messages + rolling summary + a usage ledger. Each turn:
 
-    START -> call_model -> (strategy compacts?) -> summarize_conversation | delete_messages -> END
-                                               \\-> END
+    START -> call_model -> (tool calls?) -> tools -> call_model ...
+                        \\-> (strategy compacts?) -> summarize_conversation | delete_messages -> END
+                                                \\-> END
+
+With ``tools``, the model's tool calls run in the ``tools`` node and the loop goes back to ``call_model``
+(LangGraph's ``tools_condition``); every call of the loop is sent the strategy's view, and compaction waits
+until the turn ends with a reply that calls no tool.
 
 ``call_model`` sends the strategy's view (always provider-valid) and records tokens and latency next to
 the turn. If compaction fails after the model replied, the reply is already checkpointed: invoking the
@@ -19,33 +24,42 @@ from __future__ import annotations
 import operator
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode
 from langgraph.store.base import BaseStore
 
 from remem._clock import now_iso
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
-from remem.config import Settings
+from remem.config import Settings, load_settings
 from remem.errors import BudgetExceededError, ConfigError, InvalidMessagesError, ModelError, RememError
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
     TokenCounter,
-    approximate_token_count,
     check_can_append,
     check_provider_valid,
     coerce_messages,
     history_problems,
 )
-from remem.models import model_name
+from remem.messages import token_counter as counter_named
+from remem.models import check_chat_model, model_name
 from remem.strategies import Plan, Strategy, build_view, strategy_from_name
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 
@@ -77,7 +91,14 @@ def thread_config(thread_id: str) -> RunnableConfig:
 
 
 def _turn_of(usage: Sequence[UsageRecord]) -> int:
-    return sum(1 for record in usage if record["node"] == "call_model")
+    """The turn of the latest model call (0 before the first)."""
+    return max((record["turn"] for record in usage if record["node"] == "call_model"), default=0)
+
+
+def _call_turn(usage: Sequence[UsageRecord], messages: Sequence[BaseMessage]) -> int:
+    """The turn a model call serves: a call answering tool results goes on with the current turn."""
+    turn = _turn_of(usage)
+    return turn if turn and messages and isinstance(messages[-1], ToolMessage) else turn + 1
 
 
 class _Nodes:
@@ -85,7 +106,7 @@ class _Nodes:
 
     def __init__(
         self,
-        model: BaseChatModel,
+        model: Runnable[Any, Any],
         strategy: Strategy,
         summarizer: Summarizer,
         count: TokenCounter,
@@ -140,7 +161,7 @@ class _Nodes:
         latency = (time.perf_counter() - started) * 1000
         meta = getattr(reply, "usage_metadata", None) or {}
         record = UsageRecord(
-            turn=_turn_of(usage) + 1,
+            turn=_call_turn(usage, state.get("messages", [])),
             node="call_model",
             model=model_name(self.model),
             input_tokens=int(meta.get("input_tokens") or (self.count(view) if tokens is None else tokens)),
@@ -190,42 +211,91 @@ def _removals(plan: Plan) -> list[BaseMessage]:
     return [RemoveMessage(id=str(m.id)) for m in plan.remove]
 
 
+Tools = Sequence[BaseTool | Callable[..., Any]] | ToolNode
+
+
+def _tool_node(tools: Tools) -> ToolNode:
+    if isinstance(tools, ToolNode):
+        return tools
+    # A tool that raises answers with its error, so the model can recover and every call keeps its result
+    # (a call left without one would make the thread's history invalid for every provider).
+    return ToolNode(list(tools), handle_tool_errors=True)
+
+
+def _bind_tools(model: BaseChatModel, node: ToolNode) -> Runnable[Any, Any]:
+    try:
+        return model.bind_tools(list(node.tools_by_name.values()))
+    except (NotImplementedError, AttributeError):  # BaseChatModel's default raises; a plain Runnable has none
+        raise ConfigError(
+            f"{type(model).__name__} cannot call tools (it has no bind_tools); pass a chat model that "
+            "supports tool calling (e.g. ChatOpenAI), or build the agent without tools"
+        ) from None
+
+
+def _route_after_model(nodes: _Nodes) -> Callable[[MemoryState], str]:
+    """LangGraph's ``tools_condition``, then the strategy's compaction once the turn has its reply."""
+
+    def route(state: MemoryState) -> str:
+        messages = state.get("messages", [])
+        if messages and isinstance(messages[-1], AIMessage) and messages[-1].tool_calls:
+            return "tools"
+        return nodes.route(state)
+
+    return route
+
+
 def build_agent(
-    model: BaseChatModel,
+    model: BaseChatModel | None = None,
     *,
+    tools: Tools | None = None,
     strategy: str | Strategy | None = None,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     store: BaseStore | None = None,
     summarizer: Summarizer | str = "llm",
     settings: Settings | None = None,
     system_prompt: str | None = None,
-    token_counter: TokenCounter = approximate_token_count,
+    token_counter: TokenCounter | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The seeds' complete template, compiled: messages + summary, ``call_model``, compaction, routing.
 
-    ``strategy`` is a name (filter, delete, trim, summary) or a strategy object; by default the one in
-    ``settings``. ``summarizer`` is ``"llm"`` (the agent's model, as in the seeds), ``"extractive"``
-    (no model), or any :class:`~remem.summarize.Summarizer`.
+    ``model`` is any LangChain chat model; by default the one ``REMEM_LLM_*`` configures. Without one,
+    :class:`~remem.errors.ConfigError` says what to set, before anything is written.
+    ``tools`` (LangChain tools, plain functions or a ``ToolNode``) are bound to the model and run in a
+    ``tools`` node, as in the seeds' agent with a tool. ``settings`` default to :func:`remem.load_settings`
+    (``REMEM_*`` variables and ``remem.toml``), as the memory client reads them: they choose the strategy
+    when ``strategy`` is not given, its sizes, the budgets and the token counter. ``strategy`` is a name
+    (filter, delete, trim, summary) or a strategy object. ``summarizer`` is ``"llm"`` (the agent's model,
+    as in the seeds), ``"extractive"`` (no model), or any :class:`~remem.summarize.Summarizer`.
     """
-    s = settings or Settings()
+    s = settings or load_settings()
+    chat = check_chat_model(model, s)
     chosen = strategy_from_name(strategy or s.strategy, s) if isinstance(strategy, str | None) else strategy
     if summarizer == "llm":
-        summarize: Summarizer = LLMSummarizer(model, max_tokens=s.summary_max_tokens)
+        summarize: Summarizer = LLMSummarizer(chat, max_tokens=s.summary_max_tokens)
     elif summarizer == "extractive":
         summarize = ExtractiveSummarizer(max_tokens=s.summary_max_tokens)
     elif isinstance(summarizer, str):
         raise ConfigError(f"unknown summarizer {summarizer!r}; use 'llm', 'extractive' or a Summarizer")
     else:
         summarize = summarizer
+    tool_node = _tool_node(tools) if tools else None
+    caller = _bind_tools(chat, tool_node) if tool_node else chat
+    count = token_counter or counter_named(s.token_counter)
     nodes = _Nodes(
-        model, chosen, summarize, token_counter, system_prompt, s.turn_token_budget, s.session_token_budget
+        caller, chosen, summarize, count, system_prompt, s.turn_token_budget, s.session_token_budget
     )
     graph = StateGraph(MemoryState)
     graph.add_node("call_model", nodes.call_model)
     graph.add_node("summarize_conversation", nodes.compact)
     graph.add_node("delete_messages", nodes.compact)
     graph.add_edge(START, "call_model")
-    graph.add_conditional_edges("call_model", nodes.route, ["summarize_conversation", "delete_messages", END])
+    after_model = ["summarize_conversation", "delete_messages", END]
+    if tool_node is not None:
+        graph.add_node("tools", tool_node)
+        graph.add_edge("tools", "call_model")
+        graph.add_conditional_edges("call_model", _route_after_model(nodes), ["tools", *after_model])
+    else:
+        graph.add_conditional_edges("call_model", nodes.route, after_model)
     graph.add_edge("summarize_conversation", END)
     graph.add_edge("delete_messages", END)
     compiled = graph.compile(checkpointer=checkpointer, store=store)

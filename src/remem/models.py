@@ -7,7 +7,7 @@ Any OpenAI-compatible endpoint works (OpenAI, Ollama, vLLM, llama.cpp's server):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -19,19 +19,27 @@ from remem.config import Settings
 from remem.errors import ConfigError
 from remem.messages import approximate_token_count
 
-__all__ = ["Reply", "ScriptedChatModel", "chat_model_from_settings", "model_name", "require_chat_model"]
+__all__ = [
+    "Reply",
+    "ScriptedChatModel",
+    "chat_model_from_settings",
+    "check_chat_model",
+    "model_name",
+    "require_chat_model",
+]
 
 Reply = str | AIMessage | Exception | Callable[[list[BaseMessage]], "str | AIMessage"]
 
-_HOW_TO_CONFIGURE = (
-    "no chat model is configured. Set REMEM_LLM_MODEL (and REMEM_LLM_BASE_URL for Ollama, vLLM or "
-    "llama.cpp's server, REMEM_LLM_API_KEY where the endpoint needs a key), e.g. "
-    "REMEM_LLM_MODEL=llama3.2 REMEM_LLM_BASE_URL=http://localhost:11434/v1; "
-    "`remem demo` runs without one"
+_SET_A_MODEL = (
+    "Set REMEM_LLM_MODEL (and REMEM_LLM_BASE_URL for Ollama, vLLM or llama.cpp's server, "
+    "REMEM_LLM_API_KEY where the endpoint needs a key), e.g. "
+    "REMEM_LLM_MODEL=llama3.2 REMEM_LLM_BASE_URL=http://localhost:11434/v1"
 )
+_HOW_TO_CONFIGURE = f"no chat model is configured. {_SET_A_MODEL}; `remem demo` runs without one"
+_OFFLINE = "To run offline, pass remem.testing.ScriptedChatModel(default=...): deterministic, no endpoint"
 
 
-def model_name(model: BaseChatModel) -> str:
+def model_name(model: object) -> str:
     """The name a usage record gives a model: its model name where it has one, else its class."""
     return str(getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__)
 
@@ -60,6 +68,35 @@ def require_chat_model(settings: Settings) -> BaseChatModel:
     if model is None:
         raise ConfigError(_HOW_TO_CONFIGURE)
     return model
+
+
+def check_chat_model(model: object, settings: Settings) -> BaseChatModel:
+    """The chat model an agent is built with: ``model``, or when it is None the configured one.
+
+    Refused here, at build time, rather than at the first turn (whose message would then be kept and sent
+    again on the next run): no model at all, and an object that is not a chat model.
+    """
+    if model is None:
+        configured = chat_model_from_settings(settings)
+        if configured is None:
+            raise ConfigError(
+                f"build_agent was given no chat model and none is configured. {_SET_A_MODEL}, "
+                f"or pass one: build_agent(ChatOpenAI(model=...)). {_OFFLINE}"
+            )
+        return configured
+    if isinstance(model, type):
+        raise ConfigError(
+            f"build_agent was given the class {model.__name__}, not a chat model; pass an instance "
+            f"({model.__name__}(...))"
+        )
+    if not callable(getattr(model, "invoke", None)):
+        raise ConfigError(
+            f"build_agent needs a LangChain chat model (an object with invoke), got {type(model).__name__}; "
+            f"pass e.g. ChatOpenAI(model=...), or leave it out and set REMEM_LLM_MODEL. {_OFFLINE}"
+        )
+    # Duck-typed on purpose: a model already bound (llm.bind_tools(...)) is a Runnable, not a
+    # BaseChatModel; the agent only calls invoke (and bind_tools, checked where tools are given).
+    return cast(BaseChatModel, model)
 
 
 class ScriptedChatModel(BaseChatModel):

@@ -31,7 +31,7 @@ try:
     from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
     from psycopg_pool.base import AttemptWithBackoff
-except ImportError as exc:  # pragma: no cover - psycopg is a dependency
+except ImportError as exc:  # pragma: no cover - the postgres extra is installed in dev
     raise MissingDependencyError.for_extra("psycopg[pool]", "postgres") from exc
 
 __all__ = ["AsyncPostgresSaver", "PostgresSaver"]

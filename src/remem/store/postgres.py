@@ -24,10 +24,8 @@ from remem.errors import MissingDependencyError, StorageError
 
 try:
     import psycopg
-except ImportError:  # pragma: no cover - psycopg is a dependency; this names the fix if it goes missing
-    raise MissingDependencyError(
-        "psycopg is not installed; install it with: pip install 'psycopg[binary]'"
-    ) from None
+except ImportError:  # pragma: no cover - the dev environment has the extra
+    raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store._base import RememStoreBase
