@@ -124,6 +124,11 @@ def _main_file(rows: list[Any]) -> str:
     return ""
 
 
+def _made_by(obj: Any, package: str) -> bool:
+    """Whether ``obj``'s class, or a class it derives from, comes from ``package``."""
+    return any(c.__module__.split(".")[0] == package for c in type(obj).__mro__)
+
+
 def _describe(owner: Any) -> LeaseTarget | Any:
     """The target of ``owner`` (a saver, a store, a connection or pool), or an aiosqlite connection to ask."""
     conn = getattr(owner, "conn", owner)
@@ -131,8 +136,8 @@ def _describe(owner: Any) -> LeaseTarget | Any:
         return _sqlite_target(_main_file(conn.execute("PRAGMA database_list").fetchall()), owner)
     if type(conn).__module__.startswith("aiosqlite"):
         return conn
-    conninfo = getattr(conn, "conninfo", None)  # psycopg_pool's ConnectionPool and AsyncConnectionPool
-    if isinstance(conninfo, str) and type(conn).__module__.startswith("psycopg_pool"):
+    conninfo = getattr(conn, "conninfo", None)  # psycopg_pool's pools, and subclasses such as remem's own
+    if isinstance(conninfo, str) and _made_by(conn, "psycopg_pool"):
         return _postgres_target(conninfo)
     info = getattr(conn, "info", None)
     if type(conn).__module__.startswith("psycopg") and info is not None:

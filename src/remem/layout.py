@@ -39,6 +39,7 @@ __all__ = [
     "EXTRACTION_STATE_KEY",
     "INTERNAL_ROOT",
     "SCHEMA_TABLE",
+    "STOCK_CHECKPOINT_TABLES",
     "STORE_MIGRATIONS_TABLE",
     "STORE_TABLES",
     "TABLES",
@@ -100,6 +101,7 @@ CHECKPOINT_TABLES: Final = (
     "remem_cp_writes",
 )
 STORE_TABLES: Final = ("remem_ns", "remem_items", "remem_fts", "remem_vectors")
+STOCK_CHECKPOINT_TABLES: Final = ("checkpoints", "writes")  # LangGraph's stock SqliteSaver (not remem's)
 SCHEMA_TABLE: Final = "remem_schema"  # the one migration record of every component (remem._migrate)
 CHECKPOINT_MIGRATIONS_TABLE: Final = "remem_cp_migrations"  # read once by the migration runner, then kept
 STORE_MIGRATIONS_TABLE: Final = "remem_store_migrations"  # likewise

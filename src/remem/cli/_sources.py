@@ -28,6 +28,7 @@ import click
 from remem._files import make_private_file
 from remem._url import describe_postgres, display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
+from remem.layout import CHECKPOINT_TABLES, STOCK_CHECKPOINT_TABLES, STORE_TABLES
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -39,10 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Database", "ThreadSource", "checkpoint_state", "inspect_database", "open_thread", "writable"]
 
-# The tables that say which of remem's parts a database holds (their migration tables).
-STORE_TABLE = "remem_store_migrations"
-CHECKPOINT_TABLE = "remem_cp_migrations"
-STOCK_CHECKPOINT_TABLES = ("checkpoints", "writes")  # LangGraph's stock savers
+# The tables that say which of remem's parts a database holds.
+STORE_TABLE = STORE_TABLES[1]  # remem_items
+CHECKPOINT_TABLE = CHECKPOINT_TABLES[3]  # remem_cp_checkpoints
 
 
 @dataclass(frozen=True)
@@ -167,14 +167,16 @@ def require_persistent(url: str) -> str:
 
 
 @contextmanager
-def open_checkpointer(db: Database) -> Iterator[BaseCheckpointSaver[Any] | None]:
-    """remem's checkpointer on ``db``, or None when it holds no checkpoints (nothing is created)."""
+def open_checkpointer(db: Database, *, write: bool = False) -> Iterator[BaseCheckpointSaver[Any] | None]:
+    """remem's checkpointer on ``db``, or None when it holds no checkpoints (nothing is created).
+
+    It opens read-only unless ``write`` is set (``checkpoints prune``)."""
     if not db.has_checkpoints:
         yield None
         return
     from remem.checkpoint import checkpointer_from_url
 
-    with checkpointer_from_url(db.url, create=False) as saver:
+    with checkpointer_from_url(db.url, create=write) as saver:
         yield saver
 
 

@@ -153,7 +153,7 @@ def prune_command(
         raise click.UsageError("say which threads to prune: --thread ID (repeatable) or --all")
     age = parse_age(older_than) if older_than is not None else None
     db = inspect_database(require_persistent(_database_url(database_url, url)), for_writing=True)
-    with open_checkpointer(db) as opened:
+    with open_checkpointer(db, write=True) as opened:
         saver = _remem_saver(opened, db.shown)
         known = saver.list_threads()
         missing = [t for t in thread_ids if t not in set(known)]

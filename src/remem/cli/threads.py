@@ -59,6 +59,7 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
     from remem.cli._render import emit_json, say, show_table
     from remem.cli._sources import inspect_database, open_checkpointer, open_memory
     from remem.config import load_settings
+    from remem.layout import thread_meta, threads_root
 
     db = inspect_database(_url(database_url))
     where: dict[str, list[str]] = {}
@@ -70,8 +71,10 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
                 where.setdefault(thread_id, []).append("checkpoints")
     with open_memory(db, load_settings()) as memory:
         if memory is not None:
-            for namespace in memory.store.list_namespaces(prefix=("threads",), max_depth=3, limit=1_000_000):
-                if len(namespace) == 3 and namespace[2] == "meta":
+            for namespace in memory.store.list_namespaces(
+                prefix=threads_root(), max_depth=3, limit=1_000_000
+            ):
+                if len(namespace) == 3 and namespace == thread_meta(namespace[1]):
                     where.setdefault(namespace[1], []).append("memory store")
     if as_json:
         emit_json({"database": db.shown, "threads": [{"thread": t, "in": w} for t, w in where.items()]})
