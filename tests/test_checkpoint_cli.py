@@ -64,7 +64,7 @@ def test_usage_errors_are_clean(tmp_path: Path) -> None:
     result = runner.invoke(main, ["checkpoints", "prune", f"sqlite:///{tmp_path / 'cp.db'}"])
     assert result.exit_code == 2 and "--thread ID" in result.output
     result = runner.invoke(main, ["checkpoints", "stats", "memory://"])
-    assert result.exit_code == 2 and "not a remem checkpoint database" in result.output
+    assert result.exit_code == 2 and "memory:// keeps nothing" in result.output
     result = runner.invoke(main, ["checkpoints", "stats", "mysql://x"])
     assert result.exit_code == 2 and "unsupported database URL" in result.output
     assert "Traceback" not in result.output
@@ -93,3 +93,25 @@ def test_an_age_too_long_for_the_calendar_is_a_usage_error(tmp_path: Path) -> No
     )
     assert result.exit_code == 2, result.output
     assert "before the calendar starts" in result.output and "Traceback" not in result.output
+
+
+def test_pruning_a_thread_that_is_not_there_is_an_error_not_a_success(tmp_path: Path) -> None:
+    db = tmp_path / "cp.db"
+    _fill(db, {"alpha": 2})
+    result = CliRunner().invoke(main, ["checkpoints", "prune", "--db", f"sqlite:///{db}", "--thread", "nope"])
+    assert result.exit_code == 1, result.output
+    assert "no thread 'nope'" in result.stderr and "deleted" not in result.output
+    with SqliteSaver.from_conn_string(db) as saver:
+        assert len(list(saver.list({"configurable": {"thread_id": "alpha"}}))) > 1  # untouched
+
+
+def test_db_option_and_the_older_positional_url_name_one_database(tmp_path: Path) -> None:
+    db = tmp_path / "cp.db"
+    _fill(db, {"alpha": 1})
+    runner = CliRunner()
+    by_option = runner.invoke(main, ["checkpoints", "stats", "--db", f"sqlite:///{db}"])
+    assert by_option.exit_code == 0 and "alpha" in by_option.output
+    by_env = runner.invoke(main, ["checkpoints", "stats"], env={"REMEM_DATABASE_URL": f"sqlite:///{db}"})
+    assert by_env.exit_code == 0 and "alpha" in by_env.output
+    both = runner.invoke(main, ["checkpoints", "stats", "sqlite:///other.db", "--db", f"sqlite:///{db}"])
+    assert both.exit_code == 2 and "give the database once" in both.output

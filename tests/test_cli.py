@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -106,7 +110,7 @@ def test_chat_survives_bad_input_and_keeps_going(runner: CliRunner) -> None:
     [
         (["threads", "--db", "mysql://nope"], 2, "unsupported database URL"),
         (["threads", "--db", "postgresql://x@127.0.0.1:1/none"], 1, "cannot connect to PostgreSQL"),
-        (["state", "no-such-thread", "--db", "memory://"], 2, "does not exist"),
+        (["state", "no-such-thread", "--db", "memory://"], 1, "holds no checkpoints"),
         (["demo", "--strategy", "nonsense"], 2, "Invalid value"),
     ],
 )
@@ -145,7 +149,7 @@ def test_chat_state_on_a_new_thread_is_an_error_line_not_an_exit(runner: CliRunn
 
 def test_reading_commands_refuse_a_missing_database_and_bad_limits(runner: CliRunner, tmp_path: Path) -> None:
     missing = runner.invoke(main, ["threads", "--db", f"sqlite:///{tmp_path / 'no' / 'x.db'}"])
-    assert missing.exit_code == 2 and "there is no database" in missing.output
+    assert missing.exit_code == 1 and "there is no database" in missing.output
     assert not (tmp_path / "no").exists()
     runner.invoke(main, ["demo"])
     assert runner.invoke(main, ["history", "x", "--limit", "0"]).exit_code == 2
@@ -156,4 +160,83 @@ def test_postgres_urls_are_shown_without_credentials(runner: CliRunner, pg_url: 
     result = runner.invoke(main, ["threads", "--db", url])
     assert result.exit_code == 0, result.output
     flat = result.output.replace("\n", "")  # the title wraps above a narrow table
-    assert "hunter2" not in flat and "threads inpostgresql://127.0.0.1:5432/" in flat
+    assert "hunter2" not in flat and "threads in postgresql://127.0.0.1:5432/" in flat
+
+
+def test_files_the_commands_create_are_owner_only(runner: CliRunner, tmp_path: Path) -> None:
+    old = os.umask(0o022)  # the usual umask, which alone would give 0755 folders and 0644 files
+    try:
+        result = runner.invoke(main, ["demo", "--turns", "2"])
+        assert result.exit_code == 0, result.output
+        chat_db = tmp_path / "chats" / "c.db"
+        runner.invoke(main, ["chat", "--db", f"sqlite:///{chat_db}"], input="/exit\n", env=_NO_CALL_MODEL)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / ".remem").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "chats").stat().st_mode) == 0o700
+    made = [p for p in [*(tmp_path / ".remem").iterdir(), *(tmp_path / "chats").iterdir()]]
+    assert any(p.name == "remem.db" for p in made) and any(p.name == "c.db" for p in made)
+    for path in made:  # the database and its -wal / -shm files
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+_NO_CALL_MODEL = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+
+
+def test_unknown_remem_variables_are_warned_about_with_the_closest_name(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["config"], env={"REMEM_STRATEGIE": "trim"})
+    assert result.exit_code == 0
+    assert "Warning: REMEM_STRATEGIE is not a remem setting and is ignored; did you mean REMEM_STRATEGY?" in (
+        result.stderr
+    )
+
+
+def test_chat_answers_slash_commands_itself_and_never_sends_them(runner: CliRunner) -> None:
+    with openai_compatible_server(["ok"]) as server:
+        env = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": server.url}
+        result = runner.invoke(main, ["chat"], input="/help\n/helpp\n//etc is a path\n/exit\n", env=env)
+        sent = [m["content"] for r in server.requests for m in r["messages"] if m["role"] == "user"]
+    assert result.exit_code == 0, result.output
+    assert "unknown command /helpp; nothing was sent to the model" in result.output
+    assert result.output.count("commands: /state") == 2  # /help, and the answer to /helpp
+    assert sent == ["/etc is a path"]  # only the message, with its escaping slash removed
+
+
+def test_the_cli_imports_no_heavy_library_for_help() -> None:
+    code = (
+        "import sys\n"
+        "from remem.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = {'langgraph', 'langchain_core', 'rich', 'psycopg', 'numpy', 'onnxruntime'}\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+
+
+def test_demo_prints_the_follow_up_command_with_the_remem_it_ran(tmp_path: Path) -> None:
+    remem = Path(sys.executable).parent / "remem"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEM_")}
+    for path, expected in [("/usr/bin:/bin", str(remem)), (f"{remem.parent}:/usr/bin:/bin", "remem")]:
+        done = subprocess.run(
+            [str(remem), "demo", "--turns", "1"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**env, "PATH": path},
+            check=True,
+        )
+        line = done.stdout.strip().splitlines()[-1]
+        assert re.fullmatch(
+            rf"Inspect it: {re.escape(expected)} state demo-\S+ +{re.escape(expected)} history demo-\S+", line
+        ), line
+
+
+def test_a_configured_key_of_any_shape_is_masked_wherever_it_would_be_printed(runner: CliRunner) -> None:
+    key = "plainkey-without-a-known-prefix-42"
+    with openai_compatible_server([f"the key is {key}"]) as server:
+        env = {"REMEM_LLM_MODEL": "m", "REMEM_LLM_BASE_URL": server.url, "REMEM_LLM_API_KEY": key}
+        chat = runner.invoke(main, ["chat"], input="say it\n/exit\n", env=env)
+        shown = runner.invoke(main, ["config", "--json"], env=env)
+    assert chat.exit_code == 0 and "the key is ***" in chat.output
+    assert key not in chat.output and key not in shown.output

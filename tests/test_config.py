@@ -72,8 +72,32 @@ def test_secrets_are_masked_when_described() -> None:
     settings = load_settings(environ={"REMEM_LLM_API_KEY": "sk-verysecretvalue"}, config_file=None)
     shown = dict((name, value) for name, value, _ in settings.describe())
     assert "verysecret" not in shown["llm_api_key"]
-    assert shown["llm_api_key"].startswith("sk-")
+    assert shown["llm_api_key"] == "**** (set)"
 
 
 def test_openai_api_key_is_a_fallback() -> None:
     assert load_settings(environ={"OPENAI_API_KEY": "k"}, config_file=None).llm_api_key == "k"
+
+
+def test_unknown_environment_names_get_the_closest_known_one() -> None:
+    from remem.config import environment_warnings
+
+    warnings = environment_warnings(
+        {"REMEM_STRATEGIE": "trim", "REMEM_STRATEGY": "trim", "REMEM_TEST_POSTGRES_URL": "x", "HOME": "/"}
+    )
+    assert warnings == ["REMEM_STRATEGIE is not a remem setting and is ignored; did you mean REMEM_STRATEGY?"]
+    (far,) = environment_warnings({"REMEM_ZZZ": "1"})
+    assert "REMEM_ZZZ is not a remem setting" in far and "REMEM_DATABASE_URL" in far
+
+
+def test_describe_masks_a_password_in_the_database_url() -> None:
+    for url in [
+        "postgresql://u:hunter2@h/db",
+        "postgresql://u@h/db?password=hunter2",
+        "host=h dbname=db password=hunter2",
+    ]:
+        shown = dict(
+            (name, value)
+            for name, value, _ in load_settings(environ={}, config_file=None, database_url=url).describe()
+        )
+        assert "hunter2" not in shown["database_url"] and "***" in shown["database_url"]

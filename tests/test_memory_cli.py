@@ -41,25 +41,46 @@ def _run(*args: str) -> tuple[int, str]:
 
 
 def test_card_prints_the_escaped_xml_and_its_size(db: str) -> None:
-    code, out = _run("card", "support-42", "--except-last", "1", "--db", db)
+    code, out = _run("card", "support-42", "--except-last", "1", "--refresh", "--db", db)
     assert code == 0, out
     assert out.startswith("<context_card>") and "</context_card>" in out
     assert 'record_id="u2"' in out and "Which step fails?" not in out  # the excluded tail stays out
-    assert "tokens, summary revision 1" in out
+    assert "tokens, summary revision 1" in out and "summary: up to date" in out
+    assert f"read from memory store in {db}" in out
+
+
+def test_card_is_a_read_it_shows_the_stored_summary_and_says_when_it_is_stale(db: str) -> None:
+    def revisions() -> int:
+        with Memory.from_url(db, settings=SETTINGS) as memory:
+            return len(memory.get_thread("support-42").summaries())
+
+    code, out = _run("card", "support-42", "--db", db)
+    assert code == 0, out
+    assert "summary revision 0" in out and "stale: 4 message(s)" in out and "--refresh" in out
+    assert revisions() == 0  # nothing was written
+    code, out = _run("card", "support-42", "--refresh", "--db", db)
+    assert code == 0 and "summary revision 1" in out and revisions() == 1
+    code, out = _run("card", "support-42", "--db", db)
+    assert "summary revision 1" in out and "summary: up to date" in out and revisions() == 1
 
 
 def test_card_rules_and_unknown_threads_are_usage_errors(db: str) -> None:
     code, out = _run("card", "support-42", "--except-last", "2", "--recent", "1", "--db", db)
     assert code == 2 and "zero or the same count" in out
     code, out = _run("card", "nope", "--db", db)
-    assert code == 2 and "does not exist" in out
+    assert code == 1 and "neither in the memory store nor in the checkpoints" in out
 
 
 def test_summary_shows_revision_and_coverage(db: str) -> None:
     code, out = _run("summary", "support-42", "--db", db)
     assert code == 0, out
+    assert "no summary stored yet (4 messages); --refresh writes one" in out
+    code, out = _run("summary", "support-42", "--refresh", "--db", db)
+    assert code == 0, out
     assert "revision 1" in out and "covers 4 messages (u1 .. u3)" in out
     assert "invoice reconciliation" in out
+    code, again = _run("summary", "support-42", "--db", db)
+    assert "revision 1" in again and "summary: up to date" in again
 
 
 def test_search_lists_typed_records(db: str) -> None:
@@ -67,4 +88,26 @@ def test_search_lists_typed_records(db: str) -> None:
     assert code == 0, out
     assert "u2" in out and "f1" in out and "fact" in out and "message" in out
     code, out = _run("search", "ledger", "--db", db)
-    assert code == 2 and "user_id" in out
+    assert code == 2 and "--user" in out
+
+
+def test_card_summary_and_search_read_an_agents_thread_from_its_checkpoints(tmp_path: Path) -> None:
+    from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
+
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(ScriptedChatModel(default="Noted."), strategy="filter", checkpointer=saver)
+        run_turn(agent, "user-001", "My cat is called Biscuit and she hates the vacuum.")
+        run_turn(agent, "user-001", "Which step of the ledger job fails?")
+    before = (tmp_path / "agent.db").read_bytes()
+
+    code, out = _run("card", "user-001", "--db", url)
+    assert code == 0, out
+    assert "Biscuit" in out and "read from checkpoints in" in out and "nothing stored" in out
+    code, out = _run("summary", "user-001", "--db", url)
+    assert code == 0 and "Biscuit" in out and "computed now" in out, out
+    code, out = _run("search", "cat Biscuit", "--thread", "user-001", "--db", url)
+    assert code == 0 and "Biscuit" in out and not out.startswith("0 records"), out
+    assert (tmp_path / "agent.db").read_bytes() == before  # all three were reads
+    code, out = _run("search", "cat", "--thread", "nobody", "--db", url)
+    assert code == 1 and "neither in the memory store nor in the checkpoints" in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,27 @@ def test_forget_thread_and_stats_on_postgres(pg_url: str) -> None:
     assert result.exit_code == 0, result.output
     stats = runner.invoke(main, ["store", "stats", pg_url])
     assert stats.exit_code == 0 and "2" in stats.output
+
+
+def test_forgetting_a_user_that_is_not_there_reports_no_success(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with SqliteStore.from_conn_string(url) as store:
+        _seed(store)
+    result = CliRunner().invoke(main, ["forget", "--user", "alcie", "--db", url, "--yes"])
+    assert result.exit_code == 1, result.output
+    assert "nothing was stored for user alcie" in result.stderr and "forgot" not in result.output
+    thread = CliRunner().invoke(main, ["forget", "--thread", "t2", "--db", url, "--yes"])
+    assert thread.exit_code == 1 and "nothing was stored for thread t2" in thread.stderr
+
+
+def test_store_stats_reads_and_never_creates(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with SqliteStore.from_conn_string(url) as store:
+        _seed(store)
+    runner = CliRunner()
+    as_json = runner.invoke(main, ["store", "stats", "--db", url, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["items"] == 3
+    typo = runner.invoke(main, ["store", "stats", "--db", f"sqlite:///{tmp_path / 'cli2.db'}"])
+    assert typo.exit_code == 1 and "there is no database" in typo.stderr
+    assert not (tmp_path / "cli2.db").exists()

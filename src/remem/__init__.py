@@ -1,32 +1,102 @@
-"""remem: a memory layer for LangGraph agents."""
+"""remem: a memory layer for LangGraph agents.
 
-from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
-from remem.config import Settings, load_settings
-from remem.errors import (
-    ArgumentTypeError,
-    BudgetExceededError,
-    ConfigError,
-    ErasureConflictError,
-    ErasureIncompleteError,
-    ExtractionError,
-    InvalidFilterError,
-    InvalidMessagesError,
-    MissingDependencyError,
-    ModelError,
-    NamespaceError,
-    NotFoundError,
-    RememError,
-    RememRuntimeError,
-    RememUsageError,
-    StorageError,
-    SummarizationError,
-)
-from remem.inspection import thread_history, thread_snapshot
-from remem.memory import ContextCard, Memory, MemoryRecord, Summary, Thread
-from remem.models import ScriptedChatModel, chat_model_from_settings
-from remem.strategies import DeleteStrategy, FilterStrategy, Plan, Strategy, SummaryStrategy, TrimStrategy
-from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, summarizer_for
-from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_threads
+Names are imported on first use (PEP 562), so that ``import remem.cli`` (the ``remem`` command) does not load
+LangGraph and LangChain before it knows it needs them: ``remem --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
+    from remem.config import Settings, load_settings
+    from remem.errors import (
+        ArgumentTypeError,
+        BudgetExceededError,
+        ConfigError,
+        ErasureConflictError,
+        ErasureIncompleteError,
+        ExtractionError,
+        InvalidFilterError,
+        InvalidMessagesError,
+        MissingDependencyError,
+        ModelError,
+        NamespaceError,
+        NotFoundError,
+        RememError,
+        RememRuntimeError,
+        RememUsageError,
+        StorageError,
+        SummarizationError,
+    )
+    from remem.inspection import thread_history, thread_snapshot
+    from remem.memory import ContextCard, Memory, MemoryRecord, Summary, Thread
+    from remem.models import ScriptedChatModel, chat_model_from_settings
+    from remem.strategies import (
+        DeleteStrategy,
+        FilterStrategy,
+        Plan,
+        Strategy,
+        SummaryStrategy,
+        TrimStrategy,
+    )
+    from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, summarizer_for
+    from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_threads
+
+# Which module defines each exported name.
+_SOURCES = {
+    "remem.agent": ("MemoryState", "UsageRecord", "arun_turn", "build_agent", "run_turn"),
+    "remem.config": ("Settings", "load_settings"),
+    "remem.errors": (
+        "ArgumentTypeError",
+        "BudgetExceededError",
+        "ConfigError",
+        "ErasureConflictError",
+        "ErasureIncompleteError",
+        "ExtractionError",
+        "InvalidFilterError",
+        "InvalidMessagesError",
+        "MissingDependencyError",
+        "ModelError",
+        "NamespaceError",
+        "NotFoundError",
+        "RememError",
+        "RememRuntimeError",
+        "RememUsageError",
+        "StorageError",
+        "SummarizationError",
+    ),
+    "remem.inspection": ("thread_history", "thread_snapshot"),
+    "remem.memory": ("ContextCard", "Memory", "MemoryRecord", "Summary", "Thread"),
+    "remem.models": ("ScriptedChatModel", "chat_model_from_settings"),
+    "remem.strategies": (
+        "DeleteStrategy",
+        "FilterStrategy",
+        "Plan",
+        "Strategy",
+        "SummaryStrategy",
+        "TrimStrategy",
+    ),
+    "remem.summarize": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer", "summarizer_for"),
+    "remem.threads": ("acheckpointer_from_url", "checkpointer_from_url", "list_threads"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'remem' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "ArgumentTypeError",

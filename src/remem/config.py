@@ -8,6 +8,7 @@ so that no key ends up committed next to the code.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -17,12 +18,15 @@ from typing import Any
 
 from remem.errors import ConfigError
 
-__all__ = ["STRATEGY_NAMES", "Settings", "load_settings"]
+__all__ = ["STRATEGY_NAMES", "Settings", "environment_warnings", "load_settings"]
 
 STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
 TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
 EMBEDDERS = ("minilm", "fake")
 DEFAULT_CONFIG_FILE = "remem.toml"
+# REMEM_* names that are not settings: the config file's path, and the project's own test and benchmark knobs.
+_OTHER_ENV_NAMES = ("REMEM_CONFIG",)
+_OTHER_ENV_PREFIXES = ("REMEM_TEST_", "REMEM_BENCH_")
 
 
 def _setting(default: Any, help: str, *, choices: tuple[str, ...] = (), secret: bool = False) -> Any:
@@ -55,14 +59,20 @@ class Settings:
     embedder: str = _setting("minilm", "embedding model for semantic search", choices=EMBEDDERS)
 
     def describe(self) -> list[tuple[str, str, str]]:
-        """(setting, value, source-independent help) rows, secrets masked."""
+        """(setting, value, source-independent help) rows, secrets masked.
+
+        A secret setting shows only that it is set; every other value goes through the one mask too, since a
+        database URL or an endpoint may carry a password or a key.
+        """
+        from remem._secrets import mask_secrets
+
         rows = []
         for f in fields(self):
             value = getattr(self, f.name)
             if f.metadata["secret"] and value:
-                shown = value[:3] + "…" + "*" * 4 if len(value) > 8 else "****"
+                shown = "**** (set)"
             else:
-                shown = "" if value is None else str(value)
+                shown = "" if value is None else mask_secrets(str(value), self.llm_api_key)
             rows.append((f.name, shown, f.metadata["help"]))
         return rows
 
@@ -72,6 +82,23 @@ class Settings:
 
 def _env_name(name: str) -> str:
     return "REMEM_" + name.upper()
+
+
+def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One warning per ``REMEM_*`` variable that remem does not read, naming the closest one it does.
+
+    A typo such as ``REMEM_STRATEGIE`` would otherwise be ignored without a word.
+    """
+    env = os.environ if environ is None else environ
+    known = [_env_name(f.name) for f in fields(Settings)] + list(_OTHER_ENV_NAMES)
+    warnings = []
+    for name in sorted(env):
+        if not name.startswith("REMEM_") or name in known or name.startswith(_OTHER_ENV_PREFIXES):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else f"; remem reads {', '.join(known)}"
+        warnings.append(f"{name} is not a remem setting and is ignored{hint}")
+    return warnings
 
 
 def _convert(name: str, raw: object, kind: Callable[[Any], Any], choices: tuple[str, ...]) -> Any:

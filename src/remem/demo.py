@@ -17,6 +17,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from remem._url import display_url
 from remem.agent import build_agent, run_turn, thread_config
 from remem.config import Settings
 from remem.messages import approximate_token_count
@@ -44,7 +45,7 @@ class DemoTurn:
 @dataclass
 class DemoReport:
     thread_id: str
-    database_url: str
+    database_url: str  # as it may be shown (display_url): no user, no password
     turns: list[DemoTurn] = field(default_factory=list)
     summary: str = ""
     messages_in_state: int = 0
@@ -87,15 +88,16 @@ def run_demo(
     *,
     thread_id: str | None = None,
     on_turn: Callable[[DemoTurn], None] | None = None,
+    turns: int | None = None,
 ) -> DemoReport:
-    """Replay the bundled conversation on ``settings.database_url`` and report each turn."""
-    script = load_script()
+    """Replay the bundled conversation (its first ``turns`` turns) on ``settings.database_url``."""
+    script = load_script()[:turns]
     replies: list[Any] = [
         t["assistant"] if "assistant" in t else recall_responder(t["recall"]) for t in script
     ]
     model = ScriptedChatModel(replies=replies, model_name="offline-responder")
     thread_id = thread_id or "demo-" + datetime.now(UTC).strftime("%Y%m%d-%H%M%S-%f")
-    report = DemoReport(thread_id=thread_id, database_url=settings.database_url)
+    report = DemoReport(thread_id=thread_id, database_url=display_url(settings.database_url))
     full_history: list[BaseMessage] = []
     with checkpointer_from_url(settings.database_url) as saver:
         agent = build_agent(model, checkpointer=saver, summarizer="extractive", settings=settings)

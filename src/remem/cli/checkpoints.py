@@ -8,9 +8,7 @@ from typing import Any
 
 import click
 
-from remem.cli._render import console, table
-from remem.errors import ConfigError
-from remem.threads import checkpointer_from_url
+from remem.cli._options import database_url, db_option, json_option
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -30,17 +28,21 @@ def parse_age(text: str) -> timedelta:
     return age
 
 
-def _remem_saver(saver: Any, url: str) -> Any:
-    if not callable(getattr(saver, "stats", None)):
-        raise ConfigError(f"{url} is not a remem checkpoint database; use a sqlite:/// or postgresql:// URL")
+def _remem_saver(saver: Any, shown: str) -> Any:
+    from remem.errors import NotFoundError
+
+    if saver is None or not callable(getattr(saver, "stats", None)):
+        raise NotFoundError(
+            f"{shown} holds no remem checkpoints; check --db (a sqlite:/// or postgresql:// URL)"
+        )
     return saver
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)
 
 
@@ -50,16 +52,45 @@ def checkpoints_group() -> None:
 
 
 @checkpoints_group.command("stats")
-@click.argument("url")
+@click.argument("url", required=False, metavar="[URL]")
 @click.option("--limit", default=20, show_default=True, help="Most threads to list (newest first; 0: all).")
-def stats_command(url: str, limit: int) -> None:
+@db_option
+@json_option
+def stats_command(url: str | None, limit: int, database_url: str | None, as_json: bool) -> None:
     """Threads, checkpoints and bytes per thread in a checkpoint database.
 
-    Example: remem checkpoints stats sqlite:///.remem/remem.db
+    URL is the same as --db (kept for older scripts).
+
+    Example: remem checkpoints stats --db sqlite:///.remem/remem.db
     """
-    with checkpointer_from_url(url) as saver:
-        stats = _remem_saver(saver, url).stats()
+    from remem.cli._render import emit_json, say, show_table
+    from remem.cli._sources import inspect_database, open_checkpointer, require_persistent
+
+    db = inspect_database(require_persistent(_database_url(database_url, url)))
+    with open_checkpointer(db) as saver:
+        stats = _remem_saver(saver, db.shown).stats()
     shown = stats.threads[:limit] if limit else stats.threads
+    if as_json:
+        emit_json(
+            {
+                "database": db.shown,
+                "threads": [
+                    {
+                        "thread": t.thread_id,
+                        "checkpoints": t.checkpoints,
+                        "writes": t.writes,
+                        "stored_values": t.items,
+                        "bytes": t.bytes,
+                        "updated_at": t.updated_at.isoformat(),
+                    }
+                    for t in shown
+                ],
+                "thread_count": len(stats.threads),
+                "checkpoints": stats.checkpoints,
+                "storage_bytes": stats.storage_bytes,
+            }
+        )
+        return
     rows = (
         (
             t.thread_id,
@@ -72,8 +103,8 @@ def stats_command(url: str, limit: int) -> None:
         for t in shown
     )
     columns = ["thread", "checkpoints", "writes", "stored values", "bytes", "last written (UTC)"]
-    console.print(table(f"checkpoints in {url} (newest first)", columns, rows))
-    console.print(
+    show_table(f"checkpoints in {db.shown} (newest first)", columns, rows)
+    say(
         f"{len(stats.threads)} threads, {stats.checkpoints} checkpoints, "
         f"{_size(stats.storage_bytes)} on disk"
         + (f" ({len(shown)} threads shown)" if len(shown) < len(stats.threads) else "")
@@ -81,7 +112,7 @@ def stats_command(url: str, limit: int) -> None:
 
 
 @checkpoints_group.command("prune")
-@click.argument("url")
+@click.argument("url", required=False, metavar="[URL]")
 @click.option("--thread", "thread_ids", multiple=True, metavar="ID", help="A thread to prune (repeatable).")
 @click.option("--all", "all_threads", is_flag=True, help="Prune every thread in the database.")
 @click.option(
@@ -97,33 +128,56 @@ def stats_command(url: str, limit: int) -> None:
 @click.option(
     "--yes", is_flag=True, help="Do not ask first (asked for delete, and for --all without --older-than)."
 )
+@db_option
 def prune_command(
-    url: str, thread_ids: tuple[str, ...], all_threads: bool, older_than: str | None, strategy: str, yes: bool
+    url: str | None,
+    thread_ids: tuple[str, ...],
+    all_threads: bool,
+    older_than: str | None,
+    strategy: str,
+    yes: bool,
+    database_url: str | None,
 ) -> None:
     """Drop old checkpoints (keep-latest) or whole threads (delete), with the values only they used.
 
     With --older-than, keep-latest drops checkpoints created before that age (each thread keeps its
-    latest), and delete removes threads with no activity for that long.
+    latest), and delete removes threads with no activity for that long. URL is the same as --db.
 
-    Example: remem checkpoints prune sqlite:///.remem/remem.db --all --older-than 30d
+    Example: remem checkpoints prune --db sqlite:///.remem/remem.db --all --older-than 30d
     """
+    from remem.cli._render import say
+    from remem.cli._sources import inspect_database, open_checkpointer, require_persistent
+    from remem.errors import NotFoundError
+
     if not thread_ids and not all_threads:
         raise click.UsageError("say which threads to prune: --thread ID (repeatable) or --all")
     age = parse_age(older_than) if older_than is not None else None
-    with checkpointer_from_url(url) as saver:
-        saver = _remem_saver(saver, url)
-        targets = list(thread_ids) or saver.list_threads()
+    db = inspect_database(require_persistent(_database_url(database_url, url)), for_writing=True)
+    with open_checkpointer(db) as opened:
+        saver = _remem_saver(opened, db.shown)
+        known = saver.list_threads()
+        missing = [t for t in thread_ids if t not in set(known)]
+        if missing:
+            raise NotFoundError(
+                f"no thread {', '.join(repr(t) for t in missing)} in {db.shown}; "
+                "`remem checkpoints stats` lists the threads"
+            )
+        targets = list(thread_ids) or known
         if not yes and (strategy == "delete" or (all_threads and older_than is None)):
             what = f"{len(targets)} thread(s)" + (f" idle for {older_than}" if older_than else "")
             doing = "Delete" if strategy == "delete" else "Drop all history but the latest state of"
-            click.confirm(f"{doing} {what} in {url}, for good?", abort=True)
+            click.confirm(f"{doing} {what} in {db.shown}, for good?", abort=True)
         count = saver.prune_threads(targets, strategy=strategy.replace("-", "_"), older_than=age)
     if strategy == "delete":
-        console.print(f"deleted {count} thread(s)")
+        say(f"deleted {count} thread(s) from {db.shown}")
     else:
-        console.print(
-            f"deleted {count} checkpoint(s) from {len(targets)} thread(s); each keeps its latest state"
+        say(
+            f"deleted {count} checkpoint(s) from {len(targets)} thread(s) in {db.shown}; each keeps its latest state"
         )
+
+
+def _database_url(given: str | None, positional: str | None) -> str:
+    return database_url(given, positional)
 
 
 COMMANDS: list[click.Command] = [checkpoints_group]

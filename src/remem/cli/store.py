@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import click
 
-from remem._url import display_url
-from remem.cli._options import db_option
-from remem.cli._render import console, table
-from remem.config import load_settings
-from remem.erasure import ErasureReport, erase, finish_erasures, unfinished_erasures
-from remem.errors import ConfigError, ErasureIncompleteError, NotFoundError, RememUsageError
-from remem.store import open_store
-from remem.threads import parse_database_url
+from remem.cli._options import database_url, db_option, json_option
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
 
@@ -23,12 +15,17 @@ T = TypeVar("T")
 
 
 def _url(database_url: str | None) -> str:
-    url = database_url or load_settings().database_url
-    if parse_database_url(url).kind == "memory":
-        raise ConfigError(
-            "memory:// keeps nothing between runs; pass --db sqlite:///PATH or postgresql://..."
-        )
+    from remem.cli._sources import require_persistent
+
+    url = database_url or _configured_url()
+    require_persistent(url)
     return url
+
+
+def _configured_url() -> str:
+    from remem.config import load_settings
+
+    return load_settings().database_url
 
 
 @click.command("forget")
@@ -65,42 +62,49 @@ def forget_command(
 
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
+    from remem.cli._render import say, show_table
+    from remem.cli._sources import inspect_database, store_url
+    from remem.erasure import erase, finish_erasures, unfinished_erasures
+    from remem.errors import NotFoundError, RememUsageError
+
     given = sum(x is not None for x in (user_id, thread_id, namespace))
     if given > 1:
         raise RememUsageError("give exactly one of --user, --thread or --namespace (or none, to finish)")
     url = _url(database_url)
+    db = inspect_database(url, for_writing=True)  # a missing file is an error, not a new empty database
+    store_url(db)  # a DSN is refused before anything is erased
     if not given:
         reports = _run_reported(lambda: finish_erasures(url, wait=wait))
         if not reports:
-            console.print(f"no unfinished erasure in {display_url(url)}")
+            say(f"no unfinished erasure in {db.shown}")
         for report in reports:
-            console.print(
-                table(f"finished erasure {report.erasure_id}", ["what", "deleted"], report.as_rows())
-            )
+            show_table(f"finished erasure {report.erasure_id}", ["what", "deleted"], report.as_rows())
         return
     scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
-        click.confirm(
-            f"Erase everything stored for {scope} in {display_url(url)}? This cannot be undone", abort=True
-        )
+        click.confirm(f"Erase everything stored for {scope} in {db.shown}? This cannot be undone", abort=True)
     report = _run_reported(
         lambda: erase(url, user_id=user_id, thread_id=thread_id, namespace=namespace, wait=wait)
     )
-    console.print(table(f"forgot {scope}", ["what", "deleted"], report.as_rows()))
+    if not report.removed:  # a typo must not read as a success
+        raise NotFoundError(f"nothing was stored for {scope} in {db.shown}; check the id")
+    show_table(f"forgot {scope} in {db.shown}", ["what", "deleted"], report.as_rows())
     others = unfinished_erasures(url)
     if others:
-        console.print(f"{others} other erasure(s) are unfinished; run `remem forget --db ...` to finish them")
-    if not report.removed:
-        raise NotFoundError(f"nothing was stored for {scope} in {display_url(url)}; check the id")
+        say(f"{others} other erasure(s) are unfinished; run `remem forget --db ...` to finish them")
 
 
 def _run_reported(call: Callable[[], T]) -> T:
     """Run an erasure; when it stops part way, show what it did before the error says why."""
+    from remem.cli._render import show_table
+    from remem.erasure import ErasureReport
+    from remem.errors import ErasureIncompleteError
+
     try:
         return call()
     except ErasureIncompleteError as exc:
         if isinstance(exc.report, ErasureReport):
-            console.print(table("erased so far (unfinished)", ["what", "deleted"], exc.report.as_rows()))
+            show_table("erased so far (unfinished)", ["what", "deleted"], exc.report.as_rows())
         raise
 
 
@@ -110,23 +114,45 @@ def store_group() -> None:
 
 
 @store_group.command("stats")
-@click.argument("url", required=False)
-def stats_command(url: str | None) -> None:
+@click.argument("url", required=False, metavar="[URL]")
+@db_option
+@json_option
+def stats_command(url: str | None, database_url: str | None, as_json: bool) -> None:
     """Show how many items, namespaces and vectors a store holds, by root label.
 
-    Example: remem store stats sqlite:///.remem/remem.db
+    URL is the same as --db (kept for older scripts).
+
+    Example: remem store stats --db sqlite:///.remem/remem.db
     """
-    url = _url(url)
-    with open_store(url) as store:
+    from remem.cli._render import emit_json, show_table
+    from remem.cli._sources import inspect_database, require_persistent, store_url
+    from remem.errors import NotFoundError
+    from remem.store import open_store
+    from remem.threads import parse_database_url
+
+    target = _database_url(database_url, url)
+    require_persistent(target)
+    db = inspect_database(target)
+    if not db.has_store:
+        raise NotFoundError(
+            f"{db.shown} holds no memory store; check --db (`remem threads` lists its threads)"
+        )
+    with open_store(store_url(db)) as store:
         stats = store.stats()
-    rows = [(name, stats[name]) for name in ("items", "namespaces", "vectors", "expiring items")]
-    if url.startswith("sqlite:///") or not url.startswith(("postgres://", "postgresql://")):
-        path = Path(url.removeprefix("sqlite:///"))
-        if path.exists():
-            rows.append(("file size (bytes)", path.stat().st_size))
-    console.print(table(f"store {url}", ["", "count"], rows))
+    counts = {name: stats[name] for name in ("items", "namespaces", "vectors", "expiring items")}
+    parsed = parse_database_url(target)
+    if parsed.kind == "sqlite":
+        counts["file size (bytes)"] = parsed.sqlite_path.stat().st_size
+    if as_json:
+        emit_json({"database": db.shown, **counts, "by_root": dict(stats["by_root"])})
+        return
+    show_table(f"store in {db.shown}", ["", "count"], counts.items())
     if stats["by_root"]:
-        console.print(table("items by root label", ["root", "items"], stats["by_root"].items()))
+        show_table("items by root label", ["root", "items"], stats["by_root"].items())
+
+
+def _database_url(given: str | None, positional: str | None) -> str:
+    return database_url(given, positional)
 
 
 COMMANDS: list[click.Command] = [forget_command, store_group]

@@ -2,60 +2,228 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.markup import escape
 
-from remem.agent import build_agent, run_turn, thread_config
-from remem.cli._options import db_option
-from remem.cli._render import console, preview, show_history, show_snapshot, table
-from remem.config import STRATEGY_NAMES, load_settings
-from remem.demo import DemoTurn, run_demo
-from remem.errors import RememError
-from remem.inspection import reader_graph, thread_history, thread_snapshot
-from remem.models import require_chat_model
-from remem.threads import checkpointer_from_url, display_url, list_threads
+from remem.cli._options import database_url, db_option, full_option, json_option
+from remem.config import STRATEGY_NAMES
+
+if TYPE_CHECKING:
+    from remem.cli._sources import Database
+    from remem.inspection import HistoryRow, ThreadSnapshot
+    from remem.memory import Memory
+
+CHAT_COMMANDS = {
+    "/state": "show the thread's messages, summary and usage",
+    "/history": "list the thread's checkpoints",
+    "/help": "show these commands",
+    "/exit": "leave (also /quit, or Ctrl-D)",
+}
 
 
 @click.command("config")
-def config_command() -> None:
-    """Print the effective settings, secrets masked.
+@db_option
+@json_option
+def config_command(database_url: str | None, as_json: bool) -> None:
+    """Print the effective settings, secrets masked (--db: as that database URL would make them).
 
     Example: REMEM_STRATEGY=trim remem config
     """
+    from remem.cli._render import emit_json, show_table
+    from remem.config import load_settings
+
     settings = load_settings()
-    console.print(table("remem settings", ["setting", "value", "what it is"], settings.describe()))
+    rows = (settings.replace(database_url=database_url) if database_url else settings).describe()
+    if as_json:
+        emit_json({name: value for name, value, _ in rows})
+        return
+    show_table("remem settings", ["setting", "value", "what it is"], rows)
 
 
 @click.command("threads")
 @db_option
-def threads_command(database_url: str | None) -> None:
-    """List the threads stored in a database, newest first.
+@json_option
+def threads_command(database_url: str | None, as_json: bool) -> None:
+    """List the threads in a database, newest first: the agents' (checkpoints) and the memory client's.
 
     Example: remem threads --db sqlite:///.remem/remem.db
     """
-    url = database_url or load_settings().database_url
-    with checkpointer_from_url(url, create=False) as saver:
-        ids = list_threads(saver)
-    console.print(table(f"threads in {display_url(url)}", ["thread"], ([i] for i in ids)))
+    from remem.cli._render import emit_json, say, show_table
+    from remem.cli._sources import inspect_database, open_checkpointer, open_memory
+    from remem.config import load_settings
+    from remem.layout import thread_meta, threads_root
+
+    db = inspect_database(_url(database_url))
+    where: dict[str, list[str]] = {}
+    with open_checkpointer(db) as saver:
+        if saver is not None:
+            from remem.threads import list_threads
+
+            for thread_id in list_threads(saver):
+                where.setdefault(thread_id, []).append("checkpoints")
+    with open_memory(db, load_settings()) as memory:
+        if memory is not None:
+            for namespace in memory.store.list_namespaces(
+                prefix=threads_root(), max_depth=3, limit=1_000_000
+            ):
+                if len(namespace) == 3 and namespace == thread_meta(namespace[1]):
+                    where.setdefault(namespace[1], []).append("memory store")
+    if as_json:
+        emit_json({"database": db.shown, "threads": [{"thread": t, "in": w} for t, w in where.items()]})
+        return
+    show_table(f"threads in {db.shown}", ["thread", "in"], ((t, ", ".join(w)) for t, w in where.items()))
+    if db.has_stock_checkpoints:
+        say(
+            "this database was written by LangGraph's stock checkpointer; remem reads its own tables, "
+            "so import the threads into remem to see them here"
+        )
+    elif not where:
+        say(f"no threads yet in {db.shown}")
+
+
+def _url(given: str | None) -> str:
+    return database_url(given)
+
+
+def _snapshot_json(snapshot: ThreadSnapshot, last: int, source: str) -> dict[str, Any]:
+    from remem.cli._render import message_json
+
+    shown = snapshot.messages[-last:] if last else snapshot.messages
+    return {
+        "source": source,
+        "thread": snapshot.thread_id,
+        "checkpoint": snapshot.checkpoint_id,
+        "created_at": snapshot.created_at,
+        "next": list(snapshot.next),
+        "message_count": len(snapshot.messages),
+        "messages": [message_json(m) for m in shown],
+        "summary": snapshot.summary,
+        "usage": [dict(u) for u in snapshot.usage[-last:]] if last else [dict(u) for u in snapshot.usage],
+        "input_tokens": snapshot.input_tokens,
+        "output_tokens": snapshot.output_tokens,
+    }
+
+
+def show_snapshot(snapshot: ThreadSnapshot, last: int = 10, *, full: bool = False, source: str = "") -> None:
+    from remem.cli._render import message_row, say, show_table
+
+    say(
+        f"thread {snapshot.thread_id}  checkpoint {snapshot.checkpoint_id}  at {snapshot.created_at}"
+        + (f"  (read from {source})" if source else "")
+    )
+    say(f"messages in state: {len(snapshot.messages)}   next: {', '.join(snapshot.next) or '(none)'}")
+    shown = snapshot.messages[-last:] if last else snapshot.messages
+    first = len(snapshot.messages) - len(shown) + 1
+    show_table(
+        f"messages (last {len(shown)} of {len(snapshot.messages)})",
+        ["#", "role", "id", "content"],
+        (message_row(first + i, m, full=full) for i, m in enumerate(shown)),
+    )
+    say("summary: " + (snapshot.summary or "(none yet)"))
+    show_table(
+        "usage (model calls)",
+        ["turn", "node", "model", "input tokens", "output tokens", "latency ms"],
+        (
+            (u["turn"], u["node"], u["model"], u["input_tokens"], u["output_tokens"], u["latency_ms"])
+            for u in (snapshot.usage[-last:] if last else snapshot.usage)
+        ),
+    )
+    say(
+        f"total: {len(snapshot.usage)} calls, {snapshot.input_tokens} input tokens, "
+        f"{snapshot.output_tokens} output tokens"
+    )
+
+
+def show_history(thread_id: str, rows: Sequence[HistoryRow]) -> None:
+    from remem.cli._render import show_table
+
+    show_table(
+        f"history of {thread_id} (newest first)",
+        ["step", "messages", "next", "source", "checkpoint", "created"],
+        ((r.step, r.message_count, ", ".join(r.next), r.source, r.checkpoint_id, r.created_at) for r in rows),
+    )
+
+
+@contextmanager
+def _hint_memory_thread(db: Database, thread_id: str) -> Iterator[None]:
+    """A thread the checkpoints lack may be the memory client's: say so, and which commands show it."""
+    from remem.cli._sources import open_memory
+    from remem.config import load_settings
+    from remem.errors import NotFoundError
+
+    try:
+        yield
+    except NotFoundError as exc:
+        with open_memory(db, load_settings()) as memory:
+            if memory is None or not _has_thread(memory, thread_id):
+                raise
+        raise NotFoundError(
+            f"thread {thread_id!r} is the memory client's (in the memory store of {db.shown}), not an agent's: "
+            f"it has no checkpoints; `remem summary`, `remem card` and `remem search --thread` show it"
+        ) from exc
+
+
+def _has_thread(memory: Memory, thread_id: str) -> bool:
+    from remem.errors import NotFoundError
+
+    try:
+        memory.get_thread(thread_id)
+    except NotFoundError:
+        return False
+    return True
+
+
+def _no_checkpoints(shown: str) -> Exception:
+    from remem.errors import NotFoundError
+
+    return NotFoundError(
+        f"{shown} holds no checkpoints; `remem threads --db URL` shows what a database holds"
+    )
 
 
 @click.command("state")
 @click.argument("thread_id")
 @click.option("--checkpoint", "checkpoint_id", help="Show the state at this checkpoint (time travel).")
 @click.option(
-    "--last", default=10, show_default=True, help="How many of the latest messages to show (0: all)."
+    "--last",
+    default=10,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Latest messages to show (0: all).",
 )
 @db_option
-def state_command(thread_id: str, checkpoint_id: str | None, last: int, database_url: str | None) -> None:
-    """Show a thread's messages, summary, next nodes and usage.
+@full_option
+@json_option
+def state_command(
+    thread_id: str, checkpoint_id: str | None, last: int, database_url: str | None, full: bool, as_json: bool
+) -> None:
+    """Show a thread's messages (tool calls with their arguments), summary, next nodes and usage.
 
-    Example: remem state demo-20261129-101500 --last 5
+    Example: remem state demo-20261129-101500 --last 5 --full
     """
-    url = database_url or load_settings().database_url
-    with checkpointer_from_url(url, create=False) as saver:
-        show_snapshot(thread_snapshot(reader_graph(saver), thread_id, checkpoint_id), last)
+    from remem.cli._render import emit_json
+    from remem.cli._sources import inspect_database, open_checkpointer
+    from remem.inspection import reader_graph, thread_snapshot
+
+    db = inspect_database(_url(database_url))
+    with open_checkpointer(db) as saver:
+        if saver is None:
+            raise _no_checkpoints(db.shown)
+        with _hint_memory_thread(db, thread_id):
+            snapshot = thread_snapshot(reader_graph(saver), thread_id, checkpoint_id)
+    source = f"checkpoints in {db.shown}"
+    if as_json:
+        emit_json(_snapshot_json(snapshot, last, source))
+    else:
+        show_snapshot(snapshot, last, full=full, source=source)
 
 
 @click.command("history")
@@ -64,14 +232,50 @@ def state_command(thread_id: str, checkpoint_id: str | None, last: int, database
     "--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Most checkpoints to list."
 )
 @db_option
-def history_command(thread_id: str, limit: int, database_url: str | None) -> None:
+@json_option
+def history_command(thread_id: str, limit: int, database_url: str | None, as_json: bool) -> None:
     """List a thread's checkpoints: step, message count, next node.
 
     Example: remem history demo-20261129-101500 --limit 20
     """
-    url = database_url or load_settings().database_url
-    with checkpointer_from_url(url, create=False) as saver:
-        show_history(thread_id, thread_history(reader_graph(saver), thread_id, limit))
+    from remem.cli._render import emit_json, say
+    from remem.cli._sources import inspect_database, open_checkpointer
+    from remem.inspection import reader_graph, thread_history
+
+    db = inspect_database(_url(database_url))
+    with open_checkpointer(db) as saver:
+        if saver is None:
+            raise _no_checkpoints(db.shown)
+        with _hint_memory_thread(db, thread_id):
+            rows = thread_history(reader_graph(saver), thread_id, limit)
+    if as_json:
+        emit_json(
+            {
+                "source": f"checkpoints in {db.shown}",
+                "thread": thread_id,
+                "checkpoints": [
+                    {
+                        "step": r.step,
+                        "checkpoint": r.checkpoint_id,
+                        "created_at": r.created_at,
+                        "message_count": r.message_count,
+                        "next": list(r.next),
+                        "source": r.source,
+                    }
+                    for r in rows
+                ],
+            }
+        )
+        return
+    show_history(thread_id, rows)
+    say(f"read from checkpoints in {db.shown}")
+
+
+def _chat_help() -> None:
+    from remem.cli._render import say
+
+    say("commands: " + "; ".join(f"{name}: {what}" for name, what in CHAT_COMMANDS.items()))
+    say("anything else is sent to the model (start a message with // to send one that begins with /)")
 
 
 @click.command("chat")
@@ -81,16 +285,25 @@ def history_command(thread_id: str, limit: int, database_url: str | None) -> Non
 )
 @db_option
 def chat_command(thread_id: str, strategy: str | None, database_url: str | None) -> None:
-    """Talk to the configured model with memory. /state, /history and /exit inside.
+    """Talk to the configured model with memory. /state, /history, /help and /exit inside.
 
     Example: REMEM_LLM_MODEL=llama3.2 REMEM_LLM_BASE_URL=http://localhost:11434/v1 remem chat --thread work
     """
+    from remem.agent import build_agent, run_turn, thread_config
+    from remem.cli._render import error_line, say
+    from remem.cli._sources import writable
+    from remem.config import load_settings
+    from remem.errors import RememError
+    from remem.inspection import thread_history, thread_snapshot
+    from remem.models import require_chat_model
+    from remem.threads import checkpointer_from_url, display_url
+
     settings = load_settings()
     model = require_chat_model(settings)
-    url = database_url or settings.database_url
+    url = writable(database_url or settings.database_url)
     with checkpointer_from_url(url) as saver:
         agent = build_agent(model, strategy=strategy, checkpointer=saver, settings=settings)
-        console.print(f"thread {thread_id} on {display_url(url)} ({agent.name}). /state, /history, /exit")
+        say(f"thread {thread_id} on {display_url(url)} ({agent.name}). /help lists the commands")
         while True:
             try:
                 line = click.prompt("you", prompt_suffix="> ", default="", show_default=False)
@@ -106,13 +319,34 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
                     show_snapshot(thread_snapshot(agent, thread_id))
                 elif text == "/history":
                     show_history(thread_id, thread_history(agent, thread_id))
+                elif text.startswith("/") and not text.startswith("//"):
+                    if text != "/help":
+                        say(f"unknown command {text.split()[0]}; nothing was sent to the model")
+                    _chat_help()
                 else:
-                    reply = run_turn(agent, thread_id, text, max_message_chars=settings.max_message_chars)
-                    console.print("[bold]assistant[/bold]> " + escape(reply.text))
+                    message = text[1:] if text.startswith("//") else text
+                    reply = run_turn(agent, thread_id, message, max_message_chars=settings.max_message_chars)
+                    say("assistant> " + reply.text)
             except RememError as exc:
-                console.print("[red]Error:[/red] " + escape(str(exc)))
+                say("Error: " + error_line(exc), style="red")
         values = agent.get_state(thread_config(thread_id)).values
-        console.print(f"bye: {len(values.get('messages', []))} messages in state for thread {thread_id}")
+        say(f"bye: {len(values.get('messages', []))} messages in state for thread {thread_id}")
+
+
+def remem_command() -> str:
+    """How to run this ``remem`` again: ``remem`` when that is what the PATH finds, else its full path."""
+    here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    on_path = shutil.which("remem")
+    if here is not None and here.name == "remem" and here.is_file():
+        if on_path and Path(on_path).resolve() == here:
+            return "remem"
+        return str(here)
+    if on_path:
+        return "remem"
+    beside = Path(sys.executable).parent / "remem"  # run as `python -m` or from a test
+    return (
+        str(beside) if beside.is_file() and os.access(beside, os.X_OK) else f"{sys.executable} -m remem.cli"
+    )
 
 
 @click.command("demo")
@@ -120,51 +354,64 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
 @click.option(
     "--strategy", type=click.Choice(STRATEGY_NAMES), help="Memory strategy (default: REMEM_STRATEGY)."
 )
-def demo_command(database_url: str | None, strategy: str | None) -> None:
+@click.option(
+    "--turns",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Replay only the first N turns (default: all 65).",
+)
+def demo_command(database_url: str | None, strategy: str | None, turns: int | None) -> None:
     """Replay a 65-turn conversation through the agent, offline, and show what memory did each turn.
 
     Example: remem demo --strategy trim
     """
+    from remem.cli._render import clean, console, preview, say, show_table
+    from remem.cli._sources import writable
+    from remem.config import load_settings
+    from remem.demo import DemoTurn, run_demo
+    from remem.threads import display_url
+
     overrides: dict[str, Any] = {
         k: v for k, v in {"database_url": database_url, "strategy": strategy}.items() if v
     }
     settings = load_settings(**overrides)
-    console.print(
-        f"remem demo: strategy {settings.strategy}, database {settings.database_url}, no LLM needed"
-    )
-    header = f"{'turn':>4}  {'in state':>8}  {'tokens sent':>11}  {'full history':>12}  {'summary':<9}  user"
-    console.print(header)
+    writable(settings.database_url)
+    shown = display_url(settings.database_url)
+    say(f"remem demo: strategy {settings.strategy}, database {shown}, no LLM needed")
+    say(f"{'turn':>4}  {'in state':>8}  {'tokens sent':>11}  {'full history':>12}  {'summary':<9}  user")
 
     def show(t: DemoTurn) -> None:
         note = "refreshed" if t.summary_refreshed else ""
         recall = "" if t.recall is None else ("  ✓ recalled" if t.recalled else "  ✗ forgotten")
-        console.print(
+        say(
             f"{t.turn:>4}  {t.messages_in_state:>8}  {t.tokens_seen:>11}  {t.tokens_full_history:>12}  "
-            f"{note:<9}  {preview(t.user, 48)}{recall}",
-            markup=False,
+            f"{note:<9}  {preview(t.user, 48)}{recall}"
         )
 
-    report = run_demo(settings, on_turn=show)
+    report = run_demo(settings, on_turn=show, turns=turns)
     got, asked = report.recalled
     saved = 1 - report.tokens_seen / max(report.tokens_full_history, 1)
-    console.print()
-    console.print(
-        table(
-            "final state",
-            ["", ""],
-            [
-                ("thread", report.thread_id),
-                ("messages in state", report.messages_in_state),
-                ("tokens the model saw", report.tokens_seen),
-                ("tokens with full history", report.tokens_full_history),
-                ("saved", f"{saved:.0%}"),
-                ("facts recalled", f"{got}/{asked}"),
-            ],
-        )
+    console().print()
+    show_table(
+        "final state",
+        ["", ""],
+        [
+            ("thread", report.thread_id),
+            ("messages in state", report.messages_in_state),
+            ("tokens the model saw", report.tokens_seen),
+            ("tokens with full history", report.tokens_full_history),
+            ("saved", f"{saved:.0%}"),
+            ("facts recalled", f"{got}/{asked}"),
+        ],
     )
-    console.print("[bold]rolling summary[/bold]:")
-    console.print(report.summary or "(none)", markup=False)
-    console.print(f"\nInspect it: remem state {report.thread_id}   remem history {report.thread_id}")
+    say("rolling summary:", style="bold")
+    say(report.summary or "(none)")
+    remem = remem_command()
+    # The database again if it was not the configured one: a user is no secret (a password is masked).
+    again = shown if shown.startswith("sqlite") else clean(database_url or "")
+    db = "" if database_url is None else f" --db {shlex.quote(again)}"
+    say("")
+    say(f"Inspect it: {remem} state {report.thread_id}{db}   {remem} history {report.thread_id}{db}")
 
 
 COMMANDS = [config_command, chat_command, threads_command, state_command, history_command, demo_command]

@@ -1,0 +1,5 @@
+"""``python -m remem.cli``: the ``remem`` command."""
+
+from remem.cli import main
+
+main()

@@ -1,0 +1,78 @@
+"""No command shows a database password: not in its output, its prompts or its errors.
+
+The machine's PostgreSQL trusts local connections, so it accepts any password: the URLs below carry one in
+each form libpq takes (``user:password@``, ``?password=``, a key=value DSN), and every command (found from
+the click group) runs against them, reading real data, and against a server that is not there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from tests.cli_commands import all_commands, run, seed
+
+PASSWORD = "Pw-h0ney-badger-77"
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("REMEM_") or name == "OPENAI_API_KEY":
+            monkeypatch.delenv(name)
+
+
+def _forms(url: str) -> dict[str, str]:
+    info = conninfo_to_dict(url)
+    user = info.get("user", "postgres")
+    rest = f"{info['host']}:{info.get('port', 5432)}/{info['dbname']}"
+    return {
+        "userinfo": f"postgresql://{user}:{PASSWORD}@{rest}",
+        "query": f"postgresql://{user}@{rest}?password={PASSWORD}",
+        "dsn": (
+            f"host={info['host']} port={info.get('port', 5432)} dbname={info['dbname']} "
+            f"user={user} password={PASSWORD}"
+        ),
+    }
+
+
+def _assert_hidden(path: tuple[str, ...], output: str) -> None:
+    assert PASSWORD not in output, (path, output)
+    assert PASSWORD not in output.replace("\n", ""), (path, output)  # not even across a wrapped line
+    assert "Traceback" not in output, (path, output)
+
+
+@pytest.mark.parametrize("form", ["userinfo", "query", "dsn"])
+def test_no_command_shows_the_password(pg_url: str, form: str, tmp_path: Path) -> None:
+    url = _forms(pg_url)[form]
+    seed(pg_url)
+    codes = {}
+    for path in all_commands():
+        result = run(path, url)
+        _assert_hidden(path, result.output)
+        codes[path] = result.exit_code
+    if form != "dsn":  # a DSN is refused by the memory store's commands (clearly, and masked)
+        assert all(code == 0 for code in codes.values()), codes
+    assert list(tmp_path.iterdir()) == []  # no file named after the DSN, no stray SQLite file
+    # The configured URL (REMEM_DATABASE_URL) instead of --db: `remem config` shows it, masked.
+    shown = run(("config",), None, env={"REMEM_DATABASE_URL": url})
+    _assert_hidden(("config",), shown.output)
+    assert shown.exit_code == 0 and "***" in shown.output
+
+
+def test_no_error_shows_the_password(tmp_path: Path) -> None:
+    for url in [
+        f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/nowhere",  # no server there
+        f"postgresql://postgres:{PASSWORD}@127.0.0.1:5432/no_such_database_here",
+        f"host=127.0.0.1 port=1 dbname=x user=postgres password={PASSWORD}",
+    ]:
+        for path in all_commands():
+            result = run(path, url)
+            _assert_hidden(path, result.output)
+            if path != ("config",):
+                assert result.exit_code == 1 and result.stderr.startswith("Error: "), (path, result.output)
