@@ -8,6 +8,8 @@ import importlib
 import importlib.util
 import inspect
 import pkgutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -103,11 +105,8 @@ def test_every_public_name_imported_into_the_package_is_exported() -> None:
 
 
 def _error_classes() -> list[type[BaseException]]:
-    return [
-        value
-        for value in vars(remem.errors).values()
-        if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == "remem.errors"
-    ]
+    values = [getattr(remem.errors, name) for name in remem.errors.__all__]  # NamespaceError is lazy
+    return [v for v in values if inspect.isclass(v) and issubclass(v, BaseException)]
 
 
 def test_errors_have_one_root_and_usage_errors_are_value_errors() -> None:
@@ -122,10 +121,20 @@ def test_errors_have_one_root_and_usage_errors_are_value_errors() -> None:
 
 
 def test_every_error_knows_its_exit_code() -> None:
+    # 2 when the input or the configuration is wrong; 1 otherwise, and for something that is not there.
     for cls in _error_classes():
-        # Not found is a well-formed request for something absent: exit 1 (issue 10), usage errors 2.
         usage = issubclass(cls, remem.RememUsageError) and not issubclass(cls, remem.NotFoundError)
         assert cls("x").exit_code == (2 if usage else 1), cls
+
+
+def test_importing_the_errors_loads_no_heavy_library() -> None:
+    # The CLI imports remem.errors before it knows what a command needs.
+    code = "import sys, remem.errors\nprint(sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'langchain_core'}))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+    from langgraph.store.base import InvalidNamespaceError
+
+    assert issubclass(remem.errors.NamespaceError, InvalidNamespaceError)  # defined on first use
 
 
 def test_no_exception_class_is_defined_outside_errors() -> None:

@@ -3,7 +3,8 @@
 Every error is a ``RememError``. Errors the caller can fix (bad input, bad configuration)
 are ``RememUsageError`` and also ``ValueError``; errors of the environment (a database that is
 down, a model endpoint that fails) are ``RememRuntimeError``. Every message says what to do next, and
-every class knows the exit code the ``remem`` command ends with (``exit_code``: 2 usage, 1 runtime).
+every class knows the exit code the ``remem`` command ends with (``exit_code``: 2 when the input or the
+configuration is wrong, 1 otherwise; a thread or item that is not there is 1).
 
     RememError
     ├── RememUsageError (ValueError)        the caller can fix it
@@ -28,9 +29,8 @@ every class knows the exit code the ``remem`` command ends with (``exit_code``: 
 
 from __future__ import annotations
 
-from typing import ClassVar
-
-from langgraph.store.base import InvalidNamespaceError
+import threading
+from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "ArgumentTypeError",
@@ -78,15 +78,38 @@ class InvalidMessagesError(RememUsageError):
 class NotFoundError(RememUsageError):
     """A thread, checkpoint or item that was asked for does not exist."""
 
-    exit_code: ClassVar[int] = 1  # the command was well formed; what it names is not there
+    exit_code: ClassVar[int] = 1  # nothing was wrong with how the command was typed
 
 
 class BudgetExceededError(RememUsageError):
     """A call would pass the configured token budget for the turn or the session."""
 
 
-class NamespaceError(RememUsageError, InvalidNamespaceError):
-    """A namespace label cannot be stored faithfully (also LangGraph's ``InvalidNamespaceError``)."""
+if TYPE_CHECKING:
+    from langgraph.store.base import InvalidNamespaceError
+
+    class NamespaceError(RememUsageError, InvalidNamespaceError):
+        """A namespace label cannot be stored faithfully (also LangGraph's ``InvalidNamespaceError``)."""
+
+else:
+    # NamespaceError is also LangGraph's InvalidNamespaceError, so langgraph must be loaded to define it;
+    # it is defined on first use, so that importing this module (the CLI does, for --help) stays light.
+    _namespace_error_lock = threading.Lock()
+
+    def __getattr__(name: str) -> Any:
+        if name != "NamespaceError":
+            raise AttributeError(f"module 'remem.errors' has no attribute {name!r}")
+        with _namespace_error_lock:
+            if "NamespaceError" not in globals():
+                from langgraph.store.base import InvalidNamespaceError
+
+                class NamespaceError(RememUsageError, InvalidNamespaceError):
+                    """A namespace label cannot be stored faithfully (also LangGraph's
+                    ``InvalidNamespaceError``)."""
+
+                NamespaceError.__module__, NamespaceError.__qualname__ = __name__, "NamespaceError"
+                globals()["NamespaceError"] = NamespaceError
+        return globals()["NamespaceError"]
 
 
 class InvalidFilterError(RememUsageError):

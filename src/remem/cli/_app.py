@@ -46,7 +46,7 @@ class _RememGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise  # click prints these itself, with its own exit codes
-        except RememError as exc:  # each error knows its exit code: 2 usage, 1 runtime (not found: 1)
+        except RememError as exc:  # each error knows its exit code (remem.errors)
             _fail(exc, exc.exit_code)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
