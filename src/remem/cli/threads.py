@@ -81,10 +81,15 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
         return
     show_table(f"threads in {db.shown}", ["thread", "in"], ((t, ", ".join(w)) for t, w in where.items()))
     if db.has_stock_checkpoints:
-        say(
-            "this database was written by LangGraph's stock checkpointer; remem reads its own tables, "
-            "so import the threads into remem to see them here"
+        message = (
+            f"{db.shown} was written by LangGraph's stock saver; remem reads its own tables: copy its threads "
+            f"with `remem import {db.shown}`"
         )
+        if not where:  # nothing remem can show: an error, so a script does not take it for an empty database
+            from remem.errors import NotFoundError
+
+            raise NotFoundError(message)
+        say(message)
     elif not where:
         say(f"no threads yet in {db.shown}")
 
