@@ -41,8 +41,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remem._url import parse_database_url
 from remem.store._base import RememStoreBase
 from remem.store._core import InvalidFilterError, NamespaceError, ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
@@ -145,12 +147,12 @@ async def aforget(
 
 
 @contextmanager
-def open_store(url: str, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
-    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, or ``:memory:``."""
-    if url.startswith(("postgres://", "postgresql://")):
+def open_store(url: str | Path, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
+    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``."""
+    if parse_database_url(url).kind == "postgres":
         from remem.store.postgres import PostgresStore
 
-        with PostgresStore.from_conn_string(url, index=index) as pg:
+        with PostgresStore.from_conn_string(str(url), index=index) as pg:
             yield pg
     else:
         with SqliteStore.from_conn_string(url, index=index) as lite:

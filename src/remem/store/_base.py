@@ -13,7 +13,7 @@ import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
-from langgraph.store.base import BaseStore, IndexConfig, Op, Result, SearchOp, TTLConfig
+from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
 
 from remem.embeddings import embed_array
 from remem.errors import RememUsageError
@@ -85,7 +85,8 @@ class RememStoreBase(BaseStore):
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         raise NotImplementedError
 
-    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+    def _transaction(self, write: bool) -> contextlib.AbstractContextManager[None]:
+        """One transaction; ``write``: it may write, so it starts as a writer (SQLite: BEGIN IMMEDIATE)."""
         raise NotImplementedError
 
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
@@ -103,21 +104,27 @@ class RememStoreBase(BaseStore):
 
     # -------------------------------------------------- driver
 
-    def _run(self, program: Program) -> Any:
+    def _run(self, program: Program, *, write: bool) -> Any:
         changes: list[prog.VecChanged] = []
+        touched: list[int] = []
         with self._lock:
-            with self._transaction():
+            with self._transaction(write):
                 try:
                     request = next(program)
                     while True:
-                        request = program.send(self._handle(request, changes))
+                        request = program.send(self._handle(request, changes, touched))
                 except StopIteration as stop:
                     result = stop.value
             if changes:
                 self._vectors_changed(changes)
+            if touched:
+                self._run(prog.refresh_program(self.dialect, sorted(set(touched)), _now()), write=True)
         return result
 
-    def _handle(self, request: prog.Request, changes: list[prog.VecChanged]) -> Any:
+    def _handle(self, request: prog.Request, changes: list[prog.VecChanged], touched: list[int]) -> Any:
+        if isinstance(request, prog.Touch):
+            touched.extend(request.ids)
+            return None
         if isinstance(request, prog.Sql | prog.Many):
             return self._execute(request)
         if isinstance(request, prog.Embed):
@@ -133,7 +140,11 @@ class RememStoreBase(BaseStore):
     # -------------------------------------------------- BaseStore
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        return self._run(prog.batch_program(self.dialect, self.plan, ops, self.search_mode))  # type: ignore[no-any-return]
+        ops = list(ops)
+        write = any(isinstance(op, PutOp) for op in ops)
+        return self._run(  # type: ignore[no-any-return]
+            prog.batch_program(self.dialect, self.plan, ops, self.search_mode), write=write
+        )
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
@@ -160,7 +171,7 @@ class RememStoreBase(BaseStore):
             query,
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
-        return self._run(prog.search_program(self.dialect, self.plan, op, mode, _now()))  # type: ignore[no-any-return]
+        return self._run(prog.search_program(self.dialect, self.plan, op, mode, _now()), write=False)  # type: ignore[no-any-return]
 
     async def ahybrid_search(
         self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
@@ -186,7 +197,9 @@ class RememStoreBase(BaseStore):
         """
         prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
         owner = ("user_id", user_id) if user_id is not None else None
-        report, values = self._run(_erasure.forget_program(self.dialect, prefixes, matches, scopes, owner))
+        report, values = self._run(
+            _erasure.forget_program(self.dialect, prefixes, matches, scopes, owner), write=True
+        )
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()
@@ -205,7 +218,7 @@ class RememStoreBase(BaseStore):
 
     def sweep_ttl(self) -> int:
         """Delete expired items now; returns how many."""
-        return self._run(_erasure.sweep_program(self.dialect, _now()))  # type: ignore[no-any-return]
+        return self._run(_erasure.sweep_program(self.dialect, _now()), write=True)  # type: ignore[no-any-return]
 
     async def asweep_ttl(self) -> int:
         """Async version of :meth:`sweep_ttl`."""
@@ -241,7 +254,7 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        return self._run(_erasure.stats_program(self.dialect))  # type: ignore[no-any-return]
+        return self._run(_erasure.stats_program(self.dialect), write=False)  # type: ignore[no-any-return]
 
 
 def _now() -> float:

@@ -59,15 +59,23 @@ class KwSearch:
 
 
 @dataclass(frozen=True)
+class Touch:
+    """Items read with ``refresh_ttl`` whose expiry to push back: done after the read, in a write
+    transaction of its own, so that a read never upgrades itself to a writer (which cannot wait)."""
+
+    ids: list[int]
+
+
+@dataclass(frozen=True)
 class VecChanged:
     removed: list[int]
     added: list[tuple[int, int, npt.NDArray[np.float32]]]
 
 
-Request = Sql | Many | Embed | VecSearch | KwSearch | VecChanged
+Request = Sql | Many | Embed | VecSearch | KwSearch | Touch | VecChanged
 Program = Generator[Request, Any, Any]
 
-_ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at"
+_ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
 _CHUNK = 500
 
@@ -189,7 +197,15 @@ def _item(row: Sequence[Any], score: float | None = None) -> Item:
     )
 
 
-def _refresh(d: Dialect, ids: list[int], now: float) -> Program:
+def _touch(rows: Iterable[Sequence[Any]]) -> Program:
+    """Ask for the expiry of these item rows (those with a TTL) to be refreshed after the read."""
+    ids = [int(r[0]) for r in rows if r[6] is not None]
+    if ids:
+        yield Touch(ids)
+
+
+def refresh_program(d: Dialect, ids: list[int], now: float) -> Program:
+    """Push back the expiry of items read with ``refresh_ttl`` (a write; see :class:`Touch`)."""
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("id", ids[start : start + _CHUNK])
         yield Sql(
@@ -204,15 +220,15 @@ def _refresh(d: Dialect, ids: list[int], now: float) -> Program:
 def get_program(d: Dialect, op: GetOp, now: float) -> Program:
     rows = yield Sql(
         d.q(
-            f"SELECT {_ITEM_COLS}, i.ttl_minutes FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
             f"WHERE n.path = ? AND i.key = ? AND {_LIVE}"
         ),
         [core.ns_path(op.namespace), op.key, now],
     )
     if not rows:
         return None
-    if op.refresh_ttl and rows[0][6] is not None:
-        yield from _refresh(d, [rows[0][0]], now)
+    if op.refresh_ttl:
+        yield from _touch(rows[:1])
     return _item(rows[0])
 
 
@@ -290,8 +306,8 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
     if not op.query or not op.query.strip():
         rows = yield from _filtered_rows(d, prefix, filt, now, (offset, limit))
         items = [_search_item(r, None, "list", {}) for r in rows]
-        if op.refresh_ttl and rows:
-            yield from _refresh(d, [r[0] for r in rows], now)
+        if op.refresh_ttl:
+            yield from _touch(rows)
         return items
     if mode == "vector" and plan is None:
         raise ConfigError(
@@ -336,8 +352,8 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
     rows_by_id = yield from _rows_by_id(d, [i for i, _ in ranked[: depth + 8]], now)
     live = [(i, s) for i, s in ranked if i in rows_by_id][offset:depth]
-    if op.refresh_ttl and live:
-        yield from _refresh(d, [i for i, _ in live], now)
+    if op.refresh_ttl:
+        yield from _touch(rows_by_id[i] for i, _ in live)
     return [_search_item(rows_by_id[i], s, mode, scores[i]) for i, s in live]
 
 

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 from langgraph.store.base import IndexConfig, TTLConfig
 
-from remem.errors import MissingDependencyError, StorageError
+from remem._secrets import mask_secrets
+from remem._url import display_url, parse_database_url
+from remem.errors import ConfigError, MissingDependencyError, StorageError
 
 try:
     import psycopg
@@ -198,7 +200,7 @@ class PostgresStore(RememStoreBase):
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, write: bool) -> Iterator[None]:
         if not self._is_setup:
             self.setup()
         try:
@@ -323,12 +325,22 @@ class PostgresStore(RememStoreBase):
         return True
 
 
+def _dsn(conn_string: str) -> str:
+    parsed = parse_database_url(conn_string)
+    if parsed.kind != "postgres":
+        raise ConfigError(
+            f"{display_url(conn_string)} is not a PostgreSQL URL; open it with SqliteStore (or open_store)"
+        )
+    return parsed.target
+
+
 def _connect(conn_string: str) -> psycopg.Connection[Any]:
+    dsn = _dsn(conn_string)
     try:
-        return psycopg.connect(conn_string, autocommit=True, connect_timeout=10)
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         raise StorageError(
-            f"cannot connect to PostgreSQL: {exc}; check the URL and that the server is up"
+            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
         ) from exc
 
 
