@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
@@ -74,6 +74,7 @@ class RememStoreBase(BaseStore):
             )
         self.index_config = dict(index) if index else None
         self.plan = IndexPlan.from_config(index)
+        self.embeddings = self.plan.embed if self.plan else None  # as LangGraph's stores name it
         self.ttl_config = ttl
         self.search_mode: SearchMode = search_mode
         self._lock = threading.RLock()
@@ -104,10 +105,12 @@ class RememStoreBase(BaseStore):
 
     # -------------------------------------------------- driver
 
-    def _run(self, program: Program, *, write: bool) -> Any:
+    def _run(self, make: Callable[[], Program], *, write: bool) -> Any:
+        """Run the program ``make()`` builds in one transaction (a backend may build it again to retry)."""
         changes: list[prog.VecChanged] = []
         touched: list[int] = []
         with self._lock:
+            program = make()
             with self._transaction(write):
                 try:
                     request = next(program)
@@ -118,7 +121,8 @@ class RememStoreBase(BaseStore):
             if changes:
                 self._vectors_changed(changes)
             if touched:
-                self._run(prog.refresh_program(self.dialect, sorted(set(touched)), _now()), write=True)
+                ids = sorted(set(touched))
+                self._run(lambda: prog.refresh_program(self.dialect, ids, _now()), write=True)
         return result
 
     def _handle(self, request: prog.Request, changes: list[prog.VecChanged], touched: list[int]) -> Any:
@@ -143,7 +147,7 @@ class RememStoreBase(BaseStore):
         ops = list(ops)
         write = any(isinstance(op, PutOp) for op in ops)
         return self._run(  # type: ignore[no-any-return]
-            prog.batch_program(self.dialect, self.plan, ops, self.search_mode), write=write
+            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode), write=write
         )
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -171,7 +175,7 @@ class RememStoreBase(BaseStore):
             query,
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
-        return self._run(prog.search_program(self.dialect, self.plan, op, mode, _now()), write=False)  # type: ignore[no-any-return]
+        return self._run(lambda: prog.search_program(self.dialect, self.plan, op, mode, _now()), write=False)  # type: ignore[no-any-return]
 
     async def ahybrid_search(
         self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
@@ -198,7 +202,7 @@ class RememStoreBase(BaseStore):
         prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
         owner = ("user_id", user_id) if user_id is not None else None
         report, values = self._run(
-            _erasure.forget_program(self.dialect, prefixes, matches, scopes, owner), write=True
+            lambda: _erasure.forget_program(self.dialect, prefixes, matches, scopes, owner), write=True
         )
         self._evict_texts(values)
         with self._lock:
@@ -216,25 +220,30 @@ class RememStoreBase(BaseStore):
         texts = [t for raw in values for _, t in core.texts_for(core.loads(raw), self.plan.fields)]
         evict(texts)
 
-    def sweep_ttl(self) -> int:
-        """Delete expired items now; returns how many."""
-        return self._run(_erasure.sweep_program(self.dialect, _now()), write=True)  # type: ignore[no-any-return]
+    def _setup_now(self) -> None:
+        """Create or migrate the tables (idempotent): the backend's ``setup``, sync or async."""
+        raise NotImplementedError
+
+    def _sweep_now(self) -> int:
+        return self._run(lambda: _erasure.sweep_program(self.dialect, _now()), write=True)  # type: ignore[no-any-return]
 
     async def asweep_ttl(self) -> int:
-        """Async version of :meth:`sweep_ttl`."""
-        return await asyncio.to_thread(self.sweep_ttl)
+        """Delete expired items now; returns how many."""
+        return await asyncio.to_thread(self._sweep_now)
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
-        """Sweep expired items every ``sweep_interval_minutes`` (default: the TTL config's, else 5) in a thread."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+    def _sweep_interval(self, sweep_interval_minutes: float | None) -> float:
+        return float(sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5)
+
+    def _start_sweeper_thread(self, sweep_interval_minutes: float | None) -> threading.Thread:
+        minutes = self._sweep_interval(sweep_interval_minutes)
         if self._sweeper is not None and self._sweeper.is_alive():
             return self._sweeper
         self._sweeper_stop.clear()
 
         def loop() -> None:
-            while not self._sweeper_stop.wait(float(minutes) * 60):
+            while not self._sweeper_stop.wait(minutes * 60):
                 try:
-                    self.sweep_ttl()
+                    self._sweep_now()
                 except Exception:  # keep sweeping; the next round retries
                     logger.exception("TTL sweep failed; retrying at the next interval")
 
@@ -242,8 +251,7 @@ class RememStoreBase(BaseStore):
         self._sweeper.start()
         return self._sweeper
 
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper thread; True if it stopped."""
+    def _stop_sweeper_thread(self, timeout: float | None) -> bool:
         self._sweeper_stop.set()
         if self._sweeper is None:
             return True
@@ -254,7 +262,7 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        return self._run(_erasure.stats_program(self.dialect), write=False)  # type: ignore[no-any-return]
+        return self._run(lambda: _erasure.stats_program(self.dialect), write=False)  # type: ignore[no-any-return]
 
 
 def _now() -> float:
@@ -263,11 +271,61 @@ def _now() -> float:
     return time.time()
 
 
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+class SyncStore(RememStoreBase):
+    """The lifecycle methods of a sync store, as LangGraph's sync stores spell them."""
+
+    def setup(self) -> None:
+        """Create or migrate the tables (idempotent; safe from several processes at once)."""
+        self._setup_now()
+
+    def sweep_ttl(self) -> int:
+        """Delete expired items now; returns how many."""
+        return self._sweep_now()
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: the TTL config's, else 5) in a thread."""
+        return self._start_sweeper_thread(sweep_interval_minutes)
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; True if it stopped."""
+        return self._stop_sweeper_thread(timeout)
 
 
-@contextlib.asynccontextmanager
-async def _anothing() -> AsyncIterator[None]:
-    yield
+class AsyncStore(RememStoreBase):
+    """The lifecycle methods of an async store, awaitable as in LangGraph's async stores."""
+
+    _sweeper_task: asyncio.Task[None] | None = None
+
+    async def setup(self) -> None:
+        """Async version of :meth:`SyncStore.setup`."""
+        await asyncio.to_thread(self._setup_now)
+
+    async def sweep_ttl(self) -> int:
+        """Async version of :meth:`SyncStore.sweep_ttl`."""
+        return await self.asweep_ttl()
+
+    async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` in a task on the running loop."""
+        if self._sweeper_task is not None and not self._sweeper_task.done():
+            return self._sweeper_task
+        seconds = self._sweep_interval(sweep_interval_minutes) * 60
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    await self.asweep_ttl()
+                except Exception:  # keep sweeping; the next round retries
+                    logger.exception("TTL sweep failed; retrying at the next interval")
+
+        self._sweeper_task = asyncio.create_task(loop(), name="remem-ttl-sweeper")
+        return self._sweeper_task
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper task; True if it stopped."""
+        task, self._sweeper_task = self._sweeper_task, None
+        if task is None or task.done():
+            return True
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        return bool(done)

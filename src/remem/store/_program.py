@@ -129,6 +129,10 @@ class Dialect:
     def keyword_deletes(self, ids: Sequence[int]) -> list[Sql]:
         return []
 
+    def keyword_relevance(self, raw: float) -> float:
+        """A keyword score mapped into [0, 1], higher is better (bm25 is unbounded: s / (1 + s))."""
+        return max(raw, 0.0) / (1.0 + max(raw, 0.0))
+
     def vector_param(self, vec: npt.NDArray[np.float32]) -> Any:
         return np.asarray(vec, dtype=np.float32).tobytes()
 
@@ -335,6 +339,7 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
         terms = core.query_terms(op.query)
         if terms:
             keyword = yield KwSearch(terms, fetch, ns_ids, allowed, now)
+    qvec: npt.NDArray[np.float32] | None = None
     if mode in ("hybrid", "vector") and plan is not None:
         qvec = (yield Embed([op.query]))[0]
         vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
@@ -343,18 +348,35 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
         scores.setdefault(item_id, {}).update(keyword=score, keyword_rank=rank)
     for rank, (item_id, score) in enumerate(vector, start=1):
         scores.setdefault(item_id, {}).update(vector=score, vector_rank=rank)
-    if mode == "keyword" or (mode == "hybrid" and plan is None):
+    used: SearchMode = "keyword" if mode == "hybrid" and plan is None else mode
+    if used == "keyword":
         ranked = [(i, s) for i, s in keyword]
-    elif mode == "vector":
+    elif used == "vector":
         ranked = [(i, s) for i, s in vector]
     else:
         fused = core.rrf([[i for i, _ in keyword], [i for i, _ in vector]])
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+        for item_id, value in fused.items():
+            scores[item_id]["rrf"] = value
     rows_by_id = yield from _rows_by_id(d, [i for i, _ in ranked[: depth + 8]], now)
-    live = [(i, s) for i, s in ranked if i in rows_by_id][offset:depth]
+    live = [i for i, _ in ranked if i in rows_by_id][offset:depth]
+    if used == "hybrid" and qvec is not None:
+        # hits found by keyword alone get their similarity too: a hybrid hit's score is its vector score
+        unscored = [i for i in live if "vector" not in scores[i]]
+        if unscored:
+            for item_id, score in (yield VecSearch(qvec, len(unscored), None, unscored)):
+                scores[item_id]["vector"] = score
     if op.refresh_ttl:
-        yield from _touch(rows_by_id[i] for i, _ in live)
-    return [_search_item(rows_by_id[i], s, mode, scores[i]) for i, s in live]
+        yield from _touch(rows_by_id[i] for i in live)
+    return [_search_item(rows_by_id[i], relevance(d, scores[i]), used, scores[i]) for i in live]
+
+
+def relevance(d: Dialect, scores: dict[str, float]) -> float:
+    """The ``score`` a stock user reads: the vector similarity (cosine by default, as InMemoryStore reports
+    it) where the hit has one, else its keyword relevance mapped into [0, 1]."""
+    if "vector" in scores:
+        return scores["vector"]
+    return d.keyword_relevance(scores.get("keyword", 0.0))
 
 
 def _search_item(row: Sequence[Any], score: float | None, mode: str, scores: dict[str, float]) -> ScoredItem:

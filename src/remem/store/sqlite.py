@@ -19,7 +19,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from remem.checkpoint import sqlite as _checkpoint_sqlite
 from remem.errors import ConfigError, StorageError
 from remem.store import _core as core
 from remem.store import _program as prog
-from remem.store._base import RememStoreBase
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore
 from remem.store._core import SearchMode
 from remem.store._vectors import VectorMatrix
 
@@ -180,8 +180,8 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
         delay = min(delay * 2, 0.1)
 
 
-class SqliteStore(RememStoreBase):
-    """A LangGraph ``BaseStore`` on one SQLite file, with keyword, vector and hybrid search, TTL and erasure."""
+class _SqliteBackend(RememStoreBase):
+    """What :class:`SqliteStore` and :class:`AsyncSqliteStore` share: everything but their lifecycle API."""
 
     dialect = SqliteDialect()
 
@@ -211,32 +211,7 @@ class SqliteStore(RememStoreBase):
         self._ns_sizes: tuple[int, dict[int, int]] = (-1, {})  # (index size then, items per namespace)
         self.keyword_budget = keyword_budget
 
-    @classmethod
-    @contextlib.contextmanager
-    def from_conn_string(
-        cls,
-        conn_string: str | Path,
-        *,
-        index: IndexConfig | Mapping[str, Any] | None = None,
-        ttl: TTLConfig | None = None,
-        search_mode: SearchMode = "hybrid",
-        **options: Any,
-    ) -> Iterator[SqliteStore]:
-        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit."""
-        conn = connect(conn_string)
-        try:
-            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
-            store.setup()
-            yield store
-        finally:
-            opened = locals().get("store")
-            if opened is not None:
-                opened.stop_ttl_sweeper(1)
-                opened.flush()
-            conn.close()
-
-    def setup(self) -> None:
-        """Create or migrate the tables (idempotent; safe from several processes)."""
+    def _setup_now(self) -> None:
         with self._lock:
             if self._is_setup:
                 return
@@ -311,7 +286,7 @@ class SqliteStore(RememStoreBase):
             pending, self._pending = self._pending, []
             try:
                 super()._run(
-                    prog.batch_program(self.dialect, self.plan, pending, self.search_mode), write=True
+                    lambda: prog.batch_program(self.dialect, self.plan, pending, self.search_mode), write=True
                 )
             except BaseException:
                 self._pending = pending + self._pending  # keep them for the next try
@@ -331,18 +306,18 @@ class SqliteStore(RememStoreBase):
             error, self._flush_error = self._flush_error, None
             raise error
 
-    def _run(self, program: prog.Program, *, write: bool) -> Any:
+    def _run(self, make: Callable[[], prog.Program], *, write: bool) -> Any:
         with self._lock:
             if self._pending:
                 self._flush_locked()
-            return super()._run(program, write=write)
+            return super()._run(make, write=write)
 
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[None]:
         if not self._is_setup:
-            self.setup()
+            self._setup_now()
         try:
             # A writer from the start: a deferred transaction that later writes cannot wait for the lock
             # (SQLite fails it at once to avoid a deadlock), BEGIN IMMEDIATE waits for the busy timeout.
@@ -489,7 +464,7 @@ class SqliteStore(RememStoreBase):
         assert self.plan is not None
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if self._matrix is None or version != self._data_version:
-            matrix = VectorMatrix(self.plan.dims)
+            matrix = VectorMatrix(self.plan.dims, metric=self.plan.distance)
             rows = self.conn.execute("SELECT item_id, ns_id, embedding FROM remem_vectors").fetchall()
             if rows:
                 items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -529,7 +504,35 @@ class SqliteStore(RememStoreBase):
         return True
 
 
-class AsyncSqliteStore(SqliteStore):
+class SqliteStore(_SqliteBackend, SyncStore):
+    """A LangGraph ``BaseStore`` on one SQLite file, with keyword, vector and hybrid search, TTL and erasure."""
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str | Path,
+        *,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        ttl: TTLConfig | None = None,
+        search_mode: SearchMode = "hybrid",
+        **options: Any,
+    ) -> Iterator[SqliteStore]:
+        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit."""
+        conn = connect(conn_string)
+        try:
+            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store._setup_now()
+            yield store
+        finally:
+            opened = locals().get("store")
+            if opened is not None:
+                opened.stop_ttl_sweeper(1)
+                opened.flush()
+            conn.close()
+
+
+class AsyncSqliteStore(_SqliteBackend, AsyncStore):
     """Async version of :class:`SqliteStore`: the same store, its calls run in a worker thread.
 
     SQLite has no async protocol; like aiosqlite, this keeps the event loop free by running each batch in a
@@ -538,7 +541,7 @@ class AsyncSqliteStore(SqliteStore):
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
+    async def from_conn_string(
         cls,
         conn_string: str | Path,
         *,
@@ -551,10 +554,11 @@ class AsyncSqliteStore(SqliteStore):
         conn = await asyncio.to_thread(connect, conn_string)
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
-            await asyncio.to_thread(store.setup)
+            await asyncio.to_thread(store._setup_now)
             yield store
         finally:
             opened = locals().get("store")
             if opened is not None:
+                await opened.stop_ttl_sweeper(1)
                 await asyncio.to_thread(opened.flush)
             await asyncio.to_thread(conn.close)
