@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from langgraph.store.base import IndexConfig, TTLConfig
@@ -120,6 +120,9 @@ class _PostgresBackend(RememStoreBase):
     repeat (puts are upserts, deletes and erasures idempotent).
     """
 
+    MIGRATIONS: ClassVar[list[str]] = [statement for step in MIGRATIONS for statement in step]
+    """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
+
     def __init__(
         self,
         conn: psycopg.Connection[Any] | ConnectionPool[Any],
@@ -183,14 +186,19 @@ class _PostgresBackend(RememStoreBase):
         with c.transaction():
             self._q("SELECT pg_advisory_xact_lock(%s)", [_LOCK_ID])
             self._q(
-                "CREATE TABLE IF NOT EXISTS remem_store_migrations (v int PRIMARY KEY, applied_at double precision)"
+                "CREATE TABLE IF NOT EXISTS remem_store_migrations (v int PRIMARY KEY, applied_at double precision)",
+                rows=False,
             )
             done = {r[0] for r in self._q("SELECT v FROM remem_store_migrations")}
             for version, statements in enumerate(MIGRATIONS):
                 if version not in done:
                     for statement in statements:
-                        self._q(statement)
-                    self._q("INSERT INTO remem_store_migrations VALUES (%s, %s)", [version, time.time()])
+                        self._q(statement, rows=False)
+                    self._q(
+                        "INSERT INTO remem_store_migrations VALUES (%s, %s)",
+                        [version, time.time()],
+                        rows=False,
+                    )
             row = self._q(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                 "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
@@ -199,15 +207,19 @@ class _PostgresBackend(RememStoreBase):
                 column = f"vector({self.plan.dims})" if has_vector and self.plan else "bytea"
                 self._q(
                     "CREATE TABLE remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, path text NOT NULL, "
-                    f"text_hash bytea NOT NULL, embedding {column} NOT NULL, PRIMARY KEY (item_id, path))"
+                    f"text_hash bytea NOT NULL, embedding {column} NOT NULL, PRIMARY KEY (item_id, path))",
+                    rows=False,
                 )
-                self._q("CREATE INDEX remem_vectors_ns ON remem_vectors (ns_id)")
+                self._q("CREATE INDEX remem_vectors_ns ON remem_vectors (ns_id)", rows=False)
                 kind = column
             else:
                 kind = str(row[0][0])
             if kind.startswith("vector") and self.plan is not None:
                 _, _, ops, name = _PGVECTOR[self.plan.distance]
-                self._q(f"CREATE INDEX IF NOT EXISTS {name} ON remem_vectors USING hnsw (embedding {ops})")
+                self._q(
+                    f"CREATE INDEX IF NOT EXISTS {name} ON remem_vectors USING hnsw (embedding {ops})",
+                    rows=False,
+                )
         self.dialect = PostgresDialect("pgvector" if kind.startswith("vector") else "exact")
 
     # -------------------------------------------------- connections
@@ -222,12 +234,13 @@ class _PostgresBackend(RememStoreBase):
             self.conn = _connect(self._dsn)  # the server went away and came back: a new session
         yield self.conn
 
-    def _q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Run one statement on the transaction's connection; rows as tuples whatever its row factory."""
+    def _q(self, sql: str, params: Sequence[Any] = (), *, rows: bool = True) -> list[tuple[Any, ...]]:
+        """Run one statement on the transaction's connection; rows as tuples whatever its row factory
+        (``rows=False`` for a statement that returns none: in pipeline mode nothing waits for it)."""
         assert self._active is not None
         with self._active.cursor(row_factory=tuple_row) as cur:
             cur.execute(sql, list(params))
-            return cur.fetchall() if cur.description is not None else []
+            return cur.fetchall() if rows else []
 
     def _run(self, make: Callable[[], prog.Program], *, write: bool) -> Any:
         if self._dsn is None and not isinstance(self.conn, ConnectionPool):
@@ -270,7 +283,11 @@ class _PostgresBackend(RememStoreBase):
                     cur.executemany(request.sql, request.rows)
                 return None
             cur.execute(request.sql, list(request.params))
-            return cur.fetchall() if request.fetch else cur.rowcount
+            if request.fetch:
+                return cur.fetchall()
+            if self.pipe is not None:
+                self.pipe.sync()  # a row count is known once the pipeline has run the statement
+            return cur.rowcount
 
     def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
         row = self._q("SELECT reltuples::bigint FROM pg_class WHERE oid = 'remem_items'::regclass")
@@ -339,8 +356,8 @@ class _PostgresBackend(RememStoreBase):
             return top_items(items, vecs, request.query, request.k, self.plan.distance)
         k = request.k * 4
         op, score, _, _ = _PGVECTOR[self.plan.distance]
-        self._q(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, k)))}")
-        self._q("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        self._q(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, k)))}", rows=False)
+        self._q("SET LOCAL hnsw.iterative_scan = relaxed_order", rows=False)
         q = self.dialect.vector_param(request.query)
         distance = f"embedding {op} %s::vector"
         rows = self._q(

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -182,6 +182,9 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 
 class _SqliteBackend(RememStoreBase):
     """What :class:`SqliteStore` and :class:`AsyncSqliteStore` share: everything but their lifecycle API."""
+
+    MIGRATIONS: ClassVar[list[str]] = [statement for step in MIGRATIONS for statement in step]
+    """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
 
     dialect = SqliteDialect()
 
