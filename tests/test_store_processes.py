@@ -174,3 +174,41 @@ def test_store_urls_go_through_the_one_parser(tmp_path: Path, monkeypatch: pytes
     assert "secret" not in str(caught.value)
     with pytest.raises(ConfigError, match="unsupported database URL"):
         open_store("mysql://db/x").__enter__()
+
+
+class _LockProbe(FakeEmbedder):
+    """An embedder that checks, each time the model runs, whether the file's write lock is free."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(DIMS, seed=3)
+        self.path = path
+        self.lock_free: list[bool] = []
+
+    def embed_array(self, texts: list[str]) -> Any:
+        probe = sqlite3.connect(self.path, isolation_level=None, timeout=0)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            self.lock_free.append(True)
+        except sqlite3.OperationalError:
+            self.lock_free.append(False)
+        finally:
+            probe.close()
+        return super().embed_array(texts)
+
+
+def test_the_model_runs_before_the_write_transaction_opens(tmp_path: Path) -> None:
+    """Embedding is the slow part of a put: it must not hold the write lock every other process waits on."""
+    from langgraph.store.base import PutOp, SearchOp
+
+    path = tmp_path / "embed.db"
+    probe = _LockProbe(path)
+    with SqliteStore.from_conn_string(
+        path, index={"dims": DIMS, "embed": probe, "fields": ["text"]}
+    ) as store:
+        store.put(("a",), "k", {"text": "first text"})
+        store.put(("a",), "k", {"text": "first text"})  # unchanged: no model call at all
+        assert len(probe.lock_free) == 1
+        store.batch([PutOp(("a",), "j", {"text": "second"}), SearchOp(("a",), query="second text")])
+        store.search(("a",), query="a query")
+        assert len(probe.lock_free) == 3 and all(probe.lock_free)

@@ -148,9 +148,24 @@ class RememStoreBase(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
         write = any(isinstance(op, PutOp) for op in ops)
+        ready = self._embed_ahead(ops, self.search_mode)
         return self._run(  # type: ignore[no-any-return]
-            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode), write=write
+            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready), write=write
         )
+
+    def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, npt.NDArray[np.float32]]:
+        """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""
+        plan = self.plan
+        if plan is None or not any(isinstance(op, PutOp | SearchOp) for op in ops):
+            return {}
+        texts: dict[bytes, str] = self._run(
+            lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode), write=False
+        )
+        if not texts:
+            return {}
+        matrix = _embed(plan, list(texts.values()))
+        prog.check_dims(plan, matrix)
+        return dict(zip(texts, matrix, strict=True))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
@@ -177,7 +192,10 @@ class RememStoreBase(BaseStore):
             query,
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
-        return self._run(lambda: prog.search_program(self.dialect, self.plan, op, mode, _now()), write=False)  # type: ignore[no-any-return]
+        ready = self._embed_ahead([op], mode)
+        return self._run(  # type: ignore[no-any-return]
+            lambda: prog.search_program(self.dialect, self.plan, op, mode, _now(), ready), write=False
+        )
 
     async def ahybrid_search(
         self, namespace_prefix: tuple[str, ...], query: str, **kw: Any

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,8 +140,15 @@ class Dialect:
 # ---------------------------------------------------------------- batch
 
 
-def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: SearchMode) -> Program:
-    """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins)."""
+def batch_program(
+    d: Dialect,
+    plan: IndexPlan | None,
+    ops: Iterable[Op],
+    mode: SearchMode,
+    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+) -> Program:
+    """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
+    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash."""
     ops = list(ops)
     results: list[Any] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
@@ -153,7 +160,7 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
             core.validate_key(op.key)
             results[i] = yield from get_program(d, op, now)
         elif isinstance(op, SearchOp):
-            results[i] = yield from search_program(d, plan, op, mode, now)
+            results[i] = yield from search_program(d, plan, op, mode, now, ready)
         elif isinstance(op, ListNamespacesOp):
             results[i] = yield from list_namespaces_program(d, op, now)
         elif isinstance(op, PutOp):
@@ -164,7 +171,7 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
                 f"unknown store operation {type(op).__name__}; use GetOp, PutOp, SearchOp, ListNamespacesOp"
             )
     if puts:
-        yield from put_program(d, plan, list(puts.values()), now)
+        yield from put_program(d, plan, list(puts.values()), now, ready)
     return results
 
 
@@ -300,7 +307,14 @@ def _filtered_rows(
     return rows
 
 
-def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: SearchMode, now: float) -> Program:
+def search_program(
+    d: Dialect,
+    plan: IndexPlan | None,
+    op: SearchOp,
+    mode: SearchMode,
+    now: float,
+    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+) -> Program:
     if mode not in core.SEARCH_MODES:
         raise RememUsageError(f"unknown search mode {mode!r}; use one of {', '.join(core.SEARCH_MODES)}")
     filt = core.validate_filter(op.filter)
@@ -341,7 +355,9 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
             keyword = yield KwSearch(terms, fetch, ns_ids, allowed, now)
     qvec: npt.NDArray[np.float32] | None = None
     if mode in ("hybrid", "vector") and plan is not None:
-        qvec = (yield Embed([op.query]))[0]
+        qvec = (ready or {}).get(core_hash(op.query))
+        if qvec is None:
+            qvec = (yield Embed([op.query]))[0]
         vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
     scores: dict[int, dict[str, float]] = {}
     for rank, (item_id, score) in enumerate(keyword, start=1):
@@ -435,7 +451,93 @@ def _known_ns_ids(d: Dialect, paths: list[str]) -> Program:
     return ids
 
 
-def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: float) -> Program:
+def _wanted(plan: IndexPlan | None, upserts: list[PutOp]) -> list[tuple[PutOp, list[tuple[str, str]]]]:
+    """Each upsert with the (vector path, text) pairs it embeds."""
+    wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
+    for op in upserts:
+        assert op.value is not None
+        fields = core.index_fields(plan, op.index)
+        wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
+    return wanted
+
+
+def _known_vectors(
+    d: Dialect, plan: IndexPlan | None, wanted: list[tuple[PutOp, list[tuple[str, str]]]]
+) -> Program:
+    """Stored vectors of these items by (namespace path, key, vector path) -> (text hash, embedding), and
+    whether that holds every stored vector of them: the texts not to embed again."""
+    known: dict[tuple[str, str, str], tuple[bytes, Any]] = {}
+    if plan is None or not any(t for _, t in wanted):
+        return known, False
+    paths = sorted({core.ns_path(op.namespace) for op, _ in wanted})
+    keys = sorted({op.key for op, _ in wanted})
+    if len(paths) > _CHUNK or len(keys) > _CHUNK:
+        return known, False
+    rows = yield Sql(
+        d.q(
+            "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
+            "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
+            f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
+            f"AND i.key IN ({', '.join('?' for _ in keys)})"
+        ),
+        [*paths, *keys],
+    )
+    return {(r[0], r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}, True
+
+
+def _to_embed(
+    wanted: list[tuple[PutOp, list[tuple[str, str]]]], known: dict[tuple[str, str, str], tuple[bytes, Any]]
+) -> dict[bytes, str]:
+    to_embed: dict[bytes, str] = {}
+    for op, texts in wanted:
+        for path, text in texts:
+            h = core_hash(text)
+            if known.get((core.ns_path(op.namespace), op.key, path), (b"", b""))[0] != h:
+                to_embed.setdefault(h, text)
+    return to_embed
+
+
+def check_dims(plan: IndexPlan, matrix: npt.NDArray[np.float32]) -> None:
+    if matrix.shape[1] != plan.dims:
+        raise ConfigError(
+            f"the embedder returned {matrix.shape[1]} dims but index['dims'] is {plan.dims}; "
+            "set dims to the embedder's output size"
+        )
+
+
+def texts_to_embed_program(
+    d: Dialect, plan: IndexPlan | None, ops: Sequence[Op], mode: SearchMode
+) -> Program:
+    """The texts a batch will need embedded (by text hash): its search queries and the put texts whose
+    stored vectors differ. A read, run before the write transaction, so that the model (the slow part)
+    never runs while the database's write lock is held; the write embeds only what changed since."""
+    texts: dict[bytes, str] = {}
+    if plan is None:
+        return texts
+    if mode in ("hybrid", "vector"):
+        for op in ops:
+            if isinstance(op, SearchOp) and op.query and op.query.strip():
+                texts.setdefault(core_hash(op.query), op.query)
+    puts = {(op.namespace, op.key): op for op in ops if isinstance(op, PutOp)}
+    upserts = [op for op in puts.values() if op.value is not None]
+    if upserts:
+        for op in upserts:
+            check_put(op)
+        wanted = _wanted(plan, upserts)
+        known, _ = yield from _known_vectors(d, plan, wanted)
+        texts.update(_to_embed(wanted, known))
+    return texts
+
+
+def put_program(
+    d: Dialect,
+    plan: IndexPlan | None,
+    puts: list[PutOp],
+    now: float,
+    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+) -> Program:
+    """Write the puts (value None: delete); ``ready`` holds vectors embedded ahead, by text hash."""
+    ready = ready or {}
     deletes = [p for p in puts if p.value is None]
     upserts = [p for p in puts if p.value is not None]
     if deletes:
@@ -451,44 +553,16 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
         yield from delete_ids(d, ids)
     if not upserts:
         return None
-    wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
-    for op in upserts:
-        assert op.value is not None
-        fields = core.index_fields(plan, op.index)
-        wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
-    # stored vectors of these items by (namespace path, key, vector path): the texts not to embed again
-    known: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
-    looked_up = False  # whether ``known`` holds every stored vector of these items
-    if plan is not None and any(t for _, t in wanted):
-        paths = sorted({core.ns_path(op.namespace) for op, _ in wanted})
-        keys = sorted({op.key for op, _ in wanted})
-        if len(paths) <= _CHUNK and len(keys) <= _CHUNK:
-            looked_up = True
-            rows = yield Sql(
-                d.q(
-                    "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
-                    "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
-                    f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
-                    f"AND i.key IN ({', '.join('?' for _ in keys)})"
-                ),
-                [*paths, *keys],
-            )
-            known = {(r[0], r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}
-    to_embed: dict[bytes, str] = {}
-    for op, texts in wanted:
-        for path, text in texts:
-            h = core_hash(text)
-            if known.get((core.ns_path(op.namespace), op.key, path), (b"", b""))[0] != h:
-                to_embed.setdefault(h, text)
-    vectors: dict[bytes, npt.NDArray[np.float32]] = {}
-    if to_embed:
-        matrix = yield Embed(list(to_embed.values()))
-        if matrix.shape[1] != plan.dims:  # type: ignore[union-attr]
-            raise ConfigError(
-                f"the embedder returned {matrix.shape[1]} dims but index['dims'] is {plan.dims}; "  # type: ignore[union-attr]
-                "set dims to the embedder's output size"
-            )
-        vectors = dict(zip(to_embed, matrix, strict=True))
+    wanted = _wanted(plan, upserts)
+    known, looked_up = yield from _known_vectors(d, plan, wanted)
+    to_embed = _to_embed(wanted, known)
+    vectors = {h: ready[h] for h in to_embed if h in ready}
+    late = {h: t for h, t in to_embed.items() if h not in ready}
+    if late:  # changed since the texts were embedded ahead (another writer): embed them now
+        assert plan is not None
+        matrix = yield Embed(list(late.values()))
+        check_dims(plan, matrix)
+        vectors.update(zip(late, matrix, strict=True))
     values: list[tuple[PutOp, dict[str, Any], str]] = []  # (op, value, keyword text)
     for op, _ in wanted:
         assert op.value is not None

@@ -234,6 +234,13 @@ class _PostgresBackend(RememStoreBase):
             self.conn = _connect(self._dsn)  # the server went away and came back: a new session
         yield self.conn
 
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor on the store's connection, as LangGraph's store has one (its test helpers use it); the
+        tables are remem's (``remem_items``, ``remem_ns``, ``remem_vectors``), not LangGraph's ``store``."""
+        with self._lock, self._connection() as conn, conn.cursor() as cur:
+            yield cur
+
     def _q(self, sql: str, params: Sequence[Any] = (), *, rows: bool = True) -> list[tuple[Any, ...]]:
         """Run one statement on the transaction's connection; rows as tuples whatever its row factory
         (``rows=False`` for a statement that returns none: in pipeline mode nothing waits for it)."""

@@ -288,8 +288,10 @@ class _SqliteBackend(RememStoreBase):
         if self._pending:
             pending, self._pending = self._pending, []
             try:
+                ready = self._embed_ahead(list(pending), self.search_mode)
                 super()._run(
-                    lambda: prog.batch_program(self.dialect, self.plan, pending, self.search_mode), write=True
+                    lambda: prog.batch_program(self.dialect, self.plan, pending, self.search_mode, ready),
+                    write=True,
                 )
             except BaseException:
                 self._pending = pending + self._pending  # keep them for the next try
