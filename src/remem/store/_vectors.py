@@ -165,6 +165,9 @@ class VectorMatrix:
             return []
         query = np.asarray(query, dtype=np.float32)
         wanted = None if ns_ids is None else list(ns_ids)
+        if item_ids is not None and wanted is None:  # a few given items: their rows, no scan of the matrix
+            listed = sorted({row for item in item_ids for row in self._rows.get(int(item), ())})
+            return self._rank(query, np.array(listed, dtype=np.int64), k) if listed else []
         if wanted is not None and len(wanted) <= _FEW_NAMESPACES:
             rows = self._namespace_rows(wanted)
         else:

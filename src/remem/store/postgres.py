@@ -360,7 +360,9 @@ class _PostgresBackend(RememStoreBase):
             rows = self._q(f"SELECT item_id, embedding FROM remem_vectors {clause}", params)
             items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            return top_items(items, vecs, request.query, request.k, self.plan.distance)
+            # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
+            norms = np.ones(len(rows), dtype=np.float32) if self.plan.distance == "cosine" else None
+            return top_items(items, vecs, request.query, request.k, self.plan.distance, norms)
         k = request.k * 4
         op, score, _, _ = _PGVECTOR[self.plan.distance]
         self._q(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, k)))}", rows=False)
