@@ -213,3 +213,21 @@ def test_postgres_store_over_a_dict_row_connection_a_pipe_and_a_pool(pg_url: str
         store.put(("pool",), "k", {"text": "pooled"})
         assert store.get(("pool",), "k") is not None
         assert store.get(("users", "u2"), "k") is not None  # the same database
+
+
+def test_halfvec_is_accepted_and_stored_at_full_precision(make_store: Any) -> None:
+    """Deliberate difference: ``ann_index_config={"vector_type": "halfvec"}`` is accepted, and vectors stay
+    float32 (LangGraph's Postgres store would round them to 16 bits)."""
+    embedder = FakeEmbedder(DIMS, seed=8)
+    index = {
+        "dims": DIMS,
+        "embed": embedder,
+        "fields": ["text"],
+        "ann_index_config": {"vector_type": "halfvec"},
+    }
+    store = make_store(index=index, search_mode="vector")
+    _fill(store)
+    hit = store.search(("users",), query="green tea", limit=1)[0]
+    assert hit.score == pytest.approx(
+        _stock_similarity(embedder, "green tea", TEXTS[hit.key], "cosine"), abs=1e-6
+    )

@@ -9,7 +9,8 @@ down, a model endpoint that fails) are ``RememRuntimeError``. Every message says
     │   ├── ConfigError                     a setting or URL is wrong
     │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
     │   ├── NotFoundError                   a thread, checkpoint or item does not exist
-    │   └── BudgetExceededError             a token budget per turn or per session would be passed
+    │   ├── BudgetExceededError             a token budget per turn or per session would be passed
+    │   └── InvalidFilterError              a store search filter is malformed
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
         ├── ModelError                      the chat model or the embedder failed
@@ -22,6 +23,7 @@ from __future__ import annotations
 __all__ = [
     "BudgetExceededError",
     "ConfigError",
+    "InvalidFilterError",
     "InvalidMessagesError",
     "MissingDependencyError",
     "ModelError",
@@ -80,3 +82,7 @@ class MissingDependencyError(RememRuntimeError):
     @classmethod
     def for_extra(cls, package: str, extra: str) -> MissingDependencyError:
         return cls(f"{package} is not installed; install it with: pip install 'remem[{extra}]'")
+
+
+class InvalidFilterError(RememUsageError):
+    """A store search filter is malformed: its keys must be strings and its operators known."""

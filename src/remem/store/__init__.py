@@ -52,8 +52,9 @@ from typing import TYPE_CHECKING, Any
 from langgraph.store.base import BaseStore, SearchItem
 
 from remem._url import parse_database_url
+from remem.errors import InvalidFilterError
 from remem.store._base import RememStoreBase
-from remem.store._core import InvalidFilterError, NamespaceError, ScoredItem, SearchMode
+from remem.store._core import NamespaceError, ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
 

@@ -58,7 +58,24 @@ def forget_scopes(
 
 
 class RememStoreBase(BaseStore):
-    """What SqliteStore, PostgresStore and their async twins share."""
+    """What SqliteStore, PostgresStore and their async twins share.
+
+    Where these stores differ from LangGraph's own on purpose (each difference pinned by a test in
+    ``tests/test_store_stock.py``):
+
+    - A query on a store with an index runs a hybrid search (keyword and vector ranks fused) unless the
+      store is opened with ``search_mode="vector"``, which searches as LangGraph's stores do. Hybrid hits
+      come in fused order; each hit's ``score`` is still its vector similarity (what a stock threshold
+      compares), so scores need not descend; ``scores["rrf"]`` is the fused value that orders them.
+    - Filter keys never reach SQL (values are bound, keys are matched in Python unless they are plain
+      identifiers), so keys that LangGraph's SQL stores refuse ("Invalid filter key") are matched literally.
+    - The sync methods of an async store work on its event loop's thread too (LangGraph's raise
+      ``InvalidStateError`` there, to avoid a deadlock that these stores cannot have).
+    - The tables are remem's (``remem_ns``, ``remem_items``, ``remem_vectors``, and ``remem_fts`` on
+      SQLite), not LangGraph's ``store`` table; ``MIGRATIONS`` lists remem's statements.
+    - Vectors are stored as float32 whatever ``ann_index_config["vector_type"]`` says (``halfvec`` is
+      accepted and stored at full precision).
+    """
 
     supports_ttl: bool = True
     dialect: prog.Dialect

@@ -20,7 +20,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
-from remem.errors import ConfigError, RememUsageError
+from remem.errors import ConfigError, InvalidFilterError, RememUsageError
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
 SEARCH_MODES: tuple[str, ...] = ("hybrid", "keyword", "vector")
@@ -41,10 +41,6 @@ STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 class NamespaceError(RememUsageError, InvalidNamespaceError):
     """A namespace label cannot be stored faithfully (also LangGraph's ``InvalidNamespaceError``)."""
-
-
-class InvalidFilterError(RememUsageError):
-    """A search filter is malformed: its keys must be non-empty strings and its operators known."""
 
 
 def _check_text(kind: str, text: object, limit: int) -> str:
