@@ -231,3 +231,34 @@ def test_halfvec_is_accepted_and_stored_at_full_precision(make_store: Any) -> No
     assert hit.score == pytest.approx(
         _stock_similarity(embedder, "green tea", TEXTS[hit.key], "cosine"), abs=1e-6
     )
+
+
+async def test_concurrent_async_calls_are_combined_and_each_gets_its_own_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AsyncSqliteStore.from_conn_string(tmp_path / "c.db") as store:
+        batches: list[int] = []
+        inner = store.batch
+
+        def counting(ops: Any) -> Any:
+            batches.append(len(list(ops)))
+            return inner(ops)
+
+        monkeypatch.setattr(store, "batch", counting)
+        calls = []
+        for i in range(300):
+            calls += [
+                store.aput(("c", str(i % 3)), f"k{i}", {"n": i}),
+                store.aget(("c", str(i % 3)), f"k{i - 1}"),
+                store.asearch(("c",), limit=1),
+            ]
+        bad = store.aput(("c",), "bad", {"n": float("nan")})  # refused alone: the others still run
+        results = await asyncio.gather(*calls, bad, return_exceptions=True)
+        assert sum(batches) == 900 and len(batches) <= 3  # 900 calls, a transaction per 2000 ops at most
+        assert isinstance(results[-1], ValueError)
+        assert not any(isinstance(r, BaseException) for r in results[:-1])
+        assert all(results[3 * i] is None for i in range(300))  # put results
+        for i in range(300):
+            item = await store.aget(("c", str(i % 3)), f"k{i}")
+            assert item is not None and item.value == {"n": i}
+        assert await store.aget(("c",), "bad") is None

@@ -341,10 +341,58 @@ class SyncStore(RememStoreBase):
         return self._stop_sweeper_thread(timeout)
 
 
+_COMBINE_MAX = 2000  # ops per combined transaction
+
+
 class AsyncStore(RememStoreBase):
-    """The lifecycle methods of an async store, awaitable as in LangGraph's async stores."""
+    """The lifecycle methods of an async store, awaitable as in LangGraph's async stores, and ``abatch``
+    calls made concurrently combined into one transaction (as LangGraph's ``AsyncBatchedBaseStore``
+    does): ten thousand ``aput`` / ``aget`` awaited together cost a few transactions, not ten thousand."""
 
     _sweeper_task: asyncio.Task[None] | None = None
+    _queued: list[tuple[list[Op], asyncio.Future[list[Result]]]] | None = None
+    _drainer: asyncio.Task[None] | None = None
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        for op in ops:  # a bad op fails its own caller, not the others it would be combined with
+            if isinstance(op, PutOp):
+                prog.check_put(op, encode=True)
+            else:
+                prog.validate_op(op)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[Result]] = loop.create_future()
+        if self._queued is None:
+            self._queued = []
+            self._drainer = loop.create_task(self._drain())  # a reference keeps the task alive
+        self._queued.append((ops, done))
+        return await done
+
+    async def _drain(self) -> None:
+        """Run what was queued while this task waited its turn, a few thousand ops per transaction."""
+        await asyncio.sleep(0)
+        queued, self._queued = self._queued or [], None
+        while queued:
+            taken: list[tuple[list[Op], asyncio.Future[list[Result]]]] = []
+            size = 0
+            while queued and (not taken or size + len(queued[0][0]) <= _COMBINE_MAX):
+                taken.append(queued.pop(0))
+                size += len(taken[-1][0])
+            combined = [op for ops, _ in taken for op in ops]
+            try:
+                results = await asyncio.to_thread(self.batch, combined)
+            except BaseException as exc:
+                for _, done in taken:
+                    if not done.done():
+                        done.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            start = 0
+            for ops, done in taken:
+                if not done.done():
+                    done.set_result(results[start : start + len(ops)])
+                start += len(ops)
 
     async def setup(self) -> None:
         """Async version of :meth:`SyncStore.setup`."""

@@ -154,7 +154,7 @@ def batch_program(
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time()
     for op in ops:
-        _validate_op(op)
+        validate_op(op)
     for i, op in enumerate(ops):
         if isinstance(op, GetOp):
             core.validate_key(op.key)
@@ -177,7 +177,7 @@ def batch_program(
 
 def check_put(op: PutOp, *, encode: bool = False) -> None:
     """Refuse a put that could not be stored as given (before any SQL runs; ``encode``: try the JSON too)."""
-    _validate_op(op)
+    validate_op(op)
     core.validate_key(op.key)
     if op.value is not None:
         if not isinstance(op.value, dict):
@@ -186,7 +186,7 @@ def check_put(op: PutOp, *, encode: bool = False) -> None:
             core.dumps(op.value)
 
 
-def _validate_op(op: Op) -> None:
+def validate_op(op: Op) -> None:
     if isinstance(op, GetOp | PutOp):
         core.validate_namespace(op.namespace)
     elif isinstance(op, SearchOp):
