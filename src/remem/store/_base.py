@@ -166,9 +166,10 @@ class RememStoreBase(BaseStore):
         ops = list(ops)
         write = any(isinstance(op, PutOp) for op in ops)
         ready = self._embed_ahead(ops, self.search_mode)
-        return self._run(  # type: ignore[no-any-return]
+        results: list[Result] = self._run(
             lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready), write=write
         )
+        return results
 
     def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, npt.NDArray[np.float32]]:
         """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""
@@ -210,9 +211,10 @@ class RememStoreBase(BaseStore):
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
         ready = self._embed_ahead([op], mode)
-        return self._run(  # type: ignore[no-any-return]
+        hits: list[ScoredItem] = self._run(
             lambda: prog.search_program(self.dialect, self.plan, op, mode, _now(), ready), write=False
         )
+        return hits
 
     async def ahybrid_search(
         self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
@@ -238,13 +240,14 @@ class RememStoreBase(BaseStore):
         """
         prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
         owner = ("user_id", user_id) if user_id is not None else None
-        report, values = self._run(
+        done: tuple[ForgetReport, list[str]] = self._run(
             lambda: _erasure.forget_program(self.dialect, prefixes, matches, scopes, owner), write=True
         )
+        report, values = done
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()
-        return report  # type: ignore[no-any-return]
+        return report
 
     async def aforget(self, **scope: Any) -> ForgetReport:
         """Async version of :meth:`forget`."""
@@ -262,7 +265,8 @@ class RememStoreBase(BaseStore):
         raise NotImplementedError
 
     def _sweep_now(self) -> int:
-        return self._run(lambda: _erasure.sweep_program(self.dialect, _now()), write=True)  # type: ignore[no-any-return]
+        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, _now()), write=True)
+        return swept
 
     async def asweep_ttl(self) -> int:
         """Delete expired items now; returns how many."""
@@ -299,7 +303,8 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        return self._run(lambda: _erasure.stats_program(self.dialect), write=False)  # type: ignore[no-any-return]
+        stats: dict[str, Any] = self._run(lambda: _erasure.stats_program(self.dialect), write=False)
+        return stats
 
 
 def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
