@@ -105,8 +105,10 @@ class RememStoreBase(BaseStore):
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         raise NotImplementedError
 
-    def _transaction(self, write: bool) -> contextlib.AbstractContextManager[None]:
-        """One transaction; ``write``: it may write, so it starts as a writer (SQLite: BEGIN IMMEDIATE)."""
+    def _transaction(self, write: bool, snapshot: bool = True) -> contextlib.AbstractContextManager[None]:
+        """One transaction; ``write``: it may write, so it starts as a writer (SQLite: BEGIN IMMEDIATE).
+        ``snapshot=False``: a read whose statements need not share one snapshot (a backend may save the
+        round trips of BEGIN and COMMIT)."""
         raise NotImplementedError
 
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
@@ -124,13 +126,13 @@ class RememStoreBase(BaseStore):
 
     # -------------------------------------------------- driver
 
-    def _run(self, make: Callable[[], Program], *, write: bool) -> Any:
+    def _run(self, make: Callable[[], Program], *, write: bool, snapshot: bool = True) -> Any:
         """Run the program ``make()`` builds in one transaction (a backend may build it again to retry)."""
         changes: list[prog.VecChanged] = []
         touched: list[int] = []
         with self._lock:
             program = make()
-            with self._transaction(write):
+            with self._transaction(write, snapshot):
                 try:
                     request = next(program)
                     while True:
@@ -177,7 +179,7 @@ class RememStoreBase(BaseStore):
         if plan is None or not any(isinstance(op, PutOp | SearchOp) for op in ops):
             return {}
         texts: dict[bytes, str] = self._run(
-            lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode), write=False
+            lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode), write=False, snapshot=False
         )
         if not texts:
             return {}

@@ -249,32 +249,37 @@ class _PostgresBackend(RememStoreBase):
             cur.execute(sql, list(params))
             return cur.fetchall() if rows else []
 
-    def _run(self, make: Callable[[], prog.Program], *, write: bool) -> Any:
+    def _run(self, make: Callable[[], prog.Program], *, write: bool, snapshot: bool = True) -> Any:
         if self._dsn is None and not isinstance(self.conn, ConnectionPool):
-            return super()._run(make, write=write)  # the caller's own connection: theirs to reopen
+            return super()._run(
+                make, write=write, snapshot=snapshot
+            )  # the caller's own connection: theirs to reopen
         try:
-            return super()._run(make, write=write)
+            return super()._run(make, write=write, snapshot=snapshot)
         except StorageError as exc:
             if not _connection_lost(exc):
                 raise
             logger.warning(
                 "the PostgreSQL connection was lost (%s); retrying once on a new one", exc.__cause__
             )
-            return super()._run(make, write=write)
+            return super()._run(make, write=write, snapshot=snapshot)
 
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self, write: bool) -> Iterator[None]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[None]:
         if not self._is_setup:
             self._setup_now()
         try:
-            with self._connection() as conn, conn.transaction():
-                self._active = conn
-                try:
-                    yield
-                finally:
-                    self._active = None
+            with self._connection() as conn:
+                # an autocommit read with no snapshot to share runs each statement alone: no BEGIN, no COMMIT
+                alone = not write and not snapshot and conn.autocommit and self.pipe is None
+                with contextlib.nullcontext() if alone else conn.transaction():
+                    self._active = conn
+                    try:
+                        yield
+                    finally:
+                        self._active = None
         except psycopg.Error as exc:
             raise StorageError(
                 f"PostgreSQL refused the work: {mask_secrets(str(exc))}; check the server and the database"

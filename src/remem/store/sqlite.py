@@ -311,16 +311,16 @@ class _SqliteBackend(RememStoreBase):
             error, self._flush_error = self._flush_error, None
             raise error
 
-    def _run(self, make: Callable[[], prog.Program], *, write: bool) -> Any:
+    def _run(self, make: Callable[[], prog.Program], *, write: bool, snapshot: bool = True) -> Any:
         with self._lock:
             if self._pending:
                 self._flush_locked()
-            return super()._run(make, write=write)
+            return super()._run(make, write=write, snapshot=snapshot)
 
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self, write: bool) -> Iterator[None]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[None]:
         if not self._is_setup:
             self._setup_now()
         try:
