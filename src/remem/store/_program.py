@@ -155,7 +155,12 @@ def batch_program(
     now = time.time()
     for op in ops:
         validate_op(op)
+    answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer
     for i, op in enumerate(ops):
+        same = None if isinstance(op, PutOp) else repr(op)
+        if same is not None and same in answered:
+            results[i] = answered[same]
+            continue
         if isinstance(op, GetOp):
             core.validate_key(op.key)
             results[i] = yield from get_program(d, op, now)
@@ -170,6 +175,8 @@ def batch_program(
             raise RememUsageError(
                 f"unknown store operation {type(op).__name__}; use GetOp, PutOp, SearchOp, ListNamespacesOp"
             )
+        if same is not None:
+            answered[same] = results[i]
     if puts:
         yield from put_program(d, plan, list(puts.values()), now, ready)
     return results
