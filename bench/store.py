@@ -186,6 +186,8 @@ def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple
         ),
         texts,
     )
+    if args.only_sqlite:
+        return rows
     with fresh_database(args.pg_url) as url:
         run("stock PostgresStore (no index)", lambda: StockPostgresStore.from_conn_string(url), texts)
     with fresh_database(args.pg_url) as url:
@@ -274,6 +276,8 @@ def bench_searches(
                 mem.search(("users",), query=q, limit=10)
                 samples.append((time.perf_counter() - start) * 1000)
             rows.append(("InMemoryStore", size, "vector", *pct(samples), len(samples)))
+        if args.only_sqlite:
+            continue
         with (
             fresh_database(args.pg_url) as url,
             PostgresStore.from_conn_string(url, index=index(embedder)) as store,
@@ -340,6 +344,7 @@ def main() -> None:
     parser.add_argument("--no-pgvector", action="store_true")
     parser.add_argument("--pgvector-max-size", type=int, default=100_000, help="skip pgvector past this size")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--only-sqlite", action="store_true", help="skip every Postgres measurement")
     parser.add_argument(
         "--before", help="a checkout of an older remem: run it first, then this one, side by side"
     )

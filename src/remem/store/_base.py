@@ -176,11 +176,19 @@ class RememStoreBase(BaseStore):
     def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, npt.NDArray[np.float32]]:
         """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""
         plan = self.plan
-        if plan is None or not any(isinstance(op, PutOp | SearchOp) for op in ops):
+        if plan is None:
             return {}
-        texts: dict[bytes, str] = self._run(
-            lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode), write=False, snapshot=False
-        )
+        texts: dict[bytes, str] = {}
+        if any(isinstance(op, PutOp) for op in ops):  # puts: a look-up of what is stored already
+            texts = self._run(
+                lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
+                write=False,
+                snapshot=False,
+            )
+        elif mode in ("hybrid", "vector"):  # searches only: their queries, no database needed
+            texts = {
+                prog.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query
+            }
         if not texts:
             return {}
         matrix = _embed(plan, list(texts.values()))
