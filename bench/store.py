@@ -11,13 +11,25 @@ MiniLM query embedding costs extra per search, and its latency is printed on its
 
     python bench/store.py                                  # everything (about 10 minutes on 2 cores)
     python bench/store.py --sizes 10000 --queries 50       # quicker
+    python bench/store.py --before ../remem-old            # the same run on an older checkout, then this
+                                                           # one, printed side by side
+
+Durability of the put numbers: stock SqliteStore runs SQLite's defaults (rollback journal, synchronous=FULL:
+each commit is fsynced, so it survives a power cut). remem's SqliteStore runs WAL with synchronous=NORMAL:
+each put is its own committed transaction, atomic and kept through a crash of the process or the app, but
+the last commits before a power cut or OS crash may be lost (WAL frames are fsynced at checkpoints, not per
+commit). The "synchronous=FULL" row runs remem with an fsync per commit, durable as the stock store is.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -158,6 +170,11 @@ def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple
     )
     run("remem SqliteStore (no index)", lambda: SqliteStore.from_conn_string(tmp / "remem.db"), texts)
     run(
+        "remem SqliteStore (no index, synchronous=FULL)",
+        lambda: _synchronous_full(SqliteStore.from_conn_string(tmp / "remem-full.db")),
+        texts[: args.stock_sqlite_puts * 2],
+    )
+    run(
         "remem SqliteStore (index, fake 384-d)",
         lambda: SqliteStore.from_conn_string(tmp / "remem-ix.db", index=index(FakeEmbedder(DIMS))),
         texts,
@@ -169,6 +186,8 @@ def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple
         ),
         texts,
     )
+    if args.only_sqlite:
+        return rows
     with fresh_database(args.pg_url) as url:
         run("stock PostgresStore (no index)", lambda: StockPostgresStore.from_conn_string(url), texts)
     with fresh_database(args.pg_url) as url:
@@ -187,6 +206,13 @@ def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple
                 texts,
             )
     return rows
+
+
+@contextlib.contextmanager
+def _synchronous_full(opened: Any) -> Iterator[Any]:
+    with opened as store:
+        store.conn.execute("PRAGMA synchronous = FULL")
+        yield store
 
 
 # ---------------------------------------------------------------- search
@@ -250,6 +276,8 @@ def bench_searches(
                 mem.search(("users",), query=q, limit=10)
                 samples.append((time.perf_counter() - start) * 1000)
             rows.append(("InMemoryStore", size, "vector", *pct(samples), len(samples)))
+        if args.only_sqlite:
+            continue
         with (
             fresh_database(args.pg_url) as url,
             PostgresStore.from_conn_string(url, index=index(embedder)) as store,
@@ -258,7 +286,7 @@ def bench_searches(
             notes.append(f"remem PostgresStore (PG15, exact) loaded {size:,} items at {rate:,.0f} items/s")
             few = queries if size <= 10_000 else queries[: args.exact_queries]
             bench_search("remem PostgresStore (exact, PG15)", store, size, few, rows)
-        if pgvector_url:
+        if pgvector_url and size <= args.pgvector_max_size:
             with (
                 fresh_database(pgvector_url, vector=True) as url,
                 PostgresStore.from_conn_string(url, index=index(embedder)) as store,
@@ -314,7 +342,16 @@ def main() -> None:
         "--stock-sqlite-puts", type=int, default=200, help="stock SqliteStore is slow: fewer puts"
     )
     parser.add_argument("--no-pgvector", action="store_true")
+    parser.add_argument("--pgvector-max-size", type=int, default=100_000, help="skip pgvector past this size")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--only-sqlite", action="store_true", help="skip every Postgres measurement")
+    parser.add_argument(
+        "--before", help="a checkout of an older remem: run it first, then this one, side by side"
+    )
     args = parser.parse_args()
+    if args.before:
+        compare(args)
+        return
 
     with pgvector_server() if not args.no_pgvector else contextlib.nullcontext(None) as pgvector_url:
         print("puts ...", flush=True)
@@ -322,6 +359,8 @@ def main() -> None:
         print("search ...", flush=True)
         searches, notes = bench_searches(args, pgvector_url)
     minilm = minilm_query_latency()
+    if args.json:
+        Path(args.json).write_text(json.dumps({"puts": puts, "searches": searches, "notes": notes}))
 
     stock = next(single for name, single, _ in puts if name.startswith("stock SqliteStore"))
     print("\n### Puts per second\n")
@@ -347,6 +386,40 @@ def main() -> None:
             print(f"- target puts >= 30x stock SqliteStore: {single / stock:,.1f}x for {name}")
     for _, size, _, p50, _, _ in hybrid:
         print(f"- target hybrid p50 <= 15 ms on SQLite: {p50:.2f} ms at {size:,} items")
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Run this benchmark on ``args.before`` (its ``src`` first on PYTHONPATH), then on this checkout, and
+    print both in one table each (same machine, same arguments, back to back)."""
+    argv = [a for a in sys.argv[1:]]
+    at = argv.index("--before")
+    del argv[at : at + 2]
+    results = {}
+    here = Path(__file__).resolve().parents[1]
+    for label, root in (("before", Path(args.before).resolve()), ("after", here)):
+        out = Path(tempfile.mkdtemp(prefix="remem-bench-")) / f"{label}.json"
+        env = {**os.environ, "PYTHONPATH": str(root / "src")}
+        print(f"== {label}: {root}", flush=True)
+        subprocess.run([sys.executable, __file__, *argv, "--json", str(out)], env=env, check=True)
+        results[label] = json.loads(out.read_text())
+    before, after = results["before"], results["after"]
+    stock = next(r[1] for r in after["puts"] if r[0].startswith("stock SqliteStore"))
+    old = {r[0]: r for r in before["puts"]}
+    print("\n### Puts per second, before and after (same run)\n")
+    print("| store | single before | single after | batched before | batched after | single after vs stock |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, single, batched in after["puts"]:
+        b = old.get(name, [name, float("nan"), float("nan")])
+        print(
+            f"| {name} | {b[1]:,.0f} | {single:,.0f} | {b[2]:,.0f} | {batched:,.0f} | {single / stock:,.1f}x |"
+        )
+    olds = {(r[0], r[1], r[2]): r for r in before["searches"]}
+    print("\n### Search latency, before and after (limit 10, fake 384-d embeddings)\n")
+    print("| store | items | mode | p50 before | p50 after | p95 before | p95 after |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for name, size, mode, p50, p95, _ in after["searches"]:
+        b = olds.get((name, size, mode), [0, 0, 0, float("nan"), float("nan")])
+        print(f"| {name} | {size:,} | {mode} | {b[3]:.2f} | {p50:.2f} | {b[4]:.2f} | {p95:.2f} |")
 
 
 if __name__ == "__main__":

@@ -138,7 +138,10 @@ def test_keyword_search_without_index(make_store: Any) -> None:
     store.put(("d",), "3", {"other": "foxes are quick"})
     hits = store.search(("d",), query="quick fox")
     assert {h.key for h in hits} == {"1", "3"}  # stemmed: "foxes" matches "fox"; "2" shares no word
-    assert all(isinstance(h, ScoredItem) and h.score is not None and h.mode == "hybrid" for h in hits)
+    # no index: the search is by keyword, and says so; the score is a relevance in [0, 1]
+    assert all(isinstance(h, ScoredItem) and h.mode == "keyword" for h in hits)
+    assert all(h.score is not None and 0 < h.score < 1 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     with pytest.raises(ConfigError):
         hybrid_search(store, ("d",), "fox", mode="vector")
 
@@ -154,11 +157,14 @@ def test_hybrid_modes_scores_and_filters(make_store: Any) -> None:
         hits = hybrid_search(store, ("users", "u1"), "green tea", mode=mode, limit=3)
         assert hits[0].key == "tea" and hits[0].namespace == ns, mode
         assert all(h.mode == mode for h in hits)
-        assert [h.score for h in hits] == sorted([h.score for h in hits], reverse=True)
+        order = [h.scores["rrf"] if mode == "hybrid" else h.score for h in hits]
+        assert order == sorted(order, reverse=True)  # hybrid hits come in fused (RRF) order
     fused = hybrid_search(store, ("users",), "green tea", limit=5)
     top = fused[0]
-    assert {"keyword", "vector", "keyword_rank", "vector_rank"} <= set(top.scores)
-    assert top.score == pytest.approx(1 / 61 + 1 / 61) or top.score > 0
+    assert {"keyword", "vector", "keyword_rank", "vector_rank", "rrf"} <= set(top.scores)
+    assert 0 < top.scores["rrf"] <= 2 / 61  # the RRF sum of its two ranks (k = 60)
+    # every hybrid hit's score is its vector similarity, keyword-only hits included
+    assert all(h.score == h.scores["vector"] for h in fused)
     only_facts = hybrid_search(store, ("users", "u1"), "green tea", filter={"kind": "fact"})
     assert {h.key for h in only_facts} <= {"cat", "job"}
     assert hybrid_search(store, ("users", "u1"), "green tea", limit=1, offset=1)[0].key != "tea"

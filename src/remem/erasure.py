@@ -160,7 +160,7 @@ def _fill(template: str, placeholder: str, value: str) -> list[str]:
 
 def _plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, Any]:
     """What the scope covers beyond the store's own rule: threads' checkpoints and registered namespaces."""
-    registry = journal.run_journal(store, journal.registry_program(store.dialect))
+    registry = journal.run_journal(store, journal.registry_program, store.dialect)
     threads: list[str] = []
     namespaces: list[list[str]] = []
     if "thread_id" in scope:
@@ -171,7 +171,7 @@ def _plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, A
         ]
     elif "user_id" in scope:
         user = scope["user_id"]
-        found = set(journal.run_journal(store, journal.meta_threads_program(store.dialect, user)))
+        found = set(journal.run_journal(store, journal.meta_threads_program, store.dialect, user))
         patterns = [t.replace("{user_id}", glob.escape(user)) for k, t in registry if k == "thread"]
         with checkpointer_from_url(url) as saver:
             for thread in list_threads(saver):
@@ -219,7 +219,7 @@ class _Run:
         self.compaction = journal.Compaction(False, "not reached", [])
 
     def save(self, entry: journal.JournalEntry) -> None:
-        journal.run_journal(self.store, journal.journal_save_program(self.store.dialect, entry))
+        journal.run_journal(self.store, journal.journal_save_program, self.store.dialect, entry)
         self.entry = entry
         _reached("saved")
 
@@ -370,7 +370,7 @@ def erase(
     scope = _scope(user_id, thread_id, namespace)
     with _open(url) as store:
         digest = _digest(scope)
-        entries = journal.run_journal(store, journal.journal_open_program(store.dialect))
+        entries = journal.run_journal(store, journal.journal_open_program, store.dialect)
         entry = next((e for e in entries if e.scope_digest == digest), None)
         if entry is None:
             plan = _plan(store, url, scope)
@@ -381,14 +381,14 @@ def erase(
 def finish_erasures(url: str, *, wait: float = 30.0) -> list[ErasureReport]:
     """Finish every erasure left open in the database at ``url``, oldest first; their reports (none: [])."""
     with _open(url) as store:
-        entries = journal.run_journal(store, journal.journal_open_program(store.dialect))
+        entries = journal.run_journal(store, journal.journal_open_program, store.dialect)
         return [_Run(store, url, entry, wait).run() for entry in entries]
 
 
 def unfinished_erasures(url: str) -> int:
     """How many erasures are open (recorded, not yet finished) in the database at ``url``."""
     with _open(url) as store:
-        return len(journal.run_journal(store, journal.journal_open_program(store.dialect)))
+        return len(journal.run_journal(store, journal.journal_open_program, store.dialect))
 
 
 def register_user_data(url: str, *, namespaces: Sequence[str] = (), threads: Sequence[str] = ()) -> None:
@@ -411,14 +411,14 @@ def register_user_data(url: str, *, namespaces: Sequence[str] = (), threads: Seq
         if "{user_id}" not in template:
             raise ConfigError(f"thread pattern {template!r} needs {{user_id}}, e.g. 'support-{{user_id}}-*'")
     with _open(url) as store:
-        journal.run_journal(store, journal.registry_add_program(store.dialect, "namespace", list(namespaces)))
-        journal.run_journal(store, journal.registry_add_program(store.dialect, "thread", list(threads)))
+        journal.run_journal(store, journal.registry_add_program, store.dialect, "namespace", list(namespaces))
+        journal.run_journal(store, journal.registry_add_program, store.dialect, "thread", list(threads))
 
 
 def registered_user_data(url: str) -> dict[str, list[str]]:
     """The templates :func:`register_user_data` recorded: ``{"namespaces": [...], "threads": [...]}``."""
     with _open(url) as store:
-        rows = journal.run_journal(store, journal.registry_program(store.dialect))
+        rows = journal.run_journal(store, journal.registry_program, store.dialect)
     return {
         "namespaces": [t for k, t in rows if k == "namespace"],
         "threads": [t for k, t in rows if k == "thread"],

@@ -20,12 +20,17 @@ Search (the function the memory client builds on)::
     hybrid_search(store, namespace_prefix, query, *, mode="hybrid", filter=None, limit=10, offset=0)
         -> list[ScoredItem]
 
-``mode`` is ``"hybrid"`` (keyword and vector ranks fused by reciprocal-rank fusion, ``score`` = the RRF sum),
-``"keyword"`` (``score`` = bm25 on SQLite, ts_rank_cd on Postgres; higher is better) or ``"vector"``
-(``score`` = cosine similarity). Every ``ScoredItem`` also carries ``scores`` (``keyword``, ``vector`` and
-their ranks, where found) and ``mode``. ``filter`` uses LangGraph's filter syntax (equality, nested dicts,
-``$eq $ne $gt $gte $lt $lte``). ``store.search(...)`` with a query uses the store's ``search_mode``
-(hybrid by default; keyword when the store has no index).
+``mode`` is ``"hybrid"`` (keyword and vector ranks fused by reciprocal-rank fusion), ``"keyword"`` or
+``"vector"``. A hit's ``score`` means what it means on LangGraph's stores: with an index, the hit's vector
+similarity under ``index["distance_type"]`` (cosine by default, the value InMemoryStore reports; the inner
+product; the negative L2 distance), so an app's ``score > 0.3`` keeps working; without an index, its keyword
+relevance mapped into [0, 1] (bm25 as s / (1 + s) on SQLite, ts_rank on Postgres). Hybrid hits come in
+fused order, so their scores need not descend; ``scores`` keeps every signal (``keyword``, ``keyword_rank``,
+``vector``, ``vector_rank``, ``rrf``) and ``mode`` says which search ran (a store with no index searches
+by keyword and says so). ``hybrid_search`` takes any ``BaseStore``: a stock store is asked through its
+``search``. ``filter`` uses LangGraph's filter syntax (equality, nested dicts, dotted paths such as
+``"user.level"``, ``$eq $ne $gt $gte $lt $lte``). ``store.search(...)`` with a query uses the store's
+``search_mode`` (hybrid by default; keyword when the store has no index).
 
 The store stores any namespace and knows none of remem's own: which namespace holds what (a user's
 memories, a thread's turns, extraction watermarks) is named in ``remem.layout``.
@@ -40,8 +45,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langgraph.store.base import BaseStore, SearchItem
+
+from remem._url import parse_database_url
 from remem.errors import InvalidFilterError, NamespaceError
 from remem.store._base import RememStoreBase
 from remem.store._core import ScoredItem, SearchMode
@@ -81,7 +90,7 @@ __all__ = [
 
 
 def hybrid_search(
-    store: RememStoreBase,
+    store: BaseStore,
     namespace_prefix: tuple[str, ...],
     query: str,
     *,
@@ -90,12 +99,23 @@ def hybrid_search(
     limit: int = 10,
     offset: int = 0,
 ) -> list[ScoredItem]:
-    """Scored items under ``namespace_prefix`` for ``query`` (see the module docstring)."""
-    return store.hybrid_search(namespace_prefix, query, mode=mode, filter=filter, limit=limit, offset=offset)
+    """Scored items under ``namespace_prefix`` for ``query`` (see the module docstring).
+
+    Any LangGraph ``BaseStore`` works: a store that is not remem's is asked through its own ``search``
+    (what it supports: vector search with an index, else a listing), and each hit says which it was.
+    """
+    if isinstance(store, RememStoreBase):
+        return store.hybrid_search(
+            namespace_prefix, query, mode=mode, filter=filter, limit=limit, offset=offset
+        )
+    hits = store.search(
+        namespace_prefix, query=query, filter=dict(filter) if filter else None, limit=limit, offset=offset
+    )
+    return [_scored(hit) for hit in hits]
 
 
 async def ahybrid_search(
-    store: RememStoreBase,
+    store: BaseStore,
     namespace_prefix: tuple[str, ...],
     query: str,
     *,
@@ -105,8 +125,28 @@ async def ahybrid_search(
     offset: int = 0,
 ) -> list[ScoredItem]:
     """Async version of :func:`hybrid_search`."""
-    return await store.ahybrid_search(
-        namespace_prefix, query, mode=mode, filter=filter, limit=limit, offset=offset
+    if isinstance(store, RememStoreBase):
+        return await store.ahybrid_search(
+            namespace_prefix, query, mode=mode, filter=filter, limit=limit, offset=offset
+        )
+    hits = await store.asearch(
+        namespace_prefix, query=query, filter=dict(filter) if filter else None, limit=limit, offset=offset
+    )
+    return [_scored(hit) for hit in hits]
+
+
+def _scored(hit: SearchItem) -> ScoredItem:
+    """A stock store's hit as remem's: scored hits came from its vector index, unscored ones from a listing."""
+    scored = hit.score is not None
+    return ScoredItem(
+        hit.namespace,
+        hit.key,
+        hit.value,
+        hit.created_at,
+        hit.updated_at,
+        score=hit.score,
+        mode="vector" if scored else "list",
+        scores={"vector": float(hit.score)} if hit.score is not None else {},
     )
 
 
@@ -133,12 +173,12 @@ async def aforget(
 
 
 @contextmanager
-def open_store(url: str, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
-    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, or ``:memory:``."""
-    if url.startswith(("postgres://", "postgresql://")):
+def open_store(url: str | Path, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
+    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``."""
+    if parse_database_url(url).kind == "postgres":
         from remem.store.postgres import PostgresStore
 
-        with PostgresStore.from_conn_string(url, index=index) as pg:
+        with PostgresStore.from_conn_string(str(url), index=index) as pg:
             yield pg
     else:
         with SqliteStore.from_conn_string(url, index=index) as lite:

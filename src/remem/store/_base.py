@@ -10,13 +10,15 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from langgraph.store.base import BaseStore, IndexConfig, Op, Result, SearchOp, TTLConfig
+import numpy as np
+import numpy.typing as npt
+from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
 
 from remem.embeddings import embed_array
-from remem.errors import RememUsageError
+from remem.errors import ModelError, RememUsageError
 from remem.layout import extraction_root, extraction_state, thread_root, threads_root, user_root, users_root
 from remem.store import _core as core
 from remem.store import _erasure
@@ -55,7 +57,24 @@ def forget_scopes(
 
 
 class RememStoreBase(BaseStore):
-    """What SqliteStore, PostgresStore and their async twins share."""
+    """What SqliteStore, PostgresStore and their async twins share.
+
+    Where these stores differ from LangGraph's own on purpose (each difference pinned by a test in
+    ``tests/test_store_stock.py``):
+
+    - A query on a store with an index runs a hybrid search (keyword and vector ranks fused) unless the
+      store is opened with ``search_mode="vector"``, which searches as LangGraph's stores do. Hybrid hits
+      come in fused order; each hit's ``score`` is still its vector similarity (what a stock threshold
+      compares), so scores need not descend; ``scores["rrf"]`` is the fused value that orders them.
+    - Filter keys never reach SQL (values are bound, keys are matched in Python unless they are plain
+      identifiers), so keys that LangGraph's SQL stores refuse ("Invalid filter key") are matched literally.
+    - The sync methods of an async store work on its event loop's thread too (LangGraph's raise
+      ``InvalidStateError`` there, to avoid a deadlock that these stores cannot have).
+    - The tables are remem's (``remem_ns``, ``remem_items``, ``remem_vectors``, and ``remem_fts`` on
+      SQLite), not LangGraph's ``store`` table; ``MIGRATIONS`` lists remem's statements.
+    - Vectors are stored as float32 whatever ``ann_index_config["vector_type"]`` says (``halfvec`` is
+      accepted and stored at full precision).
+    """
 
     supports_ttl: bool = True
     dialect: prog.Dialect
@@ -73,6 +92,7 @@ class RememStoreBase(BaseStore):
             )
         self.index_config = dict(index) if index else None
         self.plan = IndexPlan.from_config(index)
+        self.embeddings = self.plan.embed if self.plan else None  # as LangGraph's stores name it
         self.ttl_config = ttl
         self.search_mode: SearchMode = search_mode
         self._lock = threading.RLock()
@@ -84,7 +104,10 @@ class RememStoreBase(BaseStore):
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         raise NotImplementedError
 
-    def _transaction(self) -> contextlib.AbstractContextManager[None]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> contextlib.AbstractContextManager[None]:
+        """One transaction; ``write``: it may write, so it starts as a writer (SQLite: BEGIN IMMEDIATE).
+        ``snapshot=False``: a read whose statements need not share one snapshot (a backend may save the
+        round trips of BEGIN and COMMIT)."""
         raise NotImplementedError
 
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
@@ -102,26 +125,35 @@ class RememStoreBase(BaseStore):
 
     # -------------------------------------------------- driver
 
-    def _run(self, program: Program) -> Any:
+    def _run(self, make: Callable[[], Program], *, write: bool, snapshot: bool = True) -> Any:
+        """Run the program ``make()`` builds in one transaction (a backend may build it again to retry)."""
         changes: list[prog.VecChanged] = []
+        touched: list[int] = []
         with self._lock:
-            with self._transaction():
+            program = make()
+            with self._transaction(write, snapshot):
                 try:
                     request = next(program)
                     while True:
-                        request = program.send(self._handle(request, changes))
+                        request = program.send(self._handle(request, changes, touched))
                 except StopIteration as stop:
                     result = stop.value
             if changes:
                 self._vectors_changed(changes)
+            if touched:
+                ids = sorted(set(touched))
+                self._run(lambda: prog.refresh_program(self.dialect, ids, _now()), write=True)
         return result
 
-    def _handle(self, request: prog.Request, changes: list[prog.VecChanged]) -> Any:
+    def _handle(self, request: prog.Request, changes: list[prog.VecChanged], touched: list[int]) -> Any:
+        if isinstance(request, prog.Touch):
+            touched.extend(request.ids)
+            return None
         if isinstance(request, prog.Sql | prog.Many):
             return self._execute(request)
         if isinstance(request, prog.Embed):
             assert self.plan is not None
-            return embed_array(self.plan.embed, request.texts)
+            return _embed(self.plan, request.texts)
         if isinstance(request, prog.VecSearch):
             return self._vector_search(request)
         if isinstance(request, prog.KwSearch):
@@ -132,7 +164,35 @@ class RememStoreBase(BaseStore):
     # -------------------------------------------------- BaseStore
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        return self._run(prog.batch_program(self.dialect, self.plan, ops, self.search_mode))  # type: ignore[no-any-return]
+        ops = list(ops)
+        write = any(isinstance(op, PutOp) for op in ops)
+        ready = self._embed_ahead(ops, self.search_mode)
+        results: list[Result] = self._run(
+            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready), write=write
+        )
+        return results
+
+    def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, npt.NDArray[np.float32]]:
+        """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""
+        plan = self.plan
+        if plan is None:
+            return {}
+        texts: dict[bytes, str] = {}
+        if any(isinstance(op, PutOp) for op in ops):  # puts: a look-up of what is stored already
+            texts = self._run(
+                lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
+                write=False,
+                snapshot=False,
+            )
+        elif mode in ("hybrid", "vector"):  # searches only: their queries, no database needed
+            texts = {
+                prog.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query
+            }
+        if not texts:
+            return {}
+        matrix = _embed(plan, list(texts.values()))
+        prog.check_dims(plan, matrix)
+        return dict(zip(texts, matrix, strict=True))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
@@ -159,7 +219,11 @@ class RememStoreBase(BaseStore):
             query,
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
-        return self._run(prog.search_program(self.dialect, self.plan, op, mode, _now()))  # type: ignore[no-any-return]
+        ready = self._embed_ahead([op], mode)
+        hits: list[ScoredItem] = self._run(
+            lambda: prog.search_program(self.dialect, self.plan, op, mode, _now(), ready), write=False
+        )
+        return hits
 
     async def ahybrid_search(
         self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
@@ -185,11 +249,14 @@ class RememStoreBase(BaseStore):
         """
         prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
         owner = ("user_id", user_id) if user_id is not None else None
-        report, values = self._run(_erasure.forget_program(self.dialect, prefixes, matches, scopes, owner))
+        done: tuple[ForgetReport, list[str]] = self._run(
+            lambda: _erasure.forget_program(self.dialect, prefixes, matches, scopes, owner), write=True
+        )
+        report, values = done
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()
-        return report  # type: ignore[no-any-return]
+        return report
 
     async def aforget(self, **scope: Any) -> ForgetReport:
         """Async version of :meth:`forget`."""
@@ -202,25 +269,31 @@ class RememStoreBase(BaseStore):
         texts = [t for raw in values for _, t in core.texts_for(core.loads(raw), self.plan.fields)]
         evict(texts)
 
-    def sweep_ttl(self) -> int:
-        """Delete expired items now; returns how many."""
-        return self._run(_erasure.sweep_program(self.dialect, _now()))  # type: ignore[no-any-return]
+    def _setup_now(self) -> None:
+        """Create or migrate the tables (idempotent): the backend's ``setup``, sync or async."""
+        raise NotImplementedError
+
+    def _sweep_now(self) -> int:
+        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, _now()), write=True)
+        return swept
 
     async def asweep_ttl(self) -> int:
-        """Async version of :meth:`sweep_ttl`."""
-        return await asyncio.to_thread(self.sweep_ttl)
+        """Delete expired items now; returns how many."""
+        return await asyncio.to_thread(self._sweep_now)
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
-        """Sweep expired items every ``sweep_interval_minutes`` (default: the TTL config's, else 5) in a thread."""
-        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+    def _sweep_interval(self, sweep_interval_minutes: float | None) -> float:
+        return float(sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5)
+
+    def _start_sweeper_thread(self, sweep_interval_minutes: float | None) -> threading.Thread:
+        minutes = self._sweep_interval(sweep_interval_minutes)
         if self._sweeper is not None and self._sweeper.is_alive():
             return self._sweeper
         self._sweeper_stop.clear()
 
         def loop() -> None:
-            while not self._sweeper_stop.wait(float(minutes) * 60):
+            while not self._sweeper_stop.wait(minutes * 60):
                 try:
-                    self.sweep_ttl()
+                    self._sweep_now()
                 except Exception:  # keep sweeping; the next round retries
                     logger.exception("TTL sweep failed; retrying at the next interval")
 
@@ -228,8 +301,7 @@ class RememStoreBase(BaseStore):
         self._sweeper.start()
         return self._sweeper
 
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper thread; True if it stopped."""
+    def _stop_sweeper_thread(self, timeout: float | None) -> bool:
         self._sweeper_stop.set()
         if self._sweeper is None:
             return True
@@ -240,7 +312,21 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        return self._run(_erasure.stats_program(self.dialect))  # type: ignore[no-any-return]
+        stats: dict[str, Any] = self._run(lambda: _erasure.stats_program(self.dialect), write=False)
+        return stats
+
+
+def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
+    """Vectors for ``texts``: normalised for cosine (the same scores, a faster search); as the embedder gives
+    them for the inner product and L2, whose scores depend on their lengths (as on LangGraph's stores)."""
+    if plan.distance == "cosine":
+        return embed_array(plan.embed, texts)
+    try:
+        embed = plan.embed
+        raw = embed.embed_documents(list(texts)) if hasattr(embed, "embed_documents") else embed(list(texts))
+    except Exception as exc:  # a model failure, whatever its type
+        raise ModelError(f"the embedder failed on {len(texts)} text(s): {exc}; check the model") from exc
+    return np.asarray(raw, dtype=np.float32).reshape(len(texts), -1)
 
 
 def _now() -> float:
@@ -249,11 +335,109 @@ def _now() -> float:
     return time.time()
 
 
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+class SyncStore(RememStoreBase):
+    """The lifecycle methods of a sync store, as LangGraph's sync stores spell them."""
+
+    def setup(self) -> None:
+        """Create or migrate the tables (idempotent; safe from several processes at once)."""
+        self._setup_now()
+
+    def sweep_ttl(self) -> int:
+        """Delete expired items now; returns how many."""
+        return self._sweep_now()
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep expired items every ``sweep_interval_minutes`` (default: the TTL config's, else 5) in a thread."""
+        return self._start_sweeper_thread(sweep_interval_minutes)
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; True if it stopped."""
+        return self._stop_sweeper_thread(timeout)
 
 
-@contextlib.asynccontextmanager
-async def _anothing() -> AsyncIterator[None]:
-    yield
+_COMBINE_MAX = 2000  # ops per combined transaction
+
+
+class AsyncStore(RememStoreBase):
+    """The lifecycle methods of an async store, awaitable as in LangGraph's async stores, and ``abatch``
+    calls made concurrently combined into one transaction (as LangGraph's ``AsyncBatchedBaseStore``
+    does): ten thousand ``aput`` / ``aget`` awaited together cost a few transactions, not ten thousand."""
+
+    _sweeper_task: asyncio.Task[None] | None = None
+    _queued: list[tuple[list[Op], asyncio.Future[list[Result]]]] | None = None
+    _drainer: asyncio.Task[None] | None = None
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        for op in ops:  # a bad op fails its own caller, not the others it would be combined with
+            if isinstance(op, PutOp):
+                prog.check_put(op, encode=True)
+            else:
+                prog.validate_op(op)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[Result]] = loop.create_future()
+        if self._queued is None:
+            self._queued = []
+            self._drainer = loop.create_task(self._drain())  # a reference keeps the task alive
+        self._queued.append((ops, done))
+        return await done
+
+    async def _drain(self) -> None:
+        """Run what was queued while this task waited its turn, a few thousand ops per transaction."""
+        await asyncio.sleep(0)
+        queued, self._queued = self._queued or [], None
+        while queued:
+            taken: list[tuple[list[Op], asyncio.Future[list[Result]]]] = []
+            size = 0
+            while queued and (not taken or size + len(queued[0][0]) <= _COMBINE_MAX):
+                taken.append(queued.pop(0))
+                size += len(taken[-1][0])
+            combined = [op for ops, _ in taken for op in ops]
+            try:
+                results = await asyncio.to_thread(self.batch, combined)
+            except BaseException as exc:
+                for _, done in taken:
+                    if not done.done():
+                        done.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            start = 0
+            for ops, done in taken:
+                if not done.done():
+                    done.set_result(results[start : start + len(ops)])
+                start += len(ops)
+
+    async def setup(self) -> None:
+        """Async version of :meth:`SyncStore.setup`."""
+        await asyncio.to_thread(self._setup_now)
+
+    async def sweep_ttl(self) -> int:
+        """Async version of :meth:`SyncStore.sweep_ttl`."""
+        return await self.asweep_ttl()
+
+    async def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
+        """Sweep expired items every ``sweep_interval_minutes`` in a task on the running loop."""
+        if self._sweeper_task is not None and not self._sweeper_task.done():
+            return self._sweeper_task
+        seconds = self._sweep_interval(sweep_interval_minutes) * 60
+
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    await self.asweep_ttl()
+                except Exception:  # keep sweeping; the next round retries
+                    logger.exception("TTL sweep failed; retrying at the next interval")
+
+        self._sweeper_task = asyncio.create_task(loop(), name="remem-ttl-sweeper")
+        return self._sweeper_task
+
+    async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper task; True if it stopped."""
+        task, self._sweeper_task = self._sweeper_task, None
+        if task is None or task.done():
+            return True
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        return bool(done)

@@ -215,8 +215,25 @@ def compare(item_value: Any, filter_value: Any) -> bool:
     return bool(item_value == filter_value)
 
 
+_MISSING = object()
+
+
+def value_at(value: Mapping[str, Any], key: str) -> Any:
+    """The value a filter key names: the top-level key itself when the item has it (InMemoryStore's way),
+    else a dotted path into nested objects (``"user.access-level"``, as LangGraph's SQL stores read it)."""
+    found = value.get(key, _MISSING)
+    if found is not _MISSING or "." not in key:
+        return None if found is _MISSING else found
+    current: Any = value
+    for part in key.split("."):
+        if not isinstance(current, Mapping) or part not in current:
+            return None
+        current = current[part]
+    return current
+
+
 def matches(value: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
-    return all(compare(value.get(k), v) for k, v in filter.items())
+    return all(compare(value_at(value, k), v) for k, v in filter.items())
 
 
 @dataclass(frozen=True)
@@ -254,6 +271,7 @@ class IndexPlan:
     dims: int
     embed: Any
     fields: list[tuple[str, Any]] = field(default_factory=list)
+    distance: str = "cosine"  # index["distance_type"]: cosine, inner_product or l2
 
     @classmethod
     def from_config(cls, index: IndexConfig | Mapping[str, Any] | None) -> IndexPlan | None:
@@ -273,7 +291,13 @@ class IndexPlan:
             )
         embed = raw_embed if hasattr(raw_embed, "embed_documents") else ensure_embeddings(raw_embed)
         paths = list(index.get("fields") or dict(index).get("text_fields") or ["$"])
-        return cls(dims=dims, embed=embed, fields=[(p, p if p == "$" else tokenize_path(p)) for p in paths])
+        distance = str(dict(index).get("distance_type") or "cosine")
+        if distance not in ("cosine", "inner_product", "l2"):
+            raise ConfigError(
+                f"index['distance_type'] {distance!r:.40} is not supported; use 'cosine', 'inner_product' or 'l2'"
+            )
+        fields = [(p, p if p == "$" else tokenize_path(p)) for p in paths]
+        return cls(dims=dims, embed=embed, fields=fields, distance=distance)
 
 
 def texts_for(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:

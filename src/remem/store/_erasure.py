@@ -298,12 +298,13 @@ def registry_program(d: Dialect) -> Program:
 _JOURNAL_READY: weakref.WeakSet[RememStoreBase] = weakref.WeakSet()
 
 
-def run_journal(store: RememStoreBase, program: Program) -> Any:
-    """Run a journal program in one transaction of ``store`` (its tables are created first, once)."""
+def run_journal(store: RememStoreBase, make: Callable[..., Program], *args: Any) -> Any:
+    """Run the journal program ``make(*args)`` in one write transaction of ``store`` (its tables are created
+    first, once); the store may build it again to retry after a lost connection."""
     if store not in _JOURNAL_READY:
-        store._run(journal_setup_program(store.dialect))
+        store._run(lambda: journal_setup_program(store.dialect), write=True)
         _JOURNAL_READY.add(store)
-    return store._run(program)
+    return store._run(lambda: make(*args), write=True)
 
 
 def check_scope(
@@ -329,7 +330,7 @@ def journaled_forget(
     prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
     owner = ("user_id", user_id) if user_id is not None else None
     result: tuple[ForgetReport, list[str]] = run_journal(
-        store, journaled_forget_program(store.dialect, prefixes, matches, scopes, owner, record)
+        store, journaled_forget_program, store.dialect, prefixes, matches, scopes, owner, record
     )
     store._evict_texts(result[1])
     return result[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,15 +59,23 @@ class KwSearch:
 
 
 @dataclass(frozen=True)
+class Touch:
+    """Items read with ``refresh_ttl`` whose expiry to push back: done after the read, in a write
+    transaction of its own, so that a read never upgrades itself to a writer (which cannot wait)."""
+
+    ids: list[int]
+
+
+@dataclass(frozen=True)
 class VecChanged:
     removed: list[int]
     added: list[tuple[int, int, npt.NDArray[np.float32]]]
 
 
-Request = Sql | Many | Embed | VecSearch | KwSearch | VecChanged
+Request = Sql | Many | Embed | VecSearch | KwSearch | Touch | VecChanged
 Program = Generator[Request, Any, Any]
 
-_ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at"
+_ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
 _CHUNK = 500
 
@@ -121,6 +129,10 @@ class Dialect:
     def keyword_deletes(self, ids: Sequence[int]) -> list[Sql]:
         return []
 
+    def keyword_relevance(self, raw: float) -> float:
+        """A keyword score mapped into [0, 1], higher is better (bm25 is unbounded: s / (1 + s))."""
+        return max(raw, 0.0) / (1.0 + max(raw, 0.0))
+
     def vector_param(self, vec: npt.NDArray[np.float32]) -> Any:
         return np.asarray(vec, dtype=np.float32).tobytes()
 
@@ -128,20 +140,32 @@ class Dialect:
 # ---------------------------------------------------------------- batch
 
 
-def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: SearchMode) -> Program:
-    """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins)."""
+def batch_program(
+    d: Dialect,
+    plan: IndexPlan | None,
+    ops: Iterable[Op],
+    mode: SearchMode,
+    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+) -> Program:
+    """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
+    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash."""
     ops = list(ops)
     results: list[Any] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time()
     for op in ops:
-        _validate_op(op)
+        validate_op(op)
+    answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer
     for i, op in enumerate(ops):
+        same = None if isinstance(op, PutOp) else repr(op)
+        if same is not None and same in answered:
+            results[i] = answered[same]
+            continue
         if isinstance(op, GetOp):
             core.validate_key(op.key)
             results[i] = yield from get_program(d, op, now)
         elif isinstance(op, SearchOp):
-            results[i] = yield from search_program(d, plan, op, mode, now)
+            results[i] = yield from search_program(d, plan, op, mode, now, ready)
         elif isinstance(op, ListNamespacesOp):
             results[i] = yield from list_namespaces_program(d, op, now)
         elif isinstance(op, PutOp):
@@ -151,14 +175,16 @@ def batch_program(d: Dialect, plan: IndexPlan | None, ops: Iterable[Op], mode: S
             raise RememUsageError(
                 f"unknown store operation {type(op).__name__}; use GetOp, PutOp, SearchOp, ListNamespacesOp"
             )
+        if same is not None:
+            answered[same] = results[i]
     if puts:
-        yield from put_program(d, plan, list(puts.values()), now)
+        yield from put_program(d, plan, list(puts.values()), now, ready)
     return results
 
 
 def check_put(op: PutOp, *, encode: bool = False) -> None:
     """Refuse a put that could not be stored as given (before any SQL runs; ``encode``: try the JSON too)."""
-    _validate_op(op)
+    validate_op(op)
     core.validate_key(op.key)
     if op.value is not None:
         if not isinstance(op.value, dict):
@@ -167,7 +193,7 @@ def check_put(op: PutOp, *, encode: bool = False) -> None:
             core.dumps(op.value)
 
 
-def _validate_op(op: Op) -> None:
+def validate_op(op: Op) -> None:
     if isinstance(op, GetOp | PutOp):
         core.validate_namespace(op.namespace)
     elif isinstance(op, SearchOp):
@@ -189,7 +215,15 @@ def _item(row: Sequence[Any], score: float | None = None) -> Item:
     )
 
 
-def _refresh(d: Dialect, ids: list[int], now: float) -> Program:
+def _touch(rows: Iterable[Sequence[Any]]) -> Program:
+    """Ask for the expiry of these item rows (those with a TTL) to be refreshed after the read."""
+    ids = [int(r[0]) for r in rows if r[6] is not None]
+    if ids:
+        yield Touch(ids)
+
+
+def refresh_program(d: Dialect, ids: list[int], now: float) -> Program:
+    """Push back the expiry of items read with ``refresh_ttl`` (a write; see :class:`Touch`)."""
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("id", ids[start : start + _CHUNK])
         yield Sql(
@@ -204,15 +238,15 @@ def _refresh(d: Dialect, ids: list[int], now: float) -> Program:
 def get_program(d: Dialect, op: GetOp, now: float) -> Program:
     rows = yield Sql(
         d.q(
-            f"SELECT {_ITEM_COLS}, i.ttl_minutes FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
             f"WHERE n.path = ? AND i.key = ? AND {_LIVE}"
         ),
         [core.ns_path(op.namespace), op.key, now],
     )
     if not rows:
         return None
-    if op.refresh_ttl and rows[0][6] is not None:
-        yield from _refresh(d, [rows[0][0]], now)
+    if op.refresh_ttl:
+        yield from _touch(rows[:1])
     return _item(rows[0])
 
 
@@ -280,7 +314,14 @@ def _filtered_rows(
     return rows
 
 
-def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: SearchMode, now: float) -> Program:
+def search_program(
+    d: Dialect,
+    plan: IndexPlan | None,
+    op: SearchOp,
+    mode: SearchMode,
+    now: float,
+    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+) -> Program:
     if mode not in core.SEARCH_MODES:
         raise RememUsageError(f"unknown search mode {mode!r}; use one of {', '.join(core.SEARCH_MODES)}")
     filt = core.validate_filter(op.filter)
@@ -290,8 +331,8 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
     if not op.query or not op.query.strip():
         rows = yield from _filtered_rows(d, prefix, filt, now, (offset, limit))
         items = [_search_item(r, None, "list", {}) for r in rows]
-        if op.refresh_ttl and rows:
-            yield from _refresh(d, [r[0] for r in rows], now)
+        if op.refresh_ttl:
+            yield from _touch(rows)
         return items
     if mode == "vector" and plan is None:
         raise ConfigError(
@@ -319,26 +360,46 @@ def search_program(d: Dialect, plan: IndexPlan | None, op: SearchOp, mode: Searc
         terms = core.query_terms(op.query)
         if terms:
             keyword = yield KwSearch(terms, fetch, ns_ids, allowed, now)
+    qvec: npt.NDArray[np.float32] | None = None
     if mode in ("hybrid", "vector") and plan is not None:
-        qvec = (yield Embed([op.query]))[0]
+        qvec = (ready or {}).get(core_hash(op.query))
+        if qvec is None:
+            qvec = (yield Embed([op.query]))[0]
         vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
     scores: dict[int, dict[str, float]] = {}
     for rank, (item_id, score) in enumerate(keyword, start=1):
         scores.setdefault(item_id, {}).update(keyword=score, keyword_rank=rank)
     for rank, (item_id, score) in enumerate(vector, start=1):
         scores.setdefault(item_id, {}).update(vector=score, vector_rank=rank)
-    if mode == "keyword" or (mode == "hybrid" and plan is None):
+    used: SearchMode = "keyword" if mode == "hybrid" and plan is None else mode
+    if used == "keyword":
         ranked = [(i, s) for i, s in keyword]
-    elif mode == "vector":
+    elif used == "vector":
         ranked = [(i, s) for i, s in vector]
     else:
         fused = core.rrf([[i for i, _ in keyword], [i for i, _ in vector]])
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
+        for item_id, value in fused.items():
+            scores[item_id]["rrf"] = value
     rows_by_id = yield from _rows_by_id(d, [i for i, _ in ranked[: depth + 8]], now)
-    live = [(i, s) for i, s in ranked if i in rows_by_id][offset:depth]
-    if op.refresh_ttl and live:
-        yield from _refresh(d, [i for i, _ in live], now)
-    return [_search_item(rows_by_id[i], s, mode, scores[i]) for i, s in live]
+    live = [i for i, _ in ranked if i in rows_by_id][offset:depth]
+    if used == "hybrid" and qvec is not None:
+        # hits found by keyword alone get their similarity too: a hybrid hit's score is its vector score
+        unscored = [i for i in live if "vector" not in scores[i]]
+        if unscored:
+            for item_id, score in (yield VecSearch(qvec, len(unscored), None, unscored)):
+                scores[item_id]["vector"] = score
+    if op.refresh_ttl:
+        yield from _touch(rows_by_id[i] for i in live)
+    return [_search_item(rows_by_id[i], relevance(d, scores[i]), used, scores[i]) for i in live]
+
+
+def relevance(d: Dialect, scores: dict[str, float]) -> float:
+    """The ``score`` a stock user reads: the vector similarity (cosine by default, as InMemoryStore reports
+    it) where the hit has one, else its keyword relevance mapped into [0, 1]."""
+    if "vector" in scores:
+        return scores["vector"]
+    return d.keyword_relevance(scores.get("keyword", 0.0))
 
 
 def _search_item(row: Sequence[Any], score: float | None, mode: str, scores: dict[str, float]) -> ScoredItem:
@@ -397,7 +458,93 @@ def _known_ns_ids(d: Dialect, paths: list[str]) -> Program:
     return ids
 
 
-def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: float) -> Program:
+def _wanted(plan: IndexPlan | None, upserts: list[PutOp]) -> list[tuple[PutOp, list[tuple[str, str]]]]:
+    """Each upsert with the (vector path, text) pairs it embeds."""
+    wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
+    for op in upserts:
+        assert op.value is not None
+        fields = core.index_fields(plan, op.index)
+        wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
+    return wanted
+
+
+def _known_vectors(
+    d: Dialect, plan: IndexPlan | None, wanted: list[tuple[PutOp, list[tuple[str, str]]]]
+) -> Program:
+    """Stored vectors of these items by (namespace path, key, vector path) -> (text hash, embedding), and
+    whether that holds every stored vector of them: the texts not to embed again."""
+    known: dict[tuple[str, str, str], tuple[bytes, Any]] = {}
+    if plan is None or not any(t for _, t in wanted):
+        return known, False
+    paths = sorted({core.ns_path(op.namespace) for op, _ in wanted})
+    keys = sorted({op.key for op, _ in wanted})
+    if len(paths) > _CHUNK or len(keys) > _CHUNK:
+        return known, False
+    rows = yield Sql(
+        d.q(
+            "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
+            "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
+            f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
+            f"AND i.key IN ({', '.join('?' for _ in keys)})"
+        ),
+        [*paths, *keys],
+    )
+    return {(r[0], r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}, True
+
+
+def _to_embed(
+    wanted: list[tuple[PutOp, list[tuple[str, str]]]], known: dict[tuple[str, str, str], tuple[bytes, Any]]
+) -> dict[bytes, str]:
+    to_embed: dict[bytes, str] = {}
+    for op, texts in wanted:
+        for path, text in texts:
+            h = core_hash(text)
+            if known.get((core.ns_path(op.namespace), op.key, path), (b"", b""))[0] != h:
+                to_embed.setdefault(h, text)
+    return to_embed
+
+
+def check_dims(plan: IndexPlan, matrix: npt.NDArray[np.float32]) -> None:
+    if matrix.shape[1] != plan.dims:
+        raise ConfigError(
+            f"the embedder returned {matrix.shape[1]} dims but index['dims'] is {plan.dims}; "
+            "set dims to the embedder's output size"
+        )
+
+
+def texts_to_embed_program(
+    d: Dialect, plan: IndexPlan | None, ops: Sequence[Op], mode: SearchMode
+) -> Program:
+    """The texts a batch will need embedded (by text hash): its search queries and the put texts whose
+    stored vectors differ. A read, run before the write transaction, so that the model (the slow part)
+    never runs while the database's write lock is held; the write embeds only what changed since."""
+    texts: dict[bytes, str] = {}
+    if plan is None:
+        return texts
+    if mode in ("hybrid", "vector"):
+        for op in ops:
+            if isinstance(op, SearchOp) and op.query and op.query.strip():
+                texts.setdefault(core_hash(op.query), op.query)
+    puts = {(op.namespace, op.key): op for op in ops if isinstance(op, PutOp)}
+    upserts = [op for op in puts.values() if op.value is not None]
+    if upserts:
+        for op in upserts:
+            check_put(op)
+        wanted = _wanted(plan, upserts)
+        known, _ = yield from _known_vectors(d, plan, wanted)
+        texts.update(_to_embed(wanted, known))
+    return texts
+
+
+def put_program(
+    d: Dialect,
+    plan: IndexPlan | None,
+    puts: list[PutOp],
+    now: float,
+    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+) -> Program:
+    """Write the puts (value None: delete); ``ready`` holds vectors embedded ahead, by text hash."""
+    ready = ready or {}
     deletes = [p for p in puts if p.value is None]
     upserts = [p for p in puts if p.value is not None]
     if deletes:
@@ -413,44 +560,16 @@ def put_program(d: Dialect, plan: IndexPlan | None, puts: list[PutOp], now: floa
         yield from delete_ids(d, ids)
     if not upserts:
         return None
-    wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
-    for op in upserts:
-        assert op.value is not None
-        fields = core.index_fields(plan, op.index)
-        wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
-    # stored vectors of these items by (namespace path, key, vector path): the texts not to embed again
-    known: dict[tuple[str, str, str], tuple[bytes, bytes]] = {}
-    looked_up = False  # whether ``known`` holds every stored vector of these items
-    if plan is not None and any(t for _, t in wanted):
-        paths = sorted({core.ns_path(op.namespace) for op, _ in wanted})
-        keys = sorted({op.key for op, _ in wanted})
-        if len(paths) <= _CHUNK and len(keys) <= _CHUNK:
-            looked_up = True
-            rows = yield Sql(
-                d.q(
-                    "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
-                    "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
-                    f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
-                    f"AND i.key IN ({', '.join('?' for _ in keys)})"
-                ),
-                [*paths, *keys],
-            )
-            known = {(r[0], r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}
-    to_embed: dict[bytes, str] = {}
-    for op, texts in wanted:
-        for path, text in texts:
-            h = core_hash(text)
-            if known.get((core.ns_path(op.namespace), op.key, path), (b"", b""))[0] != h:
-                to_embed.setdefault(h, text)
-    vectors: dict[bytes, npt.NDArray[np.float32]] = {}
-    if to_embed:
-        matrix = yield Embed(list(to_embed.values()))
-        if matrix.shape[1] != plan.dims:  # type: ignore[union-attr]
-            raise ConfigError(
-                f"the embedder returned {matrix.shape[1]} dims but index['dims'] is {plan.dims}; "  # type: ignore[union-attr]
-                "set dims to the embedder's output size"
-            )
-        vectors = dict(zip(to_embed, matrix, strict=True))
+    wanted = _wanted(plan, upserts)
+    known, looked_up = yield from _known_vectors(d, plan, wanted)
+    to_embed = _to_embed(wanted, known)
+    vectors = {h: ready[h] for h in to_embed if h in ready}
+    late = {h: t for h, t in to_embed.items() if h not in ready}
+    if late:  # changed since the texts were embedded ahead (another writer): embed them now
+        assert plan is not None
+        matrix = yield Embed(list(late.values()))
+        check_dims(plan, matrix)
+        vectors.update(zip(late, matrix, strict=True))
     values: list[tuple[PutOp, dict[str, Any], str]] = []  # (op, value, keyword text)
     for op, _ in wanted:
         assert op.value is not None

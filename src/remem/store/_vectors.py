@@ -20,11 +20,67 @@ import numpy.typing as npt
 
 _FEW_NAMESPACES = 64  # up to this many namespaces, gather their indexed rows; past it, mask the matrix
 
+DISTANCES = ("cosine", "inner_product", "l2")
+"""LangGraph's ``index["distance_type"]`` values; a hit's score is the similarity stock stores report:
+cosine similarity, the inner product, or the negative euclidean distance."""
+
+
+def similarity(
+    vecs: npt.NDArray[np.float32],
+    query: npt.NDArray[np.float32],
+    metric: str,
+    norms: npt.NDArray[np.float32] | None = None,
+) -> npt.NDArray[np.float32]:
+    """The score of each row of ``vecs`` for ``query`` under ``metric`` (higher is better)."""
+    dots: npt.NDArray[np.float32] = vecs @ query
+    if metric == "inner_product":
+        return dots
+    if norms is None:
+        norms = np.sqrt(np.einsum("ij,ij->i", vecs, vecs))
+    if metric == "cosine":
+        out: npt.NDArray[np.float32] = dots / np.maximum(norms * float(np.linalg.norm(query)), 1e-12)
+        return out
+    squared = norms * norms - 2 * dots + float(query @ query)
+    negative: npt.NDArray[np.float32] = -np.sqrt(np.maximum(squared, 0)).astype(np.float32)
+    return negative
+
+
+def top_items(
+    items: npt.NDArray[np.int64],
+    vecs: npt.NDArray[np.float32],
+    query: npt.NDArray[np.float32],
+    k: int,
+    metric: str = "cosine",
+    norms: npt.NDArray[np.float32] | None = None,
+) -> list[tuple[int, float]]:
+    """The ``k`` best (item id, score) pairs of these rows, an item scored by its best row: the exact
+    search that the SQLite cache and Postgres without pgvector share."""
+    if not len(items) or k <= 0:
+        return []
+    query = np.asarray(query, dtype=np.float32)
+    scores = similarity(vecs, query, metric, norms)
+    best: dict[int, float] = {}
+    want = min(len(items), k * 4)
+    while want > 0:
+        top = np.argpartition(-scores, want - 1)[:want] if want < len(items) else np.arange(len(items))
+        if metric == "l2":  # the expanded form loses precision near zero: score the few exactly
+            scores[top] = -np.linalg.norm(vecs[top] - query, axis=1)
+        top = top[np.argsort(-scores[top], kind="stable")]
+        best = {}
+        for index in top.tolist():
+            best.setdefault(int(items[index]), float(scores[index]))
+        if len(best) >= k or want >= len(items):
+            break
+        want = min(len(items), want * 4)
+    return list(best.items())[:k]
+
 
 class VectorMatrix:
-    def __init__(self, dims: int, exact_below: int = 20_000) -> None:
+    def __init__(self, dims: int, exact_below: int = 20_000, metric: str = "cosine") -> None:
         self.dims = dims
         self.exact_below = exact_below
+        self.metric = metric
+        self._norms = np.zeros(1024, dtype=np.float32)
         self._words = (dims + 63) // 64
         self._bits = np.zeros((1024, self._words), dtype=np.uint64)
         self._vecs = np.zeros((1024, dims), dtype=np.float32)
@@ -47,7 +103,7 @@ class VectorMatrix:
         new = max(need, cap * 2)
         self._vecs = np.resize(self._vecs, (new, self.dims))
         self._bits = np.resize(self._bits, (new, self._words))
-        for name in ("_items", "_ns", "_alive"):
+        for name in ("_items", "_ns", "_alive", "_norms"):
             old = getattr(self, name)
             grown = np.zeros(new, dtype=old.dtype)
             grown[: self._n] = old[: self._n]
@@ -62,6 +118,7 @@ class VectorMatrix:
         self._grow(self._n + count)
         start, end = self._n, self._n + count
         self._vecs[start:end] = vecs
+        self._norms[start:end] = np.sqrt(np.einsum("ij,ij->i", vecs, vecs))
         self._bits[start:end] = self._signs(vecs)
         self._items[start:end] = item_ids
         self._ns[start:end] = ns_ids
@@ -90,8 +147,9 @@ class VectorMatrix:
     def _compact(self) -> None:
         keep = np.flatnonzero(self._alive[: self._n])
         items, ns, vecs = self._items[keep].copy(), self._ns[keep].copy(), self._vecs[keep].copy()
-        self.__init__(self.dims, self.exact_below)  # type: ignore[misc]
-        self.add(items, ns, vecs)
+        fresh = VectorMatrix(self.dims, self.exact_below, self.metric)
+        fresh.add(items, ns, vecs)
+        self.__dict__.update(fresh.__dict__)
 
     def search(
         self,
@@ -107,6 +165,9 @@ class VectorMatrix:
             return []
         query = np.asarray(query, dtype=np.float32)
         wanted = None if ns_ids is None else list(ns_ids)
+        if item_ids is not None and wanted is None:  # a few given items: their rows, no scan of the matrix
+            listed = sorted({row for item in item_ids for row in self._rows.get(int(item), ())})
+            return self._rank(query, np.array(listed, dtype=np.int64), k) if listed else []
         if wanted is not None and len(wanted) <= _FEW_NAMESPACES:
             rows = self._namespace_rows(wanted)
         else:
@@ -157,16 +218,6 @@ class VectorMatrix:
         self, query: npt.NDArray[np.float32], rows: npt.NDArray[np.int64], k: int
     ) -> list[tuple[int, float]]:
         every = len(rows) == self._n  # all rows, in order: no gather needed
-        scores = (self._vecs[: self._n] if every else self._vecs[rows]) @ query
-        best: dict[int, float] = {}
-        want = min(len(rows), k * 4)
-        while want > 0:
-            top = np.argpartition(-scores, want - 1)[:want] if want < len(rows) else np.arange(len(rows))
-            top = top[np.argsort(-scores[top], kind="stable")]
-            best = {}
-            for index in top.tolist():
-                best.setdefault(int(self._items[rows[index]]), float(scores[index]))
-            if len(best) >= k or want >= len(rows):
-                break
-            want = min(len(rows), want * 4)
-        return list(best.items())[:k]
+        vecs = self._vecs[: self._n] if every else self._vecs[rows]
+        norms = self._norms[: self._n] if every else self._norms[rows]
+        return top_items(self._items[rows], vecs, query, k, self.metric, norms)

@@ -13,25 +13,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from langgraph.store.base import IndexConfig, TTLConfig
 
-from remem.errors import MissingDependencyError, StorageError
+from remem._secrets import mask_secrets
+from remem._url import display_url, parse_database_url
+from remem.errors import ConfigError, MissingDependencyError, StorageError
 
 try:
     import psycopg
+    from psycopg.rows import tuple_row
+    from psycopg_pool import ConnectionPool
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
 from remem.store import _program as prog
-from remem.store._base import RememStoreBase
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore
 from remem.store._core import SearchMode
+from remem.store._vectors import top_items
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
+
+# pgvector's operator, the score stock stores report from its distance, and the HNSW operator class
+_PGVECTOR = {
+    "cosine": ("<=>", "1 - ({d})", "vector_cosine_ops", "remem_vectors_hnsw"),
+    "inner_product": ("<#>", "-({d})", "vector_ip_ops", "remem_vectors_hnsw_ip"),
+    "l2": ("<->", "-({d})", "vector_l2_ops", "remem_vectors_hnsw_l2"),
+}
+
+logger = logging.getLogger(__name__)
 
 _LOCK_ID = 0x72656D656D  # "remem": serialises migrations across processes
 
@@ -84,19 +99,33 @@ class PostgresDialect(prog.Dialect):
         doc = exact if "\\u0000" not in exact else core.dumps(core.sanitized(value))
         return [ns_id, key, exact, doc, text[:500_000], now, now, core.expiry(ttl, now), ttl]
 
+    def keyword_relevance(self, raw: float) -> float:
+        return min(max(raw, 0.0), 1.0)  # ts_rank is already in [0, 1]
+
     def vector_param(self, vec: Any) -> Any:
         if self.vector_kind == "pgvector":
             return "[" + ",".join(f"{x:.7g}" for x in np.asarray(vec, dtype=np.float32).tolist()) + "]"
         return np.asarray(vec, dtype=np.float32).tobytes()
 
 
-class PostgresStore(RememStoreBase):
-    """A LangGraph ``BaseStore`` on PostgreSQL with full-text, vector (pgvector HNSW or exact) and hybrid search."""
+class _PostgresBackend(RememStoreBase):
+    """What :class:`PostgresStore` and :class:`AsyncPostgresStore` share: everything but their lifecycle API.
+
+    ``conn`` is a psycopg ``Connection`` (autocommit, any row factory) or a ``ConnectionPool``, as for
+    LangGraph's ``PostgresStore``; ``pipe`` a pipeline of that connection. A store opened by
+    :meth:`from_conn_string` reconnects by itself after the server restarts (a pool checks each connection
+    it hands out; a single connection is reopened), and retries the call once: every store call is safe to
+    repeat (puts are upserts, deletes and erasures idempotent).
+    """
+
+    MIGRATIONS: ClassVar[list[str]] = [statement for step in MIGRATIONS for statement in step]
+    """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
 
     def __init__(
         self,
-        conn: psycopg.Connection[Any],
+        conn: psycopg.Connection[Any] | ConnectionPool[Any],
         *,
+        pipe: psycopg.Pipeline | None = None,
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
@@ -104,56 +133,46 @@ class PostgresStore(RememStoreBase):
         keyword_budget: int = 2000,
     ) -> None:
         super().__init__(index=index, ttl=ttl, search_mode=search_mode)
+        if pipe is not None and isinstance(conn, ConnectionPool):
+            raise ConfigError("pipe= needs a single connection, not a pool; pass the pipeline's connection")
         self.conn = conn
+        self.pipe = pipe
         self.dialect = PostgresDialect()
         self.ef_search = ef_search
         self.keyword_budget = keyword_budget
         self._df: dict[str, tuple[int, int]] = {}  # term -> (items containing it, table size then)
         self._is_setup = False
-
-    @classmethod
-    @contextlib.contextmanager
-    def from_conn_string(
-        cls,
-        conn_string: str,
-        *,
-        index: IndexConfig | Mapping[str, Any] | None = None,
-        ttl: TTLConfig | None = None,
-        search_mode: SearchMode = "hybrid",
-        **options: Any,
-    ) -> Iterator[PostgresStore]:
-        """Connect to ``conn_string``, set the tables up, and close the connection on exit."""
-        conn = _connect(conn_string)
-        store: PostgresStore | None = None
-        try:
-            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
-            store.setup()
-            yield store
-        finally:
-            if store is not None:
-                store.stop_ttl_sweeper(1)
-            conn.close()
+        self._active: psycopg.Connection[Any] | None = None  # the connection of the running transaction
+        self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
 
     @property
     def vector_kind(self) -> str:
         """``"pgvector"`` (HNSW index) or ``"exact"`` (float32 bytea searched with NumPy)."""
-        return self.dialect.vector_kind  # type: ignore[attr-defined, no-any-return]
+        return self._pg.vector_kind
 
-    def setup(self) -> None:
-        """Create or migrate the tables (idempotent; an advisory lock serialises concurrent processes)."""
+    @property
+    def _pg(self) -> PostgresDialect:
+        assert isinstance(self.dialect, PostgresDialect)
+        return self.dialect
+
+    def _setup_now(self) -> None:
         with self._lock:
             if self._is_setup:
                 return
             try:
-                self._setup()
+                with self._connection() as conn:
+                    self._active = conn
+                    try:
+                        self._setup(conn)
+                    finally:
+                        self._active = None
             except psycopg.Error as exc:
                 raise StorageError(
-                    f"setting up the store's tables failed: {exc}; check the database"
+                    f"setting up the store's tables failed: {mask_secrets(str(exc))}; check the database"
                 ) from exc
             self._is_setup = True
 
-    def _setup(self) -> None:
-        c = self.conn
+    def _setup(self, c: psycopg.Connection[Any]) -> None:
         has_vector = False
         if self.plan is not None:
             try:
@@ -163,77 +182,137 @@ class PostgresStore(RememStoreBase):
             except psycopg.Error:
                 has_vector = False  # no pgvector here: the exact path
         with c.transaction():
-            c.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_ID])
-            c.execute(
-                "CREATE TABLE IF NOT EXISTS remem_store_migrations (v int PRIMARY KEY, applied_at double precision)"
+            self._q("SELECT pg_advisory_xact_lock(%s)", [_LOCK_ID])
+            self._q(
+                "CREATE TABLE IF NOT EXISTS remem_store_migrations (v int PRIMARY KEY, applied_at double precision)",
+                rows=False,
             )
-            done = {r[0] for r in c.execute("SELECT v FROM remem_store_migrations").fetchall()}
+            done = {r[0] for r in self._q("SELECT v FROM remem_store_migrations")}
             for version, statements in enumerate(MIGRATIONS):
                 if version not in done:
                     for statement in statements:
-                        c.execute(statement)
-                    c.execute("INSERT INTO remem_store_migrations VALUES (%s, %s)", [version, time.time()])
-            row = c.execute(
+                        self._q(statement, rows=False)
+                    self._q(
+                        "INSERT INTO remem_store_migrations VALUES (%s, %s)",
+                        [version, time.time()],
+                        rows=False,
+                    )
+            row = self._q(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                 "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
-            ).fetchone()
-            if row is None:
+            )
+            if not row:
                 column = f"vector({self.plan.dims})" if has_vector and self.plan else "bytea"
-                c.execute(
+                self._q(
                     "CREATE TABLE remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, path text NOT NULL, "
-                    f"text_hash bytea NOT NULL, embedding {column} NOT NULL, PRIMARY KEY (item_id, path))"
+                    f"text_hash bytea NOT NULL, embedding {column} NOT NULL, PRIMARY KEY (item_id, path))",
+                    rows=False,
                 )
-                c.execute("CREATE INDEX remem_vectors_ns ON remem_vectors (ns_id)")
-                if column.startswith("vector"):
-                    c.execute(
-                        "CREATE INDEX remem_vectors_hnsw ON remem_vectors USING hnsw (embedding vector_cosine_ops)"
-                    )
+                self._q("CREATE INDEX remem_vectors_ns ON remem_vectors (ns_id)", rows=False)
                 kind = column
             else:
-                kind = row[0]
+                kind = str(row[0][0])
+            if kind.startswith("vector") and self.plan is not None:
+                _, _, ops, name = _PGVECTOR[self.plan.distance]
+                self._q(
+                    f"CREATE INDEX IF NOT EXISTS {name} ON remem_vectors USING hnsw (embedding {ops})",
+                    rows=False,
+                )
         self.dialect = PostgresDialect("pgvector" if kind.startswith("vector") else "exact")
+
+    # -------------------------------------------------- connections
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if isinstance(self.conn, ConnectionPool):
+            with self.conn.connection() as conn:
+                yield conn
+            return
+        if (self.conn.closed or self.conn.broken) and self._dsn is not None:
+            self.conn = _connect(self._dsn)  # the server went away and came back: a new session
+        yield self.conn
+
+    @contextlib.contextmanager
+    def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor on the store's connection, as LangGraph's store has one (its test helpers use it); the
+        tables are remem's (``remem_items``, ``remem_ns``, ``remem_vectors``), not LangGraph's ``store``."""
+        with self._lock, self._connection() as conn, conn.cursor() as cur:
+            yield cur
+
+    def _q(self, sql: str, params: Sequence[Any] = (), *, rows: bool = True) -> list[tuple[Any, ...]]:
+        """Run one statement on the transaction's connection; rows as tuples whatever its row factory
+        (``rows=False`` for a statement that returns none: in pipeline mode nothing waits for it)."""
+        assert self._active is not None
+        with self._active.cursor(row_factory=tuple_row) as cur:
+            cur.execute(sql, list(params))
+            return cur.fetchall() if rows else []
+
+    def _run(self, make: Callable[[], prog.Program], *, write: bool, snapshot: bool = True) -> Any:
+        if self._dsn is None and not isinstance(self.conn, ConnectionPool):
+            return super()._run(
+                make, write=write, snapshot=snapshot
+            )  # the caller's own connection: theirs to reopen
+        try:
+            return super()._run(make, write=write, snapshot=snapshot)
+        except StorageError as exc:
+            if not _connection_lost(exc):
+                raise
+            logger.warning(
+                "the PostgreSQL connection was lost (%s); retrying once on a new one", exc.__cause__
+            )
+            return super()._run(make, write=write, snapshot=snapshot)
 
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[None]:
         if not self._is_setup:
-            self.setup()
+            self._setup_now()
         try:
-            with self.conn.transaction():
-                yield
+            with self._connection() as conn:
+                # an autocommit read with no snapshot to share runs each statement alone: no BEGIN, no COMMIT
+                alone = not write and not snapshot and conn.autocommit and self.pipe is None
+                with contextlib.nullcontext() if alone else conn.transaction():
+                    self._active = conn
+                    try:
+                        yield
+                    finally:
+                        self._active = None
         except psycopg.Error as exc:
             raise StorageError(
-                f"PostgreSQL refused the work: {exc}; check the server and the database"
+                f"PostgreSQL refused the work: {mask_secrets(str(exc))}; check the server and the database"
             ) from exc
 
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
-        if isinstance(request, prog.Many):
-            if len(request.rows) == 1:  # one row: a plain execute saves the pipeline's round trips
-                self.conn.execute(request.sql, request.rows[0])
-            elif request.rows:
-                with self.conn.cursor() as cur:
+        assert self._active is not None
+        with self._active.cursor(row_factory=tuple_row) as cur:
+            if isinstance(request, prog.Many):
+                if len(request.rows) == 1:  # one row: a plain execute saves the pipeline's round trips
+                    cur.execute(request.sql, request.rows[0])
+                elif request.rows:
                     cur.executemany(request.sql, request.rows)
-            return None
-        cur = self.conn.execute(request.sql, list(request.params))
-        return cur.fetchall() if request.fetch else cur.rowcount
+                return None
+            cur.execute(request.sql, list(request.params))
+            if request.fetch:
+                return cur.fetchall()
+            if self.pipe is not None:
+                self.pipe.sync()  # a row count is known once the pipeline has run the statement
+            return cur.rowcount
 
     def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        row = self.conn.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = 'remem_items'::regclass"
-        ).fetchone()
-        rows = int(row[0]) if row else -1
+        row = self._q("SELECT reltuples::bigint FROM pg_class WHERE oid = 'remem_items'::regclass")
+        rows = int(row[0][0]) if row else -1
         if rows < 0:  # never analysed: count once (the planner's estimate is used afterwards)
-            counted = self.conn.execute("SELECT count(*) FROM remem_items").fetchone()
-            rows = int(counted[0]) if counted else 0
+            counted = self._q("SELECT count(*) FROM remem_items")
+            rows = int(counted[0][0]) if counted else 0
         df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
         newest: int | None = None
         for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
             lowest = None
             if attempt.newest is not None:
                 if newest is None:
-                    found_max = self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()
-                    newest = int(found_max[0]) if found_max else 0
+                    found_max = self._q("SELECT coalesce(max(id), 0) FROM remem_items")
+                    newest = int(found_max[0][0]) if found_max else 0
                 lowest = newest - attempt.newest
             found = self._ranked((" & " if attempt.every else " | ").join(attempt.terms), lowest, request)
             if found and (attempt.partial or len(found) >= request.k):
@@ -244,10 +323,8 @@ class PostgresStore(RememStoreBase):
         cached = self._df.get(term)
         if cached is not None and abs(cached[1] - rows) <= rows // 10:
             return cached[0]
-        found = self.conn.execute(
-            "SELECT count(*) FROM remem_items WHERE tsv @@ to_tsquery('english', %s)", [term]
-        ).fetchone()
-        count = int(found[0]) if found else 0
+        found = self._q("SELECT count(*) FROM remem_items WHERE tsv @@ to_tsquery('english', %s)", [term])
+        count = int(found[0][0]) if found else 0
         if len(self._df) > 50_000:
             self._df.clear()
         self._df[term] = (count, rows)
@@ -265,55 +342,50 @@ class PostgresStore(RememStoreBase):
         if request.item_ids is not None:
             where.append("i.id = ANY(%s)")
             params.append(request.item_ids)
-        rows = self.conn.execute(
+        rows = self._q(
             "SELECT i.id, ts_rank(i.tsv, tq.q) AS s FROM remem_items i, to_tsquery('english', %s) AS tq(q) "
             f"WHERE {' AND '.join(where)} ORDER BY s DESC, i.id LIMIT %s",
             [*params, request.k],
-        ).fetchall()
+        )
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
-        where, params = [], []
+        assert self.plan is not None
+        where, params = [], list[Any]()
         if request.ns_ids is not None:
-            where.append("ns_id = %s")
+            where.append("ns_id = ANY(%s)")
             params.append(request.ns_ids)
-            where[-1] = "ns_id = ANY(%s)"
         if request.item_ids is not None:
             where.append("item_id = ANY(%s)")
             params.append(request.item_ids)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
+        if self.vector_kind == "exact":
+            rows = self._q(f"SELECT item_id, embedding FROM remem_vectors {clause}", params)
+            items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
+            norms = np.ones(len(rows), dtype=np.float32) if self.plan.distance == "cosine" else None
+            return top_items(items, vecs, request.query, request.k, self.plan.distance, norms)
         k = request.k * 4
-        if self.vector_kind == "pgvector":
-            self.conn.execute(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, k)))}")
-            self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            q = self.dialect.vector_param(request.query)
-            rows = self.conn.execute(
-                f"SELECT item_id, 1 - (embedding <=> %s::vector) FROM remem_vectors {clause} "
-                "ORDER BY embedding <=> %s::vector LIMIT %s",
-                [q, *params, q, k],
-            ).fetchall()
-            pairs = sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda p: -p[1])
-        else:
-            rows = self.conn.execute(
-                f"SELECT item_id, embedding FROM remem_vectors {clause}", params
-            ).fetchall()
-            if not rows:
-                return []
-            matrix = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(
-                len(rows), -1
-            )
-            scores = matrix @ request.query.astype(np.float32)
-            order = np.argsort(-scores, kind="stable")[:k]
-            pairs = [(int(rows[i][0]), float(scores[i])) for i in order.tolist()]
+        op, score, _, _ = _PGVECTOR[self.plan.distance]
+        self._q(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, k)))}", rows=False)
+        self._q("SET LOCAL hnsw.iterative_scan = relaxed_order", rows=False)
+        q = self.dialect.vector_param(request.query)
+        distance = f"embedding {op} %s::vector"
+        rows = self._q(
+            f"SELECT item_id, {score.format(d=distance)} FROM remem_vectors {clause} ORDER BY {distance} LIMIT %s",
+            [q, *params, q, k],
+        )
         best: dict[int, float] = {}
-        for item_id, score in pairs:
-            best.setdefault(item_id, score)
+        for item_id, value in sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda p: -p[1]):
+            best.setdefault(item_id, value)
         return list(best.items())[: request.k]
 
     def _compact(self) -> bool:
         try:
-            for table in ("remem_items", "remem_vectors", "remem_ns"):
-                self.conn.execute(f"VACUUM {table}")
+            with self._connection() as conn:
+                for table in ("remem_items", "remem_vectors", "remem_ns"):
+                    conn.execute(f"VACUUM {table}")
         except psycopg.Error as exc:
             raise StorageError(
                 f"the data was deleted but VACUUM failed: {exc}; run VACUUM on the remem_ tables"
@@ -321,34 +393,130 @@ class PostgresStore(RememStoreBase):
         return True
 
 
-def _connect(conn_string: str) -> psycopg.Connection[Any]:
+def _connection_lost(exc: StorageError) -> bool:
+    """Whether a call failed because the server went away (then a new connection may succeed)."""
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.OperationalError) and not isinstance(cause, psycopg.errors.QueryCanceled)
+
+
+def _dsn(conn_string: str) -> str:
+    parsed = parse_database_url(conn_string)
+    if parsed.kind != "postgres":
+        raise ConfigError(
+            f"{display_url(conn_string)} is not a PostgreSQL URL; open it with SqliteStore (or open_store)"
+        )
+    return parsed.target
+
+
+def _connect(dsn: str) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(conn_string, autocommit=True, connect_timeout=10)
+        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         raise StorageError(
-            f"cannot connect to PostgreSQL: {exc}; check the URL and that the server is up"
+            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
         ) from exc
 
 
-class AsyncPostgresStore(PostgresStore):
+def _pool(dsn: str, pool_config: Mapping[str, Any]) -> ConnectionPool[Any]:
+    """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``), each
+    connection checked before it is handed out so that a restarted server costs no failed call."""
+    kwargs = {"autocommit": True, "connect_timeout": 10, **dict(pool_config.get("kwargs") or {})}
+    try:
+        pool: ConnectionPool[Any] = ConnectionPool(
+            dsn,
+            min_size=int(pool_config.get("min_size", 1)),
+            max_size=pool_config.get("max_size"),
+            kwargs=kwargs,
+            check=ConnectionPool.check_connection,
+            open=True,
+        )
+        pool.wait(timeout=10)
+    except Exception as exc:
+        raise StorageError(
+            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
+        ) from exc
+    return pool
+
+
+@contextlib.contextmanager
+def _opened(
+    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None
+) -> Iterator[tuple[psycopg.Connection[Any] | ConnectionPool[Any], psycopg.Pipeline | None, str]]:
+    dsn = _dsn(conn_string)
+    if pool_config is not None:
+        if pipeline:
+            raise ConfigError("pipeline=True works on a single connection; drop pool_config= or pipeline=")
+        pool = _pool(dsn, pool_config)
+        try:
+            yield pool, None, dsn
+        finally:
+            pool.close()
+        return
+    conn = _connect(dsn)
+    try:
+        if pipeline:
+            with conn.pipeline() as pipe:
+                yield conn, pipe, dsn
+        else:
+            yield conn, None, dsn
+    finally:
+        conn.close()
+
+
+class PostgresStore(_PostgresBackend, SyncStore):
+    """A LangGraph ``BaseStore`` on PostgreSQL with full-text, vector (pgvector HNSW or exact) and hybrid search."""
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        pool_config: Mapping[str, Any] | None = None,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        ttl: TTLConfig | None = None,
+        search_mode: SearchMode = "hybrid",
+        **options: Any,
+    ) -> Iterator[PostgresStore]:
+        """Connect to ``conn_string`` (a pool with ``pool_config``, a pipeline with ``pipeline=True``), set
+        the tables up, and close the connection on exit."""
+        with _opened(conn_string, pipeline, pool_config) as (conn, pipe, dsn):
+            store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store._dsn = dsn
+            try:
+                store._setup_now()
+                yield store
+            finally:
+                store.stop_ttl_sweeper(1)
+
+
+class AsyncPostgresStore(_PostgresBackend, AsyncStore):
     """Async version of :class:`PostgresStore`: the same store, each batch run in a worker thread."""
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
+    async def from_conn_string(
         cls,
         conn_string: str,
         *,
+        pipeline: bool = False,
+        pool_config: Mapping[str, Any] | None = None,
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
         **options: Any,
     ) -> AsyncIterator[AsyncPostgresStore]:
         """Async version of :meth:`PostgresStore.from_conn_string`."""
-        conn = await asyncio.to_thread(_connect, conn_string)
+        opened = _opened(conn_string, pipeline, pool_config)
+        conn, pipe, dsn = await asyncio.to_thread(opened.__enter__)
         try:
-            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
-            await asyncio.to_thread(store.setup)
-            yield store
+            store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store._dsn = dsn
+            await asyncio.to_thread(store._setup_now)
+            try:
+                yield store
+            finally:
+                await store.stop_ttl_sweeper(1)
         finally:
-            await asyncio.to_thread(conn.close)
+            await asyncio.to_thread(opened.__exit__, None, None, None)

@@ -19,24 +19,30 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
+from remem._files import make_private_file
+from remem._url import display_url, parse_database_url
+from remem.checkpoint import sqlite as _checkpoint_sqlite
 from remem.errors import ConfigError, StorageError
 from remem.store import _core as core
 from remem.store import _program as prog
-from remem.store._base import RememStoreBase
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore
 from remem.store._core import SearchMode
 from remem.store._vectors import VectorMatrix
 
 __all__ = ["AsyncSqliteStore", "SqliteStore"]
 
 logger = logging.getLogger(__name__)
+
+# The checkpointers' busy timeout: every part sharing a file waits as long for its write lock.
+BUSY_TIMEOUT_MS = _checkpoint_sqlite.BUSY_TIMEOUT_MS
 
 MIGRATIONS: list[list[str]] = [
     [
@@ -104,27 +110,81 @@ def _phrase(term: str) -> str:
 
 
 def connect(conn_string: str | Path) -> sqlite3.Connection:
-    """Open a SQLite file (``sqlite:///path``, a plain path, or ``:memory:``) the way the stores need it."""
-    target = str(conn_string)
-    if target.startswith("sqlite:///"):
-        target = target[len("sqlite:///") :]
-    elif target.startswith("sqlite://"):
+    """Open a SQLite file (``sqlite:///path``, a plain path, ``:memory:`` or ``memory://``) for a store.
+
+    A new file is created owner-only (with its folder) before SQLite opens it.
+    """
+    parsed = parse_database_url(conn_string)
+    if parsed.kind == "postgres":
         raise ConfigError(
-            f"{conn_string!r}: write SQLite URLs as sqlite:///relative/path or sqlite:////abs/path"
+            f"{display_url(conn_string)} is a PostgreSQL URL; open it with PostgresStore (or open_store)"
         )
-    if target not in ("", ":memory:"):
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
+    target = ":memory:" if parsed.kind == "memory" else parsed.target
     try:
-        conn = sqlite3.connect(target or ":memory:", check_same_thread=False, isolation_level=None)
-    except sqlite3.Error as exc:
+        make_private_file(Path(target))
+        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+    except (OSError, sqlite3.Error) as exc:
         raise StorageError(
-            f"cannot open SQLite database {target!r}: {exc}; check the path and permissions"
+            f"cannot open SQLite database {target!r}: {exc}; check that its folder exists and is writable"
         ) from exc
     return conn
 
 
-class SqliteStore(RememStoreBase):
-    """A LangGraph ``BaseStore`` on one SQLite file, with keyword, vector and hybrid search, TTL and erasure."""
+def _database_file(conn: sqlite3.Connection) -> str:
+    try:
+        row = conn.execute("PRAGMA database_list").fetchone()
+    except sqlite3.Error:
+        return "the SQLite database"
+    return repr(row[2]) if row and row[2] else "the in-memory SQLite database"
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _storage_error(conn: sqlite3.Connection, exc: sqlite3.Error) -> StorageError:
+    """What went wrong, in words that say what to do: a busy file is not a permission problem."""
+    where = _database_file(conn)
+    if _is_busy(exc):
+        return StorageError(
+            f"{where} is busy: another process (or connection) holds its write lock and kept it past the "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s busy timeout ({exc}); retry, and look for a process that keeps a "
+            "write transaction open (a long import, a crashed tool holding the file, a `sqlite3` shell)"
+        )
+    return StorageError(
+        f"SQLite refused the work on {where}: {exc}; check that the file is a remem database, not "
+        "corrupt, on a disk with space, and writable"
+    )
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL (readers never wait for the writer). Changing the journal mode needs the file
+    to itself and does not wait on the busy timeout, so processes opening a fresh file at once retry."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if row and str(row[0]).lower() in ("wal", "memory"):
+                return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("database is locked")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+class _SqliteBackend(RememStoreBase):
+    """What :class:`SqliteStore` and :class:`AsyncSqliteStore` share: everything but their lifecycle API."""
+
+    MIGRATIONS: ClassVar[list[str]] = [statement for step in MIGRATIONS for statement in step]
+    """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
 
     dialect = SqliteDialect()
 
@@ -154,64 +214,43 @@ class SqliteStore(RememStoreBase):
         self._ns_sizes: tuple[int, dict[int, int]] = (-1, {})  # (index size then, items per namespace)
         self.keyword_budget = keyword_budget
 
-    @classmethod
-    @contextlib.contextmanager
-    def from_conn_string(
-        cls,
-        conn_string: str | Path,
-        *,
-        index: IndexConfig | Mapping[str, Any] | None = None,
-        ttl: TTLConfig | None = None,
-        search_mode: SearchMode = "hybrid",
-        **options: Any,
-    ) -> Iterator[SqliteStore]:
-        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit."""
-        conn = connect(conn_string)
-        try:
-            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
-            store.setup()
-            yield store
-        finally:
-            opened = locals().get("store")
-            if opened is not None:
-                opened.stop_ttl_sweeper(1)
-                opened.flush()
-            conn.close()
-
-    def setup(self) -> None:
-        """Create or migrate the tables (idempotent; safe from several processes)."""
+    def _setup_now(self) -> None:
         with self._lock:
             if self._is_setup:
                 return
             c = self.conn
-            c.execute("PRAGMA busy_timeout = 10000")
-            with contextlib.suppress(sqlite3.OperationalError):
-                c.execute("PRAGMA journal_mode = WAL")
-            c.execute("PRAGMA synchronous = NORMAL")
-            c.execute("PRAGMA secure_delete = ON")
-            # keyword search joins each full-text match to its item row (namespace, TTL): with the default
-            # 2 MB page cache those lookups mostly miss at 100k items, and cost several times more
-            c.execute("PRAGMA cache_size = -32768")
-            c.execute("BEGIN IMMEDIATE")
             try:
-                c.execute(
-                    "CREATE TABLE IF NOT EXISTS remem_store_migrations (v INTEGER PRIMARY KEY, applied_at REAL)"
-                )
-                done = {r[0] for r in c.execute("SELECT v FROM remem_store_migrations")}
-                for version, statements in enumerate(MIGRATIONS):
-                    if version in done:
-                        continue
-                    for statement in statements:
-                        c.execute(statement)
-                    c.execute(
-                        "INSERT INTO remem_store_migrations (v, applied_at) VALUES (?, ?)",
-                        (version, time.time()),
-                    )
-                c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
+                self._setup_locked(c)
+            except BaseException as exc:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _storage_error(c, exc) from exc
                 raise
             self._is_setup = True
+
+    def _setup_locked(self, c: sqlite3.Connection) -> None:
+        c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+        _enable_wal(c)
+        c.execute("PRAGMA synchronous = NORMAL")
+        c.execute("PRAGMA secure_delete = ON")
+        # keyword search joins each full-text match to its item row (namespace, TTL): with the default
+        # 2 MB page cache those lookups mostly miss at 100k items, and cost several times more
+        c.execute("PRAGMA cache_size = -32768")
+        c.execute("BEGIN IMMEDIATE")
+        c.execute(
+            "CREATE TABLE IF NOT EXISTS remem_store_migrations (v INTEGER PRIMARY KEY, applied_at REAL)"
+        )
+        done = {r[0] for r in c.execute("SELECT v FROM remem_store_migrations")}
+        for version, statements in enumerate(MIGRATIONS):
+            if version in done:
+                continue
+            for statement in statements:
+                c.execute(statement)
+            c.execute(
+                "INSERT INTO remem_store_migrations (v, applied_at) VALUES (?, ?)", (version, time.time())
+            )
+        c.execute("COMMIT")
 
     # -------------------------------------------------- group commit
 
@@ -249,7 +288,11 @@ class SqliteStore(RememStoreBase):
         if self._pending:
             pending, self._pending = self._pending, []
             try:
-                super()._run(prog.batch_program(self.dialect, self.plan, pending, self.search_mode))
+                ready = self._embed_ahead(list(pending), self.search_mode)
+                super()._run(
+                    lambda: prog.batch_program(self.dialect, self.plan, pending, self.search_mode, ready),
+                    write=True,
+                )
             except BaseException:
                 self._pending = pending + self._pending  # keep them for the next try
                 raise
@@ -268,20 +311,22 @@ class SqliteStore(RememStoreBase):
             error, self._flush_error = self._flush_error, None
             raise error
 
-    def _run(self, program: prog.Program) -> Any:
+    def _run(self, make: Callable[[], prog.Program], *, write: bool, snapshot: bool = True) -> Any:
         with self._lock:
             if self._pending:
                 self._flush_locked()
-            return super()._run(program)
+            return super()._run(make, write=write, snapshot=snapshot)
 
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[None]:
         if not self._is_setup:
-            self.setup()
+            self._setup_now()
         try:
-            self.conn.execute("BEGIN")
+            # A writer from the start: a deferred transaction that later writes cannot wait for the lock
+            # (SQLite fails it at once to avoid a deadlock), BEGIN IMMEDIATE waits for the busy timeout.
+            self.conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield
             except BaseException:
@@ -290,9 +335,11 @@ class SqliteStore(RememStoreBase):
                 raise
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise StorageError(
-                f"SQLite refused the work: {exc}; check the file, its disk and its permissions"
-            ) from exc
+            if self.conn.in_transaction:  # the COMMIT itself failed
+                self._matrix = None
+                with contextlib.suppress(sqlite3.Error):
+                    self.conn.execute("ROLLBACK")
+            raise _storage_error(self.conn, exc) from exc
 
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         if isinstance(request, prog.Many):
@@ -422,7 +469,7 @@ class SqliteStore(RememStoreBase):
         assert self.plan is not None
         version = self.conn.execute("PRAGMA data_version").fetchone()[0]
         if self._matrix is None or version != self._data_version:
-            matrix = VectorMatrix(self.plan.dims)
+            matrix = VectorMatrix(self.plan.dims, metric=self.plan.distance)
             rows = self.conn.execute("SELECT item_id, ns_id, embedding FROM remem_vectors").fetchall()
             if rows:
                 items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
@@ -462,7 +509,35 @@ class SqliteStore(RememStoreBase):
         return True
 
 
-class AsyncSqliteStore(SqliteStore):
+class SqliteStore(_SqliteBackend, SyncStore):
+    """A LangGraph ``BaseStore`` on one SQLite file, with keyword, vector and hybrid search, TTL and erasure."""
+
+    @classmethod
+    @contextlib.contextmanager
+    def from_conn_string(
+        cls,
+        conn_string: str | Path,
+        *,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        ttl: TTLConfig | None = None,
+        search_mode: SearchMode = "hybrid",
+        **options: Any,
+    ) -> Iterator[SqliteStore]:
+        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit."""
+        conn = connect(conn_string)
+        try:
+            store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store._setup_now()
+            yield store
+        finally:
+            opened = locals().get("store")
+            if opened is not None:
+                opened.stop_ttl_sweeper(1)
+                opened.flush()
+            conn.close()
+
+
+class AsyncSqliteStore(_SqliteBackend, AsyncStore):
     """Async version of :class:`SqliteStore`: the same store, its calls run in a worker thread.
 
     SQLite has no async protocol; like aiosqlite, this keeps the event loop free by running each batch in a
@@ -471,7 +546,7 @@ class AsyncSqliteStore(SqliteStore):
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def from_conn_string(  # type: ignore[override]
+    async def from_conn_string(
         cls,
         conn_string: str | Path,
         *,
@@ -484,10 +559,11 @@ class AsyncSqliteStore(SqliteStore):
         conn = await asyncio.to_thread(connect, conn_string)
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
-            await asyncio.to_thread(store.setup)
+            await asyncio.to_thread(store._setup_now)
             yield store
         finally:
             opened = locals().get("store")
             if opened is not None:
+                await opened.stop_ttl_sweeper(1)
                 await asyncio.to_thread(opened.flush)
             await asyncio.to_thread(conn.close)

