@@ -41,7 +41,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("summary",): ["{thread}"],
 }
 # Commands that change the database; every other command is a read and takes --json.
-WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune")}
+WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune"), ("import",)}
 CHAT_INPUT = "/state\n/nonsense\n/exit\n"
 # chat needs a configured model to start; it is never called (the session only runs local commands).
 CHAT_ENV = {

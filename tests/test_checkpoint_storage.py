@@ -158,10 +158,9 @@ def test_setup_is_idempotent_from_many_processes(
         saver.setup()
         with saver._transaction(False) as execute:
             from remem.checkpoint._ops import Query
-            from remem.checkpoint._sql import SELECT_MIGRATIONS
 
-            rows = execute(Query(saver._dialect.sql(SELECT_MIGRATIONS)))
-        assert [r[0] for r in rows] == [1]
+            rows = execute(Query("SELECT component, version FROM remem_schema"))
+        assert rows == [("checkpoint", 1)]
 
 
 def test_refuses_to_unpickle_and_never_pickles(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from remem import ScriptedChatModel, build_agent, checkpointer_from_url, list_threads, run_turn
+from remem._url import parse_database_url
+from remem.checkpoint import acheckpointer_from_url
 from remem.errors import ConfigError, NotFoundError, StorageError
-from remem.threads import acheckpointer_from_url, parse_database_url
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "persistent_chat.py"
 

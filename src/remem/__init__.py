@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
+    from remem.checkpoint import acheckpointer_from_url, checkpointer_from_url, list_threads
     from remem.config import Settings, load_settings
     from remem.errors import (
         BudgetExceededError,
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
         TrimStrategy,
     )
     from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer, summarizer_for
-    from remem.threads import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 # Which module defines each exported name.
 _SOURCES = {
@@ -68,7 +68,7 @@ _SOURCES = {
         "TrimStrategy",
     ),
     "remem.summarize": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer", "summarizer_for"),
-    "remem.threads": ("acheckpointer_from_url", "checkpointer_from_url", "list_threads"),
+    "remem.checkpoint": ("acheckpointer_from_url", "checkpointer_from_url", "list_threads"),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 

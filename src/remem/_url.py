@@ -10,6 +10,7 @@ output that names a database calls :func:`display_url`, which never shows a user
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,13 @@ from remem.errors import ConfigError
 __all__ = ["ACCEPTED_URLS", "DatabaseURL", "describe_postgres", "display_url", "parse_database_url"]
 
 ACCEPTED_URLS = "memory://, sqlite:///PATH (sqlite:////ABSOLUTE/PATH) or postgresql://USER@HOST:PORT/DB"
+
+
+_LIBPQ_KEYS = (
+    "host|hostaddr|port|dbname|user|password|passfile|service|connect_timeout|sslmode|options"
+    "|application_name|target_session_attrs|sslrootcert|sslcert|sslkey|krbsrvname|gssencmode"
+)
+_LIBPQ_DSN = re.compile(rf"(?:\s*(?:{_LIBPQ_KEYS})\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)\s*)+")
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,9 @@ def parse_database_url(url: str | Path) -> DatabaseURL:
         return DatabaseURL("sqlite", path)
     if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         return DatabaseURL("postgres", text.replace("postgresql+psycopg://", "postgresql://", 1))
-    if "=" in text and ("host=" in text or "dbname=" in text):  # a libpq key=value DSN
+    # A libpq key=value DSN ("dbname=app user=me", "service=prod"); a malformed one naming a host, a
+    # database or a password is PostgreSQL too (refused later, without echoing it), never a file name.
+    if _LIBPQ_DSN.fullmatch(text) or any(k in text for k in ("host=", "dbname=", "password=")):
         return DatabaseURL("postgres", text)
     if text == ":memory:" or (text and "://" not in text):
         return DatabaseURL("sqlite", text)

@@ -19,10 +19,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from remem._url import display_url
 from remem.agent import build_agent, run_turn, thread_config
+from remem.checkpoint import checkpointer_from_url
 from remem.config import Settings
 from remem.messages import approximate_token_count
 from remem.models import ScriptedChatModel
-from remem.threads import checkpointer_from_url
 
 __all__ = ["DemoReport", "DemoTurn", "load_script", "recall_responder", "run_demo"]
 

@@ -56,10 +56,10 @@ from typing import Any
 
 from remem._clock import now_iso
 from remem._url import display_url, parse_database_url
+from remem.checkpoint import checkpointer_from_url, list_threads
 from remem.errors import ConfigError, ErasureIncompleteError, NotFoundError, RememRuntimeError
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
-from remem.threads import checkpointer_from_url, list_threads
 
 __all__ = [
     "ErasureReport",

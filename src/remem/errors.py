@@ -12,6 +12,7 @@ down, a model endpoint that fails) are ``RememRuntimeError``. Every message says
     │   └── BudgetExceededError             a token budget per turn or per session would be passed
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
+        │   ├── SchemaTooNewError           a newer remem wrote the database: upgrade remem
         │   └── ErasureIncompleteError      an erasure stopped part way; run it again to finish it
         ├── ModelError                      the chat model or the embedder failed
         │   └── SummarizationError          the summariser failed; the state was left as it was
@@ -31,6 +32,7 @@ __all__ = [
     "RememError",
     "RememRuntimeError",
     "RememUsageError",
+    "SchemaTooNewError",
     "StorageError",
     "SummarizationError",
 ]
@@ -66,6 +68,10 @@ class RememRuntimeError(RememError):
 
 class StorageError(RememRuntimeError):
     """A database could not be reached, or refused the work."""
+
+
+class SchemaTooNewError(StorageError):
+    """The database's schema was written by a newer remem than this one; upgrade remem to use it."""
 
 
 class ErasureIncompleteError(StorageError):

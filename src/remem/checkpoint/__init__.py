@@ -5,10 +5,30 @@
     with SqliteSaver.from_conn_string("checkpoints.db") as saver:
         graph = builder.compile(checkpointer=saver)
 
+``checkpointer_from_url("sqlite:///app.db")`` opens the right one for a URL (``memory://``, ``sqlite:///``,
+``postgresql://``), ``list_threads(saver)`` lists any saver's threads, and
+``import_stock_checkpoints(stock_url, remem_url)`` copies the threads of LangGraph's stock savers in.
+
 Each saver is a complete ``BaseCheckpointSaver`` (put, put_writes, get_tuple, list, delete_thread,
 copy_thread, delete_for_runs, prune) plus ``list_threads()`` and ``stats()``. A value already stored for
 a thread is not stored again and a list channel such as ``messages`` is stored as what changed, so
 storage grows with what was said, not with how often it was saved. Nothing is pickled.
+
+Drop-in: every constructor and option of the stock savers works with the same meaning (paths and URLs in
+``from_conn_string``, connections and pools with any row factory, ``pipe=`` / ``pipeline=``), and user
+classes in state (Pydantic models, dataclasses, enums, named tuples) come back as their classes, as on
+``InMemorySaver``, without reviving anything else (see ``_serde``). Differences on purpose, each pinned
+by a test in ``tests/test_checkpoint_parity.py``:
+
+- a sync saver serves the ``a*`` methods in a worker thread (stock ``SqliteSaver`` raises
+  ``NotImplementedError``);
+- ``list(filter=...)`` is applied after reading, so no key reaches SQL and any key is accepted (stock
+  ``SqliteSaver`` refuses odd keys with ``ValueError``); dotted keys reach nested values as there;
+- metadata is kept whole, ``writes`` included (as ``InMemorySaver`` and ``SqliteSaver``; stock
+  ``PostgresSaver`` drops ``writes``);
+- pending sends written on a parent by LangGraph < 0.3 are not moved into the child's values (as
+  ``InMemorySaver`` and ``SqliteSaver``; stock ``PostgresSaver`` moves them);
+- the stock savers' internals (``MIGRATIONS``, ``_load_checkpoint_tuple``, ``search_where``) do not exist.
 
 This module imports no database driver: each saver's backend module is imported on first use.
 """
@@ -19,6 +39,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from remem.checkpoint._base import CheckpointStats, ThreadStats
+from remem.checkpoint._import import ImportReport, import_stock_checkpoints
+from remem.checkpoint._open import acheckpointer_from_url, checkpointer_from_url, list_threads
 
 if TYPE_CHECKING:
     from remem.checkpoint.postgres import AsyncPostgresSaver, PostgresSaver
@@ -28,9 +50,14 @@ __all__ = [
     "AsyncPostgresSaver",
     "AsyncSqliteSaver",
     "CheckpointStats",
+    "ImportReport",
     "PostgresSaver",
     "SqliteSaver",
     "ThreadStats",
+    "acheckpointer_from_url",
+    "checkpointer_from_url",
+    "import_stock_checkpoints",
+    "list_threads",
 ]
 
 _BACKENDS = {

@@ -27,12 +27,14 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from remem import _migrate
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
+from remem.checkpoint._serde import RememSerializer
+from remem.errors import ConfigError, NotFoundError, StorageError
 
 __all__ = ["AsyncSaver", "CheckpointStats", "SyncSaver", "ThreadStats"]
 
@@ -41,7 +43,6 @@ Execute = Callable[[ops.Query], list[tuple[Any, ...]]]
 AExecute = Callable[[ops.Query], Awaitable[list[tuple[Any, ...]]]]
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 _PAGE = 100
-_SETUP_LOCK_KEY = 0x72656D656D  # pg_advisory_xact_lock key shared by every remem setup()
 
 
 @dataclass(frozen=True)
@@ -69,17 +70,47 @@ class CheckpointStats:
         return sum(t.checkpoints for t in self.threads)
 
 
-def _setup_op(ctx: ops.Context) -> ops.Op[None]:
-    if ctx.dialect.name == "postgres":
-        yield ctx.q("SELECT pg_advisory_xact_lock(?)", (_SETUP_LOCK_KEY,))
-    yield ctx.q(sql.CREATE_MIGRATIONS, fetch="none")
-    done = {r[0] for r in (yield ctx.q(sql.SELECT_MIGRATIONS))}
-    for version, statements in enumerate(ctx.dialect.migrations, start=1):
-        if version in done:
-            continue
-        for statement in statements:
-            yield ctx.q(statement, fetch="none")
-        yield ctx.q(sql.INSERT_MIGRATION, (version,), "none")
+def _run_plan(plan: _migrate.Plan) -> ops.Op[int]:
+    """A :mod:`remem._migrate` plan as an operation of this package."""
+    try:
+        statement = next(plan)
+        while True:
+            rows = yield _query(statement)
+            statement = plan.send(rows)
+    except StopIteration as finished:
+        return int(finished.value)
+
+
+def _setup_op(ctx: ops.Context, read_only: bool, where: str) -> ops.Op[None]:
+    dialect = ctx.dialect.name
+    if not read_only:
+        yield from _run_plan(_migrate.upgrade(sql.SCHEMA, dialect))
+        return
+    version = yield from _run_plan(_migrate.check(sql.SCHEMA, dialect))
+    if version == 0:
+        stock = yield _query(_migrate.table_exists(dialect, sql.STOCK_TABLES[0]))
+        if stock:
+            raise NotFoundError(
+                f"{where} holds checkpoints of LangGraph's stock saver, not remem's; copy them into "
+                "remem's tables with `remem import URL` (the same URL; see remem import --help)"
+            )
+        raise NotFoundError(
+            f"{where} has no remem checkpoints; check --db or REMEM_DATABASE_URL "
+            "(a command that writes, such as remem chat, creates them)"
+        )
+    if version < sql.SCHEMA.latest:
+        raise StorageError(
+            f"{where} holds remem's checkpoint tables at version {version}, this remem needs "
+            f"{sql.SCHEMA.latest}; open it once for writing (setup()) to migrate it"
+        )
+
+
+def _read_only_error(where: str) -> ConfigError:
+    return ConfigError(f"this saver opened {where} read-only; open it without read_only=True to write")
+
+
+def _query(statement: _migrate.Statement) -> ops.Query:
+    return ops.Query(statement.sql, statement.params, "all" if statement.rows else "none")
 
 
 def _stats_op(ctx: ops.Context) -> ops.Op[CheckpointStats]:
@@ -135,16 +166,19 @@ class _RememSaver(BaseCheckpointSaver[int]):
         *,
         serde: SerializerProtocol | None = None,
         allowed_types: Collection[type | tuple[str, ...]] = (),
+        read_only: bool = False,
     ) -> None:
         trusted = serde is not None
         if serde is None:
-            # No pickle, and msgpack revives only LangGraph's safe types plus those the caller names.
-            serde = JsonPlusSerializer(pickle_fallback=False, allowed_msgpack_modules=None)
-            if allowed_types:
-                serde = serde.with_msgpack_allowlist(allowed_types)
+            # No pickle; msgpack revives LangGraph's safe types, imported data classes and allowed_types.
+            serde = RememSerializer(allowed_types)
         super().__init__(serde=serde)
         self._ctx = ops.Context(self._dialect, self.serde, SaverCache(), trusted_types=trusted)
         self._is_setup = False
+        self.read_only = read_only
+        """``setup()`` checks the tables instead of creating them (the database refuses writes too)."""
+        self._where = "the database"
+        """How messages name the database (never with a password)."""
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:
         return codec.next_version(current)
@@ -190,6 +224,8 @@ class SyncSaver(_RememSaver):
         raise NotImplementedError
 
     def _run(self, make: Callable[[ops.Tx], ops.Op[T]], *, write: bool, setup: bool = True) -> T:
+        if write and self.read_only:
+            raise _read_only_error(self._where)
         if setup and not self._is_setup:
             self.setup()
         tx = ops.Tx()
@@ -211,8 +247,16 @@ class SyncSaver(_RememSaver):
         return result
 
     def setup(self) -> None:
-        """Create or migrate the tables; idempotent and safe to run from many processes at once."""
-        self._run(lambda tx: _setup_op(self._ctx), write=True, setup=False)
+        """Create or migrate the tables; idempotent and safe to run from many processes at once.
+
+        A read-only saver checks them instead and raises :class:`~remem.errors.NotFoundError` when they are
+        missing. A database written by a newer remem raises :class:`~remem.errors.SchemaTooNewError`.
+        """
+        self._run(
+            lambda tx: _setup_op(self._ctx, self.read_only, self._where),
+            write=not self.read_only,
+            setup=False,
+        )
         self._is_setup = True
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -378,6 +422,8 @@ class AsyncSaver(_RememSaver):
         raise NotImplementedError
 
     async def _run(self, make: Callable[[ops.Tx], ops.Op[T]], *, write: bool, setup: bool = True) -> T:
+        if write and self.read_only:
+            raise _read_only_error(self._where)
         if setup and not self._is_setup:
             await self.setup()
         tx = ops.Tx()
@@ -402,7 +448,11 @@ class AsyncSaver(_RememSaver):
         """Async version of :meth:`SyncSaver.setup`."""
         async with self._setup_lock:
             if not self._is_setup:
-                await self._run(lambda tx: _setup_op(self._ctx), write=True, setup=False)
+                await self._run(
+                    lambda tx: _setup_op(self._ctx, self.read_only, self._where),
+                    write=not self.read_only,
+                    setup=False,
+                )
                 self._is_setup = True
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    get_serializable_checkpoint_metadata,
+    get_checkpoint_metadata,
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -255,7 +255,7 @@ def put(
     parent_id = conf.get("checkpoint_id")
     values = checkpoint["channel_values"]
     pending = {ch: _encode(ctx, values[ch]) for ch in new_versions if ch in values}
-    meta = get_serializable_checkpoint_metadata(config, metadata)
+    meta = get_checkpoint_metadata(config, metadata)
     run_id = meta.get("run_id")
     meta_blob = codec.encode_metadata(ctx.serde, meta)
 
@@ -482,6 +482,24 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
 Cursor = tuple[str, int, str]
 
 
+_MISSING = object()
+
+
+def _meta_matches(metadata: Mapping[str, Any], key: str, wanted: Any) -> bool:
+    """``metadata[key] == wanted``; a dotted key also names a nested value (``"user.level"``), as stock SQLite.
+
+    Filters are applied here, never spliced into SQL, so any key is safe.
+    """
+    value = metadata.get(key, _MISSING)
+    if value is _MISSING and "." in key:
+        value = metadata
+        for part in key.split("."):
+            value = value.get(part, _MISSING) if isinstance(value, Mapping) else _MISSING
+            if value is _MISSING:
+                break
+    return value is not _MISSING and value == wanted
+
+
 def list_page(
     ctx: Context,
     config: RunnableConfig | None,
@@ -520,7 +538,7 @@ def list_page(
         next_cursor = (last[3], last[1], last[2])
     rows = _rows(ctx, raw)
     if filter:
-        rows = [r for r in rows if all(r.metadata.get(k) == v for k, v in filter.items())]
+        rows = [r for r in rows if all(_meta_matches(r.metadata, k, v) for k, v in filter.items())]
     if not rows:
         return [], next_cursor
     tuples = yield from _materialize(ctx, rows, shared)

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["POSTGRES", "SQLITE", "Dialect"]
+from remem import _migrate
+
+__all__ = ["POSTGRES", "SCHEMA", "SQLITE", "Dialect"]
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -85,9 +87,17 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
 TABLES = ("remem_cp_writes", "remem_cp_checkpoints", "remem_cp_lists", "remem_cp_items")
 """The per-thread tables, children first."""
 
-CREATE_MIGRATIONS = "CREATE TABLE IF NOT EXISTS remem_cp_migrations (version INTEGER PRIMARY KEY)"
-SELECT_MIGRATIONS = "SELECT version FROM remem_cp_migrations"
-INSERT_MIGRATION = "INSERT INTO remem_cp_migrations (version) VALUES (?)"
+SCHEMA = _migrate.Component(
+    "checkpoint",
+    sqlite=_SQLITE_MIGRATIONS,
+    postgres=_POSTGRES_MIGRATIONS,
+    # remem 0.1 recorded its versions here (1-based, as now)
+    legacy=_migrate.Legacy("remem_cp_migrations", "version"),
+)
+"""The checkpoint tables, as the one migration runner (:mod:`remem._migrate`) applies them."""
+
+STOCK_TABLES = ("checkpoints", "checkpoint_writes")
+"""The tables of LangGraph's stock SqliteSaver / PostgresSaver."""
 
 UPSERT_THREAD = """INSERT INTO remem_cp_threads (thread_id, created_at, updated_at) VALUES (?, ?, ?)
 ON CONFLICT (thread_id) DO UPDATE SET updated_at = excluded.updated_at
@@ -152,8 +162,7 @@ COUNT_CHECKPOINTS = "SELECT COUNT(*) FROM remem_cp_checkpoints WHERE tid = ?"
 class Dialect:
     """What differs between SQLite and PostgreSQL: placeholders, list parameters, DDL, locking."""
 
-    name: str
-    migrations: tuple[tuple[str, ...], ...]
+    name: _migrate.Dialect
     for_update: str
     length: str
 
@@ -231,5 +240,5 @@ class Dialect:
         )
 
 
-SQLITE = Dialect("sqlite", _SQLITE_MIGRATIONS, for_update="", length="length")
-POSTGRES = Dialect("postgres", _POSTGRES_MIGRATIONS, for_update=" FOR UPDATE", length="octet_length")
+SQLITE = Dialect("sqlite", for_update="", length="length")
+POSTGRES = Dialect("postgres", for_update=" FOR UPDATE", length="octet_length")

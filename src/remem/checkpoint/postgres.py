@@ -19,33 +19,99 @@ from contextlib import (
 )
 from typing import Any
 
+from remem._secrets import mask_secrets
+from remem._url import describe_postgres, parse_database_url
 from remem.checkpoint import _ops as ops
 from remem.checkpoint._base import AExecute, AsyncSaver, Execute, SyncSaver
 from remem.checkpoint._sql import POSTGRES
-from remem.errors import MissingDependencyError, StorageError
+from remem.errors import ConfigError, MissingDependencyError, StorageError
 
 try:
     import psycopg
+    from psycopg.rows import tuple_row
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool.base import AttemptWithBackoff
 except ImportError as exc:  # pragma: no cover - psycopg is a dependency
     raise MissingDependencyError.for_extra("psycopg[pool]", "postgres") from exc
 
 __all__ = ["AsyncPostgresSaver", "PostgresSaver"]
 
 _READ_ONLY = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-_CONNECT_KWARGS = {"autocommit": True}
+_CONNECT_KWARGS: dict[str, Any] = {"autocommit": True}
+_CONNECT_TIMEOUT = 10
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _password(dsn: str) -> str | None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        value = conninfo_to_dict(dsn).get("password")
+    except psycopg.Error:
+        return None
+    return str(value) if value else None
 
 
 def _storage_error(exc: BaseException) -> StorageError:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return StorageError(
-        f"PostgreSQL refused the checkpoint operation ({first}); check that the server is running, "
-        "that the URL is right and that the user may create tables (setup() creates them)"
+        f"PostgreSQL refused the checkpoint operation ({mask_secrets(_first_line(exc))}); check that the server "
+        "is running, that the URL is right and that the user may create tables (setup() creates them)"
     )
 
 
-def _where(conn_string: str) -> str:
-    return conn_string.split("@")[-1]  # never echo a password
+def _dsn(conn_string: str) -> str:
+    """``conn_string`` checked by :func:`remem._url.parse_database_url`: a PostgreSQL URL or libpq DSN."""
+    parsed = parse_database_url(conn_string)
+    if parsed.kind != "postgres":
+        raise ConfigError(
+            "a PostgreSQL saver needs a postgresql:// URL or a libpq DSN (host=... dbname=...); "
+            "for a SQLite file use remem.checkpoint.SqliteSaver"
+        )
+    describe_postgres(parsed.target)  # a malformed DSN: ConfigError, without echoing it
+    return parsed.target
+
+
+def _unreachable(dsn: str, exc: BaseException) -> StorageError:
+    reason = mask_secrets(_first_line(exc), _password(dsn))
+    return StorageError(
+        f"cannot connect to PostgreSQL at {describe_postgres(dsn)} ({reason}); "
+        "check that the server is running and that the URL (REMEM_DATABASE_URL, --db) is right"
+    )
+
+
+def _pool_kwargs(dsn: str, read_only: bool) -> dict[str, Any]:
+    kwargs = dict(_CONNECT_KWARGS)
+    if read_only:  # the server itself refuses writes
+        kwargs["options"] = "-c default_transaction_read_only=on"
+    return kwargs
+
+
+_MAX_RECONNECT_DELAY = 2.0
+
+
+def _capped(attempt: AttemptWithBackoff | None) -> AttemptWithBackoff | None:
+    # psycopg_pool doubles the delay between reconnection attempts without bound: after a 30 s outage the
+    # next attempt can be 30 s away, and calls made once the server is back would time out waiting for it.
+    if attempt is not None:
+        attempt.delay = min(attempt.delay, _MAX_RECONNECT_DELAY / attempt.DELAY_BACKOFF)
+    return attempt
+
+
+class _Pool(ConnectionPool[Any]):
+    """The pool ``from_conn_string`` opens: connections checked before use, a lost server retried every 2 s."""
+
+    def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        super()._add_connection(_capped(attempt), growing)
+
+
+class _AsyncPool(AsyncConnectionPool[Any]):
+    """Async version of :class:`_Pool`."""
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
+        await super()._add_connection(_capped(attempt), growing)
 
 
 class PostgresSaver(SyncSaver):
@@ -56,30 +122,71 @@ class PostgresSaver(SyncSaver):
         ...     graph = builder.compile(checkpointer=saver)
 
     Give it a ``ConnectionPool`` (preferred: no lock around the saver) or one ``Connection`` (then its
-    operations take turns).
+    operations take turns), built with any row factory. ``pipe`` (a ``Pipeline`` of that one connection)
+    is accepted as by the stock saver: statements then run in pipeline mode.
     """
 
     _dialect = POSTGRES
 
-    def __init__(self, conn: ConnectionPool | psycopg.Connection[Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        conn: ConnectionPool | psycopg.Connection[Any],
+        pipe: psycopg.Pipeline | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(conn, ConnectionPool) and pipe is not None:
+            raise ConfigError("pipe= works with a single Connection only, not with a ConnectionPool")
         super().__init__(**kwargs)
         self.conn = conn
+        self.pipe = pipe
         self.lock = threading.Lock()
 
     @classmethod
     @contextmanager
     def from_conn_string(
-        cls, conn_string: str, *, pool_size: int = 10, **kwargs: Any
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        pool_size: int = 10,
+        read_only: bool = False,
+        **kwargs: Any,
     ) -> Iterator[PostgresSaver]:
-        """Open a saver with a connection pool of up to ``pool_size`` connections; closed on exit."""
-        pool = ConnectionPool(conn_string, kwargs=_CONNECT_KWARGS, min_size=1, max_size=pool_size, open=False)
+        """Open a saver on a PostgreSQL URL or DSN, with a pool of up to ``pool_size`` connections; closed on exit.
+
+        Connections are checked before each use, so the saver works again after the server restarts.
+        ``pipeline=True`` uses one connection in pipeline mode instead, as the stock saver does.
+        ``read_only=True``: the server refuses writes and :meth:`setup` only checks the tables.
+        """
+        dsn = _dsn(conn_string)
+        try:  # one plain connection first: it fails fast with the server's reason, where a pool retries
+            first = psycopg.connect(dsn, connect_timeout=_CONNECT_TIMEOUT, **_pool_kwargs(dsn, read_only))
+        except psycopg.Error as exc:
+            raise _unreachable(dsn, exc) from None
+        if pipeline:
+            with first, first.pipeline() as pipe:
+                saver = cls(first, pipe, read_only=read_only, **kwargs)
+                saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+                yield saver
+            return
+        first.close()
+        pool = _Pool(
+            dsn,
+            kwargs=_pool_kwargs(dsn, read_only),
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            check=ConnectionPool.check_connection,
+        )
         try:
-            pool.open(wait=True, timeout=10)
+            pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
         except Exception as exc:
             pool.close()
-            raise StorageError(f"cannot connect to PostgreSQL at {_where(conn_string)} ({exc})") from exc
+            raise _unreachable(dsn, exc) from None
         try:
-            yield cls(pool, **kwargs)
+            saver = cls(pool, read_only=read_only, **kwargs)
+            saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+            yield saver
         finally:
             pool.close()
 
@@ -96,7 +203,11 @@ class PostgresSaver(SyncSaver):
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Execute]:
         try:
-            with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            with (
+                self._connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=tuple_row) as cur,
+            ):
                 if not write:
                     cur.execute(_READ_ONLY)
 
@@ -108,6 +219,8 @@ class PostgresSaver(SyncSaver):
                     return cur.fetchall() if query.fetch == "all" else []
 
                 yield execute
+            if self.pipe is not None:
+                self.pipe.sync()
         except psycopg.Error as exc:
             raise _storage_error(exc) from exc
 
@@ -117,27 +230,64 @@ class AsyncPostgresSaver(AsyncSaver):
 
     _dialect = POSTGRES
 
-    def __init__(self, conn: AsyncConnectionPool | psycopg.AsyncConnection[Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        conn: AsyncConnectionPool | psycopg.AsyncConnection[Any],
+        pipe: psycopg.AsyncPipeline | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(conn, AsyncConnectionPool) and pipe is not None:
+            raise ConfigError(
+                "pipe= works with a single AsyncConnection only, not with an AsyncConnectionPool"
+            )
         super().__init__(**kwargs)
         self.conn = conn
+        self.pipe = pipe
         self.lock = asyncio.Lock()
 
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str, *, pool_size: int = 10, **kwargs: Any
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        pool_size: int = 10,
+        read_only: bool = False,
+        **kwargs: Any,
     ) -> AsyncIterator[AsyncPostgresSaver]:
         """Async version of :meth:`PostgresSaver.from_conn_string`."""
-        pool = AsyncConnectionPool(
-            conn_string, kwargs=_CONNECT_KWARGS, min_size=1, max_size=pool_size, open=False
+        dsn = _dsn(conn_string)
+        try:
+            first = await psycopg.AsyncConnection.connect(
+                dsn, connect_timeout=_CONNECT_TIMEOUT, **_pool_kwargs(dsn, read_only)
+            )
+        except psycopg.Error as exc:
+            raise _unreachable(dsn, exc) from None
+        if pipeline:
+            async with first, first.pipeline() as pipe:
+                saver = cls(first, pipe, read_only=read_only, **kwargs)
+                saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+                yield saver
+            return
+        await first.close()
+        pool = _AsyncPool(
+            dsn,
+            kwargs=_pool_kwargs(dsn, read_only),
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            check=AsyncConnectionPool.check_connection,
         )
         try:
-            await pool.open(wait=True, timeout=10)
+            await pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
         except Exception as exc:
             await pool.close()
-            raise StorageError(f"cannot connect to PostgreSQL at {_where(conn_string)} ({exc})") from exc
+            raise _unreachable(dsn, exc) from None
         try:
-            yield cls(pool, **kwargs)
+            saver = cls(pool, read_only=read_only, **kwargs)
+            saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+            yield saver
         finally:
             await pool.close()
 
@@ -154,7 +304,11 @@ class AsyncPostgresSaver(AsyncSaver):
     @asynccontextmanager
     async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
         try:
-            async with self._connection() as conn, conn.transaction(), conn.cursor() as cur:
+            async with (
+                self._connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=tuple_row) as cur,
+            ):
                 if not write:
                     await cur.execute(_READ_ONLY)
 
@@ -166,5 +320,7 @@ class AsyncPostgresSaver(AsyncSaver):
                     return await cur.fetchall() if query.fetch == "all" else []
 
                 yield execute
+            if self.pipe is not None:
+                await self.pipe.sync()
         except psycopg.Error as exc:
             raise _storage_error(exc) from exc

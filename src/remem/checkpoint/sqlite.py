@@ -9,15 +9,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remem._files import make_private_file
+from remem._url import display_url, parse_database_url
 from remem.checkpoint import _ops as ops
 from remem.checkpoint._base import AExecute, AsyncSaver, Execute, SyncSaver
 from remem.checkpoint._sql import SQLITE
-from remem.errors import MissingDependencyError, StorageError
+from remem.errors import ConfigError, MissingDependencyError, NotFoundError, StorageError
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -41,9 +44,36 @@ def _wal_statements(journal_mode: str) -> tuple[str, ...]:
     return ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL")
 
 
-def _path(conn_string: str | Path) -> str:
-    text = str(conn_string)
-    return text.removeprefix("sqlite:///") if text.startswith("sqlite:///") else text
+def _connect_args(conn_string: str | Path, read_only: bool) -> tuple[str, dict[str, Any]]:
+    """What to hand ``sqlite3.connect`` / ``aiosqlite.connect`` for ``conn_string``.
+
+    A path, ``":memory:"`` or a ``sqlite:///`` URL (parsed by :func:`remem._url.parse_database_url`). A new
+    file is created owner-only; ``read_only`` opens an existing file with ``mode=ro`` and creates nothing.
+    """
+    parsed = parse_database_url(conn_string)
+    if parsed.kind == "memory":
+        return ":memory:", {}
+    if parsed.kind != "sqlite":
+        raise ConfigError(
+            "a PostgreSQL URL was given to a SQLite saver; use remem.checkpoint.PostgresSaver for it, "
+            "or give a file path or sqlite:///PATH"
+        )
+    path = parsed.sqlite_path
+    if parsed.target == ":memory:":
+        return ":memory:", {}
+    if read_only:
+        if not path.is_file():
+            raise NotFoundError(f"there is no database at {path}; check --db or REMEM_DATABASE_URL")
+        return f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro", {"uri": True}
+    try:
+        make_private_file(path)
+    except OSError as exc:
+        raise _unusable(path, exc) from exc
+    return str(path), {}
+
+
+def _unusable(path: Path, exc: BaseException) -> StorageError:
+    return StorageError(f"cannot open the SQLite file {path} ({exc}); check the path and its permissions")
 
 
 class SqliteSaver(SyncSaver):
@@ -67,21 +97,30 @@ class SqliteSaver(SyncSaver):
             for pragma in _PRAGMAS:
                 conn.execute(pragma)
             (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
-            for pragma in _wal_statements(mode):
+            for pragma in () if self.read_only else _wal_statements(mode):
                 conn.execute(pragma)
         except sqlite3.Error as exc:
             raise _storage_error(exc) from exc
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, conn_string: str | Path, **kwargs: Any) -> Iterator[SqliteSaver]:
-        """Open a saver on a file path (or ``":memory:"``); the connection is closed on exit."""
+    def from_conn_string(
+        cls, conn_string: str | Path, *, read_only: bool = False, **kwargs: Any
+    ) -> Iterator[SqliteSaver]:
+        """Open a saver on a file path, ``":memory:"`` or a ``sqlite:///`` URL; the connection is closed on exit.
+
+        A new file is created owner-only (0600). ``read_only=True`` opens an existing file read-only, creates
+        nothing, and :meth:`setup` then checks the tables instead of creating them.
+        """
+        target, extra = _connect_args(conn_string, read_only)
         try:
-            conn = sqlite3.connect(_path(conn_string), check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, **extra)
         except sqlite3.Error as exc:
             raise _storage_error(exc) from exc
         try:
-            yield cls(conn, **kwargs)
+            saver = cls(conn, read_only=read_only, **kwargs)
+            saver._where = display_url(conn_string)
+            yield saver
         finally:
             conn.close()
 
@@ -127,19 +166,22 @@ class AsyncSqliteSaver(AsyncSaver):
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
-        cls, conn_string: str | Path, **kwargs: Any
+        cls, conn_string: str | Path, *, read_only: bool = False, **kwargs: Any
     ) -> AsyncIterator[AsyncSqliteSaver]:
         """Async version of :meth:`SqliteSaver.from_conn_string`."""
         try:
             import aiosqlite
         except ImportError as exc:  # pragma: no cover - aiosqlite is a dependency
             raise MissingDependencyError.for_extra("aiosqlite", "sqlite") from exc
+        target, extra = _connect_args(conn_string, read_only)
         try:
-            conn = await aiosqlite.connect(_path(conn_string), isolation_level=None)
+            conn = await aiosqlite.connect(target, isolation_level=None, **extra)
         except sqlite3.Error as exc:
             raise _storage_error(exc) from exc
         try:
-            yield cls(conn, **kwargs)
+            saver = cls(conn, read_only=read_only, **kwargs)
+            saver._where = display_url(conn_string)
+            yield saver
         finally:
             await conn.close()
 
@@ -150,7 +192,7 @@ class AsyncSqliteSaver(AsyncSaver):
             await self.conn.execute(pragma)
         async with self.conn.execute("PRAGMA journal_mode") as cur:
             row = await cur.fetchone()
-        for pragma in _wal_statements(str(row[0]) if row else "memory"):
+        for pragma in () if self.read_only else _wal_statements(str(row[0]) if row else "memory"):
             await self.conn.execute(pragma)
         self._configured = True
 

@@ -41,7 +41,7 @@ __all__ = ["Database", "ThreadSource", "checkpoint_state", "inspect_database", "
 
 # The tables that say which of remem's parts a database holds (their migration tables).
 STORE_TABLE = "remem_store_migrations"
-CHECKPOINT_TABLE = "remem_cp_migrations"
+CHECKPOINT_TABLE = "remem_cp_threads"  # remem_cp_migrations went with the one migration runner
 STOCK_CHECKPOINT_TABLES = ("checkpoints", "writes")  # LangGraph's stock savers
 
 
@@ -54,7 +54,8 @@ class Database:
     kind: str
     has_store: bool
     has_checkpoints: bool
-    has_stock_checkpoints: bool = False
+    has_stock_checkpoints: bool = False  # stock tables only: what remem's commands cannot read
+    holds_stock_tables: bool = False  # stock tables, with or without remem's (what `remem import` copies)
 
 
 def _sqlite_tables(path: Path) -> set[str]:
@@ -138,6 +139,7 @@ def inspect_database(url: str, *, for_writing: bool = False) -> Database:
         has_store=STORE_TABLE in tables,
         has_checkpoints=CHECKPOINT_TABLE in tables,
         has_stock_checkpoints=CHECKPOINT_TABLE not in tables and set(STOCK_CHECKPOINT_TABLES) <= tables,
+        holds_stock_tables=set(STOCK_CHECKPOINT_TABLES) <= tables,
     )
 
 
@@ -167,14 +169,15 @@ def require_persistent(url: str) -> str:
 
 
 @contextmanager
-def open_checkpointer(db: Database) -> Iterator[BaseCheckpointSaver[Any] | None]:
+def open_checkpointer(db: Database, *, write: bool = False) -> Iterator[BaseCheckpointSaver[Any] | None]:
     """remem's checkpointer on ``db``, or None when it holds no checkpoints (nothing is created)."""
     if not db.has_checkpoints:
         yield None
         return
-    from remem.threads import checkpointer_from_url
+    from remem.checkpoint import checkpointer_from_url
 
-    with checkpointer_from_url(db.url, create=False) as saver:
+    # create=False opens read-only; a writing command's tables exist already (has_checkpoints).
+    with checkpointer_from_url(db.url, create=write) as saver:
         yield saver
 
 

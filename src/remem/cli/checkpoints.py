@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -153,7 +154,7 @@ def prune_command(
         raise click.UsageError("say which threads to prune: --thread ID (repeatable) or --all")
     age = parse_age(older_than) if older_than is not None else None
     db = inspect_database(require_persistent(_database_url(database_url, url)), for_writing=True)
-    with open_checkpointer(db) as opened:
+    with open_checkpointer(db, write=True) as opened:
         saver = _remem_saver(opened, db.shown)
         known = saver.list_threads()
         missing = [t for t in thread_ids if t not in set(known)]
@@ -180,4 +181,43 @@ def _database_url(given: str | None, positional: str | None) -> str:
     return database_url(given, positional)
 
 
-COMMANDS: list[click.Command] = [checkpoints_group]
+@click.command("import")
+@click.argument("source", required=False)
+@click.option(
+    "--into",
+    "--db",
+    "target",
+    metavar="URL",
+    help="The remem database to import into (default: SOURCE itself; SOURCE's default: this one).",
+)
+def import_command(source: str, target: str | None) -> None:
+    """Copy every thread of LangGraph's stock SqliteSaver / PostgresSaver into remem's checkpointer.
+
+    Checkpoints, parents, metadata and pending writes; the stock tables are left as they are. Run it
+    again after an interruption: it continues where it stopped.
+
+    Example: remem import sqlite:///app.db --into sqlite:///.remem/remem.db
+    """
+    from remem._url import display_url, parse_database_url
+    from remem.checkpoint import import_stock_checkpoints
+    from remem.cli._render import say
+    from remem.cli._sources import inspect_database
+    from remem.errors import StorageError
+
+    source = database_url(None, source or target)
+    db = inspect_database(source, for_writing=True)
+    into = parse_database_url(target or source)
+    if into.kind == "sqlite" and into.sqlite_path.is_file() and not os.access(into.sqlite_path, os.W_OK):
+        raise StorageError(f"cannot write {display_url(target or source)}; check its permissions")
+    if not db.holds_stock_tables and db.has_checkpoints:
+        say(f"nothing to import: {db.shown} holds remem's checkpoints and no LangGraph stock ones")
+        return
+    report = import_stock_checkpoints(source, target or source)
+    say(
+        f"imported {report.checkpoints} checkpoint(s) and {report.writes} pending write(s) of {report.threads} "
+        f"thread(s) into {display_url(target or source)}"
+        + (f"; {report.skipped} already there" if report.skipped else "")
+    )
+
+
+COMMANDS: list[click.Command] = [checkpoints_group, import_command]

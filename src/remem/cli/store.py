@@ -124,11 +124,11 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
 
     Example: remem store stats --db sqlite:///.remem/remem.db
     """
+    from remem._url import parse_database_url
     from remem.cli._render import emit_json, show_table
     from remem.cli._sources import inspect_database, require_persistent, store_url
     from remem.errors import NotFoundError
     from remem.store import open_store
-    from remem.threads import parse_database_url
 
     target = _database_url(database_url, url)
     require_persistent(target)

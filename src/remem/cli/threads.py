@@ -64,7 +64,7 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
     where: dict[str, list[str]] = {}
     with open_checkpointer(db) as saver:
         if saver is not None:
-            from remem.threads import list_threads
+            from remem.checkpoint import list_threads
 
             for thread_id in list_threads(saver):
                 where.setdefault(thread_id, []).append("checkpoints")
@@ -73,14 +73,21 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
             for namespace in memory.store.list_namespaces(prefix=("threads",), max_depth=3, limit=1_000_000):
                 if len(namespace) == 3 and namespace[2] == "meta":
                     where.setdefault(namespace[1], []).append("memory store")
+    if db.has_stock_checkpoints and not where:
+        from remem.errors import NotFoundError
+
+        raise NotFoundError(
+            f"{db.shown} holds only LangGraph's stock saver's checkpoints; remem reads its own tables: "
+            f"`remem import {db.shown}` copies the threads into remem"
+        )
     if as_json:
         emit_json({"database": db.shown, "threads": [{"thread": t, "in": w} for t, w in where.items()]})
         return
     show_table(f"threads in {db.shown}", ["thread", "in"], ((t, ", ".join(w)) for t, w in where.items()))
     if db.has_stock_checkpoints:
         say(
-            "this database was written by LangGraph's stock checkpointer; remem reads its own tables, "
-            "so import the threads into remem to see them here"
+            "this database was also written by LangGraph's stock checkpointer; "
+            f"`remem import {db.shown}` copies those threads into remem"
         )
     elif not where:
         say(f"no threads yet in {db.shown}")
@@ -286,14 +293,15 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
 
     Example: REMEM_LLM_MODEL=llama3.2 REMEM_LLM_BASE_URL=http://localhost:11434/v1 remem chat --thread work
     """
+    from remem._url import display_url
     from remem.agent import build_agent, run_turn, thread_config
+    from remem.checkpoint import checkpointer_from_url
     from remem.cli._render import error_line, say
     from remem.cli._sources import writable
     from remem.config import load_settings
     from remem.errors import RememError
     from remem.inspection import thread_history, thread_snapshot
     from remem.models import require_chat_model
-    from remem.threads import checkpointer_from_url, display_url
 
     settings = load_settings()
     model = require_chat_model(settings)
@@ -362,11 +370,11 @@ def demo_command(database_url: str | None, strategy: str | None, turns: int | No
 
     Example: remem demo --strategy trim
     """
+    from remem._url import display_url
     from remem.cli._render import clean, console, preview, say, show_table
     from remem.cli._sources import writable
     from remem.config import load_settings
     from remem.demo import DemoTurn, run_demo
-    from remem.threads import display_url
 
     overrides: dict[str, Any] = {
         k: v for k, v in {"database_url": database_url, "strategy": strategy}.items() if v
