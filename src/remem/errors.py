@@ -9,7 +9,7 @@ down, a model endpoint that fails) are ``RememRuntimeError``. Every message says
     │   ├── ConfigError                     a setting or URL is wrong
     │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
     │   ├── NotFoundError                   a thread, checkpoint or item does not exist
-    │   └── BudgetExceededError             a token budget per turn or per session would be passed
+    │   └── BudgetExceededError             a token or cost budget would be passed
     └── RememRuntimeError                   the environment failed; retry or repair it
         ├── StorageError                    a database could not be reached or refused the work
         │   ├── SchemaTooNewError           a newer remem wrote the database: upgrade remem
@@ -59,7 +59,23 @@ class NotFoundError(RememUsageError):
 
 
 class BudgetExceededError(RememUsageError):
-    """A call would pass the configured token budget for the turn or the session."""
+    """A call would pass (or, by the provider's count, passed) a token or cost budget.
+
+    ``budget`` names it (``turn_token_budget``, ``user_day_cost_budget``...), ``limit`` and ``amount`` are
+    in ``unit`` (``tokens`` or ``cost``); all None when raised with a message only.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str | None = None,
+        limit: float | None = None,
+        amount: float | None = None,
+        unit: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.budget, self.limit, self.amount, self.unit = budget, limit, amount, unit
 
 
 class RememRuntimeError(RememError):
