@@ -34,11 +34,13 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("chat",): ["--thread", "{thread}"],
     ("checkpoints", "prune"): ["--thread", "{thread}", "--yes"],
     ("demo",): ["--turns", "2"],
+    ("export",): ["{thread}"],
     ("forget",): ["--thread", "{thread}", "--yes"],
     ("history",): ["{thread}"],
     ("search",): ["alert", "--thread", "{thread}", "--user", "{user}"],
     ("state",): ["{thread}", "--last", "0"],
     ("summary",): ["{thread}"],
+    ("usage",): ["--by", "turn"],
 }
 # Commands that change the database; every other command is a read and takes --json.
 WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune"), ("import",)}
@@ -101,6 +103,21 @@ def seed(url: str) -> None:
                 ]
             },
             as_node="call_model",
+        )
+    from remem.usage import UsageEvent, open_ledger
+
+    with open_ledger(url) as ledger:  # a ledger row whose strings are hostile too
+        ledger.record(
+            UsageEvent(
+                kind="chat",
+                model=MARKUP + CONTROL,
+                input_tokens=10,
+                output_tokens=2,
+                thread_id=AGENT_THREAD,
+                user_id=USER,
+                turn=1,
+                node=TOOL,
+            )
         )
     settings = load_settings(environ={}, config_file=None, embedder="fake")
     with Memory.from_url(url, settings=settings) as memory:

@@ -20,7 +20,8 @@ Above ``approve_tokens`` / ``approve_cost`` the run pauses with a LangGraph ``in
 estimate (a checkpointer is needed); ``Command(resume=True)`` sends the call, ``Command(resume=False)`` ends
 the turn with a message saying nothing was sent; the thread keeps every message.
 
-The turn number is kept in the state as one integer (``remem_turn``), never a growing list. With
+The turn number is kept in the state as one integer (``remem_turn``, written with the model call's own
+update, so no extra node runs), never a growing list: a call whose latest message is the user's starts a turn. With
 ``ContextCardMiddleware``, list it first (``middleware=[card, budget]``) so the budget sees the compacted
 prompt that is really sent; in the other order the budget checks the uncompacted history (stricter).
 ``thread_id`` and ``user_id`` default to the run's ``configurable.thread_id`` / ``configurable.user_id``.
@@ -34,10 +35,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired
 
-from langchain.agents.middleware.types import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
-from langgraph.runtime import Runtime
-from langgraph.types import interrupt
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langgraph.types import Command, interrupt
 
 from remem.messages import TokenCounter, approximate_token_count
 from remem.middleware._compaction import tool_schema_text
@@ -83,6 +89,27 @@ def _configurable() -> Mapping[str, Any]:
         return get_config().get("configurable", {}) or {}
     except RuntimeError:  # outside a runnable context
         return {}
+
+
+def _turn_of(state: Mapping[str, Any]) -> int:
+    """The turn this call belongs to: a new one when the latest message is the user's (a tool round's
+    latest message is a tool result, so its calls stay in the turn that asked for the tool)."""
+    before = state.get("remem_turn")
+    turn = before if isinstance(before, int) else 0
+    messages = state.get("messages") or []
+    return turn + 1 if messages and isinstance(messages[-1], HumanMessage) else max(turn, 1)
+
+
+def _with_turn(
+    response: ModelResponse[Any], estimate: Estimate, state: Any
+) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    before = state.get("remem_turn") if isinstance(state, Mapping) else None
+    if estimate.turn is None or before == estimate.turn:
+        return response
+    # The turn number rides on the model call's own update: no extra node, no extra checkpoint.
+    return ExtendedModelResponse(
+        model_response=response, command=Command(update={"remem_turn": estimate.turn})
+    )
 
 
 def _reply(response: ModelResponse[Any]) -> BaseMessage | None:
@@ -140,13 +167,6 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         self.approve_tokens, self.approve_cost = approve_tokens, approve_cost
         self.thread_id, self.user_id, self.node = thread_id, user_id, node
 
-    # -- turns ---------------------------------------------------------------------------------------
-    def before_agent(self, state: BudgetState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return {"remem_turn": int(state.get("remem_turn", 0) or 0) + 1}
-
-    async def abefore_agent(self, state: BudgetState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.before_agent(state, runtime)
-
     # -- the pure parts ------------------------------------------------------------------------------
     def estimate(self, request: ModelRequest[Any]) -> Estimate:
         """The counted input of ``request``: system prompt, tool schemas and messages."""
@@ -161,8 +181,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         model = model_name(request.model)
         conf = _configurable()
         state = request.state or {}
-        raw_turn = state.get("remem_turn") if isinstance(state, Mapping) else None
-        turn = raw_turn if isinstance(raw_turn, int) else None
+        turn = _turn_of(state) if isinstance(state, Mapping) else None
         return Estimate(
             model=model,
             input_tokens=tokens,
@@ -234,7 +253,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any] | AIMessage:
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         estimate = self.estimate(request)
         spent = self._spent(estimate)
         if not self._before(estimate, spent):
@@ -242,13 +261,13 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         started = time.perf_counter()
         response = handler(request)
         self._after(self._event(request, estimate, response, started), spent)
-        return response
+        return _with_turn(response, estimate, request.state)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any] | AIMessage:
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         estimate = self.estimate(request)
         spent = await asyncio.to_thread(self._spent, estimate)
         if not self._before(estimate, spent):
@@ -257,7 +276,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         response = await handler(request)
         event = self._event(request, estimate, response, started)
         await asyncio.to_thread(self._after, event, spent)
-        return response
+        return _with_turn(response, estimate, request.state)
 
 
 class _NoLedger(Ledger):

@@ -44,6 +44,7 @@ __all__ = [
     "day_of",
     "ledger_from_url",
     "open_ledger",
+    "read_ledger",
 ]
 
 
@@ -68,3 +69,28 @@ def open_ledger(url: str | Path) -> Iterator[Ledger]:
         yield ledger
     finally:
         ledger.close()
+
+
+@contextmanager
+def read_ledger(url: str | Path) -> Iterator[Ledger | None]:
+    """The ledger at ``url`` opened read-only (nothing created); None when the database holds no ledger.
+
+    A missing SQLite file raises :class:`~remem.errors.NotFoundError`.
+    """
+    parsed = parse_database_url(url)
+    if parsed.kind == "memory":
+        yield None
+        return
+    if parsed.kind == "postgres":
+        from remem.usage.postgres import PostgresLedger
+
+        opened: Ledger | None = PostgresLedger.open_read_only(parsed.target)
+    else:
+        from remem.usage.sqlite import SqliteLedger
+
+        opened = SqliteLedger.open_read_only(parsed.target)
+    try:
+        yield opened
+    finally:
+        if opened is not None:
+            opened.close()

@@ -49,6 +49,37 @@ class PostgresLedger(Ledger):
             raise
         return ledger
 
+    @classmethod
+    def open_read_only(cls, dsn: str) -> PostgresLedger | None:
+        """Connect read-only; None when the database holds no ledger (nothing is created)."""
+        import psycopg
+        from psycopg.rows import tuple_row
+
+        try:
+            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+            conn.read_only = True
+        except psycopg.Error as exc:
+            raise _error(exc) from exc
+        ledger = cls(conn, owns=True)
+        try:
+            with conn.cursor(row_factory=tuple_row) as cur:
+
+                def execute(statement: _migrate.Statement) -> list[tuple[Any, ...]]:
+                    cur.execute(statement.sql, statement.params)
+                    return list(cur.fetchall()) if statement.rows else []
+
+                version = _migrate.drive(_migrate.check(LEDGER, "postgres"), execute)
+        except psycopg.Error as exc:
+            ledger.close()
+            raise _error(exc) from exc
+        except BaseException:
+            ledger.close()
+            raise
+        if version == 0:
+            ledger.close()
+            return None
+        return ledger
+
     def setup(self) -> None:
         import psycopg
 

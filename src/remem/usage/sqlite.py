@@ -72,6 +72,48 @@ class SqliteLedger(Ledger):
             raise
         return ledger
 
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> SqliteLedger | None:
+        """Open an existing file to read it; None when it holds no ledger (nothing is created or written).
+
+        A file this process may not write is opened by the CLI from a private copy (``inspect_database``).
+        """
+        import urllib.parse
+
+        from remem.errors import NotFoundError
+
+        if not Path(path).is_file():
+            raise NotFoundError(f"there is no database at {path}; check --db or REMEM_DATABASE_URL")
+        try:
+            conn = sqlite3.connect(
+                # mode=rw, not ro: never creates the file, and closing the last connection folds SQLite's
+                # -wal/-shm files back, so a read leaves the files byte for byte as they were (a read-only
+                # connection would leave them behind). Only SELECTs run on it.
+                f"file:{urllib.parse.quote(str(Path(path).resolve()))}?mode=rw",
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+            )
+        except sqlite3.Error as exc:
+            raise _error(exc) from exc
+        ledger = cls(conn, owns=True)
+        try:
+            version = _migrate.drive(_migrate.check(LEDGER, "sqlite"), ledger._statement)
+        except sqlite3.Error as exc:
+            ledger.close()
+            raise _error(exc) from exc
+        except BaseException:
+            ledger.close()
+            raise
+        if version == 0:
+            ledger.close()
+            return None
+        return ledger
+
+    def _statement(self, statement: _migrate.Statement) -> list[tuple[Any, ...]]:
+        rows = self.conn.execute(statement.sql, statement.params).fetchall()
+        return list(rows) if statement.rows else []
+
     def setup(self) -> None:
         with self._lock:
             try:
