@@ -6,4 +6,10 @@ import click
 
 from remem.cli import checkpoints, memory, store, threads, usage
 
-COMMANDS: list[click.Command] = [*threads.COMMANDS, *memory.COMMANDS, *store.COMMANDS, *checkpoints.COMMANDS, *usage.COMMANDS]
+COMMANDS: list[click.Command] = [
+    *threads.COMMANDS,
+    *memory.COMMANDS,
+    *store.COMMANDS,
+    *checkpoints.COMMANDS,
+    *usage.COMMANDS,
+]
