@@ -126,3 +126,30 @@ def test_reading_usage_creates_nothing(tmp_path: Path) -> None:
     assert after == before
     missing = CliRunner().invoke(main, ["export", "nope", "--db", f"sqlite:///{path}"])
     assert missing.exit_code == 1 and "'nope' is neither in the checkpoints" in missing.output
+
+
+def test_export_reads_a_memory_client_thread_when_no_checkpoint_holds_it(tmp_path: Path) -> None:
+    from remem import Memory, load_settings
+
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    with Memory.from_url(
+        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
+    ) as memory:
+        memory.thread("m1", user_id="maya").add_messages(
+            [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "one"},
+                {"role": "user", "content": "second"},
+            ]
+        )
+    result = CliRunner().invoke(main, ["export", "m1", "--db", url], env={"REMEM_EMBEDDER": "fake"})
+    assert result.exit_code == 0, result.output
+    records = [json.loads(x) for x in result.output.splitlines()]
+    assert records[0]["source"].startswith("memory store in")
+    assert [(r["type"], r["turn"]) for r in records[1:]] == [
+        ("message", 1),
+        ("message", 1),
+        ("turn", 1),
+        ("message", 2),
+        ("turn", 2),
+    ]
