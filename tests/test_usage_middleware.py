@@ -186,3 +186,23 @@ async def test_the_async_path_records_and_checks_the_same_way(ledger: Ledger) ->
     with pytest.raises(BudgetExceededError):
         await agent.ainvoke({"messages": [HumanMessage(content="long " * 200)]}, _config())
     assert ledger.spent(thread_id="t1").calls == 1 and len(model.calls) == 1
+
+
+def test_budgets_prices_and_approval_come_from_the_settings(ledger: Ledger) -> None:
+    settings = load_settings(
+        environ={
+            "REMEM_CALL_TOKEN_BUDGET": "50",
+            "REMEM_APPROVAL_TOKEN_THRESHOLD": "40",
+            "REMEM_PRICES": '{"scripted": {"input": 3, "output": 6}}',
+        },
+        config_file=None,
+    )
+    budget = BudgetMiddleware(ledger, settings=settings)
+    assert (budget.budgets.call_tokens, budget.approve_tokens) == (50, 40)
+    model = ScriptedChatModel(default="OK.")
+    agent = create_agent(model=model, tools=[], middleware=[budget], checkpointer=InMemorySaver())
+    _say(agent, "hi")
+    (event,) = ledger.events()
+    assert event.cost == pytest.approx((event.input_tokens * 3 + event.output_tokens * 6) / 1e6)
+    with pytest.raises(BudgetExceededError, match="REMEM_CALL_TOKEN_BUDGET"):
+        _say(agent, "long " * 100)
