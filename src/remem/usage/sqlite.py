@@ -65,7 +65,10 @@ class SqliteLedger(Ledger):
         ledger = cls(conn, owns=True)
         try:
             if target != ":memory:":
+                # As the checkpointer does: WAL, and no fsync per record (a crash may lose the last rows,
+                # never corrupt the file).
                 conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
             ledger.setup()
         except BaseException:
             ledger.close()
