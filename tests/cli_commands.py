@@ -34,16 +34,15 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("chat",): ["--thread", "{thread}"],
     ("checkpoints", "prune"): ["--thread", "{thread}", "--yes"],
     ("demo",): ["--turns", "2"],
+    ("export",): ["{thread}"],
     ("forget",): ["--thread", "{thread}", "--yes"],
     ("history",): ["{thread}"],
     ("import",): ["{db}"],
     ("search",): ["alert", "--thread", "{thread}", "--user", "{user}"],
     ("state",): ["{thread}", "--last", "0"],
     ("summary",): ["{thread}"],
+    ("usage",): ["--by", "turn"],
 }
-# Exit codes other than 0 on the seeded databases: they hold no stock LangGraph checkpoints for `import` to
-# copy, so it ends with a one-line error (exit 1); its output is still checked like every other command's.
-EXPECTED_EXIT: dict[tuple[str, ...], int] = {("import",): 1}
 # Commands that change the database; every other command is a read and takes --json.
 WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune"), ("import",)}
 CHAT_INPUT = "/state\n/nonsense\n/exit\n"
@@ -108,6 +107,21 @@ def seed(url: str) -> None:
                 ]
             },
             as_node="call_model",
+        )
+    from remem.usage import UsageEvent, open_ledger
+
+    with open_ledger(url) as ledger:  # a ledger row whose strings are hostile too
+        ledger.record(
+            UsageEvent(
+                kind="chat",
+                model=MARKUP + CONTROL,
+                input_tokens=10,
+                output_tokens=2,
+                thread_id=AGENT_THREAD,
+                user_id=USER,
+                turn=1,
+                node=TOOL,
+            )
         )
     settings = load_settings(environ={}, config_file=None, embedder="fake")
     with Memory.from_url(url, settings=settings) as memory:

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("summarisers", ("remem.summarize",)),
     ("checkpointing", ("remem.checkpoint",)),
     ("long-term store", ("remem.store",)),
+    ("usage ledger", ("remem.usage",)),  # model calls, prices, budgets: next to the thread's storage
     ("extraction", ("remem.extraction",)),
     ("memory client", ("remem.memory", "remem.erasure")),
     ("agent", ("remem.agent", "remem.middleware", "remem.inspection")),

@@ -60,6 +60,20 @@ class Settings:
         30.0, "seconds a turn or append waits for another one on the same thread (then ThreadBusyError)"
     )
     embedder: str = _setting("minilm", "embedding model for semantic search", choices=EMBEDDERS)
+    # Cost control (remem.usage): budgets in tokens (input + output) and in the prices' currency.
+    call_token_budget: int = _setting(0, "most tokens one model call may use (0: no limit)")
+    call_cost_budget: float = _setting(0.0, "most one model call may cost (0: no limit)")
+    turn_cost_budget: float = _setting(0.0, "most one turn's model calls may cost (0: no limit)")
+    session_cost_budget: float = _setting(0.0, "most a thread may cost in all (0: no limit)")
+    user_day_token_budget: int = _setting(0, "most tokens one user may spend per UTC day (0: no limit)")
+    user_day_cost_budget: float = _setting(0.0, "most one user may spend per UTC day (0: no limit)")
+    approval_token_threshold: int = _setting(
+        0, "ask for approval before a call above this many tokens (0: never)"
+    )
+    approval_cost_threshold: float = _setting(0.0, "ask for approval before a call costing more (0: never)")
+    prices: tuple[tuple[str, float, float, float | None], ...] = _setting(
+        (), "[remem.prices.MODEL] input, output, cached: price per million tokens (REMEM_PRICES: JSON)"
+    )
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(setting, value, source-independent help) rows, secrets masked.
@@ -118,6 +132,8 @@ def _convert(name: str, raw: object, kind: Callable[[Any], Any], choices: tuple[
             raise ValueError  # 2.7 messages is a mistake, not 2
         else:
             value = kind(raw)
+    except ConfigError:
+        raise
     except (TypeError, ValueError):
         raise ConfigError(
             f"setting {name} ({_env_name(name)}) must be {kind.__name__}, got {raw!r}"
@@ -197,8 +213,42 @@ def load_settings(
     return Settings(**values)
 
 
+def _price_rows(raw: object) -> tuple[tuple[str, float, float, float | None], ...]:
+    """``prices`` from a TOML table, a JSON object (REMEM_PRICES) or rows: model -> input/output/cached."""
+    import json
+
+    hint = 'write it as [remem.prices."MODEL"] with input = ..., output = ... (and cached = ...)'
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            raise ConfigError(f"REMEM_PRICES must be a JSON object of model -> prices; {hint}") from None
+    if isinstance(raw, (tuple, list)):
+        raw = {row[0]: dict(zip(("input", "output", "cached"), row[1:], strict=False)) for row in raw}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"setting prices must be a table of models; {hint}")
+    rows = []
+    for model, price in sorted(raw.items()):
+        if not isinstance(price, Mapping) or set(price) - {"input", "output", "cached"}:
+            raise ConfigError(f"prices for {model!r} must hold only input, output and cached; {hint}")
+        values: list[float | None] = []
+        for key in ("input", "output", "cached"):
+            value = price.get(key)
+            if value is None and key != "cached":
+                raise ConfigError(f"prices for {model!r} need {key}; {hint}")
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0
+            ):
+                raise ConfigError(f"prices for {model!r}: {key} must be a number >= 0, got {value!r}")
+            values.append(None if value is None else float(value))
+        rows.append((str(model), float(values[0] or 0), float(values[1] or 0), values[2]))
+    return tuple(rows)
+
+
 def _kind_of(f: dataclasses.Field[Any]) -> Callable[[Any], Any]:
     text = str(f.type)
+    if f.name == "prices":
+        return _price_rows
     if text.startswith("int"):
         return int
     if text.startswith("float"):

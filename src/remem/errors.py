@@ -11,7 +11,7 @@ configuration is wrong, 1 otherwise; a thread or item that is not there is 1).
     │   ├── ConfigError                     a setting or URL is wrong
     │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
     │   ├── NotFoundError                   a thread, checkpoint or item does not exist
-    │   ├── BudgetExceededError             a token budget per turn or per session would be passed
+    │   ├── BudgetExceededError             a token or cost budget would be passed
     │   ├── NamespaceError                  a store namespace label cannot be stored (LangGraph's too)
     │   ├── InvalidFilterError              a store search filter is malformed
     │   └── ArgumentTypeError (TypeError)   an argument has the wrong type
@@ -82,7 +82,23 @@ class NotFoundError(RememUsageError):
 
 
 class BudgetExceededError(RememUsageError):
-    """A call would pass the configured token budget for the turn or the session."""
+    """A call would pass (or, by the provider's count, passed) a token or cost budget.
+
+    ``budget`` names it (``turn_token_budget``, ``user_day_cost_budget``...), ``limit`` and ``amount`` are
+    in ``unit`` (``tokens`` or ``cost``); all None when raised with a message only.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        budget: str | None = None,
+        limit: float | None = None,
+        amount: float | None = None,
+        unit: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.budget, self.limit, self.amount, self.unit = budget, limit, amount, unit
 
 
 if TYPE_CHECKING:

@@ -54,7 +54,8 @@ class Database:
     kind: str
     has_store: bool
     has_checkpoints: bool
-    has_stock_checkpoints: bool = False
+    has_stock_checkpoints: bool = False  # stock tables only: what remem's commands cannot read
+    holds_stock_tables: bool = False  # stock tables, with or without remem's (what `remem import` copies)
 
 
 def _sqlite_tables(path: Path) -> set[str]:
@@ -138,6 +139,7 @@ def inspect_database(url: str, *, for_writing: bool = False) -> Database:
         has_store=STORE_TABLE in tables,
         has_checkpoints=CHECKPOINT_TABLE in tables,
         has_stock_checkpoints=CHECKPOINT_TABLE not in tables and set(STOCK_CHECKPOINT_TABLES) <= tables,
+        holds_stock_tables=set(STOCK_CHECKPOINT_TABLES) <= tables,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -176,10 +177,20 @@ def prune_command(
         )
 
 
+def _database_url(given: str | None, positional: str | None) -> str:
+    return database_url(given, positional)
+
+
 @click.command("import")
-@click.argument("source")
-@db_option
-def import_command(source: str, database_url: str | None) -> None:
+@click.argument("source", required=False)
+@click.option(
+    "--into",
+    "--db",
+    "target",
+    metavar="URL",
+    help="The remem database to import into (default: SOURCE itself; SOURCE's default: this one).",
+)
+def import_command(source: str, target: str | None) -> None:
     """Copy every thread of LangGraph's stock SqliteSaver / PostgresSaver into remem's checkpointer.
 
     Checkpoints, parents, metadata and pending writes; the stock tables are left as they are. --db is the
@@ -188,21 +199,26 @@ def import_command(source: str, database_url: str | None) -> None:
 
     Example: remem import sqlite:///app.db --db sqlite:///.remem/remem.db
     """
-    from remem._url import display_url
+    from remem._url import display_url, parse_database_url
     from remem.checkpoint import import_stock_checkpoints
     from remem.cli._render import say
+    from remem.cli._sources import inspect_database
+    from remem.errors import StorageError
 
-    target = database_url or source
-    report = import_stock_checkpoints(source, target)
+    source = database_url(None, source or target)
+    db = inspect_database(source, for_writing=True)
+    into = parse_database_url(target or source)
+    if into.kind == "sqlite" and into.sqlite_path.is_file() and not os.access(into.sqlite_path, os.W_OK):
+        raise StorageError(f"cannot write {display_url(target or source)}; check its permissions")
+    if not db.holds_stock_tables and db.has_checkpoints:
+        say(f"nothing to import: {db.shown} holds remem's checkpoints and no LangGraph stock ones")
+        return
+    report = import_stock_checkpoints(source, target or source)
     say(
         f"imported {report.checkpoints} checkpoint(s) and {report.writes} pending write(s) of {report.threads} "
-        f"thread(s) into {display_url(target)}"
+        f"thread(s) into {display_url(target or source)}"
         + (f"; {report.skipped} already there" if report.skipped else "")
     )
-
-
-def _database_url(given: str | None, positional: str | None) -> str:
-    return database_url(given, positional)
 
 
 COMMANDS: list[click.Command] = [checkpoints_group, import_command]

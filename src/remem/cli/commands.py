@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import checkpoints, memory, store, threads
+from remem.cli import checkpoints, memory, store, threads, usage
 
-COMMANDS: list[click.Command] = [*threads.COMMANDS, *memory.COMMANDS, *store.COMMANDS, *checkpoints.COMMANDS]
+COMMANDS: list[click.Command] = [
+    *threads.COMMANDS,
+    *memory.COMMANDS,
+    *store.COMMANDS,
+    *checkpoints.COMMANDS,
+    *usage.COMMANDS,
+]

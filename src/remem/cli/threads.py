@@ -76,20 +76,22 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
             ):
                 if len(namespace) == 3 and namespace == thread_meta(namespace[1]):
                     where.setdefault(namespace[1], []).append("memory store")
+    if db.has_stock_checkpoints and not where:
+        from remem.errors import NotFoundError
+
+        raise NotFoundError(
+            f"{db.shown} holds only LangGraph's stock saver's checkpoints; remem reads its own tables: "
+            f"`remem import {db.shown}` copies the threads into remem"
+        )
     if as_json:
         emit_json({"database": db.shown, "threads": [{"thread": t, "in": w} for t, w in where.items()]})
         return
     show_table(f"threads in {db.shown}", ["thread", "in"], ((t, ", ".join(w)) for t, w in where.items()))
     if db.has_stock_checkpoints:
-        message = (
-            f"{db.shown} was written by LangGraph's stock saver; remem reads its own tables: copy its threads "
-            f"with `remem import {db.shown}`"
+        say(
+            "this database was also written by LangGraph's stock checkpointer; "
+            f"`remem import {db.shown}` copies those threads into remem"
         )
-        if not where:  # nothing remem can show: an error, so a script does not take it for an empty database
-            from remem.errors import NotFoundError
-
-            raise NotFoundError(message)
-        say(message)
     elif not where:
         say(f"no threads yet in {db.shown}")
 

@@ -1,6 +1,7 @@
 """Prompt compaction with remem context cards: a LangChain v1 middleware and a LangGraph node."""
 
 from remem.middleware._compaction import PATTERNS, Pattern
+from remem.middleware.budget import BudgetMiddleware
 from remem.middleware.card import ContextCardMiddleware, ContextCardNode
 
-__all__ = ["PATTERNS", "ContextCardMiddleware", "ContextCardNode", "Pattern"]
+__all__ = ["PATTERNS", "BudgetMiddleware", "ContextCardMiddleware", "ContextCardNode", "Pattern"]

@@ -1,0 +1,312 @@
+"""``remem usage`` (the ledger: what every model call cost) and ``remem export`` (a thread's transcript).
+
+``remem export THREAD --format jsonl`` writes one JSON object per line, in order (format ``remem.transcript/1``):
+
+    {"type": "thread", "format": "remem.transcript/1", "thread": "t1", "source": "checkpoints in ..."}
+    {"type": "message", "turn": 1, "id": "...", "role": "user", "content": "..."}
+    {"type": "message", "turn": 1, "role": "assistant", "content": "", "tool_calls": [{"name": ..., "args": ...}]}
+    {"type": "message", "turn": 1, "role": "tool", "content": "...", "tool_call_id": "...", "name": "..."}
+    {"type": "turn", "turn": 1, "calls": 2, "models": ["gpt-4o-mini"], "input_tokens": 812,
+     "output_tokens": 95, "cached_tokens": 0, "cost": 0.00018, "unpriced_calls": 0, "latency_ms": 950.2}
+
+A turn starts at each user message (turn n is the n-th user message of the thread's stored history), and
+its ``turn`` line follows its messages; it carries the ledger's totals for that turn (all zero, cost null,
+when the ledger recorded nothing for it). ``role`` is user, assistant, tool or system; to replay against
+another model, send the messages up to each user message and compare with what follows.
+``--format md`` renders the same as Markdown: a heading per turn with its model, tokens, cost and latency,
+then the messages (text literal, in fenced blocks).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from remem.cli._options import database_url, db_option, json_option
+
+if TYPE_CHECKING:
+    from remem.usage import Totals
+
+__all__ = ["COMMANDS", "export_command", "usage_command"]
+
+FORMAT = "remem.transcript/1"
+_COLUMNS = ("calls", "input_tokens", "output_tokens", "cached_tokens", "tokens", "cost", "latency_ms")
+
+
+def _cost(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6f}"
+
+
+def _key(by: str | None, key: Any) -> list[Any]:
+    if by == "turn":
+        return list(key)
+    return [] if by is None else [key]
+
+
+def _heads(by: str | None) -> list[str]:
+    return {"turn": ["thread", "turn"], None: []}.get(by, [by or ""])
+
+
+@click.command("usage")
+@click.option("--thread", "thread_id", metavar="T", help="Only this thread's calls.")
+@click.option("--user", "user_id", metavar="U", help="Only this user's calls.")
+@click.option("--since", metavar="AGE", help="Only calls this recent: 30d, 12h, 90m, 45s or 2w.")
+@click.option(
+    "--by",
+    type=click.Choice(["turn", "thread", "model", "day", "user", "kind"]),
+    help="One row per turn, thread, model, day, user or call kind (default: one row per call).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "jsonl"]),
+    default="table",
+    show_default=True,
+    help="How to print the rows.",
+)
+@click.option("--limit", default=200, show_default=True, help="Most calls listed without --by (0: all).")
+@db_option
+@json_option
+def usage_command(
+    thread_id: str | None,
+    user_id: str | None,
+    since: str | None,
+    by: str | None,
+    fmt: str,
+    limit: int,
+    database_url: str | None,
+    as_json: bool,
+) -> None:
+    """What the model calls recorded in the usage ledger spent: tokens, cost, latency, with a total.
+
+    Example: remem usage --since 7d --by model --db sqlite:///.remem/remem.db
+    """
+    from remem.cli._render import emit_json, say, show_table
+    from remem.cli._sources import inspect_database
+    from remem.usage import read_ledger
+
+    db = inspect_database(_url(database_url))
+    cutoff = None if since is None else time.time() - _age(since).total_seconds()
+    with read_ledger(db.url) as ledger:
+        if ledger is None:
+            rows: list[dict[str, Any]] = []
+            total: dict[str, Any] = {}
+        else:
+            filters: dict[str, Any] = {"thread_id": thread_id, "user_id": user_id, "since": cutoff}
+            if by is None:
+                events = ledger.events(**filters, limit=limit or None)
+                rows = [e.as_dict() for e in events]
+            else:
+                rows = [_group_row(by, t) for t in ledger.totals(by=by, **filters)]
+            total = ledger.totals(**filters)[0].as_dict()
+            total.pop("key")
+    if as_json:
+        emit_json({"database": db.shown, "by": by, "rows": rows, "total": total})
+        return
+    if fmt == "jsonl":
+        for row in rows:
+            emit_line(row)
+        return
+    if not rows:
+        if fmt == "table":
+            say(f"no usage recorded in {db.shown}" + (" for this selection" if ledger is not None else ""))
+        return
+    columns = list(rows[0])
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([[_csv_cell(row.get(c)) for c in columns] for row in rows])
+        click.echo(_clean_text(out.getvalue()), nl=False)
+        return
+    shown = [c for c in columns if c not in ("call_id", "source", "node")]
+    table_rows = [[_cell(c, row.get(c)) for c in shown] for row in rows]
+    if total:
+        table_rows.append(["total", *[""] * (len(shown) - 1)])
+        for i, c in enumerate(shown):
+            if c in total:
+                table_rows[-1][i] = _cell(c, total[c])
+    show_table(f"usage in {db.shown}", shown, table_rows)
+    if total and total.get("unpriced_calls"):
+        say(f"{total['unpriced_calls']} call(s) have no price: add their models under [remem.prices]")
+
+
+def _group_row(by: str, totals: Totals) -> dict[str, Any]:
+    data = totals.as_dict()
+    data.pop("key")
+    return {**dict(zip(_heads(by), _key(by, totals.key), strict=True)), **data}
+
+
+def _cell(column: str, value: Any) -> str:
+    if column == "cost":
+        return _cost(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def _csv_cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _clean_text(text: str) -> str:
+    from remem.cli._render import clean
+
+    return "\n".join(clean(line) for line in text.split("\n"))
+
+
+def emit_line(data: Any) -> None:
+    """One JSON object on one line (masked, controls escaped)."""
+    from remem.cli._render import _masked
+
+    click.echo(json.dumps(_masked(data), ensure_ascii=True, default=str))
+
+
+def _age(text: str) -> Any:
+    from remem.cli.checkpoints import parse_age
+
+    return parse_age(text)
+
+
+def _url(given: str | None) -> str:
+    return database_url(given)
+
+
+# -- export ----------------------------------------------------------------------------------------
+
+
+def transcript(
+    messages: list[dict[str, Any]], turns: dict[int, Totals], models: dict[int, list[str]]
+) -> list[dict[str, Any]]:
+    """The transcript's records (after the ``thread`` line): messages, each turn's totals after them."""
+    records: list[dict[str, Any]] = []
+    turn = 0
+
+    def close(n: int) -> None:
+        if n == 0:
+            return
+        found = turns.get(n)
+        data = found.as_dict() if found is not None else {"calls": 0, "cost": None}
+        data.pop("key", None)
+        records.append({"type": "turn", "turn": n, "models": models.get(n, []), **data})
+
+    for message in messages:
+        if message["role"] == "user":
+            close(turn)
+            turn += 1
+        records.append({"type": "message", "turn": turn or None, **message})
+    close(turn)
+    return records
+
+
+def _thread_messages(db: Any, thread_id: str) -> tuple[list[dict[str, Any]], str]:
+    """The thread's messages as transcript records: from the checkpoints (with tool calls), else from the
+    memory client's store."""
+    from remem.cli._render import message_json
+    from remem.cli._sources import checkpoint_state, open_checkpointer, open_memory
+    from remem.config import load_settings
+    from remem.errors import NotFoundError
+
+    with open_checkpointer(db) as saver:
+        found = None if saver is None else checkpoint_state(saver, thread_id)
+    if found is not None:
+        return [message_json(m) for m in found[0]], f"checkpoints in {db.shown}"
+    with open_memory(db, load_settings()) as memory:
+        if memory is not None:
+            try:
+                stored = memory.get_thread(thread_id).messages()
+            except NotFoundError:
+                pass
+            else:
+                rows = [{"id": m.id, "role": m.role, "content": m.content} for m in stored]
+                return rows, f"memory store in {db.shown}"
+    raise NotFoundError(
+        f"thread {thread_id!r} is neither in the checkpoints nor in the memory store of {db.shown}; "
+        "`remem threads` lists the threads there"
+    )
+
+
+def _markdown(thread_id: str, source: str, records: list[dict[str, Any]]) -> str:
+    from remem.cli._render import clean
+
+    lines = [f"# Thread {clean(thread_id)}", "", f"Source: {clean(source)}. Format: {FORMAT}.", ""]
+    pending: list[str] = []
+    for record in records:
+        if record["type"] == "message":
+            text = clean(record["content"])
+            calls = record.get("tool_calls")
+            body = text + ("\n" + json.dumps(calls, ensure_ascii=True, default=str) if calls else "")
+            fence = "````" if "```" in body else "```"
+            pending += [f"**{record['role']}**", "", fence, clean(body), fence, ""]
+        else:
+            lines += [
+                f"## Turn {record['turn']}",
+                "",
+                f"model: {clean(', '.join(record.get('models') or []) or '-')} | calls: {record.get('calls', 0)}"
+                f" | tokens in/out/cached: {record.get('input_tokens', 0)}/{record.get('output_tokens', 0)}/"
+                f"{record.get('cached_tokens', 0)} | cost: {_cost(record.get('cost'))}"
+                f" | latency: {record.get('latency_ms', 0)} ms",
+                "",
+                *pending,
+            ]
+            pending = []
+    return "\n".join(lines + pending).rstrip() + "\n"
+
+
+@click.command("export")
+@click.argument("thread_id")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "md"]),
+    default="jsonl",
+    show_default=True,
+    help="Output format.",
+)
+@db_option
+@json_option
+def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: bool) -> None:
+    """Print a thread's transcript with each turn's model, tokens, cost and latency from the ledger.
+
+    The format is documented in ``remem.cli.usage`` (``remem.transcript/1``); --json prints the same
+    records as one JSON document.
+
+    Example: remem export demo-20261129-101500 --format md > transcript.md
+    """
+    from remem.cli._render import emit_json
+    from remem.cli._sources import inspect_database
+    from remem.usage import read_ledger
+
+    db = inspect_database(_url(database_url))
+    messages, source = _thread_messages(db, thread_id)
+    turns: dict[int, Totals] = {}
+    models: dict[int, list[str]] = {}
+    with read_ledger(db.url) as ledger:
+        if ledger is not None:
+            for totals in ledger.totals(by="turn", thread_id=thread_id):
+                if totals.key[1] is not None:
+                    turns[int(totals.key[1])] = totals
+            for event in ledger.events(thread_id=thread_id):
+                if event.turn is not None and event.model not in models.setdefault(event.turn, []):
+                    models[event.turn].append(event.model)
+    head = {"type": "thread", "format": FORMAT, "thread": thread_id, "source": source}
+    records = transcript(messages, turns, models)
+    if as_json:
+        emit_json({**head, "records": records})
+    elif fmt == "jsonl":
+        for record in [head, *records]:
+            emit_line(record)
+    else:
+        click.echo(_markdown(thread_id, source, records), nl=False)
+
+
+COMMANDS: list[click.Command] = [usage_command, export_command]

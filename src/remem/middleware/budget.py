@@ -1,0 +1,292 @@
+"""Token and cost budgets, approval before spending, and the usage ledger for LangChain v1 ``create_agent``.
+
+    >>> from langchain.agents import create_agent
+    >>> from remem.middleware import BudgetMiddleware
+    >>> from remem.usage import Budgets, open_ledger
+    >>> ledger = open_ledger("sqlite:///.remem/remem.db").__enter__()   # the thread's own database
+    >>> agent = create_agent(model, tools=[...], checkpointer=saver, middleware=[
+    ...     BudgetMiddleware(ledger, budgets=Budgets(turn_tokens=20_000, user_day_cost=2.0),
+    ...                      prices=PriceTable({"gpt-4o-mini": Price(0.15, 0.60, 0.075)}))])
+
+Every model call is checked twice and recorded once:
+
+- before: a counted estimate of what is sent (system prompt + tool schemas + messages) against the call
+  budget, and, added to what the ledger says the turn, the thread and the user's UTC day have spent, against
+  theirs; a breach raises :class:`~remem.errors.BudgetExceededError` and nothing is sent;
+- after: the provider's ``usage_metadata`` (counted when it has none) is recorded in the ledger, priced from
+  the price table, then checked the same way (the call was paid: it is in the ledger, and the error says so).
+
+Above ``approve_tokens`` / ``approve_cost`` the run pauses with a LangGraph ``interrupt`` carrying the
+estimate (a checkpointer is needed); ``Command(resume=True)`` sends the call, ``Command(resume=False)`` ends
+the turn with a message saying nothing was sent; the thread keeps every message.
+
+The turn number is kept in the state as one integer (``remem_turn``, written with the model call's own
+update, so no extra node runs), never a growing list: a call whose latest message is the user's starts a turn. With
+``ContextCardMiddleware``, list it first (``middleware=[card, budget]``) so the budget sees the compacted
+prompt that is really sent; in the other order the budget checks the uncompacted history (stricter).
+``thread_id`` and ``user_id`` default to the run's ``configurable.thread_id`` / ``configurable.user_id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langgraph.types import Command, interrupt
+
+from remem.messages import TokenCounter, approximate_token_count
+from remem.middleware._compaction import tool_schema_text
+from remem.models import model_name
+from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check, day_of
+
+__all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
+
+
+class BudgetState(AgentState[Any]):
+    """The agent's state plus the turn number (one integer)."""
+
+    remem_turn: NotRequired[int]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a call is about to send, counted: what the approval interrupt carries."""
+
+    model: str
+    input_tokens: int
+    cost: float | None
+    thread_id: str | None
+    user_id: str | None
+    turn: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "remem.approval",
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "cost": self.cost,
+            "thread": self.thread_id,
+            "user": self.user_id,
+            "turn": self.turn,
+        }
+
+
+def _configurable() -> Mapping[str, Any]:
+    from langgraph.config import get_config
+
+    try:
+        return get_config().get("configurable", {}) or {}
+    except RuntimeError:  # outside a runnable context
+        return {}
+
+
+def _turn_of(state: Mapping[str, Any]) -> int:
+    """The turn this call belongs to: a new one when the latest message is the user's (a tool round's
+    latest message is a tool result, so its calls stay in the turn that asked for the tool)."""
+    before = state.get("remem_turn")
+    turn = before if isinstance(before, int) else 0
+    messages = state.get("messages") or []
+    return turn + 1 if messages and isinstance(messages[-1], HumanMessage) else max(turn, 1)
+
+
+def _with_turn(
+    response: ModelResponse[Any], estimate: Estimate, state: Any
+) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    before = state.get("remem_turn") if isinstance(state, Mapping) else None
+    if estimate.turn is None or before == estimate.turn:
+        return response
+    # The turn number rides on the model call's own update: no extra node, no extra checkpoint.
+    return ExtendedModelResponse(
+        model_response=response, command=Command(update={"remem_turn": estimate.turn})
+    )
+
+
+def _reply(response: ModelResponse[Any]) -> BaseMessage | None:
+    for message in reversed(response.result):
+        if isinstance(message, AIMessage):
+            return message
+    return None
+
+
+def _refused(estimate: Estimate) -> AIMessage:
+    cost = "unknown cost" if estimate.cost is None else f"a cost of {estimate.cost:.6g}"
+    return AIMessage(
+        content=(
+            f"The model call was not approved (about {estimate.input_tokens:,} input tokens, {cost}), so "
+            "nothing was sent. Your messages are kept; send another message to try again."
+        )
+    )
+
+
+class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
+    """Budgets per call, turn, thread and user per day; approval above a threshold; one ledger row per call.
+
+    ``ledger`` None checks the call budget only (nothing to read spending from) and records nothing.
+    ``budgets`` defaults to :meth:`Budgets.from_settings` of ``settings`` (or none); ``prices`` to the
+    settings' ``[remem.prices]``. See the module docstring.
+    """
+
+    state_schema = BudgetState
+
+    def __init__(
+        self,
+        ledger: Ledger | None = None,
+        *,
+        budgets: Budgets | None = None,
+        prices: PriceTable | None = None,
+        settings: Any = None,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        token_counter: TokenCounter | None = None,
+        approve_tokens: int | None = None,
+        approve_cost: float | None = None,
+        node: str = "model",
+    ) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.budgets = budgets or (Budgets.from_settings(settings) if settings is not None else Budgets())
+        if prices is None and settings is not None:
+            prices = PriceTable.from_settings_rows(settings.prices)
+        self.prices = prices or PriceTable()
+        self.count = token_counter or approximate_token_count
+        self.meter = None if ledger is None else Meter(ledger, self.prices, count=self.count)
+        if settings is not None:
+            approve_tokens = approve_tokens or settings.approval_token_threshold or None
+            approve_cost = approve_cost or settings.approval_cost_threshold or None
+        self.approve_tokens, self.approve_cost = approve_tokens, approve_cost
+        self.thread_id, self.user_id, self.node = thread_id, user_id, node
+
+    # -- the pure parts ------------------------------------------------------------------------------
+    def estimate(self, request: ModelRequest[Any]) -> Estimate:
+        """The counted input of ``request``: system prompt, tool schemas and messages."""
+        counted: list[BaseMessage] = []
+        if request.system_message is not None:
+            counted.append(request.system_message)
+        counted += request.messages
+        schema = tool_schema_text(request.tools)
+        if schema:
+            counted.append(SystemMessage(content=schema))
+        tokens = self.count(counted)
+        model = model_name(request.model)
+        conf = _configurable()
+        state = request.state or {}
+        turn = _turn_of(state) if isinstance(state, Mapping) else None
+        return Estimate(
+            model=model,
+            input_tokens=tokens,
+            cost=self.prices.cost(model, tokens, 0),
+            thread_id=self.thread_id or conf.get("thread_id"),
+            user_id=self.user_id or conf.get("user_id"),
+            turn=turn,
+        )
+
+    def _spent(self, estimate: Estimate) -> dict[Scope, Totals]:
+        spent: dict[Scope, Totals] = {}
+        if self.ledger is None:
+            return spent
+        if estimate.thread_id is not None:
+            if self.budgets.needs("turn") and estimate.turn is not None:
+                spent["turn"] = self.ledger.spent(thread_id=estimate.thread_id, turn=estimate.turn)
+            if self.budgets.needs("thread"):
+                spent["thread"] = self.ledger.spent(thread_id=estimate.thread_id)
+        if estimate.user_id is not None and self.budgets.needs("user_day"):
+            spent["user_day"] = self.ledger.spent(user_id=estimate.user_id, day=day_of(time.time()))
+        return spent
+
+    def _needs_approval(self, estimate: Estimate) -> bool:
+        if self.approve_tokens and estimate.input_tokens > self.approve_tokens:
+            return True
+        return bool(self.approve_cost and estimate.cost is not None and estimate.cost > self.approve_cost)
+
+    def _before(self, estimate: Estimate, spent: Mapping[Scope, Totals]) -> bool:
+        """Check the estimate; True when the call may be sent (approval asked when above a threshold)."""
+        check(self.budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
+        if not self._needs_approval(estimate):
+            return True
+        answer = interrupt(estimate.as_dict())
+        if isinstance(answer, Mapping):
+            answer = answer.get("approved", answer.get("approve", False))
+        return answer is True or (isinstance(answer, str) and answer.strip().lower() in ("y", "yes", "true"))
+
+    def _event(
+        self, request: ModelRequest[Any], estimate: Estimate, response: ModelResponse[Any], started: float
+    ) -> UsageEvent | None:
+        reply = _reply(response)
+        if reply is None:
+            return None
+        meter = self.meter or Meter(_NoLedger(), self.prices, count=self.count)
+        sent: list[BaseMessage] = [] if request.system_message is None else [request.system_message]
+        reply_id = getattr(reply, "id", None)
+        return meter.reply_event(
+            "chat",
+            estimate.model,
+            [*sent, *request.messages],
+            reply,
+            started=started,
+            thread_id=estimate.thread_id,
+            user_id=estimate.user_id,
+            turn=estimate.turn,
+            node=self.node,
+            call_id=f"{estimate.thread_id}:{reply_id}" if reply_id and estimate.thread_id else None,
+        )
+
+    def _after(self, event: UsageEvent | None, spent: Mapping[Scope, Totals]) -> None:
+        if event is None:
+            return
+        if self.ledger is not None:
+            self.ledger.record(event)
+        check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
+
+    # -- the hooks -----------------------------------------------------------------------------------
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        estimate = self.estimate(request)
+        spent = self._spent(estimate)
+        if not self._before(estimate, spent):
+            return _refused(estimate)
+        started = time.perf_counter()
+        response = handler(request)
+        self._after(self._event(request, estimate, response, started), spent)
+        return _with_turn(response, estimate, request.state)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        estimate = self.estimate(request)
+        spent = await asyncio.to_thread(self._spent, estimate)
+        if not self._before(estimate, spent):
+            return _refused(estimate)
+        started = time.perf_counter()
+        response = await handler(request)
+        event = self._event(request, estimate, response, started)
+        await asyncio.to_thread(self._after, event, spent)
+        return _with_turn(response, estimate, request.state)
+
+
+class _NoLedger(Ledger):
+    """Prices events without storing them (a middleware given no ledger)."""
+
+    def setup(self) -> None:
+        return None
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        return None
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return []

@@ -1,0 +1,93 @@
+"""The ledger's interface: a backend runs SQL (two methods); recording and every query live here."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from remem.usage import _sql
+from remem.usage._records import Totals, UsageEvent, day_of
+from remem.usage._sql import Filters
+
+__all__ = ["Ledger"]
+
+
+class Ledger(ABC):
+    """Where every model call's usage goes, queryable across threads and users.
+
+    A backend implements :meth:`_write` and :meth:`_read`; :meth:`setup` applies the schema through
+    :mod:`remem._migrate`. All methods are thread-safe. ``dialect`` is ``"sqlite"`` or ``"postgres"``.
+    """
+
+    dialect: str = "sqlite"
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Create or upgrade the ledger's table (idempotent, safe from many processes)."""
+
+    @abstractmethod
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None: ...
+
+    @abstractmethod
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional: most backends own nothing more to release
+        """Release the connection (a ledger opened on a connection it does not own leaves it open)."""
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(self, event: UsageEvent) -> None:
+        """Add one call; a second record with the same ``call_id`` adds nothing."""
+        self._write(*_sql.insert(self.dialect, event))
+
+    def events(
+        self,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        turn: int | None = None,
+        since: float | None = None,
+        kind: str | None = None,
+        limit: int | None = None,
+    ) -> list[UsageEvent]:
+        """The recorded calls, oldest first."""
+        filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, since=since, kind=kind)
+        rows = self._read(*_sql.select_events(self.dialect, filters, limit))
+        return [_sql.event_of(row) for row in rows]
+
+    def totals(
+        self,
+        *,
+        by: str | None = None,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        turn: int | None = None,
+        day: str | None = None,
+        since: float | None = None,
+        kind: str | None = None,
+    ) -> list[Totals]:
+        """Sums grouped ``by`` turn, thread, model, day, user or kind (one row for all when None)."""
+        filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, day=day, since=since, kind=kind)
+        rows: Sequence[tuple[Any, ...]] = self._read(*_sql.select_totals(self.dialect, filters, by))
+        return [_sql.totals_of(row, by) for row in rows]
+
+    def spent(
+        self,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        turn: int | None = None,
+        day: str | None = None,
+    ) -> Totals:
+        """What the matching calls spent (what a budget is checked against)."""
+        return self.totals(thread_id=thread_id, user_id=user_id, turn=turn, day=day)[0]
+
+    def user_day(self, user_id: str, at: float | None = None) -> Totals:
+        """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
+        return self.spent(user_id=user_id, day=day_of(time.time() if at is None else at))

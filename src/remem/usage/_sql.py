@@ -1,0 +1,169 @@
+"""The ledger's schema (one :mod:`remem._migrate` component) and its SQL, built once for both dialects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from remem import _migrate
+from remem.errors import RememUsageError
+from remem.layout import USAGE_LEDGER_TABLE
+from remem.usage._records import Totals, UsageEvent, day_of
+
+__all__ = ["BY", "COLUMNS", "LEDGER", "USAGE_TABLE", "Filters", "insert", "select_events", "select_totals"]
+
+USAGE_TABLE = USAGE_LEDGER_TABLE
+
+COLUMNS = (
+    "kind",
+    "thread_id",
+    "user_id",
+    "turn",
+    "node",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "source",
+    "latency_ms",
+    "cost",
+    "at",
+    "day",
+    "call_id",
+)
+
+
+def _create(key: str, real: str) -> tuple[str, ...]:
+    return (
+        f"CREATE TABLE {USAGE_TABLE} ("
+        f"id {key}, kind TEXT NOT NULL, thread_id TEXT, user_id TEXT, turn INTEGER, node TEXT, "
+        "model TEXT NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, "
+        "cached_tokens INTEGER NOT NULL DEFAULT 0, source TEXT NOT NULL, "
+        f"latency_ms {real}, cost {real}, at {real} NOT NULL, day TEXT NOT NULL, call_id TEXT UNIQUE)",
+        # The budget checks read one thread's turn, one thread, one user's day; the CLI reads by time.
+        f"CREATE INDEX {USAGE_TABLE}_thread ON {USAGE_TABLE} (thread_id, turn)",
+        f"CREATE INDEX {USAGE_TABLE}_user_day ON {USAGE_TABLE} (user_id, day)",
+        f"CREATE INDEX {USAGE_TABLE}_at ON {USAGE_TABLE} (at)",
+    )
+
+
+LEDGER = _migrate.Component(
+    "usage",
+    sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"),),
+    postgres=(_create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"),),
+)
+
+By = Literal["turn", "thread", "model", "day", "user", "kind"]
+BY: tuple[By, ...] = ("turn", "thread", "model", "day", "user", "kind")
+# The column each grouping reads; a turn is only meaningful within a thread, so it groups by both.
+_GROUP_COLUMNS: dict[str, tuple[str, ...]] = {
+    "turn": ("thread_id", "turn"),
+    "thread": ("thread_id",),
+    "model": ("model",),
+    "day": ("day",),
+    "user": ("user_id",),
+    "kind": ("kind",),
+}
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which calls: all given conditions hold (``since`` is an epoch time)."""
+
+    thread_id: str | None = None
+    user_id: str | None = None
+    turn: int | None = None
+    day: str | None = None
+    since: float | None = None
+    kind: str | None = None
+
+    def where(self, ph: str) -> tuple[str, tuple[Any, ...]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        for column, value in (
+            ("thread_id", self.thread_id),
+            ("user_id", self.user_id),
+            ("turn", self.turn),
+            ("day", self.day),
+            ("kind", self.kind),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = {ph}")
+                params.append(value)
+        if self.since is not None:
+            clauses.append(f"at >= {ph}")
+            params.append(self.since)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+
+def _ph(dialect: str) -> str:
+    return "?" if dialect == "sqlite" else "%s"
+
+
+def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
+    ph = _ph(dialect)
+    sql = (
+        f"INSERT INTO {USAGE_TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join([ph] * len(COLUMNS))}) "
+        "ON CONFLICT (call_id) DO NOTHING"
+    )
+    values = (
+        event.kind,
+        event.thread_id,
+        event.user_id,
+        event.turn,
+        event.node,
+        event.model,
+        event.input_tokens,
+        event.output_tokens,
+        event.cached_tokens,
+        event.source,
+        event.latency_ms,
+        event.cost,
+        event.at,
+        day_of(event.at),
+        event.call_id,
+    )
+    return sql, values
+
+
+def select_events(dialect: str, filters: Filters, limit: int | None) -> tuple[str, tuple[Any, ...]]:
+    where, params = filters.where(_ph(dialect))
+    sql = f"SELECT {', '.join(COLUMNS)} FROM {USAGE_TABLE}{where} ORDER BY at, id"
+    if limit is not None:
+        sql += f" LIMIT {int(limit)}"
+    return sql, params
+
+
+def event_of(row: Sequence[Any]) -> UsageEvent:
+    values = dict(zip(COLUMNS, row, strict=True))
+    values.pop("day")
+    return UsageEvent(**values)
+
+
+_SUMS = (
+    "count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), "
+    "coalesce(sum(cached_tokens), 0), coalesce(sum(cost), 0), "
+    "coalesce(sum(CASE WHEN cost IS NULL THEN 1 ELSE 0 END), 0), coalesce(sum(latency_ms), 0)"
+)
+
+
+def select_totals(dialect: str, filters: Filters, by: str | None) -> tuple[str, tuple[Any, ...]]:
+    where, params = filters.where(_ph(dialect))
+    if by is None:
+        return f"SELECT {_SUMS} FROM {USAGE_TABLE}{where}", params
+    if by not in _GROUP_COLUMNS:  # never reaches SQL unchecked
+        raise RememUsageError(f"cannot group usage by {by!r}; use one of {', '.join(BY)}")
+    columns = ", ".join(_GROUP_COLUMNS[by])
+    order = f"min(at), {columns}" if by in ("turn", "thread") else columns
+    return f"SELECT {columns}, {_SUMS} FROM {USAGE_TABLE}{where} GROUP BY {columns} ORDER BY {order}", params
+
+
+def totals_of(row: Sequence[Any], by: str | None) -> Totals:
+    width = 0 if by is None else len(_GROUP_COLUMNS[by])
+    head, sums = row[:width], row[width:]
+    key: Any = None if by is None else (tuple(head) if by == "turn" else head[0])
+    calls, inp, out, cached, cost, unpriced, latency = sums
+    return Totals(
+        key, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
+    )

@@ -1,0 +1,130 @@
+"""Token and cost budgets per call, per turn, per thread and per user per day: pure checks.
+
+A budget of 0 or None is no limit. :func:`check` is run twice per call: before it, with a counted estimate
+of what will be sent (system prompt, tool schemas and messages; output unknown, so 0), and after it, with
+the provider's numbers. ``spent`` holds what the turn, the thread and the user's day had spent before
+this call (from the ledger). A breach raises :class:`~remem.errors.BudgetExceededError` naming the budget,
+its limit, the amount and what to do; nothing is cut to fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+from remem.errors import BudgetExceededError
+from remem.usage._records import Totals
+
+__all__ = ["SCOPES", "Budgets", "Scope", "check"]
+
+Scope = Literal["call", "turn", "thread", "user_day"]
+SCOPES: tuple[Scope, ...] = ("call", "turn", "thread", "user_day")
+
+# The setting each budget is read from (the turn and thread token budgets are remem's older settings).
+_SETTING = {
+    ("call", "tokens"): "call_token_budget",
+    ("call", "cost"): "call_cost_budget",
+    ("turn", "tokens"): "turn_token_budget",
+    ("turn", "cost"): "turn_cost_budget",
+    ("thread", "tokens"): "session_token_budget",
+    ("thread", "cost"): "session_cost_budget",
+    ("user_day", "tokens"): "user_day_token_budget",
+    ("user_day", "cost"): "user_day_cost_budget",
+}
+_ADVICE = {
+    "call": "send less (a trim or summary strategy, a compaction trigger lower, fewer tools) or raise it",
+    "turn": "end the turn with fewer model calls or tool rounds, or raise it",
+    "thread": "start a new thread, or raise it",
+    "user_day": "wait for the next UTC day, or raise it",
+}
+_WHAT = {
+    "call": "this call",
+    "turn": "this turn",
+    "thread": "this thread",
+    "user_day": "this user today (UTC)",
+}
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Limits in tokens (input + output) and in cost (the prices' currency); 0 or None: no limit."""
+
+    call_tokens: int | None = None
+    call_cost: float | None = None
+    turn_tokens: int | None = None
+    turn_cost: float | None = None
+    thread_tokens: int | None = None
+    thread_cost: float | None = None
+    user_day_tokens: int | None = None
+    user_day_cost: float | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Any, **overrides: Any) -> Budgets:
+        """The budgets of a :class:`~remem.config.Settings`, with ``overrides`` (e.g. ``turn_cost=0.05``)."""
+        values = {
+            f"{scope}_{unit}": getattr(settings, _SETTING[(scope, unit)], None) or None
+            for scope in SCOPES
+            for unit in ("tokens", "cost")
+        }
+        return cls(**{**values, **overrides})
+
+    def limit(self, scope: Scope, unit: str) -> float | None:
+        value = getattr(self, f"{scope}_{unit}")
+        return value or None
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, f.name) for f in fields(self))
+
+    def needs(self, scope: Scope) -> bool:
+        """Whether a check needs what ``scope`` spent (so the ledger is read only when it matters)."""
+        return bool(self.limit(scope, "tokens") or self.limit(scope, "cost"))
+
+
+def _amount(unit: str, value: float) -> str:
+    return f"{int(value):,} tokens" if unit == "tokens" else f"{value:.6g}"
+
+
+def check(
+    budgets: Budgets,
+    *,
+    tokens: int,
+    cost: float | None,
+    spent: Mapping[Scope, Totals],
+    estimated: bool,
+) -> None:
+    """Raise :class:`BudgetExceededError` when this call (``tokens``, ``cost``) passes any budget.
+
+    ``cost`` None (an unpriced model) passes the cost budgets of the call, and its scopes count only the
+    priced calls: the one-time price warning says so, and nothing is guessed.
+    """
+    for scope in SCOPES:
+        before = spent.get(scope) if scope != "call" else None
+        for unit in ("tokens", "cost"):
+            limit = budgets.limit(scope, unit)
+            if not limit:
+                continue
+            mine: float | None = float(tokens) if unit == "tokens" else cost
+            if mine is None:
+                continue
+            earlier = 0.0 if before is None else (before.tokens if unit == "tokens" else before.cost)
+            total = earlier + mine
+            if total <= limit:
+                continue
+            setting = _SETTING[(scope, unit)]
+            how = "would need" if estimated else "used"
+            detail = (
+                f"{_amount(unit, mine)} for this call"
+                if scope == "call"
+                else f"{_amount(unit, earlier)} spent and {_amount(unit, mine)} for this call"
+            )
+            counted = "counted before the call" if estimated else "as the provider reported it"
+            raise BudgetExceededError(
+                f"{_WHAT[scope]} {how} {_amount(unit, total)} ({detail}, {counted}), over the {setting} of "
+                f"{_amount(unit, limit)} (REMEM_{setting.upper()}); {_ADVICE[scope]}",
+                budget=setting,
+                limit=float(limit),
+                amount=float(total),
+                unit=unit,
+            )

@@ -1,0 +1,120 @@
+"""The one call every model-calling part makes to record into the ledger: :class:`Meter`.
+
+    meter = Meter(ledger, PriceTable.from_settings_rows(settings.prices))
+    started = time.perf_counter()
+    reply = model.invoke(messages)
+    meter.record_reply("summariser", model_name(model), messages, reply, started=started,
+                       thread_id="t1", user_id="maya", turn=7, node="summarise")
+
+The provider's ``usage_metadata`` is used when the reply carries it (``source="provider"``); otherwise the
+tokens are counted (``source="counted"``). The cost comes from the price table (None when unpriced).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+
+from remem.messages import TokenCounter, approximate_token_count
+from remem.usage._base import Ledger
+from remem.usage._records import Kind, Source, UsageEvent, usage_from_metadata
+from remem.usage.prices import PriceTable
+
+__all__ = ["Meter"]
+
+
+class Meter:
+    """A ledger, the prices and a token counter: turns a model call into a priced :class:`UsageEvent`."""
+
+    def __init__(
+        self, ledger: Ledger, prices: PriceTable | None = None, *, count: TokenCounter | None = None
+    ) -> None:
+        self.ledger = ledger
+        self.prices = prices or PriceTable()
+        self.count = count or approximate_token_count
+
+    def event(
+        self,
+        kind: Kind,
+        model: str,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int = 0,
+        source: Source = "provider",
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        turn: int | None = None,
+        node: str | None = None,
+        latency_ms: float | None = None,
+        call_id: str | None = None,
+    ) -> UsageEvent:
+        """A priced event (not recorded)."""
+        return UsageEvent(
+            kind=kind,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            source=source,
+            thread_id=thread_id,
+            user_id=user_id,
+            turn=turn,
+            node=node,
+            latency_ms=None if latency_ms is None else round(latency_ms, 3),
+            cost=self.prices.cost(model, input_tokens, output_tokens, cached_tokens),
+            call_id=call_id,
+        )
+
+    def record(self, kind: Kind, model: str, **fields: Any) -> UsageEvent:
+        """Price and record one call (the keyword arguments of :meth:`event`); returns the event."""
+        event = self.event(kind, model, **fields)
+        self.ledger.record(event)
+        return event
+
+    def reply_event(
+        self,
+        kind: Kind,
+        model: str,
+        sent: Sequence[BaseMessage],
+        reply: BaseMessage,
+        *,
+        started: float | None = None,
+        **fields: Any,
+    ) -> UsageEvent:
+        """The event of a chat call that sent ``sent`` and got ``reply`` (``started``: perf_counter)."""
+        usage = usage_from_metadata(getattr(reply, "usage_metadata", None))
+        source: Source = "counted" if usage is None else "provider"
+        inp, out, cached = (self.count(sent), self.count([reply]), 0) if usage is None else usage
+        latency = None if started is None else (time.perf_counter() - started) * 1000
+        fields.setdefault("latency_ms", latency)
+        return self.event(
+            kind, model, input_tokens=inp, output_tokens=out, cached_tokens=cached, source=source, **fields
+        )
+
+    def record_reply(
+        self,
+        kind: Kind,
+        model: str,
+        sent: Sequence[BaseMessage],
+        reply: BaseMessage,
+        *,
+        started: float | None = None,
+        **fields: Any,
+    ) -> UsageEvent:
+        """Record a chat call (see :meth:`reply_event`); returns the event."""
+        event = self.reply_event(kind, model, sent, reply, started=started, **fields)
+        self.ledger.record(event)
+        return event
+
+    def record_texts(
+        self, kind: Kind, model: str, texts: Sequence[str], *, started: float | None = None, **fields: Any
+    ) -> UsageEvent:
+        """Record an embedder batch of ``texts`` (counted: embedders report no usage)."""
+        tokens = sum(len(t) for t in texts) // 4 + len(texts)  # the approximate counter's rule, no messages
+        latency = None if started is None else (time.perf_counter() - started) * 1000
+        fields.setdefault("latency_ms", latency)
+        return self.record(kind, model, input_tokens=tokens, output_tokens=0, source="counted", **fields)

@@ -1,0 +1,73 @@
+"""Prices per model, from configuration (``[remem.prices]``), and the cost of a call.
+
+    [remem.prices."gpt-4o-mini"]
+    input = 0.15       # USD (or any currency) per million input tokens
+    output = 0.60      # per million output tokens
+    cached = 0.075     # per million cached input tokens (optional: charged as input when left out)
+
+A model with no price gets a cost of None and one warning per process, never a guessed number.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["Price", "PriceTable"]
+
+log = logging.getLogger("remem.usage")
+_MILLION = 1_000_000
+
+
+@dataclass(frozen=True)
+class Price:
+    """Per million tokens: input, output and (optionally) cached input."""
+
+    input: float
+    output: float
+    cached: float | None = None
+
+    def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        cached = min(max(cached_tokens, 0), input_tokens)
+        cached_rate = self.input if self.cached is None else self.cached
+        return (
+            (input_tokens - cached) * self.input + cached * cached_rate + output_tokens * self.output
+        ) / _MILLION
+
+
+class PriceTable:
+    """Model name to :class:`Price`; :meth:`cost` warns once per unpriced model and returns None."""
+
+    def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
+        self.prices = dict(prices or {})
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_settings_rows(cls, rows: Iterable[tuple[str, float, float, float | None]]) -> PriceTable:
+        """From ``Settings.prices`` (rows of model, input, output, cached)."""
+        return cls({model: Price(inp, out, cached) for model, inp, out, cached in rows})
+
+    def price(self, model: str) -> Price | None:
+        return self.prices.get(model)
+
+    def cost(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float | None:
+        price = self.prices.get(model)
+        if price is None:
+            self._warn(model)
+            return None
+        return price.cost(input_tokens, output_tokens, cached_tokens)
+
+    def _warn(self, model: str) -> None:
+        with self._lock:
+            if model in self._warned:
+                return
+            self._warned.add(model)
+        log.warning(
+            "model %r has no price, so its calls are recorded with cost null; add it under "
+            '[remem.prices."%s"] (input, output, cached per million tokens) in remem.toml',
+            model,
+            model,
+        )

@@ -1,0 +1,143 @@
+"""The ledger in a SQLite file (the same file as the thread's checkpoints, or its own)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from remem import _migrate
+from remem._files import make_private_file
+from remem.errors import StorageError
+from remem.usage._base import Ledger
+from remem.usage._sql import LEDGER
+
+__all__ = ["SqliteLedger"]
+
+_BUSY_TIMEOUT_MS = 30_000
+
+
+def _error(exc: BaseException) -> StorageError:
+    return StorageError(
+        f"SQLite refused the usage ledger operation ({exc}); check that the file is writable and that no "
+        "other process holds a write transaction open"
+    )
+
+
+class SqliteLedger(Ledger):
+    """A ledger on a ``sqlite3`` connection (switched to autocommit; each record is its own transaction)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False) -> None:
+        self.conn = conn
+        self._owns = owns
+        self._lock = threading.Lock()
+        try:
+            conn.isolation_level = None
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        except sqlite3.Error as exc:
+            raise _error(exc) from exc
+
+    @classmethod
+    @contextmanager
+    def from_path(cls, path: str | Path) -> Iterator[SqliteLedger]:
+        """Open (creating owner-only) a SQLite file, set the schema up, close it on exit."""
+        ledger = cls.open(path)
+        try:
+            yield ledger
+        finally:
+            ledger.close()
+
+    @classmethod
+    def open(cls, path: str | Path) -> SqliteLedger:
+        """Open (creating owner-only) a SQLite file and set the schema up; :meth:`close` it."""
+        target = str(path)
+        try:
+            if target != ":memory:":
+                make_private_file(Path(target))
+            conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise _error(exc) from exc
+        ledger = cls(conn, owns=True)
+        try:
+            if target != ":memory:":
+                # As the checkpointer does: WAL, and no fsync per record (a crash may lose the last rows,
+                # never corrupt the file).
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            ledger.setup()
+        except BaseException:
+            ledger.close()
+            raise
+        return ledger
+
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> SqliteLedger | None:
+        """Open an existing file to read it; None when it holds no ledger (nothing is created or written).
+
+        A file this process may not write is opened by the CLI from a private copy (``inspect_database``).
+        """
+        import urllib.parse
+
+        from remem.errors import NotFoundError
+
+        if not Path(path).is_file():
+            raise NotFoundError(f"there is no database at {path}; check --db or REMEM_DATABASE_URL")
+        try:
+            conn = sqlite3.connect(
+                # mode=rw, not ro: never creates the file, and closing the last connection folds SQLite's
+                # -wal/-shm files back, so a read leaves the files byte for byte as they were (a read-only
+                # connection would leave them behind). Only SELECTs run on it.
+                f"file:{urllib.parse.quote(str(Path(path).resolve()))}?mode=rw",
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+            )
+        except sqlite3.Error as exc:
+            raise _error(exc) from exc
+        ledger = cls(conn, owns=True)
+        try:
+            version = _migrate.drive(_migrate.check(LEDGER, "sqlite"), ledger._statement)
+        except sqlite3.Error as exc:
+            ledger.close()
+            raise _error(exc) from exc
+        except BaseException:
+            ledger.close()
+            raise
+        if version == 0:
+            ledger.close()
+            return None
+        return ledger
+
+    def _statement(self, statement: _migrate.Statement) -> list[tuple[Any, ...]]:
+        rows = self.conn.execute(statement.sql, statement.params).fetchall()
+        return list(rows) if statement.rows else []
+
+    def setup(self) -> None:
+        with self._lock:
+            try:
+                _migrate.run_sqlite(self.conn, LEDGER)
+            except sqlite3.Error as exc:
+                raise _error(exc) from exc
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        with self._lock:
+            try:
+                self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise _error(exc) from exc
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return list(self.conn.execute(sql, params).fetchall())
+            except sqlite3.Error as exc:
+                raise _error(exc) from exc
+
+    def close(self) -> None:
+        if self._owns:
+            self.conn.close()

@@ -1,0 +1,215 @@
+"""The usage ledger on real SQLite and PostgreSQL, prices from configuration, and the budget checks."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from remem import _migrate
+from remem.config import load_settings
+from remem.errors import BudgetExceededError, ConfigError
+from remem.testing import FakeEmbedder
+from remem.usage import (
+    Budgets,
+    Meter,
+    Price,
+    PriceTable,
+    Totals,
+    UsageEvent,
+    check,
+    ledger_from_url,
+    open_ledger,
+)
+from remem.usage.embeddings import MeteredEmbedder
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'usage.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def ledger(url: str) -> Iterator[object]:
+    with open_ledger(url) as opened:
+        yield opened
+
+
+def _event(**kw: Any) -> UsageEvent:
+    return UsageEvent(**{"kind": "chat", "model": "m", "input_tokens": 100, "output_tokens": 10, **kw})
+
+
+def test_one_row_per_call_queryable_across_threads_users_and_days(url: str) -> None:
+    day1, day2 = 1_700_000_000.0, 1_700_000_000.0 + 86_400
+    with open_ledger(url) as ledger:
+        ledger.record(_event(thread_id="a", user_id="maya", turn=1, at=day1, cost=0.5))
+        ledger.record(
+            _event(thread_id="a", user_id="maya", turn=1, kind="summariser", at=day1 + 1, cost=None)
+        )
+        ledger.record(_event(thread_id="a", user_id="maya", turn=2, model="n", at=day2, cost=0.25))
+        ledger.record(_event(thread_id="b", user_id="lea", turn=1, at=day2 + 5, cached_tokens=40, cost=1.0))
+    with open_ledger(url) as ledger:  # another connection (another process would see the same)
+        assert len(ledger.events()) == 4
+        assert [e.kind for e in ledger.events(thread_id="a", turn=1)] == ["chat", "summariser"]
+        by_thread = {t.key: t for t in ledger.totals(by="thread")}
+        assert by_thread["a"].calls == 3 and by_thread["a"].tokens == 330
+        assert by_thread["a"].cost == 0.75 and by_thread["a"].unpriced == 1
+        assert by_thread["a"].as_dict()["cost"] == 0.75  # priced part shown, unpriced counted apart
+        assert [t.key for t in ledger.totals(by="turn", thread_id="a")] == [("a", 1), ("a", 2)]
+        assert {t.key: t.calls for t in ledger.totals(by="model")} == {"m": 3, "n": 1}
+        assert [t.key for t in ledger.totals(by="day")] == ["2023-11-14", "2023-11-15"]
+        assert ledger.spent(user_id="maya", day="2023-11-15").tokens == 110
+        assert ledger.totals(since=day2)[0].calls == 2
+        assert ledger.totals(by="user", since=day2)[0].cached_tokens in (0, 40)
+        everything = ledger.spent()
+        assert (everything.calls, everything.cost, everything.unpriced) == (4, 1.75, 1)
+
+
+def test_a_call_recorded_twice_with_its_id_counts_once(ledger: object) -> None:
+    from remem.usage import Ledger
+
+    assert isinstance(ledger, Ledger)
+    ledger.record(_event(call_id="t:run-1", thread_id="t"))
+    ledger.record(_event(call_id="t:run-1", thread_id="t"))  # a resumed run records it again
+    ledger.record(_event(thread_id="t"))
+    ledger.record(_event(thread_id="t"))  # no id: two calls
+    assert ledger.spent(thread_id="t").calls == 3
+
+
+def test_the_schema_is_one_migration_component_and_setup_is_idempotent(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "u.db"
+    for _ in range(3):
+        ledger_from_url(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path)
+    rows = conn.execute(f"SELECT component, version FROM {_migrate.TABLE}").fetchall()
+    assert rows == [("usage", 1)]
+    assert (path.stat().st_mode & 0o777) == 0o600
+
+
+def test_grouping_by_an_unknown_column_never_reaches_sql(ledger: object) -> None:
+    from remem.errors import RememUsageError
+    from remem.usage import Ledger
+
+    assert isinstance(ledger, Ledger)
+    with pytest.raises(RememUsageError, match="cannot group usage by"):
+        ledger.totals(by="cost; DROP TABLE remem_usage")
+
+
+def test_prices_come_from_the_configuration_file_and_the_environment(tmp_path: Path) -> None:
+    toml = tmp_path / "remem.toml"
+    toml.write_text(
+        '[remem.prices."gpt-4o-mini"]\ninput = 0.15\noutput = 0.6\ncached = 0.075\n'
+        "[remem.prices.local]\ninput = 0\noutput = 0\n"
+    )
+    s = load_settings(environ={}, config_file=toml)
+    table = PriceTable.from_settings_rows(s.prices)
+    assert table.price("gpt-4o-mini") == Price(0.15, 0.6, 0.075)
+    # 1M input of which 400k cached, 100k output
+    assert table.cost("gpt-4o-mini", 1_000_000, 100_000, 400_000) == pytest.approx(0.09 + 0.03 + 0.06)
+    assert table.cost("local", 5000, 5000) == 0.0
+    env = load_settings(environ={"REMEM_PRICES": '{"m": {"input": 1, "output": 2}}'}, config_file=None)
+    assert env.prices == (("m", 1.0, 2.0, None),)
+    assert load_settings(environ={}, config_file=None).replace(prices=env.prices).prices == env.prices
+    for bad in ('{"m": {"input": 1}}', '{"m": {"input": -1, "output": 1}}', '{"m": {"in": 1}}', "[1"):
+        with pytest.raises(ConfigError, match=r"prices|PRICES"):
+            load_settings(environ={"REMEM_PRICES": bad}, config_file=None)
+
+
+def test_an_unpriced_model_costs_null_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    table = PriceTable({"known": Price(1.0, 1.0)})
+    with caplog.at_level(logging.WARNING, logger="remem.usage"):
+        assert table.cost("mystery", 10, 10) is None
+        assert table.cost("mystery", 99, 99) is None
+        assert table.cost("known", 1_000_000, 0) == 1.0
+    assert len([r for r in caplog.records if "mystery" in r.getMessage()]) == 1
+
+
+def test_meter_prefers_the_providers_numbers_and_counts_otherwise(tmp_path: Path) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    with open_ledger(f"sqlite:///{tmp_path / 'm.db'}") as ledger:
+        meter = Meter(ledger, PriceTable({"m": Price(2.0, 4.0)}))
+        sent = [HumanMessage(content="hello " * 40)]
+        reported = AIMessage(
+            content="hi",
+            usage_metadata={
+                "input_tokens": 500,
+                "output_tokens": 20,
+                "total_tokens": 520,
+                "input_token_details": {"cache_read": 100},
+            },
+        )
+        provider = meter.record_reply("extractor", "m", sent, reported, started=time.perf_counter())
+        counted = meter.record_reply("summariser", "m", sent, AIMessage(content="hi"), thread_id="t")
+        assert (provider.source, provider.input_tokens, provider.cached_tokens) == ("provider", 500, 100)
+        assert provider.cost == pytest.approx((500 * 2.0 + 20 * 4.0) / 1e6)
+        assert provider.latency_ms is not None and provider.latency_ms >= 0
+        assert counted.source == "counted" and counted.input_tokens > 40
+        embedder = MeteredEmbedder(FakeEmbedder(), meter, model="fake-embed", thread_id="t")
+        embedder.embed_documents(["one text", "two texts"])
+        embedder.embed_query("three")
+        kinds = [e.kind for e in ledger.events()]
+        assert kinds == ["extractor", "summariser", "embedder", "embedder"]
+
+
+def test_budget_errors_name_the_budget_the_limit_the_amount_and_what_to_do() -> None:
+    budgets = Budgets(turn_tokens=1000, user_day_cost=2.0)
+    spent = {"turn": Totals(calls=2, input_tokens=800, output_tokens=100), "user_day": Totals(cost=1.5)}
+    with pytest.raises(BudgetExceededError) as caught:
+        check(budgets, tokens=200, cost=0.1, spent=spent, estimated=True)
+    error = caught.value
+    assert (error.budget, error.limit, error.amount, error.unit) == (
+        "turn_token_budget",
+        1000,
+        1100,
+        "tokens",
+    )
+    assert (
+        "1,100 tokens" in str(error)
+        and "1,000 tokens" in str(error)
+        and "REMEM_TURN_TOKEN_BUDGET" in str(error)
+    )
+    assert "counted before the call" in str(error)
+    with pytest.raises(BudgetExceededError, match=r"user_day_cost_budget.*next UTC day") as day:
+        check(budgets, tokens=10, cost=0.6, spent=spent, estimated=False)
+    assert day.value.amount == pytest.approx(2.1)
+    check(budgets, tokens=10, cost=None, spent=spent, estimated=False)  # unpriced: no cost guessed
+    check(Budgets(), tokens=10**9, cost=10**9, spent={}, estimated=True)  # no budget: no limit
+
+
+def test_budgets_read_from_settings_with_overrides() -> None:
+    s = load_settings(
+        environ={"REMEM_TURN_TOKEN_BUDGET": "500", "REMEM_USER_DAY_COST_BUDGET": "3.5"}, config_file=None
+    )
+    budgets = Budgets.from_settings(s, call_tokens=50)
+    assert (budgets.turn_tokens, budgets.user_day_cost, budgets.call_tokens) == (500, 3.5, 50)
+    assert budgets.thread_tokens is None and budgets.needs("turn") and not budgets.needs("thread")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    limit=st.integers(min_value=1, max_value=10_000),
+    earlier=st.integers(min_value=0, max_value=10_000),
+    call=st.integers(min_value=0, max_value=10_000),
+)
+def test_a_check_passes_exactly_when_the_total_stays_within_the_limit(
+    limit: int, earlier: int, call: int
+) -> None:
+    spent = {"thread": Totals(input_tokens=earlier)}
+    try:
+        check(Budgets(thread_tokens=limit), tokens=call, cost=None, spent=spent, estimated=True)
+        passed = True
+    except BudgetExceededError as exc:
+        passed = False
+        assert exc.amount == earlier + call and exc.limit == limit
+    assert passed == (earlier + call <= limit)

@@ -1,0 +1,155 @@
+"""``remem usage`` and ``remem export`` on a real SQLite file and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
+from remem.agent import thread_config
+from remem.cli import main
+from remem.usage import UsageEvent, open_ledger
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'app.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+def _seed(url: str) -> None:
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(ScriptedChatModel(default="Sunny."), strategy="filter", checkpointer=saver)
+        run_turn(agent, "t1", "Weather?")
+        call = {"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}
+        agent.update_state(
+            thread_config("t1"),
+            {
+                "messages": [
+                    HumanMessage("And in Lyon?"),
+                    AIMessage("", tool_calls=[call]),
+                    ToolMessage("sunny", tool_call_id="c1", name="lookup"),
+                    AIMessage("Sunny in Lyon."),
+                ]
+            },
+            as_node="call_model",
+        )
+    now = time.time()
+    with open_ledger(url) as ledger:
+        for turn, model, cost in ((1, "gpt-x", 0.25), (2, "gpt-x", 0.5), (2, "gpt-y", None)):
+            ledger.record(
+                UsageEvent(
+                    kind="chat",
+                    model=model,
+                    input_tokens=100 * turn,
+                    output_tokens=10,
+                    thread_id="t1",
+                    user_id="maya",
+                    turn=turn,
+                    latency_ms=12.5,
+                    cost=cost,
+                    at=now - 10,
+                )
+            )
+        ledger.record(
+            UsageEvent(kind="embedder", model="minilm", input_tokens=7, output_tokens=0, at=now - 30 * 86400)
+        )
+
+
+def _run(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_usage_totals_by_model_turn_and_since_in_every_format(url: str) -> None:
+    _seed(url)
+    data = json.loads(_run("usage", "--db", url, "--by", "model", "--json"))
+    assert {r["model"]: r["calls"] for r in data["rows"]} == {"gpt-x": 2, "gpt-y": 1, "minilm": 1}
+    assert data["total"]["calls"] == 4 and data["total"]["unpriced_calls"] == 2
+    recent = json.loads(_run("usage", "--db", url, "--since", "7d", "--json"))
+    assert len(recent["rows"]) == 3 and recent["total"]["cost"] == 0.75
+    lines = _run("usage", "--db", url, "--by", "turn", "--thread", "t1", "--format", "jsonl").splitlines()
+    assert [(json.loads(x)["turn"], json.loads(x)["calls"]) for x in lines] == [(1, 1), (2, 2)]
+    csv_text = _run("usage", "--db", url, "--by", "day", "--format", "csv")
+    assert csv_text.splitlines()[0].startswith("day,calls,input_tokens")
+    table = _run("usage", "--db", url, "--by", "user", "--user", "maya")
+    assert "maya" in table and "total" in table and "0.750000" in table and "have no price" in table
+
+
+def test_export_gives_each_turn_its_messages_and_its_ledger_totals(url: str) -> None:
+    _seed(url)
+    records = [json.loads(x) for x in _run("export", "t1", "--db", url).splitlines()]
+    assert records[0] == {
+        "type": "thread",
+        "format": "remem.transcript/1",
+        "thread": "t1",
+        "source": records[0]["source"],
+    }
+    turns = [r for r in records if r["type"] == "turn"]
+    assert [(t["turn"], t["calls"], t["models"], t["input_tokens"]) for t in turns] == [
+        (1, 1, ["gpt-x"], 100),
+        (2, 2, ["gpt-x", "gpt-y"], 400),
+    ]
+    messages = [r for r in records if r["type"] == "message"]
+    assert [(m["turn"], m["role"]) for m in messages] == [
+        (1, "user"),
+        (1, "assistant"),
+        (2, "user"),
+        (2, "assistant"),
+        (2, "tool"),
+        (2, "assistant"),
+    ]
+    assert messages[3]["tool_calls"][0]["name"] == "lookup" and messages[4]["tool_call_id"] == "c1"
+    md = _run("export", "t1", "--db", url, "--format", "md")
+    assert "## Turn 2" in md and "gpt-x, gpt-y" in md and "tokens in/out/cached: 400/20/0" in md
+    assert json.loads(_run("export", "t1", "--db", url, "--json"))["records"] == records[1:]
+
+
+def test_reading_usage_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "plain.db"
+    with checkpointer_from_url(path) as saver:
+        run_turn(build_agent(ScriptedChatModel(), strategy="filter", checkpointer=saver), "t", "hi")
+    before = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert "no usage recorded" in _run("usage", "--db", f"sqlite:///{path}")
+    export = [json.loads(x) for x in _run("export", "t", "--db", f"sqlite:///{path}").splitlines()]
+    assert [r["type"] for r in export] == ["thread", "message", "message", "turn"]
+    assert export[-1]["cost"] is None and export[-1]["calls"] == 0
+    after = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
+    assert after == before
+    missing = CliRunner().invoke(main, ["export", "nope", "--db", f"sqlite:///{path}"])
+    assert missing.exit_code == 1 and "'nope' is neither in the checkpoints" in missing.output
+
+
+def test_export_reads_a_memory_client_thread_when_no_checkpoint_holds_it(tmp_path: Path) -> None:
+    from remem import Memory, load_settings
+
+    url = f"sqlite:///{tmp_path / 'mem.db'}"
+    with Memory.from_url(
+        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
+    ) as memory:
+        memory.thread("m1", user_id="maya").add_messages(
+            [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "one"},
+                {"role": "user", "content": "second"},
+            ]
+        )
+    result = CliRunner().invoke(main, ["export", "m1", "--db", url], env={"REMEM_EMBEDDER": "fake"})
+    assert result.exit_code == 0, result.output
+    records = [json.loads(x) for x in result.output.splitlines()]
+    assert records[0]["source"].startswith("memory store in")
+    assert [(r["type"], r["turn"]) for r in records[1:]] == [
+        ("message", 1),
+        ("message", 1),
+        ("turn", 1),
+        ("message", 2),
+        ("turn", 2),
+    ]

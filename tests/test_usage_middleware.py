@@ -1,0 +1,208 @@
+"""BudgetMiddleware on LangChain's create_agent: alone, with ContextCardMiddleware (both orders), approval."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from remem import Memory, load_settings
+from remem.errors import BudgetExceededError
+from remem.memory import is_card_message
+from remem.messages import approximate_token_count
+from remem.middleware import BudgetMiddleware, ContextCardMiddleware
+from remem.models import ScriptedChatModel
+from remem.usage import Budgets, Ledger, Price, PriceTable, open_ledger
+
+SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+PRICES = PriceTable({"scripted": Price(1.0, 2.0)})
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'app.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def ledger(url: str) -> Iterator[Ledger]:
+    with open_ledger(url) as opened:
+        yield opened
+
+
+@tool
+def lookup(city: str) -> str:
+    """Look up the weather of a city."""
+    return f"sunny in {city}"
+
+
+def _config(thread: str = "t1", user: str = "maya") -> Any:
+    return {"configurable": {"thread_id": thread, "user_id": user}}
+
+
+def _say(agent: Any, text: str, thread: str = "t1") -> dict[str, Any]:
+    result: dict[str, Any] = agent.invoke({"messages": [HumanMessage(content=text)]}, _config(thread))
+    return result
+
+
+def test_each_call_is_recorded_with_its_thread_user_turn_and_cost(ledger: Ledger) -> None:
+    call = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}])
+    model = ScriptedChatModel(replies=[call, "It is sunny.", "Bye."])
+    budget = BudgetMiddleware(ledger, prices=PRICES)
+    agent = create_agent(model=model, tools=[lookup], middleware=[budget], checkpointer=InMemorySaver())
+    _say(agent, "Weather in Lyon?")
+    _say(agent, "Thanks")
+    events = ledger.events(thread_id="t1")
+    assert [(e.turn, e.kind, e.user_id, e.source) for e in events] == [
+        (1, "chat", "maya", "provider"),
+        (1, "chat", "maya", "provider"),  # the tool round is the same turn
+        (2, "chat", "maya", "provider"),
+    ]
+    assert all(e.cost == pytest.approx((e.input_tokens * 1.0 + e.output_tokens * 2.0) / 1e6) for e in events)
+    assert [t.calls for t in ledger.totals(by="turn", thread_id="t1")] == [2, 1]
+    state = agent.get_state(_config()).values
+    assert state["remem_turn"] == 2 and "usage" not in state  # one integer, no growing list
+
+
+def test_a_call_over_budget_is_refused_before_anything_is_sent(ledger: Ledger) -> None:
+    model = ScriptedChatModel(default="OK.")
+    budget = BudgetMiddleware(ledger, budgets=Budgets(call_tokens=50), prices=PRICES)
+    agent = create_agent(model=model, tools=[], middleware=[budget], checkpointer=InMemorySaver())
+    _say(agent, "short")
+    with pytest.raises(BudgetExceededError, match="call_token_budget of 50 tokens") as caught:
+        _say(agent, "a long question " * 40)
+    assert caught.value.budget == "call_token_budget" and caught.value.amount is not None
+    assert caught.value.amount > 50
+    assert len(model.calls) == 1  # the second call was never made
+    assert ledger.spent(thread_id="t1").calls == 1
+
+
+def test_the_tool_schemas_and_the_system_prompt_count_toward_the_estimate(ledger: Ledger) -> None:
+    limit = 60
+    plain = create_agent(
+        model=ScriptedChatModel(default="OK."),
+        tools=[],
+        middleware=[BudgetMiddleware(ledger, budgets=Budgets(call_tokens=limit))],
+    )
+    plain.invoke({"messages": [HumanMessage(content="hello there")]}, _config("a"))
+    with pytest.raises(BudgetExceededError):
+        create_agent(
+            model=ScriptedChatModel(default="OK."),
+            tools=[lookup],
+            system_prompt="You are a careful assistant. " * 10,
+            middleware=[BudgetMiddleware(ledger, budgets=Budgets(call_tokens=limit))],
+        ).invoke({"messages": [HumanMessage(content="hello there")]}, _config("b"))
+
+
+def test_thread_and_user_day_budgets_read_what_the_ledger_holds(ledger: Ledger) -> None:
+    model = ScriptedChatModel(default="OK.")
+    budgets = Budgets(thread_tokens=400, user_day_cost=1.0)
+    agent = create_agent(
+        model=model, tools=[], middleware=[BudgetMiddleware(ledger, budgets=budgets, prices=PRICES)]
+    )
+    _say(agent, "one " * 100, thread="x")  # about 100+ tokens
+    with pytest.raises(BudgetExceededError, match="session_token_budget"):
+        _say(agent, "two " * 300, thread="x")
+    _say(agent, "two " * 300, thread="y")  # another thread starts from zero
+    # The user's day: a new middleware (another process) reads the same ledger.
+    expensive = PriceTable({"scripted": Price(50_000.0, 50_000.0)})
+    other = create_agent(
+        model=model, tools=[], middleware=[BudgetMiddleware(ledger, budgets=budgets, prices=expensive)]
+    )
+    with pytest.raises(BudgetExceededError, match="user_day_cost_budget"):
+        _say(other, "three " * 100, thread="z")
+
+
+def test_a_provider_count_over_the_budget_is_recorded_then_raised(ledger: Ledger) -> None:
+    class Heavy(ScriptedChatModel):
+        def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
+            usage = {"input_tokens": 5000, "output_tokens": 10, "total_tokens": 5010}
+            return super()._next_reply(messages).model_copy(update={"usage_metadata": usage})
+
+    model = Heavy(default="OK.")
+    agent = create_agent(
+        model=model, tools=[], middleware=[BudgetMiddleware(ledger, budgets=Budgets(call_tokens=1000))]
+    )
+    with pytest.raises(BudgetExceededError, match="as the provider reported it"):
+        _say(agent, "hi")
+    assert ledger.spent(thread_id="t1").tokens == 5010  # paid, so it is in the ledger
+
+
+@pytest.mark.parametrize("order", ["card_first", "budget_first"])
+def test_with_the_context_card_middleware_in_either_order(ledger: Ledger, url: str, order: str) -> None:
+    with Memory.from_url(url, settings=SETTINGS) as memory:
+        card = ContextCardMiddleware(memory, thread_id="t1", user_id="maya", compaction_token_trigger=150)
+        budget = BudgetMiddleware(ledger, budgets=Budgets(thread_tokens=100_000), prices=PRICES)
+        middleware = [card, budget] if order == "card_first" else [budget, card]
+        model = ScriptedChatModel(default=lambda msgs: f"Noted: {msgs[-1].text[:40]}")
+        agent = create_agent(model=model, tools=[], middleware=middleware, checkpointer=InMemorySaver())
+        for i in range(6):
+            _say(agent, f"Turn {i}: remember that project {i} is due on day {i + 1}. " * 3)
+        events = ledger.events(thread_id="t1")
+        assert [e.turn for e in events] == [1, 2, 3, 4, 5, 6]
+        assert len(memory.get_thread("t1").messages()) == 12  # the card middleware still persists
+        assert any(is_card_message(m) for m in model.calls[-1])  # the card middleware compacted
+        # In both orders the ledger holds what was really sent: the provider's count of the compacted call.
+        assert [e.input_tokens for e in events] == [approximate_token_count(c) for c in model.calls]
+
+
+def test_approval_pauses_with_the_estimate_and_resuming_approves_or_refuses(ledger: Ledger) -> None:
+    model = ScriptedChatModel(default="Here is a long answer.")
+    budget = BudgetMiddleware(ledger, prices=PRICES, approve_tokens=30)
+    agent = create_agent(model=model, tools=[], middleware=[budget], checkpointer=InMemorySaver())
+    _say(agent, "hi")  # under the threshold: no pause
+    assert len(model.calls) == 1
+    paused = _say(agent, "please write a very long essay about budgets " * 3)
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["kind"] == "remem.approval" and pending.value["input_tokens"] > 30
+    assert pending.value["turn"] == 2 and pending.value["cost"] is not None
+    assert len(model.calls) == 1  # nothing sent while waiting
+    done = agent.invoke(Command(resume=True), _config())
+    assert len(model.calls) == 2 and done["messages"][-1].text == "Here is a long answer."
+    _say(agent, "another long essay request please " * 3)
+    refused = agent.invoke(Command(resume=False), _config())
+    assert len(model.calls) == 2  # refused: not sent
+    last = refused["messages"][-1]
+    assert isinstance(last, AIMessage) and "not approved" in last.text
+    texts = [m.text for m in refused["messages"] if isinstance(m, HumanMessage)]
+    assert texts[-1].startswith("another long essay")  # nothing lost
+    assert [e.turn for e in ledger.events(thread_id="t1")] == [1, 2]
+    assert not any(isinstance(m, ToolMessage) for m in refused["messages"])
+
+
+async def test_the_async_path_records_and_checks_the_same_way(ledger: Ledger) -> None:
+    model = ScriptedChatModel(default="OK.")
+    budget = BudgetMiddleware(ledger, budgets=Budgets(call_tokens=50), prices=PRICES)
+    agent = create_agent(model=model, tools=[], middleware=[budget])
+    await agent.ainvoke({"messages": [HumanMessage(content="hi")]}, _config())
+    with pytest.raises(BudgetExceededError):
+        await agent.ainvoke({"messages": [HumanMessage(content="long " * 200)]}, _config())
+    assert ledger.spent(thread_id="t1").calls == 1 and len(model.calls) == 1
+
+
+def test_budgets_prices_and_approval_come_from_the_settings(ledger: Ledger) -> None:
+    settings = load_settings(
+        environ={
+            "REMEM_CALL_TOKEN_BUDGET": "50",
+            "REMEM_APPROVAL_TOKEN_THRESHOLD": "40",
+            "REMEM_PRICES": '{"scripted": {"input": 3, "output": 6}}',
+        },
+        config_file=None,
+    )
+    budget = BudgetMiddleware(ledger, settings=settings)
+    assert (budget.budgets.call_tokens, budget.approve_tokens) == (50, 40)
+    model = ScriptedChatModel(default="OK.")
+    agent = create_agent(model=model, tools=[], middleware=[budget], checkpointer=InMemorySaver())
+    _say(agent, "hi")
+    (event,) = ledger.events()
+    assert event.cost == pytest.approx((event.input_tokens * 3 + event.output_tokens * 6) / 1e6)
+    with pytest.raises(BudgetExceededError, match="REMEM_CALL_TOKEN_BUDGET"):
+        _say(agent, "long " * 100)
