@@ -236,6 +236,8 @@ async def test_async_methods_match_the_sync_ones(memory: Memory) -> None:
 def test_from_url_rejects_unknown_schemes() -> None:
     with pytest.raises(RememUsageError, match="sqlite:///PATH"):
         Memory.from_url("redis://localhost", settings=SETTINGS)
+    with pytest.raises(RememUsageError, match="names no file"):  # the one URL parser's own message
+        Memory.from_url("sqlite:///", settings=SETTINGS)
 
 
 def test_turns_indexed_by_extraction_first_are_taken_into_the_thread(memory: Memory) -> None:

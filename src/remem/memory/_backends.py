@@ -8,8 +8,8 @@ from typing import Any
 
 from langgraph.store.base import BaseStore
 
+from remem._url import parse_database_url
 from remem.config import Settings
-from remem.errors import ConfigError
 
 __all__ = ["index_config", "open_store"]
 
@@ -31,16 +31,15 @@ def index_config(settings: Settings) -> dict[str, Any]:
 
 
 def open_store(url: str, settings: Settings) -> tuple[BaseStore, list[Callable[[], None]]]:
-    """The store at ``url`` and the functions that close what was opened for it."""
-    if url.startswith("memory://"):
+    """The store at ``url`` and the functions that close what was opened for it.
+
+    Any form :func:`remem._url.parse_database_url` accepts; it refuses the others with the list of forms.
+    """
+    if parse_database_url(url).kind == "memory":
         from langgraph.store.memory import InMemoryStore
 
         return InMemoryStore(index=index_config(settings)), []  # type: ignore[arg-type]
-    if url.startswith("sqlite:"):
-        return _open_remem_store(url, settings)
-    if url.startswith(("postgresql://", "postgres://")):
-        return _open_remem_store(url, settings)
-    raise ConfigError(f"cannot open memory at {url!r}; use memory://, sqlite:///PATH or postgresql://...")
+    return _open_remem_store(url, settings)
 
 
 def _open_remem_store(url: str, settings: Settings) -> tuple[BaseStore, list[Callable[[], None]]]:

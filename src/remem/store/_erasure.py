@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -147,18 +146,12 @@ def stats_program(d: Dialect) -> Program:
 #
 # ``remem.erasure`` records each erasure here before it deletes anything, in the same database as the data,
 # so that a run killed or refused half way can be finished by the next one. The store keeps the rows and
-# knows nothing of what a plan means. The table names move to remem.layout once it exists.
+# knows nothing of what a plan means. The table names live in remem.layout.
 
 JOURNAL_TABLE = ERASURE_JOURNAL_TABLE
 REGISTRY_TABLE = ERASURE_REGISTRY_TABLE
 
-_JOURNAL_DDL = (
-    f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
-    "finished_at TEXT, state TEXT NOT NULL, scope_digest TEXT, plan TEXT NOT NULL, done TEXT NOT NULL, "
-    "totals TEXT NOT NULL, revision INTEGER NOT NULL)",
-    f"CREATE TABLE IF NOT EXISTS {REGISTRY_TABLE} (kind TEXT NOT NULL, template TEXT NOT NULL, "
-    "PRIMARY KEY (kind, template))",
-)
+# Their tables are migration 2 of the store's schema (remem.store._schema): every store setup() creates them.
 _ENTRY_COLS = "id, started_at, finished_at, state, scope_digest, plan, done, totals, revision"
 
 
@@ -205,11 +198,6 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
         totals=dict(json.loads(row[7])),
         revision=int(row[8]),
     )
-
-
-def journal_setup_program(d: Dialect) -> Program:
-    for statement in _JOURNAL_DDL:
-        yield Sql(statement, [], fetch=False)
 
 
 def journal_open_program(d: Dialect) -> Program:
@@ -295,15 +283,9 @@ def registry_program(d: Dialect) -> Program:
 # ---------------------------------------------------------------- journal and compaction, run on a store
 
 
-_JOURNAL_READY: weakref.WeakSet[RememStoreBase] = weakref.WeakSet()
-
-
 def run_journal(store: RememStoreBase, make: Callable[..., Program], *args: Any) -> Any:
-    """Run the journal program ``make(*args)`` in one write transaction of ``store`` (its tables are created
-    first, once); the store may build it again to retry after a lost connection."""
-    if store not in _JOURNAL_READY:
-        store._run(lambda: journal_setup_program(store.dialect), write=True)
-        _JOURNAL_READY.add(store)
+    """Run the journal program ``make(*args)`` in one write transaction of ``store`` (whose setup created the
+    journal's tables); the store may build it again to retry after a lost connection."""
     return store._run(lambda: make(*args), write=True)
 
 

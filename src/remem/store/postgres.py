@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from langgraph.store.base import IndexConfig, TTLConfig
 
+from remem import _migrate
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
@@ -33,6 +33,7 @@ except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
 from remem.store import _program as prog
+from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore
 from remem.store._core import SearchMode
 from remem.store._vectors import top_items
@@ -47,20 +48,6 @@ _PGVECTOR = {
 }
 
 logger = logging.getLogger(__name__)
-
-_LOCK_ID = 0x72656D656D  # "remem": serialises migrations across processes
-
-MIGRATIONS: list[list[str]] = [
-    [
-        'CREATE TABLE remem_ns (id bigserial PRIMARY KEY, path text COLLATE "C" NOT NULL UNIQUE, depth int NOT NULL)',
-        "CREATE TABLE remem_items (id bigserial PRIMARY KEY, ns_id bigint NOT NULL, key text NOT NULL, "
-        "value text NOT NULL, doc jsonb NOT NULL, tsv tsvector NOT NULL, created_at double precision NOT NULL, "
-        "updated_at double precision NOT NULL, expires_at double precision, ttl_minutes double precision, "
-        "UNIQUE (ns_id, key))",
-        "CREATE INDEX remem_items_tsv ON remem_items USING gin (tsv)",
-        "CREATE INDEX remem_items_expires ON remem_items (expires_at) WHERE expires_at IS NOT NULL",
-    ],
-]
 
 
 class PostgresDialect(prog.Dialect):
@@ -118,7 +105,7 @@ class _PostgresBackend(RememStoreBase):
     repeat (puts are upserts, deletes and erasures idempotent).
     """
 
-    MIGRATIONS: ClassVar[list[str]] = [statement for step in MIGRATIONS for statement in step]
+    MIGRATIONS: ClassVar[list[str]] = schema.statements("postgres")
     """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
 
     def __init__(
@@ -182,21 +169,11 @@ class _PostgresBackend(RememStoreBase):
             except psycopg.Error:
                 has_vector = False  # no pgvector here: the exact path
         with c.transaction():
-            self._q("SELECT pg_advisory_xact_lock(%s)", [_LOCK_ID])
-            self._q(
-                "CREATE TABLE IF NOT EXISTS remem_store_migrations (v int PRIMARY KEY, applied_at double precision)",
-                rows=False,
+            # the runner takes remem's advisory lock first: the vector table below is created under it too
+            _migrate.drive(
+                _migrate.upgrade(schema.COMPONENT, "postgres"),
+                lambda st: self._q(st.sql, st.params, rows=st.rows),
             )
-            done = {r[0] for r in self._q("SELECT v FROM remem_store_migrations")}
-            for version, statements in enumerate(MIGRATIONS):
-                if version not in done:
-                    for statement in statements:
-                        self._q(statement, rows=False)
-                    self._q(
-                        "INSERT INTO remem_store_migrations VALUES (%s, %s)",
-                        [version, time.time()],
-                        rows=False,
-                    )
             row = self._q(
                 "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                 "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"

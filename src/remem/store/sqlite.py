@@ -27,12 +27,14 @@ import numpy as np
 import numpy.typing as npt
 from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
+from remem import _migrate
 from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import sqlite as _checkpoint_sqlite
 from remem.errors import ConfigError, StorageError
 from remem.store import _core as core
 from remem.store import _program as prog
+from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore
 from remem.store._core import SearchMode
 from remem.store._vectors import VectorMatrix
@@ -43,19 +45,6 @@ logger = logging.getLogger(__name__)
 
 # The checkpointers' busy timeout: every part sharing a file waits as long for its write lock.
 BUSY_TIMEOUT_MS = _checkpoint_sqlite.BUSY_TIMEOUT_MS
-
-MIGRATIONS: list[list[str]] = [
-    [
-        "CREATE TABLE remem_ns (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, depth INTEGER NOT NULL)",
-        "CREATE TABLE remem_items (id INTEGER PRIMARY KEY, ns_id INTEGER NOT NULL, key TEXT NOT NULL, "
-        "value TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL, "
-        "ttl_minutes REAL, UNIQUE (ns_id, key))",
-        "CREATE INDEX remem_items_expires ON remem_items (expires_at) WHERE expires_at IS NOT NULL",
-        "CREATE VIRTUAL TABLE remem_fts USING fts5 (text, tokenize = 'porter unicode61')",
-        "CREATE TABLE remem_vectors (item_id INTEGER NOT NULL, ns_id INTEGER NOT NULL, path TEXT NOT NULL, "
-        "text_hash BLOB NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (item_id, path))",
-    ],
-]
 
 
 class SqliteDialect(prog.Dialect):
@@ -183,7 +172,7 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 class _SqliteBackend(RememStoreBase):
     """What :class:`SqliteStore` and :class:`AsyncSqliteStore` share: everything but their lifecycle API."""
 
-    MIGRATIONS: ClassVar[list[str]] = [statement for step in MIGRATIONS for statement in step]
+    MIGRATIONS: ClassVar[list[str]] = schema.statements("sqlite")
     """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
 
     dialect = SqliteDialect()
@@ -237,20 +226,8 @@ class _SqliteBackend(RememStoreBase):
         # keyword search joins each full-text match to its item row (namespace, TTL): with the default
         # 2 MB page cache those lookups mostly miss at 100k items, and cost several times more
         c.execute("PRAGMA cache_size = -32768")
-        c.execute("BEGIN IMMEDIATE")
-        c.execute(
-            "CREATE TABLE IF NOT EXISTS remem_store_migrations (v INTEGER PRIMARY KEY, applied_at REAL)"
-        )
-        done = {r[0] for r in c.execute("SELECT v FROM remem_store_migrations")}
-        for version, statements in enumerate(MIGRATIONS):
-            if version in done:
-                continue
-            for statement in statements:
-                c.execute(statement)
-            c.execute(
-                "INSERT INTO remem_store_migrations (v, applied_at) VALUES (?, ?)", (version, time.time())
-            )
-        c.execute("COMMIT")
+        # one BEGIN IMMEDIATE transaction: processes opening a fresh file together take turns
+        _migrate.run_sqlite(c, schema.COMPONENT)
 
     # -------------------------------------------------- group commit
 

@@ -1,0 +1,59 @@
+"""The store's schema: one :class:`remem._migrate.Component` named ``store``, both dialects side by side.
+
+Version 1 is the store's tables; version 2 the erasure journal's (``remem.erasure`` records each erasure in the
+same database as the data). Databases written before this runner recorded version 0 in
+``remem_store_migrations``; it is carried over as version 1. The journal's statements keep ``IF NOT EXISTS``
+because the erasure code created its tables itself before they were a migration.
+
+PostgreSQL's ``remem_vectors`` is not here: its column type depends on the index's dimensions and on whether
+pgvector is installed, so the backend creates it in the same transaction, after these migrations.
+"""
+
+from __future__ import annotations
+
+from remem import _migrate
+from remem.layout import ERASURE_JOURNAL_TABLE, ERASURE_REGISTRY_TABLE, STORE_MIGRATIONS_TABLE
+
+__all__ = ["COMPONENT", "statements"]
+
+_SQLITE_V1 = (
+    "CREATE TABLE remem_ns (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, depth INTEGER NOT NULL)",
+    "CREATE TABLE remem_items (id INTEGER PRIMARY KEY, ns_id INTEGER NOT NULL, key TEXT NOT NULL, "
+    "value TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL, "
+    "ttl_minutes REAL, UNIQUE (ns_id, key))",
+    "CREATE INDEX remem_items_expires ON remem_items (expires_at) WHERE expires_at IS NOT NULL",
+    "CREATE VIRTUAL TABLE remem_fts USING fts5 (text, tokenize = 'porter unicode61')",
+    "CREATE TABLE remem_vectors (item_id INTEGER NOT NULL, ns_id INTEGER NOT NULL, path TEXT NOT NULL, "
+    "text_hash BLOB NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (item_id, path))",
+)
+
+_POSTGRES_V1 = (
+    'CREATE TABLE remem_ns (id bigserial PRIMARY KEY, path text COLLATE "C" NOT NULL UNIQUE, depth int NOT NULL)',
+    "CREATE TABLE remem_items (id bigserial PRIMARY KEY, ns_id bigint NOT NULL, key text NOT NULL, "
+    "value text NOT NULL, doc jsonb NOT NULL, tsv tsvector NOT NULL, created_at double precision NOT NULL, "
+    "updated_at double precision NOT NULL, expires_at double precision, ttl_minutes double precision, "
+    "UNIQUE (ns_id, key))",
+    "CREATE INDEX remem_items_tsv ON remem_items USING gin (tsv)",
+    "CREATE INDEX remem_items_expires ON remem_items (expires_at) WHERE expires_at IS NOT NULL",
+)
+
+# the same text in both dialects
+_JOURNAL_V2 = (
+    f"CREATE TABLE IF NOT EXISTS {ERASURE_JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
+    "finished_at TEXT, state TEXT NOT NULL, scope_digest TEXT, plan TEXT NOT NULL, done TEXT NOT NULL, "
+    "totals TEXT NOT NULL, revision INTEGER NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {ERASURE_REGISTRY_TABLE} (kind TEXT NOT NULL, template TEXT NOT NULL, "
+    "PRIMARY KEY (kind, template))",
+)
+
+COMPONENT = _migrate.Component(
+    "store",
+    sqlite=(_SQLITE_V1, _JOURNAL_V2),
+    postgres=(_POSTGRES_V1, _JOURNAL_V2),
+    legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
+)
+
+
+def statements(dialect: _migrate.Dialect) -> list[str]:
+    """Every schema statement of ``dialect`` in order (LangGraph's stores expose theirs as ``MIGRATIONS``)."""
+    return [text for migration in COMPONENT.migrations(dialect) for text in migration]
