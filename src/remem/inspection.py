@@ -97,8 +97,9 @@ _REMEM_SAVERS = (SqliteSaver, PostgresSaver, AsyncSqliteSaver, AsyncPostgresSave
 class _CountingReader(BaseCheckpointSaver[Any]):
     """Lists a remem saver's checkpoints with the messages left unread, their counts kept aside.
 
-    The graph still works out ``next`` from each checkpoint (that needs no message); a checkpoint
-    with a pending update to the messages is read whole, since the graph applies it to the list.
+    The graph still works out ``next`` from each checkpoint (that needs no message, nor the value of
+    a task's pending write); a checkpoint with a pending update outside any task to the messages is
+    read whole, since the graph applies it to the list it shows.
     """
 
     def __init__(self, saver: SqliteSaver | PostgresSaver | AsyncSqliteSaver | AsyncPostgresSaver) -> None:

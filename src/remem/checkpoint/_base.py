@@ -291,7 +291,8 @@ class SyncSaver(_RememSaver):
         """Checkpoints newest first, as :meth:`list`, but the list value of each channel in ``sized`` is not read.
 
         The tuple holds an empty list in its place and the dict beside it the list's length, so listing a
-        long thread's checkpoints (``remem history``) reads none of its messages.
+        long thread's checkpoints (``remem history``) reads none of its messages. Pending writes to those
+        channels keep their task and channel, with an empty list for the value.
         """
         lengths: dict[str, dict[str, int]] = {}
         for tup in self._list(config, None, None, limit, frozenset(sized), lengths):

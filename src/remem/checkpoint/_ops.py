@@ -369,7 +369,7 @@ def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Op[dict[int, int]
 
 def _sized_names(ctx: Context, tid: int, rows: list[_Row], sized: frozenset[str]) -> Op[set[int]]:
     """The name item numbers, among ``rows``' channels, of the channels in ``sized``."""
-    channels = set().union(*(r.body.descriptors for r in rows))
+    channels = set().union(*(r.body.descriptors for r in rows), *({w[2] for w in r.writes} for r in rows))
     held = ctx.cache.payloads(tid, channels)
     missing = sorted(channels - held.keys())
     if missing:
@@ -378,6 +378,10 @@ def _sized_names(ctx: Context, tid: int, rows: list[_Row], sized: frozenset[str]
         ctx.cache.put_payloads(tid, fetched)
         held.update(fetched)
     return {no for no in channels if str(ctx.serde.loads_typed(held[no])) in sized}
+
+
+_UNREAD = object()
+"""A pending write to a ``sized`` channel, left unread."""
 
 
 def _is_list(desc: Any) -> bool:
@@ -397,7 +401,8 @@ def _materialize(
     the same dict (``list()`` does this); without it every occurrence is deserialized on its own.
 
     A list value of a channel in ``sized`` is not read: the tuple holds an empty list in its place and
-    ``lengths[checkpoint_id][channel]`` its length, so listing a long thread reads no message.
+    ``lengths[checkpoint_id][channel]`` its length, so listing a long thread reads no message. Pending
+    writes to those channels are not read either (an empty list stands for their value).
     """
     by_thread: dict[tuple[int, str], list[_Row]] = {}
     for r in rows:
@@ -443,8 +448,9 @@ def _materialize(
                 if not (isinstance(d, list) and d[0] == 1):
                     refs.update(codec.refs_of_descriptor(d, plain))
             for w in r.writes:
-                refs.update(codec.refs_of_descriptor(w[4], plain))
                 refs.update((w[0], w[2]))
+                if w[2] not in skip:
+                    refs.update(codec.refs_of_descriptor(w[4], plain))
         known = shared.setdefault(tid, {}) if shared is not None else {}
         refs.difference_update(known)
         payloads[tid] = held = ctx.cache.payloads(tid, refs)
@@ -493,7 +499,8 @@ def _materialize(
                 values[names[no]] = value(r.tid, d)
         checkpoint["channel_values"] = values
         named = [
-            (name(r.tid, path), task_id, name(r.tid, ch), idx, v) for path, task_id, ch, idx, v in r.writes
+            (name(r.tid, path), task_id, name(r.tid, ch), idx, _UNREAD if ch in skip else v)
+            for path, task_id, ch, idx, v in r.writes
         ]
         ordered = sorted(named, key=lambda w: writes_sort_key(w[0], w[1], w[3]))
         config: RunnableConfig = {
@@ -518,7 +525,7 @@ def _materialize(
                 checkpoint=checkpoint,  # type: ignore[arg-type]
                 metadata=r.metadata,  # type: ignore[arg-type]
                 parent_config=parent,
-                pending_writes=[(w[1], w[2], value(r.tid, w[4])) for w in ordered],
+                pending_writes=[(w[1], w[2], [] if w[4] is _UNREAD else value(r.tid, w[4])) for w in ordered],
             )
         )
     return out
