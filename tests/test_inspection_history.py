@@ -128,3 +128,16 @@ def test_history_decodes_no_message_body(tmp_path: Path) -> None:
         assert serde.messages == 1
         list(counted.list(CFG))
     assert serde.messages >= 150  # the full listing does decode them: the counter sees messages
+
+
+def test_stock_savers_keep_langgraphs_path() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = _graph(InMemorySaver())
+    _apply(graph, [("add", 10), ("edit", 3), ("add", 4)])
+    graph.invoke({"messages": [HumanMessage("hi")]}, CFG)
+    rows = thread_history(graph, THREAD, limit=None)
+    assert [r.message_count for r in rows] == [
+        len(s.values.get("messages", [])) for s in graph.get_state_history(CFG, limit=None)
+    ]
+    assert rows[0].message_count == 16

@@ -6,9 +6,9 @@ only to read its state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -16,7 +16,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.state import CompiledStateGraph
 
 from remem.agent import UsageRecord, build_agent
-from remem.checkpoint import AsyncPostgresSaver, AsyncSqliteSaver, PostgresSaver, SqliteSaver
 from remem.errors import NotFoundError
 from remem.models import ScriptedChatModel
 
@@ -91,7 +90,14 @@ def thread_snapshot(
 _NULL_TASK = "00000000-0000-0000-0000-000000000000"
 """LangGraph's task id for writes outside any node (an update the graph applies to the values it shows)."""
 
-_REMEM_SAVERS = (SqliteSaver, PostgresSaver, AsyncSqliteSaver, AsyncPostgresSaver)
+
+@runtime_checkable
+class _SizedSaver(Protocol):
+    """remem's savers (checked by shape, so that no database driver is imported here)."""
+
+    def list_sized(
+        self, config: RunnableConfig, *, sized: Collection[str], limit: int | None = None
+    ) -> Iterator[tuple[CheckpointTuple, dict[str, int]]]: ...
 
 
 class _CountingReader(BaseCheckpointSaver[Any]):
@@ -102,9 +108,10 @@ class _CountingReader(BaseCheckpointSaver[Any]):
     read whole, since the graph applies it to the list it shows.
     """
 
-    def __init__(self, saver: SqliteSaver | PostgresSaver | AsyncSqliteSaver | AsyncPostgresSaver) -> None:
+    def __init__(self, saver: BaseCheckpointSaver[Any], sized: _SizedSaver) -> None:
         super().__init__(serde=saver.serde)
         self._saver = saver
+        self._sized = sized
         self.counts: dict[str, int] = {}
 
     def list(
@@ -118,7 +125,7 @@ class _CountingReader(BaseCheckpointSaver[Any]):
         if config is None or filter or before:
             yield from self._saver.list(config, filter=filter, before=before, limit=limit)
             return
-        for tup, lengths in self._saver.list_sized(config, sized=("messages",), limit=limit):
+        for tup, lengths in self._sized.list_sized(config, sized=("messages",), limit=limit):
             if any(w[0] == _NULL_TASK and w[1] == "messages" for w in tup.pending_writes or ()):
                 whole = self._saver.get_tuple(tup.config)
                 if whole is not None:
@@ -141,8 +148,9 @@ def thread_history(
     the thread's length; other savers decode every checkpoint's messages (LangGraph's own path).
     """
     counts: dict[str, int] = {}
-    if isinstance(graph.checkpointer, _REMEM_SAVERS):
-        reader = _CountingReader(graph.checkpointer)
+    saver = graph.checkpointer
+    if isinstance(saver, BaseCheckpointSaver) and isinstance(saver, _SizedSaver):
+        reader = _CountingReader(saver, saver)
         counts = reader.counts
         graph = graph.copy(update={"checkpointer": reader})
     rows = []
