@@ -141,3 +141,17 @@ def test_stock_savers_keep_langgraphs_path() -> None:
         len(s.values.get("messages", [])) for s in graph.get_state_history(CFG, limit=None)
     ]
     assert rows[0].message_count == 16
+
+
+def test_a_pending_update_outside_any_task_is_counted_as_langgraph_applies_it() -> None:
+    with _saver() as saver:
+        graph = _graph(saver)
+        _apply(graph, [("add", 12), ("add", 3)])
+        latest = saver.get_tuple(CFG)
+        assert latest is not None
+        null_task = "00000000-0000-0000-0000-000000000000"
+        saver.put_writes(latest.config, [("messages", [HumanMessage("late", id="late")])], null_task)
+        reader = reader_graph(saver)
+        rows = thread_history(reader, THREAD, limit=None)
+        stock = [len(s.values.get("messages", [])) for s in reader.get_state_history(CFG, limit=None)]
+        assert [r.message_count for r in rows] == stock and stock[0] == 16
