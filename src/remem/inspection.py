@@ -6,12 +6,13 @@ only to read its state.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.state import CompiledStateGraph
 
 from remem.agent import UsageRecord, build_agent
@@ -86,19 +87,83 @@ def thread_snapshot(
     )
 
 
+_NULL_TASK = "00000000-0000-0000-0000-000000000000"
+"""LangGraph's task id for writes outside any node (an update the graph applies to the values it shows)."""
+
+
+@runtime_checkable
+class _SizedSaver(Protocol):
+    """remem's savers (checked by shape, so that no database driver is imported here)."""
+
+    def list_sized(
+        self, config: RunnableConfig, *, sized: Collection[str], limit: int | None = None
+    ) -> Iterator[tuple[CheckpointTuple, dict[str, int]]]: ...
+
+
+class _CountingReader(BaseCheckpointSaver[Any]):
+    """Lists a remem saver's checkpoints with the messages left unread, their counts kept aside.
+
+    The graph still works out ``next`` from each checkpoint (that needs no message, nor the value of
+    a task's pending write); a checkpoint with a pending update outside any task to the messages is
+    read whole, since the graph applies it to the list it shows.
+    """
+
+    def __init__(self, saver: BaseCheckpointSaver[Any], sized: _SizedSaver) -> None:
+        super().__init__(serde=saver.serde)
+        self._saver = saver
+        self._sized = sized
+        self.counts: dict[str, int] = {}
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        if config is None or filter or before:
+            yield from self._saver.list(config, filter=filter, before=before, limit=limit)
+            return
+        for tup, lengths in self._sized.list_sized(config, sized=("messages",), limit=limit):
+            if any(w[0] == _NULL_TASK and w[1] == "messages" for w in tup.pending_writes or ()):
+                whole = self._saver.get_tuple(tup.config)
+                if whole is not None:
+                    yield whole
+                    continue
+            if "messages" in lengths:
+                self.counts[str(tup.config["configurable"]["checkpoint_id"])] = lengths["messages"]
+            yield tup
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._saver.get_tuple(config)
+
+
 def thread_history(
     graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, limit: int | None = 50
 ) -> list[HistoryRow]:
-    """The thread's checkpoints, newest first (at most ``limit``)."""
+    """The thread's checkpoints, newest first (at most ``limit``).
+
+    On remem's savers no message is read, only each checkpoint's count, so memory does not grow with
+    the thread's length; other savers decode every checkpoint's messages (LangGraph's own path).
+    """
+    counts: dict[str, int] = {}
+    saver = graph.checkpointer
+    if isinstance(saver, BaseCheckpointSaver) and isinstance(saver, _SizedSaver):
+        reader = _CountingReader(saver, saver)
+        counts = reader.counts
+        graph = graph.copy(update={"checkpointer": reader})
     rows = []
     for state in graph.get_state_history(_config(thread_id), limit=limit):
         metadata = state.metadata or {}
+        checkpoint_id = str(state.config["configurable"].get("checkpoint_id", ""))
+        count = counts.get(checkpoint_id)
         rows.append(
             HistoryRow(
                 step=int(metadata.get("step", -1)),
-                checkpoint_id=str(state.config["configurable"].get("checkpoint_id", "")),
+                checkpoint_id=checkpoint_id,
                 created_at=state.created_at or "",
-                message_count=len((state.values or {}).get("messages", [])),
+                message_count=len((state.values or {}).get("messages", [])) if count is None else count,
                 next=tuple(state.next),
                 source=str(metadata.get("source", "")),
             )

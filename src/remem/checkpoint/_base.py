@@ -197,9 +197,19 @@ class _RememSaver(BaseCheckpointSaver[int]):
         cursor: ops.Cursor | None,
         shared: dict[int, dict[int, Any]],
         tx: ops.Tx,
+        sized: frozenset[str] = frozenset(),
+        lengths: dict[str, dict[str, int]] | None = None,
     ) -> ops.Op[tuple[builtins.list[CheckpointTuple], ops.Cursor | None]]:
         return ops.list_page(
-            self._ctx, config, filter=filter, before=before, cursor=cursor, page_size=_PAGE, shared=shared
+            self._ctx,
+            config,
+            filter=filter,
+            before=before,
+            cursor=cursor,
+            page_size=_PAGE,
+            shared=shared,
+            sized=sized,
+            lengths=lengths,
         )
 
     def _idle(self, ids: Sequence[str], cutoff: datetime, tx: ops.Tx) -> ops.Op[builtins.list[str]]:
@@ -273,12 +283,39 @@ class SyncSaver(_RememSaver):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first. Tuples listed in one call share the objects of values they have in common."""
+        yield from self._list(config, filter, before, limit, frozenset(), None)
+
+    def list_sized(
+        self, config: RunnableConfig, *, sized: Collection[str], limit: int | None = None
+    ) -> Iterator[tuple[CheckpointTuple, dict[str, int]]]:
+        """Checkpoints newest first, as :meth:`list`, but the list value of each channel in ``sized`` is not read.
+
+        The tuple holds an empty list in its place and the dict beside it the list's length, so listing a
+        long thread's checkpoints (``remem history``) reads none of its messages. Pending writes to those
+        channels keep their task and channel, with an empty list for the value.
+        """
+        lengths: dict[str, dict[str, int]] = {}
+        for tup in self._list(config, None, None, limit, frozenset(sized), lengths):
+            yield tup, lengths.pop(tup.config["configurable"]["checkpoint_id"], {})
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+        sized: frozenset[str],
+        lengths: dict[str, dict[str, int]] | None,
+    ) -> Iterator[CheckpointTuple]:
         shared: dict[int, dict[int, Any]] = {}
         cursor: ops.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:
             page, cursor = self._run(
-                functools.partial(self._page, config, filter, before, cursor, shared), write=False
+                functools.partial(
+                    self._page, config, filter, before, cursor, shared, sized=sized, lengths=lengths
+                ),
+                write=False,
             )
             yield from page[:remaining]
             if remaining is not None:
@@ -469,12 +506,45 @@ class AsyncSaver(_RememSaver):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         """Async version of :meth:`SyncSaver.list`."""
+        async for tup in self._alist(config, filter, before, limit, frozenset(), None):
+            yield tup
+
+    async def alist_sized(
+        self, config: RunnableConfig, *, sized: Collection[str], limit: int | None = None
+    ) -> AsyncIterator[tuple[CheckpointTuple, dict[str, int]]]:
+        """Async version of :meth:`SyncSaver.list_sized`."""
+        lengths: dict[str, dict[str, int]] = {}
+        async for tup in self._alist(config, None, None, limit, frozenset(sized), lengths):
+            yield tup, lengths.pop(tup.config["configurable"]["checkpoint_id"], {})
+
+    def list_sized(
+        self, config: RunnableConfig, *, sized: Collection[str], limit: int | None = None
+    ) -> Iterator[tuple[CheckpointTuple, dict[str, int]]]:
+        """See :meth:`SyncSaver.list_sized`."""
+
+        async def collect() -> builtins.list[tuple[CheckpointTuple, dict[str, int]]]:
+            return [t async for t in self.alist_sized(config, sized=sized, limit=limit)]
+
+        yield from self._sync(collect())
+
+    async def _alist(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+        sized: frozenset[str],
+        lengths: dict[str, dict[str, int]] | None,
+    ) -> AsyncIterator[CheckpointTuple]:
         shared: dict[int, dict[int, Any]] = {}
         cursor: ops.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:
             page, cursor = await self._run(
-                functools.partial(self._page, config, filter, before, cursor, shared), write=False
+                functools.partial(
+                    self._page, config, filter, before, cursor, shared, sized=sized, lengths=lengths
+                ),
+                write=False,
             )
             for tup in page[:remaining]:
                 yield tup

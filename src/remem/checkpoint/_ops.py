@@ -351,13 +351,58 @@ def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
     return out
 
 
+def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Op[dict[int, int]]:
+    """Lengths of stored lists, from their own rows: a delta's length needs no base."""
+    out: dict[int, int] = {}
+    for no in wanted:
+        hit = ctx.cache.list_refs(tid, no)
+        if hit is not None:
+            out[no] = len(hit[0])
+    missing = sorted(wanted - out.keys())
+    if missing:
+        fetched = yield ctx.q(ctx.dialect.lists_in(), (tid, ctx.dialect.list_param(missing)))
+        for no, base, body in fetched:
+            row = codec.decode_list_row(no, base, bytes(body))
+            out[no] = row.prefix + len(row.middle) + row.suffix
+    return out
+
+
+def _sized_names(ctx: Context, tid: int, rows: list[_Row], sized: frozenset[str]) -> Op[set[int]]:
+    """The name item numbers, among ``rows``' channels, of the channels in ``sized``."""
+    channels = set().union(*(r.body.descriptors for r in rows), *({w[2] for w in r.writes} for r in rows))
+    held = ctx.cache.payloads(tid, channels)
+    missing = sorted(channels - held.keys())
+    if missing:
+        found = yield ctx.q(ctx.dialect.items_in(), (tid, ctx.dialect.list_param(missing)))
+        fetched = {no: codec.unpack_blob(data, trusted_types=ctx.trusted_types) for no, data in found}
+        ctx.cache.put_payloads(tid, fetched)
+        held.update(fetched)
+    return {no for no in channels if str(ctx.serde.loads_typed(held[no])) in sized}
+
+
+_UNREAD = object()
+"""A pending write to a ``sized`` channel, left unread."""
+
+
+def _is_list(desc: Any) -> bool:
+    return isinstance(desc, list) and desc[0] in (0, 1)
+
+
 def _materialize(
-    ctx: Context, rows: list[_Row], shared: dict[int, dict[int, Any]] | None
+    ctx: Context,
+    rows: list[_Row],
+    shared: dict[int, dict[int, Any]] | None,
+    sized: frozenset[str] = frozenset(),
+    lengths: dict[str, dict[str, int]] | None = None,
 ) -> Op[list[CheckpointTuple]]:
     """Reads the writes, lists and items of ``rows`` (checkpoints of one or more threads) into tuples.
 
     With ``shared``, each item is deserialized once and the object is shared by every tuple built with
     the same dict (``list()`` does this); without it every occurrence is deserialized on its own.
+
+    A list value of a channel in ``sized`` is not read: the tuple holds an empty list in its place and
+    ``lengths[checkpoint_id][channel]`` its length, so listing a long thread reads no message. Pending
+    writes to those channels are not read either (an empty list stands for their value).
     """
     by_thread: dict[tuple[int, str], list[_Row]] = {}
     for r in rows:
@@ -372,13 +417,23 @@ def _materialize(
     tids = {r.tid for r in rows}
     lists: dict[int, dict[int, tuple[int, ...]]] = {}
     payloads: dict[int, dict[int, tuple[str, bytes]]] = {}
+    skipped: dict[int, set[int]] = {}
+    sizes: dict[int, dict[int, int]] = {}
     for tid in tids:
         thread_rows = [r for r in rows if r.tid == tid]
+        skip = skipped[tid] = (yield from _sized_names(ctx, tid, thread_rows, sized)) if sized else set()
+        counted = {
+            d[1]
+            for r in thread_rows
+            for ch, d in r.body.descriptors.items()
+            if ch in skip and isinstance(d, list) and d[0] == 1
+        }
+        sizes[tid] = (yield from _list_lengths(ctx, tid, counted)) if counted else {}
         stored = {
             d[1]
             for r in thread_rows
-            for d in r.body.descriptors.values()
-            if isinstance(d, list) and d[0] == 1
+            for ch, d in r.body.descriptors.items()
+            if isinstance(d, list) and d[0] == 1 and ch not in skip
         }
         loaded = (yield from _load_lists(ctx, tid, stored)) if stored else {}
         lists[tid] = plain = {no: refs_ for no, (refs_, _) in loaded.items()}
@@ -387,12 +442,15 @@ def _materialize(
         )  # each list once, however many rows use it
         for r in thread_rows:
             refs.update(r.body.name_refs())
-            for d in r.body.descriptors.values():
+            for ch, d in r.body.descriptors.items():
+                if ch in skip and _is_list(d):
+                    continue
                 if not (isinstance(d, list) and d[0] == 1):
                     refs.update(codec.refs_of_descriptor(d, plain))
             for w in r.writes:
-                refs.update(codec.refs_of_descriptor(w[4], plain))
                 refs.update((w[0], w[2]))
+                if w[2] not in skip:
+                    refs.update(codec.refs_of_descriptor(w[4], plain))
         known = shared.setdefault(tid, {}) if shared is not None else {}
         refs.difference_update(known)
         payloads[tid] = held = ctx.cache.payloads(tid, refs)
@@ -428,10 +486,21 @@ def _materialize(
     out = []
     for r in rows:
         names = {n: name(r.tid, n) for n in r.body.name_refs()}
-        checkpoint, descriptors = codec.resolve_body(ctx.serde, r.checkpoint_id, r.body, names)
-        checkpoint["channel_values"] = {ch: value(r.tid, d) for ch, d in descriptors.items()}
+        checkpoint, _ = codec.resolve_body(ctx.serde, r.checkpoint_id, r.body, names)
+        skip = skipped[r.tid]
+        values: dict[str, Any] = {}
+        for no, d in r.body.descriptors.items():
+            if no in skip and _is_list(d):
+                size = sizes[r.tid][d[1]] if d[0] == 1 else len(d) - 1
+                if lengths is not None:
+                    lengths.setdefault(r.checkpoint_id, {})[names[no]] = size
+                values[names[no]] = []
+            else:
+                values[names[no]] = value(r.tid, d)
+        checkpoint["channel_values"] = values
         named = [
-            (name(r.tid, path), task_id, name(r.tid, ch), idx, v) for path, task_id, ch, idx, v in r.writes
+            (name(r.tid, path), task_id, name(r.tid, ch), idx, _UNREAD if ch in skip else v)
+            for path, task_id, ch, idx, v in r.writes
         ]
         ordered = sorted(named, key=lambda w: writes_sort_key(w[0], w[1], w[3]))
         config: RunnableConfig = {
@@ -456,7 +525,7 @@ def _materialize(
                 checkpoint=checkpoint,  # type: ignore[arg-type]
                 metadata=r.metadata,  # type: ignore[arg-type]
                 parent_config=parent,
-                pending_writes=[(w[1], w[2], value(r.tid, w[4])) for w in ordered],
+                pending_writes=[(w[1], w[2], [] if w[4] is _UNREAD else value(r.tid, w[4])) for w in ordered],
             )
         )
     return out
@@ -510,6 +579,8 @@ def list_page(
     cursor: Cursor | None,
     page_size: int,
     shared: dict[int, dict[int, Any]],
+    sized: frozenset[str] = frozenset(),
+    lengths: dict[str, dict[str, int]] | None = None,
 ) -> Op[tuple[list[CheckpointTuple], Cursor | None]]:
     """One page of ``list()``: matching tuples, and where the next page starts (None at the end)."""
     conf = (config or {}).get("configurable", {})
@@ -542,7 +613,7 @@ def list_page(
         rows = [r for r in rows if all(_meta_matches(r.metadata, k, v) for k, v in filter.items())]
     if not rows:
         return [], next_cursor
-    tuples = yield from _materialize(ctx, rows, shared)
+    tuples = yield from _materialize(ctx, rows, shared, sized, lengths)
     return tuples, next_cursor
 
 
