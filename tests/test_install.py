@@ -159,6 +159,9 @@ def test_the_wheel_ships_the_tokenizer_with_its_licence(wheel: Path) -> None:
     assert {"remem/py.typed", "remem/data/minilm/LICENSE"} <= names
     assert hashlib.sha256(tokenizer).hexdigest() in notice
     assert "Apache License" in notice
+    # remem's own licence travels with the wheel, next to the model's.
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    assert "License-File: LICENSE" in metadata
     # The extras the error messages name, and no runtime dependency that only one platform has wheels for.
     assert {"postgres", "tokens", "sqlite", "torch"} <= set(
         re.findall(r"^Provides-Extra: (\S+)", metadata, re.M)
