@@ -25,6 +25,7 @@ from tests.lease_workers import (
     agent_for,
     append_worker,
     context,
+    middleware_worker,
     open_saver,
     replying_model,
     turn_worker,
@@ -100,6 +101,160 @@ def test_six_processes_running_turns_on_one_thread_lose_none(
 
 def _memory_url(kind: str, target: str) -> str:
     return target if kind == "postgres" else f"sqlite:///{target}"
+
+
+def _bare_invoke_problems(saver: Any, acked: list[str], refused: list[str]) -> dict[str, int]:
+    """What N bare ``create_agent(...).invoke`` runs left: acknowledged turns missing or without their
+    reply, forks, and refusals (ThreadBusyError) other than the ones the children saw."""
+    config = {"configurable": {"thread_id": THREAD}}
+    messages = saver.get_tuple(config).checkpoint["channel_values"]["messages"]
+    position = {m.text: i for i, m in enumerate(messages) if m.type == "human"}
+    children = Counter(
+        t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(config) if t.parent_config
+    )
+    return {
+        "sent": len(acked) + len(refused),
+        "missing": sum(1 for q in acked if q not in position),
+        "duplicated": sum(n - 1 for n in Counter(m.text for m in messages if m.type == "human").values()),
+        "unanswered": sum(
+            1
+            for q in acked
+            if q in position
+            and not (position[q] + 1 < len(messages) and messages[position[q] + 1].text == "reply to " + q)
+        ),
+        "forks": sum(1 for n in children.values() if n > 1),
+        "refused_but_kept": sum(1 for q in refused if q in position),  # a run refused after its input
+    }
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_bare_invokes_with_the_middleware_never_fork_the_thread(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """No run_turn: LangGraph writes each run's input before any middleware hook, so the lease cannot cover
+    the whole run. remem's saver refuses a run's checkpoint whose parent is no longer the thread's head
+    (ThreadBusyError); every run either lands whole, in one linear history, or is told it was refused."""
+    target = _target(kind, tmp_path, request)
+    memory_url = _memory_url(kind, target)
+    with open_saver(kind, target), Memory.from_url(memory_url, settings=Settings(embedder="fake")):
+        pass  # the tables exist before the children race to create them
+    acks = [tmp_path / f"acks-{w}.txt" for w in range(WORKERS)]
+    _run_children(
+        middleware_worker, [(kind, target, memory_url, w, TURNS, str(acks[w])) for w in range(WORKERS)]
+    )
+    acked = _acked(acks)
+    refusals = [json.loads(line) for line in _acked([Path(f"{a}.refused") for a in acks])]
+    assert all("moved on while this run was under way" in r["error"] for r in refusals)
+    with open_saver(kind, target) as saver:
+        problems = _bare_invoke_problems(saver, acked, [r["question"] for r in refusals])
+    print(kind, problems, f"{len(acked)} acknowledged, {len(refusals)} refused")
+    assert acked, "some runs land"
+    kept = problems.pop("refused_but_kept")  # its question stays, unanswered, like a failed model call's
+    assert problems == {"sent": WORKERS * TURNS, "missing": 0, "duplicated": 0, "unanswered": 0, "forks": 0}
+    print("refused after their input was stored:", kept)
+
+
+def _echo_graph(saver: Any) -> Any:
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", lambda state: {"messages": [AIMessage("reply to " + state["messages"][-1].text)]})
+    graph.add_edge(START, "reply")
+    graph.add_edge("reply", END)
+    return graph.compile(checkpointer=saver)
+
+
+def _race_after_read(saver: Any, app: Any, intruder: str) -> None:
+    """Make the next run that loads the thread's head see another run write right after its read."""
+    read = saver.get_tuple
+
+    def racing(config: Any) -> Any:
+        found = read(config)
+        conf = config["configurable"]
+        if "__pregel_runtime" in conf and not conf.get("checkpoint_id"):
+            saver.get_tuple = read
+            app.invoke({"messages": [("user", intruder)]}, {"configurable": {"thread_id": THREAD}})
+        return found
+
+    saver.get_tuple = racing
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("empty", [False, True], ids=["thread-with-history", "empty-thread"])
+def test_a_run_whose_head_moved_is_refused_and_time_travel_still_forks(
+    kind: str, empty: bool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    config = {"configurable": {"thread_id": THREAD}}
+    with open_saver(kind, _target(kind, tmp_path, request)) as saver:
+        app = _echo_graph(saver)
+        if not empty:
+            app.invoke({"messages": [("user", "first")]}, config)
+        _race_after_read(saver, app, "intruder")
+        with pytest.raises(ThreadBusyError, match=r"moved on while this run was under way.*run_turn"):
+            app.invoke({"messages": [("user", "loser")]}, config)
+        texts = [m.text for m in app.get_state(config).values["messages"]]
+        assert texts[-2:] == ["intruder", "reply to intruder"] and "loser" not in texts
+        parents = Counter(
+            t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(config) if t.parent_config
+        )
+        assert max(parents.values()) == 1  # one linear history
+        roots = [t for t in saver.list(config) if t.parent_config is None]
+        assert len(roots) == 1
+        # Stock semantics where a fork is asked for: time travel with input, replay, update_state.
+        oldest = list(app.get_state_history(config))[-2].config
+        app.invoke({"messages": [("user", "again")]}, oldest)
+        assert app.get_state(config).values["messages"][-1].text == "reply to again"
+        app.update_state(oldest, {"messages": [("user", "edited")]})
+        assert app.get_state(config).values["messages"][-1].text == "edited"
+        app.invoke(None, oldest)
+        app.invoke({"messages": [("user", "after")]}, config)  # a plain run from the head: fine
+        assert app.get_state(config).values["messages"][-1].text == "reply to after"
+        assert (
+            max(
+                Counter(
+                    t.parent_config["configurable"]["checkpoint_id"]
+                    for t in saver.list(config)
+                    if t.parent_config
+                ).values()
+            )
+            > 1
+        )
+
+
+def test_run_turn_is_not_cut_short_by_a_bare_invoke(tmp_path: Path) -> None:
+    """A bare run's checkpoint waits for the lease a run_turn holds, then is refused: the turn finishes."""
+    from remem import ScriptedChatModel
+
+    config = {"configurable": {"thread_id": THREAD}}
+    outcome: list[str] = []
+    runners: list[threading.Thread] = []
+    with open_saver("sqlite", str(tmp_path / "t.db")) as saver:
+        bare = agent_for(saver)
+        run_turn(bare, THREAD, "first")
+
+        def bare_run() -> None:
+            try:
+                bare.invoke({"messages": [("user", "bare")]}, config)
+                outcome.append("landed")
+            except ThreadBusyError:
+                outcome.append("refused")
+
+        def model_mid_turn(messages: Any) -> str:
+            if not runners:  # mid-turn: a bare run reads the head and tries to write on it
+                runner = threading.Thread(target=bare_run)
+                runners.append(runner)
+                runner.start()
+                runner.join(1)
+                assert runner.is_alive()  # it cannot write while the turn holds the lease
+            return "reply to " + messages[-1].text
+
+        turn_agent = agent_for(saver, model=ScriptedChatModel(default=model_mid_turn))
+        assert run_turn(turn_agent, THREAD, "leased").text == "reply to leased"
+        runners[0].join(30)
+        assert outcome == ["refused"]
+        texts = [m.text for m in turn_agent.get_state(config).values["messages"]]
+        assert texts[-2:] == ["leased", "reply to leased"] and "bare" not in texts
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])

@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem import _migrate
+from remem._lease import athread_lease, thread_lease
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
@@ -180,6 +181,26 @@ class _RememSaver(BaseCheckpointSaver[int]):
         self._where = "the database"
         """How messages name the database (never with a password)."""
 
+    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[None]:
+        """The thread's lease around a checkpoint of a run that started from the thread's head.
+
+        Such a checkpoint must extend the head (``_ops.put`` refuses it otherwise, with
+        :class:`~remem.errors.ThreadBusyError`); holding the lease while it is written makes it wait for a
+        turn that holds the lease (:func:`remem.run_turn`) to finish, so that turn is never cut short by
+        a bare ``invoke``. Free when this context holds the lease already (a run inside ``run_turn``).
+        """
+        conf = config["configurable"]
+        if not ops.from_head(conf):
+            return contextlib.nullcontext()
+        return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
+
+    def _arun_lease(self, config: RunnableConfig) -> contextlib.AbstractAsyncContextManager[None]:
+        """Async version of :meth:`_run_lease`."""
+        conf = config["configurable"]
+        if not ops.from_head(conf):
+            return contextlib.nullcontext()
+        return athread_lease(self, str(conf["thread_id"]), scope="checkpoint")
+
     def get_next_version(self, current: Any, channel: None = None) -> Any:
         return codec.next_version(current)
 
@@ -330,9 +351,10 @@ class SyncSaver(_RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(
-            lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
-        )
+        with self._run_lease(config):
+            return self._run(
+                lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+            )
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
@@ -560,9 +582,10 @@ class AsyncSaver(_RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._run(
-            lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
-        )
+        async with self._arun_lease(config):
+            return await self._run(
+                lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+            )
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""

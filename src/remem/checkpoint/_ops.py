@@ -32,9 +32,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
-from remem.errors import RememUsageError
+from remem.errors import RememUsageError, ThreadBusyError
 
 T = TypeVar("T")
+
+FROM_HEAD = "__remem_from_head__"
+"""Set by :func:`get_tuple` in the config of a checkpoint that a LangGraph run loaded: True when the run
+asked for the thread's latest checkpoint, False when it addressed one (time travel). The run passes the
+config back with each :func:`put`, so a run that started from the head can be kept from forking it."""
+RUN_KEY = "__pregel_runtime"
+"""What LangGraph puts in the ``configurable`` of a run's own reads and writes (never in get_state's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +249,32 @@ def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) 
     return Head(parent_id, state.epoch, raw.versions, raw.descriptors)
 
 
+def from_head(conf: Mapping[str, Any]) -> bool:
+    """Whether a put comes from a LangGraph run that started from the thread's latest checkpoint (or
+    found the thread empty): its checkpoints must extend the head, never branch off behind it."""
+    if RUN_KEY not in conf:  # update_state, a copy, a direct saver call: stock semantics
+        return False
+    return conf.get(FROM_HEAD) is True
+
+
+def _check_head(
+    ctx: Context, tid: int, thread_id: str, ns: str, parent_id: str | None, checkpoint_id: str
+) -> Op[None]:
+    """Refuse a run's checkpoint whose parent is no longer the thread's head (another run wrote since
+    this one read the thread): stored, it would fork the history silently. The thread's row is locked
+    by this transaction, so no other write can come between this check and the insert."""
+    rows = yield ctx.q(sql.HEAD_ID, (tid, ns))
+    head = rows[0][0] if rows else None
+    if head is None or head in (parent_id, checkpoint_id):
+        return
+    raise ThreadBusyError(
+        f"thread {thread_id!r} moved on while this run was under way: another run wrote checkpoint "
+        f"{head} after this run read the thread, so this run's checkpoint was refused (stored, it would "
+        "fork the thread's history silently). This step wrote nothing; send turns one at a time per "
+        "thread with remem.run_turn (a second turn then waits for the thread's lease), or retry"
+    )
+
+
 def put(
     ctx: Context,
     tx: Tx,
@@ -262,6 +295,8 @@ def put(
 
     state, alloc, start = yield from _thread_for_write(ctx, thread_id)
     tid = state.tid
+    if from_head(conf):
+        yield from _check_head(ctx, tid, thread_id, ns, parent_id, checkpoint["id"])
     parent = yield from _parent(ctx, state, ns, parent_id)
     names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
     descriptors: dict[int, Any] = {}
@@ -541,11 +576,18 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     else:
         raw = yield ctx.q(sql.GET_LATEST_CHECKPOINT, (thread_id, ns))
     if not raw:
+        if RUN_KEY in conf and not checkpoint_id and isinstance(conf, dict):
+            # A run that found the thread empty builds its first checkpoint on this very config (there
+            # is no tuple to carry the mark), so the mark goes here: every later put of the run has it.
+            conf[FROM_HEAD] = True
         return None
     rows = _rows(ctx, raw)
     (tup,) = yield from _materialize(ctx, rows, None)
     r = rows[0]
     ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
+    if RUN_KEY in conf:  # a run's load: its puts carry this back (see FROM_HEAD)
+        marked = {**tup.config["configurable"], FROM_HEAD: not checkpoint_id}
+        tup = tup._replace(config={**tup.config, "configurable": marked})
     return tup
 
 

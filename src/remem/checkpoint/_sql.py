@@ -122,6 +122,7 @@ INSERT_CHECKPOINT = """INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id,
 VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (tid, ns, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
     run_id = excluded.run_id, body = excluded.body, metadata = excluded.metadata"""
+HEAD_ID = "SELECT checkpoint_id FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? ORDER BY checkpoint_id DESC LIMIT 1"
 SELECT_BODY = "SELECT body FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
 _CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, t.epoch"
 GET_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
