@@ -488,3 +488,52 @@ def test_a_retry_makes_a_message_an_earlier_race_hid_visible(tmp_path: Path) -> 
         assert (again.id, again.seq) == ("b", 1)
         assert [(m.id, m.seq) for m in thread.messages()] == [("a", 0), ("b", 1)]
         assert thread.add_messages([{"role": "user", "content": "hidden", "id": "b"}]) == [again]
+
+
+def _terminate_lease_sessions(url: str) -> int:
+    """End every remem lease session on ``url``'s database (as a server restart would), from outside."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'remem-lease' AND datname = current_database()"
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_turn_whose_postgres_lease_died_writes_nothing_more(pg_url: str, tmp_path: Path) -> None:
+    """The lease's session ends mid-turn; another process takes the lease and runs its turn; the first
+    holder's next write fails with a clear StorageError instead of writing beside the new holder."""
+    from remem import ScriptedChatModel
+    from remem.errors import StorageError
+
+    config = {"configurable": {"thread_id": THREAD}}
+    acks = tmp_path / "acks.txt"
+    with open_saver("postgres", pg_url) as saver:
+        run_turn(agent_for(saver), THREAD, "first")
+
+        def model(messages: Any) -> str:
+            assert _terminate_lease_sessions(pg_url) >= 1  # this turn's lease session among them
+            other = context().Process(target=turn_worker, args=("postgres", pg_url, 9, 1, str(acks)))
+            other.start()
+            other.join(60)
+            assert other.exitcode == 0  # it took the lease this turn still believes it holds
+            return "late reply"
+
+        holder = agent_for(saver, model=ScriptedChatModel(default=model))
+        with pytest.raises(
+            StorageError, match=r"lease of thread 'shared'.*was lost.*This write was not made"
+        ):
+            run_turn(holder, THREAD, "doomed")
+        assert acks.read_text().split() == ["w9", "q0"]
+        history = list(saver.list(config))
+        texts = [m.text for m in holder.get_state(config).values["messages"]]
+        assert texts[-2:] == ["w9 q0", "reply to w9 q0"]
+        assert "late reply" not in repr([(t.checkpoint["channel_values"], t.pending_writes) for t in history])
+        parents = Counter(
+            t.parent_config["configurable"]["checkpoint_id"] for t in history if t.parent_config
+        )
+        assert max(parents.values()) == 1
+        run_turn(agent_for(saver), THREAD, "after")  # the lease is taken again: the next turn works
+        assert holder.get_state(config).values["messages"][-1].text == "reply to after"

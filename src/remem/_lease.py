@@ -8,7 +8,10 @@ follows the database of the saver or store that is given:
   byte per thread (its offset a hash of the thread id). The kernel drops it when the holding process
   dies, so a SIGKILLed writer never blocks the next one; no SQLite write lock is held during a turn.
 - PostgreSQL: a session advisory lock (``pg_advisory_lock`` on a 64-bit hash of the thread id) on a
-  connection kept for the lease; the server drops it when that connection dies.
+  connection kept for the lease; the server drops it when that connection dies. Then another writer may
+  take it while the first still runs its turn, so a holder checks the lease before each checkpoint write
+  (:func:`check_held`, one round trip on the lease's connection) and fails with
+  :class:`~remem.errors.StorageError` instead of writing beside the new holder.
 - anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
 
 POSIX locks and advisory locks belong to a process (a session), not a thread, so a lock in this process
@@ -39,7 +42,15 @@ from typing import Any, Literal
 from remem._files import make_private_file
 from remem.errors import StorageError, ThreadBusyError
 
-__all__ = ["DEFAULT_LEASE_TIMEOUT", "Scope", "athread_lease", "lease_target", "thread_lease"]
+__all__ = [
+    "DEFAULT_LEASE_TIMEOUT",
+    "Scope",
+    "acheck_held",
+    "athread_lease",
+    "check_held",
+    "lease_target",
+    "thread_lease",
+]
 
 DEFAULT_LEASE_TIMEOUT = 30.0
 Scope = Literal["checkpoint", "memory"]
@@ -61,6 +72,7 @@ class LeaseTarget:
 
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
 Release = Callable[[], None]
+Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
 # The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
 # to be still held: a task that outlives its parent's lease takes the lease itself).
 _held: contextvars.ContextVar[dict[_Key, _Lease]] = contextvars.ContextVar("remem_leases")
@@ -201,11 +213,27 @@ def _busy(thread_id: str, target: LeaseTarget, waited: float, timeout: float) ->
 
 
 class _Lease:
-    """One acquired lease; :meth:`release` gives it back (once)."""
+    """One acquired lease; :meth:`release` gives it back (once), :meth:`verify` checks it is still held."""
 
-    def __init__(self, key: _Key, local: threading.Lock, release: Release) -> None:
+    def __init__(self, key: _Key, local: threading.Lock, held: tuple[Release, Alive]) -> None:
         self.key, self._local = key, local
-        self._release: Release | None = release
+        self._release: Release | None = held[0]
+        self._alive = held[1]
+        self.lost = False
+
+    def verify(self, thread_id: str, label: str) -> None:
+        """Raise :class:`~remem.errors.StorageError` if the database no longer holds this lease (its
+        PostgreSQL connection ended: a server restart, or the session was terminated), so that a holder
+        whose lease another writer may have taken since never writes."""
+        if not self.lost and self._alive():
+            return
+        self.lost = True
+        raise StorageError(
+            f"the lease of thread {thread_id!r} ({label}) was lost while this turn held it: its "
+            "PostgreSQL connection ended (a server restart, or the session was terminated), so another "
+            "writer may hold the thread now. This write was not made; retry the turn (run_turn first "
+            "finishes what the interrupted turn stored)"
+        )
 
     @property
     def active(self) -> bool:
@@ -257,14 +285,21 @@ def _lock_file(path: str) -> int:
         return fd
 
 
-def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Release | None:
+Held = tuple[Release, Alive]
+
+
+def _always() -> bool:
+    return True  # a POSIX lock or a lock in this process lasts as long as this process
+
+
+def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
     fd = _lock_file(target.where)
     offset = _offset(scope, thread_id)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
     except (BlockingIOError, PermissionError):
         return None
-    return lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)
+    return (lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)), _always
 
 
 def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
@@ -309,7 +344,7 @@ def _pg_try(conn: Any, key: int, wait: float) -> bool:
         return False
 
 
-def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Release | None:
+def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
     """The advisory lock, waiting for it in the server's queue up to ``wait`` seconds (0: one try)."""
     import psycopg
 
@@ -340,20 +375,28 @@ def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Re
             return
         _pg_give_back(target.where, conn)
 
-    return release
+    def alive() -> bool:
+        # A session keeps its advisory locks until it unlocks them or ends: a live session holds it.
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return not conn.closed
+
+    return release, alive
 
 
 def _nothing() -> None:
     return None
 
 
-def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Release | None:
+def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
     """One try at the lease held by the database (PostgreSQL waits up to ``wait`` s in its own queue)."""
     if target.kind == "sqlite":
         return _sqlite_try(target, scope, thread_id)
     if target.kind == "postgres":
         return _pg_lock(target, scope, thread_id, wait)
-    return _nothing
+    return _nothing, _always
 
 
 class _Attempt:
@@ -390,9 +433,9 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         raise attempt.busy()
     try:
         while True:
-            release = _backend_try(target, scope, thread_id, attempt.left())
-            if release is not None:
-                return _Lease(attempt.key, attempt.local, release)
+            held = _backend_try(target, scope, thread_id, attempt.left())
+            if held is not None:
+                return _Lease(attempt.key, attempt.local, held)
             if not attempt.left():
                 raise attempt.busy()
             time.sleep(attempt.next_pause())  # a POSIX lock has no timed wait
@@ -401,7 +444,7 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         raise
 
 
-async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Release | None:
+async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
     """One try at a PostgreSQL lease in a worker thread; a lock taken after the caller gave up is given back."""
     future = _executor().submit(_pg_lock, target, scope, thread_id, 0.0)
     try:
@@ -411,11 +454,11 @@ async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Release
         raise
 
 
-def _release_if_taken(future: concurrent.futures.Future[Release | None]) -> None:
+def _release_if_taken(future: concurrent.futures.Future[Held | None]) -> None:
     if not future.cancelled() and future.exception() is None:
-        release = future.result()
-        if release is not None:
-            release()
+        held = future.result()
+        if held is not None:
+            held[0]()
 
 
 async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> _Lease:
@@ -433,11 +476,11 @@ async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: fl
     try:
         while True:
             if target.kind == "postgres":
-                release = await _in_worker(target, scope, thread_id)
+                held = await _in_worker(target, scope, thread_id)
             else:
-                release = _backend_try(target, scope, thread_id, 0.0)
-            if release is not None:
-                return _Lease(attempt.key, attempt.local, release)
+                held = _backend_try(target, scope, thread_id, 0.0)
+            if held is not None:
+                return _Lease(attempt.key, attempt.local, held)
             if not attempt.left():
                 raise attempt.busy()
             await asyncio.sleep(attempt.next_pause())
@@ -453,6 +496,28 @@ def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
 def _holds(key: _Key) -> bool:
     lease = _held.get({}).get(key)
     return lease is not None and lease.active
+
+
+def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> _Lease | None:
+    lease = _held.get({}).get(_key_of(target, scope, thread_id))
+    return lease if lease is not None and lease.active else None
+
+
+def check_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
+    """Before a write: if this context holds the thread's lease in a database that can drop it on its
+    own (PostgreSQL, with the lease's connection), check that it still does; raise StorageError if not."""
+    target = lease_target(owner)
+    lease = _held_lease(target, scope, thread_id) if target.kind == "postgres" else None
+    if lease is not None:
+        lease.verify(thread_id, target.label)
+
+
+async def acheck_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
+    """Async version of :func:`check_held` (the round trip runs off the event loop)."""
+    target = await alease_target(owner)
+    lease = _held_lease(target, scope, thread_id) if target.kind == "postgres" else None
+    if lease is not None:
+        await asyncio.get_running_loop().run_in_executor(_executor(), lease.verify, thread_id, target.label)
 
 
 @contextlib.contextmanager

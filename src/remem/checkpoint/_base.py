@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem import _migrate
-from remem._lease import athread_lease, thread_lease
+from remem._lease import acheck_held, athread_lease, check_held, thread_lease
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
@@ -352,6 +352,7 @@ class SyncSaver(_RememSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         with self._run_lease(config):
+            check_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
             return self._run(
                 lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
             )
@@ -359,6 +360,7 @@ class SyncSaver(_RememSaver):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        check_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
         self._run(lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
 
     def delete_thread(self, thread_id: str) -> None:
@@ -583,6 +585,7 @@ class AsyncSaver(_RememSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         async with self._arun_lease(config):
+            await acheck_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
             return await self._run(
                 lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
             )
@@ -590,6 +593,7 @@ class AsyncSaver(_RememSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        await acheck_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
         await self._run(
             lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True
         )
