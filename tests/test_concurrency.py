@@ -537,3 +537,76 @@ def test_a_turn_whose_postgres_lease_died_writes_nothing_more(pg_url: str, tmp_p
         assert max(parents.values()) == 1
         run_turn(agent_for(saver), THREAD, "after")  # the lease is taken again: the next turn works
         assert holder.get_state(config).values["messages"][-1].text == "reply to after"
+
+
+# ------------------------------------------------------------------------------ reads under the lease
+
+
+def _decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many values each decode of a stored list decodes (remem's savers decode lists in one call)."""
+    from remem.checkpoint import _codec
+
+    counts: list[int] = []
+    loads_many = _codec.loads_many
+
+    def counting(serde: Any, blobs: Any) -> Any:
+        counts.append(len(blobs))
+        return loads_many(serde, blobs)
+
+    monkeypatch.setattr(_codec, "loads_many", counting)
+    return counts
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_turn_decodes_the_thread_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    history = [(HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}", id=f"m{i}") for i in range(300)]
+    with open_saver(kind, _target(kind, tmp_path, request)) as saver:
+        agent = agent_for(saver, strategy="filter")
+        agent.update_state(
+            {"configurable": {"thread_id": THREAD}}, {"messages": history}, as_node="delete_messages"
+        )  # a finished turn, as a long thread is between turns
+        counts = _decoded(monkeypatch)
+        assert run_turn(agent, THREAD, "one more").text == "reply to one more"
+        big = [n for n in counts if n >= len(history)]
+        assert len(big) == 1, counts  # run_turn's read and LangGraph's share one decode
+        counts.clear()
+        agent.get_state({"configurable": {"thread_id": THREAD}})
+        agent.get_state({"configurable": {"thread_id": THREAD}})
+        assert len([n for n in counts if n >= len(history)]) == 2  # outside a lease: read as stock
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_read_kept_under_the_lease_is_never_stale_nor_shared(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from langchain_core.messages import HumanMessage
+
+    target = _target(kind, tmp_path, request)
+    config = {"configurable": {"thread_id": THREAD}}
+    with open_saver(kind, target) as saver, open_saver(kind, target) as other:
+        app = _echo_graph(saver)
+        app.invoke({"messages": [("user", "first")]}, config)
+        with thread_lease(saver, THREAD, scope="checkpoint"):
+            first = saver.get_tuple(config)
+            assert first is not None
+            first.checkpoint["channel_values"]["messages"].append(HumanMessage("changed by a reader"))
+            first.checkpoint["channel_versions"]["messages"] = "changed"
+            again = saver.get_tuple(config)
+            assert again is not None and again.checkpoint == saver_free_read(other, config).checkpoint
+            # A write the lease does not cover (another saver's update_state) is seen on the next read.
+            _echo_graph(other).update_state(config, {"messages": [HumanMessage("from elsewhere", id="x")]})
+            texts = [m.text for m in saver.get_tuple(config).checkpoint["channel_values"]["messages"]]
+            assert texts[-1] == "from elsewhere"
+            other.put_writes(saver.get_tuple(config).config, [("messages", [HumanMessage("w")])], "task")
+            assert len(saver.get_tuple(config).pending_writes) == 1
+
+
+def saver_free_read(saver: Any, config: Any) -> Any:
+    """A read outside any lease, as stock LangGraph reads."""
+    found = saver.get_tuple(config)
+    assert found is not None
+    return found

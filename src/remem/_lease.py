@@ -48,6 +48,7 @@ __all__ = [
     "acheck_held",
     "athread_lease",
     "check_held",
+    "lease_scratch",
     "lease_target",
     "thread_lease",
 ]
@@ -220,6 +221,7 @@ class _Lease:
         self._release: Release | None = held[0]
         self._alive = held[1]
         self.lost = False
+        self.scratch: dict[Any, Any] = {}  # what a holder keeps while it holds the lease (see lease_scratch)
 
     def verify(self, thread_id: str, label: str) -> None:
         """Raise :class:`~remem.errors.StorageError` if the database no longer holds this lease (its
@@ -501,6 +503,16 @@ def _holds(key: _Key) -> bool:
 def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> _Lease | None:
     lease = _held.get({}).get(_key_of(target, scope, thread_id))
     return lease if lease is not None and lease.active else None
+
+
+def lease_scratch(owner: Any, thread_id: str, *, scope: Scope) -> dict[Any, Any] | None:
+    """A dict that lives as long as this context holds the thread's lease (None when it does not): a
+    holder may keep there what it read, since no other remem writer can change the thread meanwhile."""
+    with contextlib.suppress(TypeError):
+        if owner not in _targets:
+            return None  # no lease was ever taken on this owner's database
+    lease = _held_lease(lease_target(owner), scope, thread_id)
+    return lease.scratch if lease is not None else None
 
 
 def check_held(owner: Any, thread_id: str, *, scope: Scope) -> None:

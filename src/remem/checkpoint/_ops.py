@@ -9,12 +9,13 @@ its locks as briefly as possible.
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -576,19 +577,69 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     else:
         raw = yield ctx.q(sql.GET_LATEST_CHECKPOINT, (thread_id, ns))
     if not raw:
-        if RUN_KEY in conf and not checkpoint_id and isinstance(conf, dict):
-            # A run that found the thread empty builds its first checkpoint on this very config (there
-            # is no tuple to carry the mark), so the mark goes here: every later put of the run has it.
-            conf[FROM_HEAD] = True
         return None
     rows = _rows(ctx, raw)
     (tup,) = yield from _materialize(ctx, rows, None)
     r = rows[0]
     ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
-    if RUN_KEY in conf:  # a run's load: its puts carry this back (see FROM_HEAD)
-        marked = {**tup.config["configurable"], FROM_HEAD: not checkpoint_id}
-        tup = tup._replace(config={**tup.config, "configurable": marked})
     return tup
+
+
+Stamp = tuple[Any, ...]
+"""(checkpoint id, thread epoch, pending write count) of a thread's latest checkpoint: what tells whether
+a tuple read before is still the one :func:`get_tuple` would read."""
+
+
+def head_stamp(ctx: Context, config: RunnableConfig) -> Op[Stamp | None]:
+    conf = config["configurable"]
+    rows = yield ctx.q(sql.HEAD_STAMP, (str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))))
+    return tuple(rows[0]) if rows else None
+
+
+def get_head(ctx: Context, config: RunnableConfig) -> Op[tuple[Stamp | None, CheckpointTuple | None]]:
+    """The latest checkpoint's tuple (``config`` names none) and its :data:`Stamp`, in one transaction."""
+    stamp = yield from head_stamp(ctx, config)
+    tup = (yield from get_tuple(ctx, config)) if stamp is not None else None
+    return stamp, tup
+
+
+def fresh_copy(tup: CheckpointTuple) -> CheckpointTuple:
+    """A tuple whose containers are new (a run changes its checkpoint's dicts and lists in place); the
+    values in them (messages) are shared, as LangGraph never changes a stored value in place."""
+    checkpoint: dict[str, Any] = {**tup.checkpoint}
+    for key, value in checkpoint.items():
+        if type(value) is dict:
+            checkpoint[key] = {k: _fresh_container(v) for k, v in value.items()}
+        elif type(value) is list:
+            checkpoint[key] = list(value)
+    return tup._replace(
+        config=copy.deepcopy(tup.config),
+        checkpoint=cast("Checkpoint", checkpoint),
+        metadata=copy.deepcopy(tup.metadata),
+        pending_writes=None if tup.pending_writes is None else list(tup.pending_writes),
+    )
+
+
+def _fresh_container(value: Any) -> Any:
+    if type(value) is dict:
+        return dict(value)
+    return list(value) if type(value) is list else value
+
+
+def mark_loaded(config: RunnableConfig, tup: CheckpointTuple | None) -> CheckpointTuple | None:
+    """Mark what a LangGraph run loads (see :data:`FROM_HEAD`): its puts carry the mark back."""
+    conf = config["configurable"]
+    if RUN_KEY not in conf:
+        return tup
+    latest = not conf.get("checkpoint_id")
+    if tup is None:
+        if latest and isinstance(conf, dict):
+            # A run that found the thread empty builds its first checkpoint on this very config (there
+            # is no tuple to carry the mark), so the mark goes here: every later put of the run has it.
+            conf[FROM_HEAD] = True
+        return None
+    marked = {**tup.config["configurable"], FROM_HEAD: latest}
+    return tup._replace(config={**tup.config, "configurable": marked})
 
 
 Cursor = tuple[str, int, str]
