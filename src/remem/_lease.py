@@ -14,6 +14,14 @@ follows the database of the saver or store that is given:
   :class:`~remem.errors.StorageError` instead of writing beside the new holder.
 - anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
 
+Waiters on a SQLite lease are not served first come, first served: ``fcntl`` has no timed wait (a
+blocking ``F_SETLKW`` can only be cut short by a signal), and Linux wakes every waiter of a released
+lock to race for it, so there is no kernel queue to join. A waiter tries again after 1-10 ms (doubling,
+jittered) until it gets the lease or its timeout passes. A fair order would need a queue of tickets in
+the database, which a waiter killed with SIGKILL would leave behind for the others to step over; the
+bounded wait and :class:`~remem.errors.ThreadBusyError` were judged enough. Sync PostgreSQL waiters
+queue in the server (``pg_advisory_lock`` under ``lock_timeout``), in order; async ones poll as well.
+
 POSIX locks and advisory locks belong to a process (a session), not a thread, so a lock in this process
 per (database, thread) comes first. A context that holds a lease takes it again at no cost, so a turn may
 call code that takes the same lease. ``scope`` keeps the checkpointer's lease apart from the memory
