@@ -610,3 +610,36 @@ def saver_free_read(saver: Any, config: Any) -> Any:
     found = saver.get_tuple(config)
     assert found is not None
     return found
+
+
+def test_an_async_run_whose_head_moved_is_refused(tmp_path: Path) -> None:
+    from remem.checkpoint import AsyncSqliteSaver
+
+    config = {"configurable": {"thread_id": THREAD}}
+
+    async def main() -> list[str]:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as saver:
+            app = _echo_graph(saver)
+            await app.ainvoke({"messages": [("user", "first")]}, config)
+            read = saver.aget_tuple
+
+            async def racing(conf: Any) -> Any:
+                found = await read(conf)
+                if "__pregel_runtime" in conf["configurable"]:
+                    saver.aget_tuple = read  # type: ignore[method-assign]  # the test's race, once
+                    await app.ainvoke({"messages": [("user", "intruder")]}, config)
+                return found
+
+            saver.aget_tuple = racing  # type: ignore[method-assign]  # the test's race, once
+            with pytest.raises(ThreadBusyError, match="moved on while this run was under way"):
+                await app.ainvoke({"messages": [("user", "loser")]}, config)
+            state = await app.aget_state(config)
+            history = [t async for t in saver.alist(config)]
+            parents = Counter(
+                t.parent_config["configurable"]["checkpoint_id"] for t in history if t.parent_config
+            )
+            assert max(parents.values()) == 1
+            return [m.text for m in state.values["messages"]]
+
+    texts = asyncio.run(main())
+    assert texts[-2:] == ["intruder", "reply to intruder"] and "loser" not in texts
