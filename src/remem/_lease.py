@@ -513,31 +513,47 @@ def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> _Lease | Non
     return lease if lease is not None and lease.active else None
 
 
+def _known_target(owner: Any) -> LeaseTarget | None:
+    """``owner``'s target if a lease was ever taken through it (else this context cannot hold one)."""
+    if not _held.get({}):
+        return None
+    try:
+        return _targets.get(owner)
+    except TypeError:  # an owner that takes no weak reference is looked up again
+        return lease_target(owner)
+
+
 def lease_scratch(owner: Any, thread_id: str, *, scope: Scope) -> dict[Any, Any] | None:
     """A dict that lives as long as this context holds the thread's lease (None when it does not): a
     holder may keep there what it read, since no other remem writer can change the thread meanwhile."""
-    with contextlib.suppress(TypeError):
-        if owner not in _targets:
-            return None  # no lease was ever taken on this owner's database
-    lease = _held_lease(lease_target(owner), scope, thread_id)
+    target = _known_target(owner)
+    lease = _held_lease(target, scope, thread_id) if target is not None else None
     return lease.scratch if lease is not None else None
+
+
+def _postgres_lease(owner: Any, thread_id: str, scope: Scope) -> tuple[_Lease, LeaseTarget] | None:
+    target = _known_target(owner)
+    if target is None or target.kind != "postgres":
+        return None
+    lease = _held_lease(target, scope, thread_id)
+    return (lease, target) if lease is not None else None
 
 
 def check_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
     """Before a write: if this context holds the thread's lease in a database that can drop it on its
     own (PostgreSQL, with the lease's connection), check that it still does; raise StorageError if not."""
-    target = lease_target(owner)
-    lease = _held_lease(target, scope, thread_id) if target.kind == "postgres" else None
-    if lease is not None:
-        lease.verify(thread_id, target.label)
+    held = _postgres_lease(owner, thread_id, scope)
+    if held is not None:
+        held[0].verify(thread_id, held[1].label)
 
 
 async def acheck_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
     """Async version of :func:`check_held` (the round trip runs off the event loop)."""
-    target = await alease_target(owner)
-    lease = _held_lease(target, scope, thread_id) if target.kind == "postgres" else None
-    if lease is not None:
-        await asyncio.get_running_loop().run_in_executor(_executor(), lease.verify, thread_id, target.label)
+    held = _postgres_lease(owner, thread_id, scope)
+    if held is not None:
+        await asyncio.get_running_loop().run_in_executor(
+            _executor(), held[0].verify, thread_id, held[1].label
+        )
 
 
 @contextlib.contextmanager
