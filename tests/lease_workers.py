@@ -88,6 +88,37 @@ def turn_worker(kind: str, target: str, worker: int, turns: int, acks: str) -> N
             out.flush()
 
 
+def middleware_worker(kind: str, target: str, memory_url: str, worker: int, turns: int, acks: str) -> None:
+    """``turns`` bare ``create_agent(...).invoke`` calls (ContextCardMiddleware, no run_turn) on the shared
+    thread; each acknowledged question goes to ``acks``, each refusal to ``acks`` + ".refused"."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    from remem.errors import ThreadBusyError
+    from remem.middleware import ContextCardMiddleware
+
+    settings = Settings(embedder="fake")
+    with (
+        open_saver(kind, target) as saver,
+        Memory.from_url(memory_url, settings=settings) as memory,
+        open(acks, "a", encoding="utf-8") as out,
+        open(acks + ".refused", "a", encoding="utf-8") as refused,
+    ):
+        card = ContextCardMiddleware(memory, user_id="maya", compaction_token_trigger=100_000)
+        agent = create_agent(model=replying_model(), tools=[], middleware=[card], checkpointer=saver)
+        config = {"configurable": {"thread_id": THREAD}}
+        for i in range(turns):
+            question = f"w{worker} q{i}"
+            try:
+                agent.invoke({"messages": [HumanMessage(question)]}, config)
+            except ThreadBusyError as exc:  # the only refusal allowed: said clearly, never silent
+                refused.write(json.dumps({"question": question, "error": str(exc)}) + "\n")
+                refused.flush()
+                continue
+            out.write(question + "\n")
+            out.flush()
+
+
 def append_worker(url: str, worker: int, count: int, acks: str) -> None:
     """Append ``count`` messages to the shared memory thread; write each acknowledged id to ``acks``.
     At the end the first message is sent again: its line records the seq it came back with."""

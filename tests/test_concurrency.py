@@ -25,6 +25,7 @@ from tests.lease_workers import (
     agent_for,
     append_worker,
     context,
+    middleware_worker,
     open_saver,
     replying_model,
     turn_worker,
@@ -100,6 +101,160 @@ def test_six_processes_running_turns_on_one_thread_lose_none(
 
 def _memory_url(kind: str, target: str) -> str:
     return target if kind == "postgres" else f"sqlite:///{target}"
+
+
+def _bare_invoke_problems(saver: Any, acked: list[str], refused: list[str]) -> dict[str, int]:
+    """What N bare ``create_agent(...).invoke`` runs left: acknowledged turns missing or without their
+    reply, forks, and refusals (ThreadBusyError) other than the ones the children saw."""
+    config = {"configurable": {"thread_id": THREAD}}
+    messages = saver.get_tuple(config).checkpoint["channel_values"]["messages"]
+    position = {m.text: i for i, m in enumerate(messages) if m.type == "human"}
+    children = Counter(
+        t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(config) if t.parent_config
+    )
+    return {
+        "sent": len(acked) + len(refused),
+        "missing": sum(1 for q in acked if q not in position),
+        "duplicated": sum(n - 1 for n in Counter(m.text for m in messages if m.type == "human").values()),
+        "unanswered": sum(
+            1
+            for q in acked
+            if q in position
+            and not (position[q] + 1 < len(messages) and messages[position[q] + 1].text == "reply to " + q)
+        ),
+        "forks": sum(1 for n in children.values() if n > 1),
+        "refused_but_kept": sum(1 for q in refused if q in position),  # a run refused after its input
+    }
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_bare_invokes_with_the_middleware_never_fork_the_thread(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """No run_turn: LangGraph writes each run's input before any middleware hook, so the lease cannot cover
+    the whole run. remem's saver refuses a run's checkpoint whose parent is no longer the thread's head
+    (ThreadBusyError); every run either lands whole, in one linear history, or is told it was refused."""
+    target = _target(kind, tmp_path, request)
+    memory_url = _memory_url(kind, target)
+    with open_saver(kind, target), Memory.from_url(memory_url, settings=Settings(embedder="fake")):
+        pass  # the tables exist before the children race to create them
+    acks = [tmp_path / f"acks-{w}.txt" for w in range(WORKERS)]
+    _run_children(
+        middleware_worker, [(kind, target, memory_url, w, TURNS, str(acks[w])) for w in range(WORKERS)]
+    )
+    acked = _acked(acks)
+    refusals = [json.loads(line) for line in _acked([Path(f"{a}.refused") for a in acks])]
+    assert all("moved on while this run was under way" in r["error"] for r in refusals)
+    with open_saver(kind, target) as saver:
+        problems = _bare_invoke_problems(saver, acked, [r["question"] for r in refusals])
+    print(kind, problems, f"{len(acked)} acknowledged, {len(refusals)} refused")
+    assert acked, "some runs land"
+    kept = problems.pop("refused_but_kept")  # its question stays, unanswered, like a failed model call's
+    assert problems == {"sent": WORKERS * TURNS, "missing": 0, "duplicated": 0, "unanswered": 0, "forks": 0}
+    print("refused after their input was stored:", kept)
+
+
+def _echo_graph(saver: Any) -> Any:
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", lambda state: {"messages": [AIMessage("reply to " + state["messages"][-1].text)]})
+    graph.add_edge(START, "reply")
+    graph.add_edge("reply", END)
+    return graph.compile(checkpointer=saver)
+
+
+def _race_after_read(saver: Any, app: Any, intruder: str) -> None:
+    """Make the next run that loads the thread's head see another run write right after its read."""
+    read = saver.get_tuple
+
+    def racing(config: Any) -> Any:
+        found = read(config)
+        conf = config["configurable"]
+        if "__pregel_runtime" in conf and not conf.get("checkpoint_id"):
+            saver.get_tuple = read
+            app.invoke({"messages": [("user", intruder)]}, {"configurable": {"thread_id": THREAD}})
+        return found
+
+    saver.get_tuple = racing
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("empty", [False, True], ids=["thread-with-history", "empty-thread"])
+def test_a_run_whose_head_moved_is_refused_and_time_travel_still_forks(
+    kind: str, empty: bool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    config = {"configurable": {"thread_id": THREAD}}
+    with open_saver(kind, _target(kind, tmp_path, request)) as saver:
+        app = _echo_graph(saver)
+        if not empty:
+            app.invoke({"messages": [("user", "first")]}, config)
+        _race_after_read(saver, app, "intruder")
+        with pytest.raises(ThreadBusyError, match=r"moved on while this run was under way.*run_turn"):
+            app.invoke({"messages": [("user", "loser")]}, config)
+        texts = [m.text for m in app.get_state(config).values["messages"]]
+        assert texts[-2:] == ["intruder", "reply to intruder"] and "loser" not in texts
+        parents = Counter(
+            t.parent_config["configurable"]["checkpoint_id"] for t in saver.list(config) if t.parent_config
+        )
+        assert max(parents.values()) == 1  # one linear history
+        roots = [t for t in saver.list(config) if t.parent_config is None]
+        assert len(roots) == 1
+        # Stock semantics where a fork is asked for: time travel with input, replay, update_state.
+        oldest = list(app.get_state_history(config))[-2].config
+        app.invoke({"messages": [("user", "again")]}, oldest)
+        assert app.get_state(config).values["messages"][-1].text == "reply to again"
+        app.update_state(oldest, {"messages": [("user", "edited")]})
+        assert app.get_state(config).values["messages"][-1].text == "edited"
+        app.invoke(None, oldest)
+        app.invoke({"messages": [("user", "after")]}, config)  # a plain run from the head: fine
+        assert app.get_state(config).values["messages"][-1].text == "reply to after"
+        assert (
+            max(
+                Counter(
+                    t.parent_config["configurable"]["checkpoint_id"]
+                    for t in saver.list(config)
+                    if t.parent_config
+                ).values()
+            )
+            > 1
+        )
+
+
+def test_run_turn_is_not_cut_short_by_a_bare_invoke(tmp_path: Path) -> None:
+    """A bare run's checkpoint waits for the lease a run_turn holds, then is refused: the turn finishes."""
+    from remem import ScriptedChatModel
+
+    config = {"configurable": {"thread_id": THREAD}}
+    outcome: list[str] = []
+    runners: list[threading.Thread] = []
+    with open_saver("sqlite", str(tmp_path / "t.db")) as saver:
+        bare = agent_for(saver)
+        run_turn(bare, THREAD, "first")
+
+        def bare_run() -> None:
+            try:
+                bare.invoke({"messages": [("user", "bare")]}, config)
+                outcome.append("landed")
+            except ThreadBusyError:
+                outcome.append("refused")
+
+        def model_mid_turn(messages: Any) -> str:
+            if not runners:  # mid-turn: a bare run reads the head and tries to write on it
+                runner = threading.Thread(target=bare_run)
+                runners.append(runner)
+                runner.start()
+                runner.join(1)
+                assert runner.is_alive()  # it cannot write while the turn holds the lease
+            return "reply to " + messages[-1].text
+
+        turn_agent = agent_for(saver, model=ScriptedChatModel(default=model_mid_turn))
+        assert run_turn(turn_agent, THREAD, "leased").text == "reply to leased"
+        runners[0].join(30)
+        assert outcome == ["refused"]
+        texts = [m.text for m in turn_agent.get_state(config).values["messages"]]
+        assert texts[-2:] == ["leased", "reply to leased"] and "bare" not in texts
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
@@ -333,3 +488,158 @@ def test_a_retry_makes_a_message_an_earlier_race_hid_visible(tmp_path: Path) -> 
         assert (again.id, again.seq) == ("b", 1)
         assert [(m.id, m.seq) for m in thread.messages()] == [("a", 0), ("b", 1)]
         assert thread.add_messages([{"role": "user", "content": "hidden", "id": "b"}]) == [again]
+
+
+def _terminate_lease_sessions(url: str) -> int:
+    """End every remem lease session on ``url``'s database (as a server restart would), from outside."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'remem-lease' AND datname = current_database()"
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_turn_whose_postgres_lease_died_writes_nothing_more(pg_url: str, tmp_path: Path) -> None:
+    """The lease's session ends mid-turn; another process takes the lease and runs its turn; the first
+    holder's next write fails with a clear StorageError instead of writing beside the new holder."""
+    from remem import ScriptedChatModel
+    from remem.errors import StorageError
+
+    config = {"configurable": {"thread_id": THREAD}}
+    acks = tmp_path / "acks.txt"
+    with open_saver("postgres", pg_url) as saver:
+        run_turn(agent_for(saver), THREAD, "first")
+
+        def model(messages: Any) -> str:
+            assert _terminate_lease_sessions(pg_url) >= 1  # this turn's lease session among them
+            other = context().Process(target=turn_worker, args=("postgres", pg_url, 9, 1, str(acks)))
+            other.start()
+            other.join(60)
+            assert other.exitcode == 0  # it took the lease this turn still believes it holds
+            return "late reply"
+
+        holder = agent_for(saver, model=ScriptedChatModel(default=model))
+        with pytest.raises(
+            StorageError, match=r"lease of thread 'shared'.*was lost.*This write was not made"
+        ):
+            run_turn(holder, THREAD, "doomed")
+        assert acks.read_text().split() == ["w9", "q0"]
+        history = list(saver.list(config))
+        texts = [m.text for m in holder.get_state(config).values["messages"]]
+        assert texts[-2:] == ["w9 q0", "reply to w9 q0"]
+        assert "late reply" not in repr([(t.checkpoint["channel_values"], t.pending_writes) for t in history])
+        parents = Counter(
+            t.parent_config["configurable"]["checkpoint_id"] for t in history if t.parent_config
+        )
+        assert max(parents.values()) == 1
+        run_turn(agent_for(saver), THREAD, "after")  # the lease is taken again: the next turn works
+        assert holder.get_state(config).values["messages"][-1].text == "reply to after"
+
+
+# ------------------------------------------------------------------------------ reads under the lease
+
+
+def _decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many values each decode of a stored list decodes (remem's savers decode lists in one call)."""
+    from remem.checkpoint import _codec
+
+    counts: list[int] = []
+    loads_many = _codec.loads_many
+
+    def counting(serde: Any, blobs: Any) -> Any:
+        counts.append(len(blobs))
+        return loads_many(serde, blobs)
+
+    monkeypatch.setattr(_codec, "loads_many", counting)
+    return counts
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_turn_decodes_the_thread_once(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    history = [(HumanMessage if i % 2 == 0 else AIMessage)(f"message {i}", id=f"m{i}") for i in range(300)]
+    with open_saver(kind, _target(kind, tmp_path, request)) as saver:
+        agent = agent_for(saver, strategy="filter")
+        agent.update_state(
+            {"configurable": {"thread_id": THREAD}}, {"messages": history}, as_node="delete_messages"
+        )  # a finished turn, as a long thread is between turns
+        counts = _decoded(monkeypatch)
+        assert run_turn(agent, THREAD, "one more").text == "reply to one more"
+        big = [n for n in counts if n >= len(history)]
+        assert len(big) == 1, counts  # run_turn's read and LangGraph's share one decode
+        counts.clear()
+        agent.get_state({"configurable": {"thread_id": THREAD}})
+        agent.get_state({"configurable": {"thread_id": THREAD}})
+        assert len([n for n in counts if n >= len(history)]) == 2  # outside a lease: read as stock
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_read_kept_under_the_lease_is_never_stale_nor_shared(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from langchain_core.messages import HumanMessage
+
+    target = _target(kind, tmp_path, request)
+    config = {"configurable": {"thread_id": THREAD}}
+    with open_saver(kind, target) as saver, open_saver(kind, target) as other:
+        app = _echo_graph(saver)
+        app.invoke({"messages": [("user", "first")]}, config)
+        with thread_lease(saver, THREAD, scope="checkpoint"):
+            first = saver.get_tuple(config)
+            assert first is not None
+            first.checkpoint["channel_values"]["messages"].append(HumanMessage("changed by a reader"))
+            first.checkpoint["channel_versions"]["messages"] = "changed"
+            again = saver.get_tuple(config)
+            assert again is not None and again.checkpoint == saver_free_read(other, config).checkpoint
+            # A write the lease does not cover (another saver's update_state) is seen on the next read.
+            _echo_graph(other).update_state(config, {"messages": [HumanMessage("from elsewhere", id="x")]})
+            texts = [m.text for m in saver.get_tuple(config).checkpoint["channel_values"]["messages"]]
+            assert texts[-1] == "from elsewhere"
+            other.put_writes(saver.get_tuple(config).config, [("messages", [HumanMessage("w")])], "task")
+            assert len(saver.get_tuple(config).pending_writes) == 1
+
+
+def saver_free_read(saver: Any, config: Any) -> Any:
+    """A read outside any lease, as stock LangGraph reads."""
+    found = saver.get_tuple(config)
+    assert found is not None
+    return found
+
+
+def test_an_async_run_whose_head_moved_is_refused(tmp_path: Path) -> None:
+    from remem.checkpoint import AsyncSqliteSaver
+
+    config = {"configurable": {"thread_id": THREAD}}
+
+    async def main() -> list[str]:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "a.db")) as saver:
+            app = _echo_graph(saver)
+            await app.ainvoke({"messages": [("user", "first")]}, config)
+            read = saver.aget_tuple
+
+            async def racing(conf: Any) -> Any:
+                found = await read(conf)
+                if "__pregel_runtime" in conf["configurable"]:
+                    saver.aget_tuple = read  # type: ignore[method-assign]  # the test's race, once
+                    await app.ainvoke({"messages": [("user", "intruder")]}, config)
+                return found
+
+            saver.aget_tuple = racing  # type: ignore[method-assign]  # the test's race, once
+            with pytest.raises(ThreadBusyError, match="moved on while this run was under way"):
+                await app.ainvoke({"messages": [("user", "loser")]}, config)
+            state = await app.aget_state(config)
+            history = [t async for t in saver.alist(config)]
+            parents = Counter(
+                t.parent_config["configurable"]["checkpoint_id"] for t in history if t.parent_config
+            )
+            assert max(parents.values()) == 1
+            return [m.text for m in state.values["messages"]]
+
+    texts = asyncio.run(main())
+    assert texts[-2:] == ["intruder", "reply to intruder"] and "loser" not in texts

@@ -8,8 +8,19 @@ follows the database of the saver or store that is given:
   byte per thread (its offset a hash of the thread id). The kernel drops it when the holding process
   dies, so a SIGKILLed writer never blocks the next one; no SQLite write lock is held during a turn.
 - PostgreSQL: a session advisory lock (``pg_advisory_lock`` on a 64-bit hash of the thread id) on a
-  connection kept for the lease; the server drops it when that connection dies.
+  connection kept for the lease; the server drops it when that connection dies. Then another writer may
+  take it while the first still runs its turn, so a holder checks the lease before each checkpoint write
+  (:func:`check_held`, one round trip on the lease's connection) and fails with
+  :class:`~remem.errors.StorageError` instead of writing beside the new holder.
 - anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
+
+Waiters on a SQLite lease are not served first come, first served: ``fcntl`` has no timed wait (a
+blocking ``F_SETLKW`` can only be cut short by a signal), and Linux wakes every waiter of a released
+lock to race for it, so there is no kernel queue to join. A waiter tries again after 1-10 ms (doubling,
+jittered) until it gets the lease or its timeout passes. A fair order would need a queue of tickets in
+the database, which a waiter killed with SIGKILL would leave behind for the others to step over; the
+bounded wait and :class:`~remem.errors.ThreadBusyError` were judged enough. Sync PostgreSQL waiters
+queue in the server (``pg_advisory_lock`` under ``lock_timeout``), in order; async ones poll as well.
 
 POSIX locks and advisory locks belong to a process (a session), not a thread, so a lock in this process
 per (database, thread) comes first. A context that holds a lease takes it again at no cost, so a turn may
@@ -39,7 +50,16 @@ from typing import Any, Literal
 from remem._files import make_private_file
 from remem.errors import StorageError, ThreadBusyError
 
-__all__ = ["DEFAULT_LEASE_TIMEOUT", "Scope", "athread_lease", "lease_target", "thread_lease"]
+__all__ = [
+    "DEFAULT_LEASE_TIMEOUT",
+    "Scope",
+    "acheck_held",
+    "athread_lease",
+    "check_held",
+    "lease_scratch",
+    "lease_target",
+    "thread_lease",
+]
 
 DEFAULT_LEASE_TIMEOUT = 30.0
 Scope = Literal["checkpoint", "memory"]
@@ -61,6 +81,7 @@ class LeaseTarget:
 
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
 Release = Callable[[], None]
+Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
 # The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
 # to be still held: a task that outlives its parent's lease takes the lease itself).
 _held: contextvars.ContextVar[dict[_Key, _Lease]] = contextvars.ContextVar("remem_leases")
@@ -201,11 +222,28 @@ def _busy(thread_id: str, target: LeaseTarget, waited: float, timeout: float) ->
 
 
 class _Lease:
-    """One acquired lease; :meth:`release` gives it back (once)."""
+    """One acquired lease; :meth:`release` gives it back (once), :meth:`verify` checks it is still held."""
 
-    def __init__(self, key: _Key, local: threading.Lock, release: Release) -> None:
+    def __init__(self, key: _Key, local: threading.Lock, held: tuple[Release, Alive]) -> None:
         self.key, self._local = key, local
-        self._release: Release | None = release
+        self._release: Release | None = held[0]
+        self._alive = held[1]
+        self.lost = False
+        self.scratch: dict[Any, Any] = {}  # what a holder keeps while it holds the lease (see lease_scratch)
+
+    def verify(self, thread_id: str, label: str) -> None:
+        """Raise :class:`~remem.errors.StorageError` if the database no longer holds this lease (its
+        PostgreSQL connection ended: a server restart, or the session was terminated), so that a holder
+        whose lease another writer may have taken since never writes."""
+        if not self.lost and self._alive():
+            return
+        self.lost = True
+        raise StorageError(
+            f"the lease of thread {thread_id!r} ({label}) was lost while this turn held it: its "
+            "PostgreSQL connection ended (a server restart, or the session was terminated), so another "
+            "writer may hold the thread now. This write was not made; retry the turn (run_turn first "
+            "finishes what the interrupted turn stored)"
+        )
 
     @property
     def active(self) -> bool:
@@ -257,14 +295,21 @@ def _lock_file(path: str) -> int:
         return fd
 
 
-def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Release | None:
+Held = tuple[Release, Alive]
+
+
+def _always() -> bool:
+    return True  # a POSIX lock or a lock in this process lasts as long as this process
+
+
+def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
     fd = _lock_file(target.where)
     offset = _offset(scope, thread_id)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
     except (BlockingIOError, PermissionError):
         return None
-    return lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)
+    return (lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)), _always
 
 
 def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
@@ -309,7 +354,7 @@ def _pg_try(conn: Any, key: int, wait: float) -> bool:
         return False
 
 
-def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Release | None:
+def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
     """The advisory lock, waiting for it in the server's queue up to ``wait`` seconds (0: one try)."""
     import psycopg
 
@@ -340,20 +385,28 @@ def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Re
             return
         _pg_give_back(target.where, conn)
 
-    return release
+    def alive() -> bool:
+        # A session keeps its advisory locks until it unlocks them or ends: a live session holds it.
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return not conn.closed
+
+    return release, alive
 
 
 def _nothing() -> None:
     return None
 
 
-def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Release | None:
+def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
     """One try at the lease held by the database (PostgreSQL waits up to ``wait`` s in its own queue)."""
     if target.kind == "sqlite":
         return _sqlite_try(target, scope, thread_id)
     if target.kind == "postgres":
         return _pg_lock(target, scope, thread_id, wait)
-    return _nothing
+    return _nothing, _always
 
 
 class _Attempt:
@@ -390,9 +443,9 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         raise attempt.busy()
     try:
         while True:
-            release = _backend_try(target, scope, thread_id, attempt.left())
-            if release is not None:
-                return _Lease(attempt.key, attempt.local, release)
+            held = _backend_try(target, scope, thread_id, attempt.left())
+            if held is not None:
+                return _Lease(attempt.key, attempt.local, held)
             if not attempt.left():
                 raise attempt.busy()
             time.sleep(attempt.next_pause())  # a POSIX lock has no timed wait
@@ -401,7 +454,7 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         raise
 
 
-async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Release | None:
+async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
     """One try at a PostgreSQL lease in a worker thread; a lock taken after the caller gave up is given back."""
     future = _executor().submit(_pg_lock, target, scope, thread_id, 0.0)
     try:
@@ -411,11 +464,11 @@ async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Release
         raise
 
 
-def _release_if_taken(future: concurrent.futures.Future[Release | None]) -> None:
+def _release_if_taken(future: concurrent.futures.Future[Held | None]) -> None:
     if not future.cancelled() and future.exception() is None:
-        release = future.result()
-        if release is not None:
-            release()
+        held = future.result()
+        if held is not None:
+            held[0]()
 
 
 async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> _Lease:
@@ -433,11 +486,11 @@ async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: fl
     try:
         while True:
             if target.kind == "postgres":
-                release = await _in_worker(target, scope, thread_id)
+                held = await _in_worker(target, scope, thread_id)
             else:
-                release = _backend_try(target, scope, thread_id, 0.0)
-            if release is not None:
-                return _Lease(attempt.key, attempt.local, release)
+                held = _backend_try(target, scope, thread_id, 0.0)
+            if held is not None:
+                return _Lease(attempt.key, attempt.local, held)
             if not attempt.left():
                 raise attempt.busy()
             await asyncio.sleep(attempt.next_pause())
@@ -453,6 +506,54 @@ def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
 def _holds(key: _Key) -> bool:
     lease = _held.get({}).get(key)
     return lease is not None and lease.active
+
+
+def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> _Lease | None:
+    lease = _held.get({}).get(_key_of(target, scope, thread_id))
+    return lease if lease is not None and lease.active else None
+
+
+def _known_target(owner: Any) -> LeaseTarget | None:
+    """``owner``'s target if a lease was ever taken through it (else this context cannot hold one)."""
+    if not _held.get({}):
+        return None
+    try:
+        return _targets.get(owner)
+    except TypeError:  # an owner that takes no weak reference is looked up again
+        return lease_target(owner)
+
+
+def lease_scratch(owner: Any, thread_id: str, *, scope: Scope) -> dict[Any, Any] | None:
+    """A dict that lives as long as this context holds the thread's lease (None when it does not): a
+    holder may keep there what it read, since no other remem writer can change the thread meanwhile."""
+    target = _known_target(owner)
+    lease = _held_lease(target, scope, thread_id) if target is not None else None
+    return lease.scratch if lease is not None else None
+
+
+def _postgres_lease(owner: Any, thread_id: str, scope: Scope) -> tuple[_Lease, LeaseTarget] | None:
+    target = _known_target(owner)
+    if target is None or target.kind != "postgres":
+        return None
+    lease = _held_lease(target, scope, thread_id)
+    return (lease, target) if lease is not None else None
+
+
+def check_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
+    """Before a write: if this context holds the thread's lease in a database that can drop it on its
+    own (PostgreSQL, with the lease's connection), check that it still does; raise StorageError if not."""
+    held = _postgres_lease(owner, thread_id, scope)
+    if held is not None:
+        held[0].verify(thread_id, held[1].label)
+
+
+async def acheck_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
+    """Async version of :func:`check_held` (the round trip runs off the event loop)."""
+    held = _postgres_lease(owner, thread_id, scope)
+    if held is not None:
+        await asyncio.get_running_loop().run_in_executor(
+            _executor(), held[0].verify, thread_id, held[1].label
+        )
 
 
 @contextlib.contextmanager

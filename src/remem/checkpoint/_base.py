@@ -29,6 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem import _migrate
+from remem._lease import acheck_held, athread_lease, check_held, lease_scratch, thread_lease
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
@@ -43,6 +44,7 @@ Execute = Callable[[ops.Query], list[tuple[Any, ...]]]
 AExecute = Callable[[ops.Query], Awaitable[list[tuple[Any, ...]]]]
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 _PAGE = 100
+_HEAD_READ = "checkpoint-head"  # the key of the latest read kept in a lease's scratch
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,44 @@ class _RememSaver(BaseCheckpointSaver[int]):
         self._where = "the database"
         """How messages name the database (never with a password)."""
 
+    def _scratch(self, config: RunnableConfig) -> dict[Any, Any] | None:
+        """Where a turn that holds the thread's lease keeps the latest checkpoint it read.
+
+        ``run_turn`` reads the thread (to check the input) and then LangGraph reads it again to run the
+        turn: on a long thread decoding every message twice. Under the lease the second read only checks
+        that the head is unchanged (its id, the thread's epoch, its pending write count) and returns the
+        first read's values in new containers. Only latest reads of the root namespace are kept.
+        """
+        conf = config["configurable"]
+        if conf.get("checkpoint_id") or conf.get("checkpoint_ns"):
+            return None
+        return lease_scratch(self, str(conf["thread_id"]), scope="checkpoint")
+
+    def _forget_read(self, config: RunnableConfig) -> None:
+        scratch = lease_scratch(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        if scratch is not None:
+            scratch.pop(_HEAD_READ, None)
+
+    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[None]:
+        """The thread's lease around a checkpoint of a run that started from the thread's head.
+
+        Such a checkpoint must extend the head (``_ops.put`` refuses it otherwise, with
+        :class:`~remem.errors.ThreadBusyError`); holding the lease while it is written makes it wait for a
+        turn that holds the lease (:func:`remem.run_turn`) to finish, so that turn is never cut short by
+        a bare ``invoke``. Free when this context holds the lease already (a run inside ``run_turn``).
+        """
+        conf = config["configurable"]
+        if not ops.from_head(conf):
+            return contextlib.nullcontext()
+        return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
+
+    def _arun_lease(self, config: RunnableConfig) -> contextlib.AbstractAsyncContextManager[None]:
+        """Async version of :meth:`_run_lease`."""
+        conf = config["configurable"]
+        if not ops.from_head(conf):
+            return contextlib.nullcontext()
+        return athread_lease(self, str(conf["thread_id"]), scope="checkpoint")
+
     def get_next_version(self, current: Any, channel: None = None) -> Any:
         return codec.next_version(current)
 
@@ -272,7 +312,22 @@ class SyncSaver(_RememSaver):
         self._is_setup = True
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(lambda tx: ops.get_tuple(self._ctx, config), write=False)
+        scratch = self._scratch(config)
+        if scratch is None:
+            return ops.mark_loaded(
+                config, self._run(lambda tx: ops.get_tuple(self._ctx, config), write=False)
+            )
+        kept = scratch.get(_HEAD_READ)
+        if (
+            kept is not None
+            and self._run(lambda tx: ops.head_stamp(self._ctx, config), write=False) == kept[0]
+        ):
+            return ops.mark_loaded(config, ops.fresh_copy(kept[1]))
+        stamp, tup = self._run(lambda tx: ops.get_head(self._ctx, config), write=False)
+        if tup is not None:
+            scratch[_HEAD_READ] = (stamp, tup)
+            tup = ops.fresh_copy(tup)
+        return ops.mark_loaded(config, tup)
 
     def list(
         self,
@@ -330,13 +385,18 @@ class SyncSaver(_RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(
-            lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
-        )
+        with self._run_lease(config):
+            check_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+            self._forget_read(config)
+            return self._run(
+                lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+            )
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        check_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        self._forget_read(config)
         self._run(lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
 
     def delete_thread(self, thread_id: str) -> None:
@@ -495,7 +555,21 @@ class AsyncSaver(_RememSaver):
                 self._is_setup = True
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._run(lambda tx: ops.get_tuple(self._ctx, config), write=False)
+        scratch = self._scratch(config)
+        if scratch is None:
+            found = await self._run(lambda tx: ops.get_tuple(self._ctx, config), write=False)
+            return ops.mark_loaded(config, found)
+        kept = scratch.get(_HEAD_READ)
+        if (
+            kept is not None
+            and await self._run(lambda tx: ops.head_stamp(self._ctx, config), write=False) == kept[0]
+        ):
+            return ops.mark_loaded(config, ops.fresh_copy(kept[1]))
+        stamp, tup = await self._run(lambda tx: ops.get_head(self._ctx, config), write=False)
+        if tup is not None:
+            scratch[_HEAD_READ] = (stamp, tup)
+            tup = ops.fresh_copy(tup)
+        return ops.mark_loaded(config, tup)
 
     async def alist(
         self,
@@ -560,13 +634,18 @@ class AsyncSaver(_RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._run(
-            lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
-        )
+        async with self._arun_lease(config):
+            await acheck_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+            self._forget_read(config)
+            return await self._run(
+                lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+            )
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        await acheck_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        self._forget_read(config)
         await self._run(
             lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True
         )

@@ -9,12 +9,13 @@ its locks as briefly as possible.
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -32,9 +33,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
-from remem.errors import RememUsageError
+from remem.errors import RememUsageError, ThreadBusyError
 
 T = TypeVar("T")
+
+FROM_HEAD = "__remem_from_head__"
+"""Set by :func:`get_tuple` in the config of a checkpoint that a LangGraph run loaded: True when the run
+asked for the thread's latest checkpoint, False when it addressed one (time travel). The run passes the
+config back with each :func:`put`, so a run that started from the head can be kept from forking it."""
+RUN_KEY = "__pregel_runtime"
+"""What LangGraph puts in the ``configurable`` of a run's own reads and writes (never in get_state's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +250,32 @@ def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) 
     return Head(parent_id, state.epoch, raw.versions, raw.descriptors)
 
 
+def from_head(conf: Mapping[str, Any]) -> bool:
+    """Whether a put comes from a LangGraph run that started from the thread's latest checkpoint (or
+    found the thread empty): its checkpoints must extend the head, never branch off behind it."""
+    if RUN_KEY not in conf:  # update_state, a copy, a direct saver call: stock semantics
+        return False
+    return conf.get(FROM_HEAD) is True
+
+
+def _check_head(
+    ctx: Context, tid: int, thread_id: str, ns: str, parent_id: str | None, checkpoint_id: str
+) -> Op[None]:
+    """Refuse a run's checkpoint whose parent is no longer the thread's head (another run wrote since
+    this one read the thread): stored, it would fork the history silently. The thread's row is locked
+    by this transaction, so no other write can come between this check and the insert."""
+    rows = yield ctx.q(sql.HEAD_ID, (tid, ns))
+    head = rows[0][0] if rows else None
+    if head is None or head in (parent_id, checkpoint_id):
+        return
+    raise ThreadBusyError(
+        f"thread {thread_id!r} moved on while this run was under way: another run wrote checkpoint "
+        f"{head} after this run read the thread, so this run's checkpoint was refused (stored, it would "
+        "fork the thread's history silently). This step wrote nothing; send turns one at a time per "
+        "thread with remem.run_turn (a second turn then waits for the thread's lease), or retry"
+    )
+
+
 def put(
     ctx: Context,
     tx: Tx,
@@ -262,6 +296,8 @@ def put(
 
     state, alloc, start = yield from _thread_for_write(ctx, thread_id)
     tid = state.tid
+    if from_head(conf):
+        yield from _check_head(ctx, tid, thread_id, ns, parent_id, checkpoint["id"])
     parent = yield from _parent(ctx, state, ns, parent_id)
     names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
     descriptors: dict[int, Any] = {}
@@ -547,6 +583,63 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None
     r = rows[0]
     ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
     return tup
+
+
+Stamp = tuple[Any, ...]
+"""(checkpoint id, thread epoch, pending write count) of a thread's latest checkpoint: what tells whether
+a tuple read before is still the one :func:`get_tuple` would read."""
+
+
+def head_stamp(ctx: Context, config: RunnableConfig) -> Op[Stamp | None]:
+    conf = config["configurable"]
+    rows = yield ctx.q(sql.HEAD_STAMP, (str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))))
+    return tuple(rows[0]) if rows else None
+
+
+def get_head(ctx: Context, config: RunnableConfig) -> Op[tuple[Stamp | None, CheckpointTuple | None]]:
+    """The latest checkpoint's tuple (``config`` names none) and its :data:`Stamp`, in one transaction."""
+    stamp = yield from head_stamp(ctx, config)
+    tup = (yield from get_tuple(ctx, config)) if stamp is not None else None
+    return stamp, tup
+
+
+def fresh_copy(tup: CheckpointTuple) -> CheckpointTuple:
+    """A tuple whose containers are new (a run changes its checkpoint's dicts and lists in place); the
+    values in them (messages) are shared, as LangGraph never changes a stored value in place."""
+    checkpoint: dict[str, Any] = {**tup.checkpoint}
+    for key, value in checkpoint.items():
+        if type(value) is dict:
+            checkpoint[key] = {k: _fresh_container(v) for k, v in value.items()}
+        elif type(value) is list:
+            checkpoint[key] = list(value)
+    return tup._replace(
+        config=copy.deepcopy(tup.config),
+        checkpoint=cast("Checkpoint", checkpoint),
+        metadata=copy.deepcopy(tup.metadata),
+        pending_writes=None if tup.pending_writes is None else list(tup.pending_writes),
+    )
+
+
+def _fresh_container(value: Any) -> Any:
+    if type(value) is dict:
+        return dict(value)
+    return list(value) if type(value) is list else value
+
+
+def mark_loaded(config: RunnableConfig, tup: CheckpointTuple | None) -> CheckpointTuple | None:
+    """Mark what a LangGraph run loads (see :data:`FROM_HEAD`): its puts carry the mark back."""
+    conf = config["configurable"]
+    if RUN_KEY not in conf:
+        return tup
+    latest = not conf.get("checkpoint_id")
+    if tup is None:
+        if latest and isinstance(conf, dict):
+            # A run that found the thread empty builds its first checkpoint on this very config (there
+            # is no tuple to carry the mark), so the mark goes here: every later put of the run has it.
+            conf[FROM_HEAD] = True
+        return None
+    marked = {**tup.config["configurable"], FROM_HEAD: latest}
+    return tup._replace(config={**tup.config, "configurable": marked})
 
 
 Cursor = tuple[str, int, str]

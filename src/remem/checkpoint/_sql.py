@@ -122,6 +122,11 @@ INSERT_CHECKPOINT = """INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id,
 VALUES (?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (tid, ns, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
     run_id = excluded.run_id, body = excluded.body, metadata = excluded.metadata"""
+HEAD_ID = "SELECT checkpoint_id FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? ORDER BY checkpoint_id DESC LIMIT 1"
+HEAD_STAMP = """SELECT c.checkpoint_id, t.epoch, (SELECT COUNT(*) FROM remem_cp_writes w
+    WHERE w.tid = c.tid AND w.ns = c.ns AND w.checkpoint_id = c.checkpoint_id)
+FROM remem_cp_checkpoints c JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
+ORDER BY c.checkpoint_id DESC LIMIT 1"""
 SELECT_BODY = "SELECT body FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
 _CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, t.epoch"
 GET_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c

@@ -23,11 +23,14 @@ recall between compactions (see :class:`ContextCardMiddleware`).
 
 One writer per thread: every append to the remem thread holds that thread's lease, so concurrent runs
 never lose or renumber each other's messages. A checkpointed agent's own history is read by LangGraph
-before the first middleware hook runs, so only the caller can hold its lease over a whole run: send turns
-with :func:`remem.run_turn` (``run_turn(agent, thread_id, message)``), which makes a second turn on the
-same thread wait (up to ``thread_lease_timeout``) or fail with :class:`~remem.ThreadBusyError` instead
-of forking the thread. Two bare ``agent.invoke`` calls on one thread at once can fork it, as with any
-LangGraph agent.
+before the first middleware hook runs, and no hook runs when a run fails, so a middleware cannot hold the
+thread's lease over a whole run. remem's savers close that gap themselves: a run that loaded the thread's
+latest checkpoint may only extend it, so of two bare ``agent.invoke`` calls on one thread at once, a
+checkpoint of the one whose start the other overtook is refused with :class:`~remem.ThreadBusyError`
+(never a silent fork; time travel and ``update_state`` fork as in stock LangGraph). Such a run fails, and
+if it was refused after its input was stored, its question stays in the thread without a reply. To have a
+second turn wait instead (up to ``thread_lease_timeout``), send turns with :func:`remem.run_turn`
+(``run_turn(agent, thread_id, message)``). A stock saver gives bare invokes no such protection.
 """
 
 from __future__ import annotations
