@@ -17,7 +17,7 @@ from langgraph.store.memory import InMemoryStore
 from remem import ExtractiveSummarizer, Memory, load_settings
 from remem.memory import Thread
 from remem.memory._backends import index_config
-from remem.memory._plans import SUMMARY_PAGE
+from remem.memory._plans import CARD_RECORDS, SUMMARY_PAGE
 from remem.memory._records import messages_ns
 from remem.summarize import SummaryResult
 
@@ -388,7 +388,10 @@ def test_a_card_after_new_messages_reads_and_summarises_only_those(history: int)
     thread.add_messages(_notes(history, 3))
     store.reads.clear()
     summarizer.calls.clear()
-    thread.get_context_card()
+    card = thread.get_context_card()
     assert summarizer.calls == [[f"m{i}" for i in range(history, history + 3)]]
-    # The three new messages and the latest user message (the default query): not the history.
-    assert store.reads.count(messages_ns("long")) == 4
+    # The three new messages, the latest user message (the default query) and the neighbouring turn
+    # of each recalled message (at most one per candidate record): not the history.
+    partners = store.reads.count(messages_ns("long")) - 4
+    assert 0 <= partners <= CARD_RECORDS
+    assert len(card.records) <= 4 + CARD_RECORDS
