@@ -22,6 +22,7 @@ from remem import (
     summarizer_for,
 )
 from remem.messages import approximate_token_count
+from remem.messages.words import is_chit_chat
 from remem.summarize import build_summary_prompt
 
 
@@ -120,7 +121,8 @@ def test_a_transcript_cannot_close_its_section_in_the_summary_prompt() -> None:
 
 # --- big backlogs: the fast summariser against the code before it ---------------------------------
 # The reference is the extractive summariser as it was before it folded backlogs in steps: its own
-# patterns and its point-at-a-time budget loop. Helpers that did not change are shared.
+# patterns and its point-at-a-time budget loop. Helpers that did not change are shared, and so is the
+# chit-chat rule added since (remem.messages.words.is_chit_chat).
 
 _REF_CUES = re.compile(
     r"\b(i|i'm|i am|my|mine|we|our|i've|i'd|i'll|prefer|like|love|hate|allerg\w*|name|called|live|work|"
@@ -142,6 +144,7 @@ def _ref_points(message: BaseMessage, per_message: int) -> list[tuple[int, str]]
         return []
     who = "User" if isinstance(message, HumanMessage) else "Assistant"
     sentences = [s.strip() for s in summarize._SENTENCE.split(" ".join(message.text.split())) if s.strip()]
+    sentences = [s for s in sentences if not is_chit_chat(s)]  # chit-chat is no point (a rule added since)
     scored = [(_ref_score(s), i, s) for i, s in enumerate(sentences)]
     threshold = 3 if isinstance(message, AIMessage) else 1
     scored = [t for t in scored if t[0] >= threshold]
