@@ -132,7 +132,9 @@ def run(embedder_name: str, limit: int | None) -> dict[str, Any]:
 
 def _table(label: str, result: dict[str, Any]) -> None:
     print(f"\n### Context cards, {label} (embedder: {result['embedder']})\n")
-    print("| budget | questions | in card | in card or summary | tokens (mean) | summary share | p50 ms | p95 ms |")
+    print(
+        "| budget | questions | in card | in card or summary | tokens (mean) | summary share | p50 ms | p95 ms |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in result["rows"]:
         print(
@@ -156,7 +158,9 @@ def compare(args: argparse.Namespace) -> None:
         results[label] = json.loads(out.read_text())
     before, after = results["before"], results["after"]
     print(f"\n### Context cards, before and after (same run, embedder: {after['embedder']})\n")
-    print("| budget | in card before | in card after | or summary before | or summary after | p50 ms before | p50 ms after |")
+    print(
+        "| budget | in card before | in card after | or summary before | or summary after | p50 ms before | p50 ms after |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for b, a in zip(before["rows"], after["rows"], strict=True):
         print(
@@ -168,7 +172,9 @@ def compare(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--embedder", choices=("minilm", "fake"), default="minilm")
     parser.add_argument("--conversations", type=int, help="only the first N conversations")
     parser.add_argument("--before", help="an older checkout: run it first, then this one, side by side")

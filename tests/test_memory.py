@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
-
 from langgraph.store.memory import InMemoryStore
 
 from remem import Memory, NotFoundError, RememUsageError, load_settings

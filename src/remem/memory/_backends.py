@@ -12,7 +12,7 @@ from langgraph.store.memory import InMemoryStore
 from remem._url import parse_database_url
 from remem.config import Settings
 
-__all__ = ["indexes_repeated_texts", "index_config", "open_store"]
+__all__ = ["index_config", "indexes_repeated_texts", "open_store"]
 
 
 def _embedder(settings: Settings) -> Any:
@@ -52,7 +52,11 @@ class _InMemoryStore(InMemoryStore):
 def indexes_repeated_texts(store: BaseStore) -> bool:
     """Whether ``store`` can index a batch in which a text occurs twice (stock ``InMemoryStore`` with an
     index cannot: see :class:`_InMemoryStore`)."""
-    return not isinstance(store, InMemoryStore) or isinstance(store, _InMemoryStore) or store.index_config is None
+    return (
+        not isinstance(store, InMemoryStore)
+        or isinstance(store, _InMemoryStore)
+        or store.index_config is None
+    )
 
 
 def open_store(url: str, settings: Settings) -> tuple[BaseStore, list[Callable[[], None]]]:

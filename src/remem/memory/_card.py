@@ -298,7 +298,9 @@ def render_card(
     frame = _with(frame, records=tuple(kept))
     cap = token_budget
     if kept:
-        cap = min(token_budget, count(_assemble(frame, lines)) + max(reserve, int(token_budget * SUMMARY_MAX_SHARE)))
+        cap = min(
+            token_budget, count(_assemble(frame, lines)) + max(reserve, int(token_budget * SUMMARY_MAX_SHARE))
+        )
     final = _fit_summary(frame, lines, parts.summary, cap, count)
     content = _assemble(final, lines)
     while content and count(content) > token_budget and kept:  # the estimate was short: drop the last

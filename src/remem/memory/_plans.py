@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -385,9 +386,7 @@ def _by_rank(lists: Sequence[Sequence[MemoryRecord]]) -> list[MemoryRecord]:
     by score, ties by id. A remem store orders hybrid hits by fused rank and reports their similarity as
     ``score``, so scores do not say the order: then they are merged rank by rank (a memory before a
     message at the same rank), ties by id."""
-    by_score = all(
-        all(a.score >= b.score for a, b in zip(records, records[1:], strict=False)) for records in lists
-    )
+    by_score = all(all(a.score >= b.score for a, b in itertools.pairwise(records)) for records in lists)
     merged = sorted(
         (
             (-r.score if by_score else rank, -kind, r.id, r)
@@ -507,7 +506,9 @@ def _with_neighbours(
     partners: dict[str, MemoryRecord] = {}
     if wanted:
         items = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in wanted])
-        partners = {i: record_from_message(item.value, 0.0) for i, item in zip(wanted, items, strict=True) if item}
+        partners = {
+            i: record_from_message(item.value, 0.0) for i, item in zip(wanted, items, strict=True) if item
+        }
     groups: list[list[MemoryRecord]] = []
     for r in records:
         partner = partners.get(partner_ids.get(r.id, ""))

@@ -28,9 +28,9 @@ from langgraph.store.base import BaseStore
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
+from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
 from remem.memory._effects import Plan, arun, run
-from remem.memory._backends import indexes_repeated_texts
 from remem.memory._plans import (
     MESSAGE_FIELDS,
     add_messages_plan,
