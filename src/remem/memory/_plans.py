@@ -417,10 +417,12 @@ def search_plan(
 ) -> Plan[list[MemoryRecord]]:
     """Hybrid search over a thread's messages and a user's long-term memories, best first.
 
-    The query's stop words and greetings weigh nothing (``remem.messages.words``): they are left out, and
-    a query of nothing else finds nothing. Its time words (``_when``: "last May", "in 2022", "before the
-    trip") add the dates they name to the query, which the index holds with each message, and the
-    records said within those dates come first. ``diverse`` picks the ``k`` records by maximal marginal
+    The query's greetings and chit-chat weigh nothing (``remem.messages.words.query_text``): they are
+    left out, and a query of nothing else finds nothing. A date it names ("8 May 2023", "May") matches
+    the date the index holds with each message; its time words (``_when``: "last May", "in 2022", "two
+    weeks ago", "before the trip") are read into a range of dates, and the records said within it come
+    first. (Adding the range's date words to the query was tried: they pulled every message of those
+    dates up the vector ranking, the question's subject lost.) ``diverse`` picks the ``k`` records by maximal marginal
     relevance among twice as many candidates (for cards and recall, where near-copies waste the
     budget)."""
     if k < 0:
@@ -432,42 +434,54 @@ def search_plan(
     if k == 0 or not query.strip():
         return []
     when = yield from _time_of(query, thread_id, exclude)
-    text = " ".join(p for p in (query_text(query), *when.terms) if p)
-    if not text:
+    text = query_text(when.subject if when.has_range else query)
+    if not text and not when.terms:
         return []
     wanted = None if types is None else frozenset(types)
     limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0) + (k if diverse else 0)
-    limit += 2 * k if when.has_range else 0
     ops: list[SearchOp] = []
     kinds: list[str] = []
-    if thread_id is not None and (wanted is None or "message" in wanted):
-        ops.append(SearchOp(messages_ns(thread_id), query=text, limit=limit))
-        kinds.append("message")
-    if user_id is not None and (wanted is None or wanted - {"message"}):
-        ops.append(SearchOp(memories_ns(user_id), query=text, limit=limit))
-        kinds.append("memory")
+    for namespace, kind in ((messages_ns, "message"), (memories_ns, "memory")):
+        owner = thread_id if kind == "message" else user_id
+        if owner is None or (
+            wanted is not None and not (wanted - {"message"} if kind == "memory" else "message" in wanted)
+        ):
+            continue
+        if text:
+            ops.append(SearchOp(namespace(owner), query=text, limit=limit))
+            kinds.append(kind)
+        if kind == "message" and when.terms:  # the messages of those dates, by the date indexed with each
+            ops.append(SearchOp(namespace(owner), query=" ".join(when.terms), limit=limit))
+            kinds.append("dated")
     if not ops:
         return []
     results: list[list[SearchItem]] = yield StoreCall(ops)
     lists: list[list[MemoryRecord]] = []
+    dated: list[MemoryRecord] = []
     for kind, items in zip(kinds, results, strict=True):
         found: list[MemoryRecord] = []
         for item in items:
-            if kind == "message":
-                record = record_from_message(item.value, item.score)
-            else:
+            if kind == "memory":
                 record = record_from_memory(item.key, item.value, item.score)
+            else:
+                record = record_from_message(item.value, item.score)
             if record.id in exclude or record.status in _HIDDEN_STATUSES:
                 continue
             if wanted is not None and record.type not in wanted:
                 continue
             if _matches(record, metadata_filter):
                 found.append(record)
-        lists.append(found)
+        if kind == "dated":
+            dated = found
+        else:
+            lists.append(found)
     ranked = _by_rank(lists)
-    if when.has_range:  # said within the dates asked about: first, in their order
-        inside = [r for r in ranked if when.contains(parse_timestamp(r.timestamp))]
-        ranked = inside + [r for r in ranked if not when.contains(parse_timestamp(r.timestamp))]
+    if when.has_range:  # said within the dates asked about: first, in their order, then the others
+        inside: dict[str, MemoryRecord] = {}
+        for r in (*ranked, *dated):
+            if r.id not in inside and when.contains(parse_timestamp(r.timestamp)):
+                inside[r.id] = r
+        ranked = [*inside.values(), *(r for r in ranked if r.id not in inside)]
     return diversify(ranked[: 2 * k], k) if diverse else ranked[:k]
 
 

@@ -74,7 +74,8 @@ _EVENT = re.compile(
 class TimeQuery:
     """What a question says about time. ``start``/``end``: the instants it is about (None: open);
     ``terms``: the words that name those dates in the index; ``asks_when``: it asks for a date;
-    ``event``/``relation``: "before/after the <event>", to be placed by a search."""
+    ``event``/``relation``: "before/after the <event>", to be placed by a search; ``subject``: the
+    question less those words."""
 
     start: dt.datetime | None = None
     end: dt.datetime | None = None
@@ -82,6 +83,8 @@ class TimeQuery:
     asks_when: bool = False
     event: str = ""
     relation: str = ""
+    subject: str = ""
+    """The question without its time words (what to search for; the range says when)."""
 
     @property
     def has_range(self) -> bool:
@@ -164,20 +167,22 @@ def time_query(question: str, now: dt.datetime | None) -> TimeQuery:
     """Read the time words of ``question`` (see the module's docstring); ``now``: the thread's latest
     message time (None: dates that need it are left open)."""
     asks_when = bool(_WHEN.search(question))
-    event, relation = "", ""
+    found = _absolute(question) or (_relative_range(question, now) if now is not None else None)
+    if found is not None:
+        start, end, (a, b) = found
+        subject = _tidy(question[:a] + " " + question[b:])
+        return TimeQuery(start, end, _range_terms(start, end), asks_when, subject=subject)
     if match := _EVENT.search(question):
         event = " ".join(content_words(match.group(2).rstrip("?!. ")))
-        relation = "before" if match.group(1).lower() in ("before", "avant") else "after"
-    found = _absolute(question) or (_relative_range(question, now) if now is not None else None)
-    if found is None:
-        return TimeQuery(asks_when=asks_when, event=event, relation=relation if event else "")
-    start, end = found
-    return TimeQuery(
-        start=start,
-        end=end,
-        terms=_range_terms(start, end),
-        asks_when=asks_when,
-    )
+        if event:
+            relation = "before" if match.group(1).lower() in ("before", "avant") else "after"
+            subject = _tidy(question[: match.start()])
+            return TimeQuery(asks_when=asks_when, event=event, relation=relation, subject=subject)
+    return TimeQuery(asks_when=asks_when, subject=question)
+
+
+def _tidy(text: str) -> str:
+    return " ".join(text.split()).strip(" ,;")
 
 
 def needs_now(question: str) -> bool:
@@ -187,42 +192,49 @@ def needs_now(question: str) -> bool:
     return any(p.search(question) for p in (_AGO, _RELATIVE, _LAST_MONTH_NAME))
 
 
-def _absolute(question: str) -> tuple[dt.datetime, dt.datetime] | None:
+_Found = tuple[dt.datetime, dt.datetime, tuple[int, int]]  # the range, and where the question says it
+
+
+def _absolute(question: str) -> _Found | None:
     for pattern, order in ((_DAY_MONTH_YEAR, "dmy"), (_MONTH_DAY_YEAR, "mdy")):
         if match := pattern.search(question):
             parts = dict(zip(order, match.groups(), strict=True))
             day = _day(int(parts["y"]), _MONTH_WORDS[parts["m"].lower()], int(parts["d"]))
             if day is not None:
-                return day, day + dt.timedelta(days=1)
+                return day, day + dt.timedelta(days=1), match.span()
     if match := _ISO_DAY.search(question):
         day = _day(int(match.group(1)), int(match.group(2)), int(match.group(3)))
         if day is not None:
-            return day, day + dt.timedelta(days=1)
+            return day, day + dt.timedelta(days=1), match.span()
     if match := _MONTH_YEAR.search(question):
-        return _month_range(int(match.group(2)), _MONTH_WORDS[match.group(1).lower()])
+        return (*_month_range(int(match.group(2)), _MONTH_WORDS[match.group(1).lower()]), match.span())
     return None
 
 
-def _relative_range(question: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+def _relative_range(question: str, now: dt.datetime) -> _Found | None:
     if match := _AGO.search(question):
         count, unit = (match.group(1), match.group(2)) if match.group(1) else (match.group(3), match.group(4))
-        return _minus(now, _count(count), _UNITS[unit.lower()])
+        return (*_minus(now, _count(count), _UNITS[unit.lower()]), match.span())
     if match := _RELATIVE.search(question):
-        return _relative(match.group(1), now)
+        return (*_relative(match.group(1), now), match.span())
     if match := _LAST_MONTH_NAME.search(question):
         name = next(g for g in match.groups() if g)
         month = _MONTH_WORDS[name.lower()]
         strict = not re.match(r"(?i)in|en|au", match.group(0))  # "last May": not this month's May
         year = now.year if (month < now.month or (month == now.month and not strict)) else now.year - 1
-        return _month_range(year, month)
+        return (*_month_range(year, month), match.span())
     if match := _YEAR.search(question):
         year = int(match.group(1))
-        return dt.datetime(year, 1, 1, tzinfo=dt.UTC), dt.datetime(year + 1, 1, 1, tzinfo=dt.UTC)
+        return (
+            dt.datetime(year, 1, 1, tzinfo=dt.UTC),
+            dt.datetime(year + 1, 1, 1, tzinfo=dt.UTC),
+            match.span(),
+        )
     return None
 
 
 def around_event(query: TimeQuery, when: dt.datetime) -> TimeQuery:
     """``query`` with the range its "before/after the <event>" gives, the event having been said ``when``."""
     if query.relation == "before":
-        return TimeQuery(end=when, asks_when=query.asks_when)
-    return TimeQuery(start=when, asks_when=query.asks_when)
+        return TimeQuery(end=when, asks_when=query.asks_when, subject=query.subject)
+    return TimeQuery(start=when, asks_when=query.asks_when, subject=query.subject)
