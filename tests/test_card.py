@@ -15,7 +15,7 @@ from langgraph.store.base import GetOp, Op, Result
 from langgraph.store.memory import InMemoryStore
 
 from remem import ExtractiveSummarizer, Memory, load_settings
-from remem.memory import Thread
+from remem.memory import MemoryRecord, Thread
 from remem.memory._backends import index_config
 from remem.memory._plans import CARD_RECORDS, SUMMARY_PAGE
 from remem.memory._records import messages_ns
@@ -563,3 +563,45 @@ def test_greetings_are_never_topics_or_summary_lines(in_memory: Memory) -> None:
     assert card.summary and "Thanks" not in card.summary and "Hey Melanie" not in card.summary
     for topic in card.topics:
         assert not {"hey", "thanks", "caroline!", "hi"} & set(topic.split())
+
+
+def _naive_diversify(records: Sequence[MemoryRecord], k: int, lam: float = 0.5) -> list[MemoryRecord]:
+    """Maximal marginal relevance the plain way: every remaining record's gain computed at every step."""
+    from remem.memory._card import _IGNORED, _WORDS, _jaccard
+
+    if len(records) <= 1 or k <= 1:
+        return list(records[:k])
+    n = len(records)
+    words = [frozenset(_WORDS.findall(r.content.lower())) - _IGNORED for r in records]
+    chosen: list[int] = []
+    remaining = list(range(n))
+    while remaining and len(chosen) < k:
+
+        def gain(i: int) -> tuple[float, int]:
+            overlap = max((_jaccard(words[i], words[j]) for j in chosen), default=0.0)
+            return (lam * (1.0 - i / n) - (1 - lam) * overlap, -i)
+
+        best = max(remaining, key=gain)
+        chosen.append(best)
+        remaining.remove(best)
+    return [records[i] for i in chosen]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(
+            st.sampled_from(["sister", "moved", "Porto", "cat", "Miso", "job", "nurse", "the"]), max_size=5
+        ),
+        max_size=25,
+    ),
+    k=st.integers(min_value=0, max_value=30),
+)
+def test_lazy_diversify_picks_what_plain_mmr_picks(texts: list[list[str]], k: int) -> None:
+    from remem.memory._card import diversify
+
+    records = [
+        MemoryRecord(id=f"r{i}", type="message", content=" ".join(words), score=0.0)
+        for i, words in enumerate(texts)
+    ]
+    assert [r.id for r in diversify(records, k)] == [r.id for r in _naive_diversify(records, k)]

@@ -14,6 +14,7 @@ Rules (those of the Oracle Agent Memory guide):
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -330,22 +331,29 @@ def diversify(records: Sequence[MemoryRecord], k: int, lambda_mult: float = 0.5)
     """Up to ``k`` records by maximal marginal relevance: each next record is the one with the best
     ``lambda_mult * relevance - (1 - lambda_mult) * (word overlap with those already chosen)``, relevance
     being the rank the search gave (first: 1, last: near 0) and the overlap that of content words (no stop
-    word, greeting or role). Near-copies of a chosen record (say, the same question asked again) give way
-    to records that add something. Deterministic; linear in ``k`` times the number of records."""
+    word, greeting or role); ties go to the better rank. Near-copies of a chosen record (say, the same
+    question asked again) give way to records that add something. Deterministic.
+
+    Lazy greedy: a record's gain only falls as records are chosen, so its last computed gain bounds it;
+    the record on top of the heap is brought up to date, and chosen if it stays on top."""
     if len(records) <= 1 or k <= 1:
         return list(records[:k])
     n = len(records)
-    relevance = [1.0 - i / n for i in range(n)]
     words = [frozenset(_WORDS.findall(r.content.lower())) - _IGNORED for r in records]
     overlap = [0.0] * n
+    seen = [0] * n  # how many of the chosen records ``overlap[i]`` accounts for
+    heap = [(-lambda_mult * (1.0 - i / n), i) for i in range(n)]
     chosen: list[int] = []
-    remaining = list(range(n))
-    while remaining and len(chosen) < k:
-        best = max(remaining, key=lambda i: (lambda_mult * relevance[i] - (1 - lambda_mult) * overlap[i], -i))
-        chosen.append(best)
-        remaining.remove(best)
-        for i in remaining:
-            overlap[i] = max(overlap[i], _jaccard(words[i], words[best]))
+    while heap and len(chosen) < k:
+        _, i = heapq.heappop(heap)
+        for j in chosen[seen[i] :]:
+            overlap[i] = max(overlap[i], _jaccard(words[i], words[j]))
+        seen[i] = len(chosen)
+        entry = (-(lambda_mult * (1.0 - i / n) - (1 - lambda_mult) * overlap[i]), i)
+        if heap and entry > heap[0]:
+            heapq.heappush(heap, entry)  # another may now be better: look again
+        else:
+            chosen.append(i)
     return [records[i] for i in chosen]
 
 
