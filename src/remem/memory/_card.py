@@ -233,6 +233,11 @@ def _fit_summary(
     return cut if count(_assemble(cut, lines)) <= budget else base
 
 
+def _said(record: MemoryRecord) -> tuple[bool, str, int, str]:
+    """Where a record goes in the card: long-term memories first, then messages as they were said."""
+    return (record.type == "message", record.timestamp, record.seq, record.id)
+
+
 def _in_order(group: Sequence[MemoryRecord]) -> list[MemoryRecord]:
     """A hit and its neighbouring turn in the order they were said (a memory keeps its place)."""
     if len(group) > 1 and all(r.seq >= 0 for r in group):
@@ -256,6 +261,11 @@ def render_card(
     then the topics if they fit, then the summary, in what is left up to ``SUMMARY_MAX_SHARE`` of the
     budget (all of it when there is no record). A summary that does not fit whole is cut and ends with
     "(truncated)"; so is a record past ``RECORD_MAX_TOKENS``. A card that cannot fit at all renders "".
+
+    The records are chosen by rank (the returned parts hold them best first) but shown in the card as
+    they were said (long-term memories first): a new message elsewhere in the thread can change the
+    ranking's keyword statistics, not the order of what the card shows, so a rebuilt card keeps its
+    bytes (a provider's prompt cache) and reads as a timeline.
     """
     frame = CardParts(summary_revision=parts.summary_revision)
     recent = list(parts.recent)
@@ -292,7 +302,7 @@ def render_card(
                 break
         else:
             break  # the first record that does not fit ends the placing
-    lines = [lines_of[r.id] for r in kept]
+    lines = [lines_of[r.id] for r in sorted(kept, key=_said)]
     with_topics = _with(frame, topics=parts.topics)
     if parts.topics and count(_assemble(with_topics, lines)) <= token_budget - reserve:
         frame = with_topics
@@ -306,7 +316,7 @@ def render_card(
     content = _assemble(final, lines)
     while content and count(content) > token_budget and kept:  # the estimate was short: drop the last
         kept.pop()
-        lines.pop()
+        lines = [lines_of[r.id] for r in sorted(kept, key=_said)]
         final = _with(final, records=tuple(kept))
         content = _assemble(final, lines)
     if content and count(content) > token_budget:
@@ -355,14 +365,3 @@ def diversify(records: Sequence[MemoryRecord], k: int, lambda_mult: float = 0.5)
         else:
             chosen.append(i)
     return [records[i] for i in chosen]
-
-
-def dedupe_records(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
-    """Records in rank order (score high to low, then id), each id once."""
-    seen: set[str] = set()
-    out: list[MemoryRecord] = []
-    for r in sorted(records, key=lambda r: (-r.score, r.type, r.id)):
-        if r.id not in seen:
-            seen.add(r.id)
-            out.append(r)
-    return out

@@ -53,7 +53,7 @@ from remem.memory._records import (
 from remem.memory._topics import extract_topics
 from remem.memory._when import TimeQuery, around_event, needs_now, time_query
 from remem.messages import is_derived
-from remem.messages.words import query_text
+from remem.messages.words import is_chit_chat, query_text
 from remem.summarize import SummaryResult
 
 __all__ = [
@@ -500,11 +500,19 @@ def _partner_seq(record: MemoryRecord) -> int | None:
     return record.seq - 1 if record.role == "assistant" else record.seq + 1
 
 
+def _exchange(hit: MemoryRecord, neighbour: MemoryRecord) -> bool:
+    """Whether ``neighbour`` completes ``hit`` as a question and its answer: one of them asks, and the
+    neighbour says something (a "Thanks for sharing!" after a statement is no evidence)."""
+    asks = "?" in hit.content or "?" in neighbour.content
+    return asks and not is_chit_chat(neighbour.content.split(": ", 1)[-1])
+
+
 def _with_neighbours(
     thread_id: str, info: ThreadInfo, records: Sequence[MemoryRecord], exclude: frozenset[str]
 ) -> Plan[list[list[MemoryRecord]]]:
     """Each record with the neighbouring turn of its exchange (the question with its answer), when that
-    turn is in the thread and not excluded; two reads for all of them."""
+    turn is in the thread, not excluded, and the two make a question and its answer (``_exchange``);
+    two reads for all of them."""
     seqs = {r.id: s for r in records if (s := _partner_seq(r)) is not None and 0 <= s < info.message_count}
     numbers = sorted({s // ORDER_CHUNK for s in seqs.values()})
     chunks: dict[int, list[str]] = {}
@@ -526,7 +534,10 @@ def _with_neighbours(
     groups: list[list[MemoryRecord]] = []
     for r in records:
         partner = partners.get(partner_ids.get(r.id, ""))
-        groups.append([r, partner] if partner is not None and partner.id != r.id else [r])
+        if partner is not None and partner.id != r.id and _exchange(r, partner):
+            groups.append([r, partner])
+        else:
+            groups.append([r])
     return groups
 
 
