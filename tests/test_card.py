@@ -583,7 +583,14 @@ def _naive_diversify(records: Sequence[MemoryRecord], k: int, lam: float = 0.5) 
     if len(records) <= 1 or k <= 1:
         return list(records[:k])
     n = len(records)
-    words = [frozenset(_WORDS.findall(r.content.lower())) - _IGNORED for r in records]
+    vocabulary: dict[str, int] = {}
+    words = [
+        sum(
+            1 << vocabulary.setdefault(w, len(vocabulary))
+            for w in set(_WORDS.findall(r.content.lower())) - _IGNORED
+        )
+        for r in records
+    ]
     chosen: list[int] = []
     remaining = list(range(n))
     while remaining and len(chosen) < k:

@@ -333,8 +333,10 @@ _WORDS = re.compile(r"[^\W_]+")
 _IGNORED = STOP_WORDS | GREETINGS | {"user", "assistant", "system", "tool"}
 
 
-def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    return len(a & b) / len(a | b) if a or b else 0.0
+def _jaccard(a: int, b: int) -> float:
+    """Jaccard similarity of two word sets held as bits."""
+    union = (a | b).bit_count()
+    return (a & b).bit_count() / union if union else 0.0
 
 
 def diversify(records: Sequence[MemoryRecord], k: int, lambda_mult: float = 0.5) -> list[MemoryRecord]:
@@ -349,7 +351,11 @@ def diversify(records: Sequence[MemoryRecord], k: int, lambda_mult: float = 0.5)
     if len(records) <= 1 or k <= 1:
         return list(records[:k])
     n = len(records)
-    words = [frozenset(_WORDS.findall(r.content.lower())) - _IGNORED for r in records]
+    bits: dict[str, int] = {}  # each content word a bit: a record's words are an int, overlap is popcount
+    words = [0] * n
+    for index, r in enumerate(records):
+        for w in set(_WORDS.findall(r.content.lower())) - _IGNORED:
+            words[index] |= 1 << bits.setdefault(w, len(bits))
     overlap = [0.0] * n
     seen = [0] * n  # how many of the chosen records ``overlap[i]`` accounts for
     heap = [(-lambda_mult * (1.0 - i / n), i) for i in range(n)]

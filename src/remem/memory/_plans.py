@@ -75,6 +75,8 @@ SUMMARY_PAGE = 512
 summariser's step, so paging does not change its result)."""
 MESSAGE_FIELDS = ("content", CONTEXT_FIELD)
 """What the index holds of a message: its text, and who said it when (``_records.index_context``)."""
+DIVERSE_TOP = 16
+"""How many of a diverse search's first records are picked by maximal marginal relevance."""
 _HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
 
 
@@ -422,9 +424,9 @@ def search_plan(
     the date the index holds with each message; its time words (``_when``: "last May", "in 2022", "two
     weeks ago", "before the trip") are read into a range of dates, and the records said within it come
     first. (Adding the range's date words to the query was tried: they pulled every message of those
-    dates up the vector ranking, the question's subject lost.) ``diverse`` picks the ``k`` records by maximal marginal
-    relevance among twice as many candidates (for cards and recall, where near-copies waste the
-    budget)."""
+    dates up the vector ranking, the question's subject lost.) ``diverse`` picks the first ``DIVERSE_TOP`` records
+    by maximal marginal relevance among twice as many candidates, the rest in rank order (for cards
+    and recall, where near-copies waste the budget)."""
     if k < 0:
         raise RememUsageError("k must be non-negative")
     if user_id is None and thread_id is None:
@@ -482,7 +484,14 @@ def search_plan(
             if r.id not in inside and when.contains(parse_timestamp(r.timestamp)):
                 inside[r.id] = r
         ranked = [*inside.values(), *(r for r in ranked if r.id not in inside)]
-    return diversify(ranked[: 2 * k], k) if diverse else ranked[:k]
+    if not diverse:
+        return ranked[:k]
+    # The first records by maximal marginal relevance, picked among twice as many; the rest in rank order
+    # (past the first few, diversity changes little and costs the most).
+    top = min(k, DIVERSE_TOP)
+    picked = diversify(ranked[: 2 * top], top)
+    ids = {r.id for r in picked}
+    return [*picked, *(r for r in ranked if r.id not in ids)][:k]
 
 
 def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage | None]:
