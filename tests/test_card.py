@@ -15,9 +15,9 @@ from langgraph.store.base import GetOp, Op, Result
 from langgraph.store.memory import InMemoryStore
 
 from remem import ExtractiveSummarizer, Memory, load_settings
-from remem.memory import Thread
+from remem.memory import MemoryRecord, Thread
 from remem.memory._backends import index_config
-from remem.memory._plans import SUMMARY_PAGE
+from remem.memory._plans import CARD_RECORDS, SUMMARY_PAGE
 from remem.memory._records import messages_ns
 from remem.summarize import SummaryResult
 
@@ -388,7 +388,238 @@ def test_a_card_after_new_messages_reads_and_summarises_only_those(history: int)
     thread.add_messages(_notes(history, 3))
     store.reads.clear()
     summarizer.calls.clear()
-    thread.get_context_card()
+    card = thread.get_context_card()
     assert summarizer.calls == [[f"m{i}" for i in range(history, history + 3)]]
-    # The three new messages and the latest user message (the default query): not the history.
-    assert store.reads.count(messages_ns("long")) == 4
+    # The three new messages, the latest user message (the default query) and the neighbouring turn
+    # of each recalled message (at most one per candidate record): not the history.
+    partners = store.reads.count(messages_ns("long")) - 4
+    assert 0 <= partners <= CARD_RECORDS and card.records
+
+
+# --- evidence first: dates, speakers, neighbours, budgets, time words --------------------------------
+
+_FACTS = [
+    ("2023-03-04T10:00:00Z", "Caroline", "I went hiking in the Alps with my cousin."),
+    ("2023-03-04T10:01:00Z", "Melanie", "The Alps in March must have been cold!"),
+    ("2023-05-08T18:30:00Z", "Caroline", "I went hiking in the Pyrenees with my cousin."),
+    ("2023-05-08T18:31:00Z", "Melanie", "The Pyrenees sound lovely, which trail was it?"),
+    ("2023-05-20T09:00:00Z", "Caroline", "We finally booked the trip to Lisbon."),
+    ("2023-05-20T09:01:00Z", "Melanie", "Lisbon is wonderful, enjoy it!"),
+    ("2023-06-02T08:00:00Z", "Caroline", "Back from the Lisbon trip, I bought a blue ceramic tile there."),
+    ("2023-06-02T08:01:00Z", "Melanie", "A tile from Lisbon? What a souvenir."),
+    ("2023-07-03T12:00:00Z", "Caroline", "Hey Melanie! Thanks so much!"),
+    ("2023-07-03T12:01:00Z", "Melanie", "Thanks, Caroline!"),
+]
+
+
+def _dated(memory: Memory, thread_id: str = "dated") -> Thread:
+    thread = memory.thread(thread_id, user_id="caroline")
+    thread.add_messages(
+        [
+            {
+                "role": "user" if speaker == "Caroline" else "assistant",
+                "content": text,
+                "id": f"d{i}",
+                "timestamp": when,
+                "metadata": {"speaker": speaker},
+            }
+            for i, (when, speaker, text) in enumerate(_FACTS)
+        ]
+    )
+    return thread
+
+
+def test_every_record_in_the_card_shows_its_speaker_and_date(memory: Memory) -> None:
+    card = _dated(memory).get_context_card(query="hiking with my cousin")
+    records = _parse(card.content).findall("relevant_information/record")
+    assert records
+    by_id = {r.get("record_id"): r for r in records}
+    assert by_id["d2"].get("speaker") == "Caroline" and by_id["d2"].get("date") == "8 May 2023"
+    assert by_id["d0"].get("date") == "4 March 2023"
+    for record in records:
+        assert record.get("speaker") in {"Caroline", "Melanie"} and record.get("date")
+    # The stored text is the message's own: the speaker and the date are labels, not content.
+    assert next(m for m in memory.get_thread("dated").messages() if m.id == "d2").content == _FACTS[2][2]
+    assert (by_id["d2"].text or "").endswith(_FACTS[2][2]) and "2023" not in (by_id["d2"].text or "")
+
+
+def test_the_speaker_and_the_date_are_searchable_with_the_message(memory: Memory) -> None:
+    _dated(memory)
+    found = {r.id for r in memory.search("Melanie", thread_id="dated", k=5)}
+    # Melanie's turns (none of them says her name), or the one of Caroline's that does ("Hey Melanie!")
+    assert {"d1", "d3"} <= found <= {"d1", "d3", "d5", "d7", "d9", "d8"}
+    by_date = memory.search("what happened on 20 May 2023", thread_id="dated", k=2)
+    assert {r.id for r in by_date} == {"d4", "d5"}
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "twin"),
+    [
+        ("Where did I go hiking last May?", "d2", "d0"),  # from the thread's latest message (July 2023)
+        ("Where did I go hiking in March?", "d0", "d2"),
+        ("Where did Caroline go hiking in March 2023?", "d0", "d2"),
+        ("Where did I go hiking two months ago?", "d2", "d0"),
+        ("Which souvenir did I buy after the trip?", "d6", None),
+    ],
+)
+def test_a_question_with_time_words_finds_the_dated_turn(
+    memory: Memory, question: str, answer: str, twin: str | None
+) -> None:
+    thread = _dated(memory)
+    found = [r.id for r in memory.search(question, thread_id="dated", k=10)]
+    assert answer in found[:2]
+    if twin is not None:  # the same words, said on another date: after the one asked about
+        assert found.index(answer) < found.index(twin)
+    card = [r.id for r in thread.get_context_card(query=question, token_budget=400).records]
+    assert answer in card[:2]  # the card's first exchange
+    if twin in card:
+        assert card.index(answer) < card.index(twin)
+
+
+def test_a_greeting_weighs_nothing_in_a_query(memory: Memory) -> None:
+    _dated(memory)
+    assert memory.search("Thanks!", thread_id="dated") == []
+    assert memory.search("Hi! Hello!", thread_id="dated") == []
+    plain = memory.search("Where did I go hiking with my cousin?", thread_id="dated", k=4)
+    polite = memory.search("Hey! Thanks. Where did I go hiking with my cousin?", thread_id="dated", k=4)
+    assert [r.id for r in polite] == [r.id for r in plain] and plain
+
+
+def test_a_hit_comes_with_the_other_half_of_its_exchange(memory: Memory) -> None:
+    thread = _dated(memory)
+    card = thread.get_context_card(query="blue ceramic tile", token_budget=2000)
+    ids = [r.id for r in card.records]
+    assert ids[:2] == ["d6", "d7"]  # the answer right after its question, in the order they were said
+    reply = thread.get_context_card(query="what a souvenir", token_budget=2000)
+    assert [r.id for r in reply.records][:2] == ["d6", "d7"]  # a reply brings its question
+    # A statement and a reply that says nothing are no exchange: a "Thanks, Caroline!" does not come along.
+    from remem.memory._plans import _exchange
+
+    def said(text: str, role: str = "user") -> MemoryRecord:
+        return MemoryRecord(id=text, type="message", content=f"{role}: {text}", score=0.0, role=role)
+
+    assert _exchange(said("Which trail was it?"), said("The GR10, three days.", "assistant"))
+    assert _exchange(said("The GR10, three days.", "assistant"), said("Which trail was it?"))
+    assert not _exchange(said("I walked the GR10."), said("Thanks for sharing that!", "assistant"))
+    assert not _exchange(said("Did you like it?"), said("Thanks, Caroline!", "assistant"))
+    assert not _exchange(said("I walked the GR10."), said("It took three days.", "assistant"))
+
+
+def _long_conversation(memory: Memory, n: int = 160) -> Thread:
+    thread = memory.thread("long-talk", user_id="u", context_summary_update_frequency=1)
+    thread.add_messages(
+        [
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": (
+                    f"My {['sister', 'cousin', 'uncle', 'friend'][i % 4]} moved to city {i % 23} "
+                    f"and works as a {['nurse', 'baker', 'welder'][i % 3]} there since {2000 + i % 20}."
+                    if i % 2 == 0
+                    else f"Good to know about city {i % 23}, a {['nurse', 'baker', 'welder'][i % 3]}."
+                ),
+                "id": f"t{i}",
+                "timestamp": f"2023-{1 + i // 20:02d}-{1 + i % 20:02d}T10:00:00Z",
+            }
+            for i in range(n)
+        ]
+    )
+    return thread
+
+
+def test_bigger_budgets_give_bigger_cards_with_more_evidence(in_memory: Memory) -> None:
+    thread = _long_conversation(in_memory)
+    cards = [
+        thread.get_context_card(query="where does my sister work", token_budget=b) for b in (500, 1000, 2000)
+    ]
+    assert [len(c.records) for c in cards] == sorted(len(c.records) for c in cards)
+    assert len(cards[0].records) < len(cards[1].records) < len(cards[2].records)
+    for card, budget in zip(cards, (500, 1000, 2000), strict=True):
+        assert budget * 0.8 < card.token_count <= budget  # the budget is spent, not left idle
+        # Evidence first: the summary never takes more than its share beside records.
+        assert in_memory.count_text(card.summary) <= budget // 2
+    assert len({c.content for c in cards}) == 3
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    budgets=st.lists(st.integers(min_value=60, max_value=1900), min_size=2, max_size=2, unique=True),
+    n=st.integers(min_value=0, max_value=60),
+    query=st.sampled_from(["sister city", "baker since 2005", "what happened last May?", "Thanks!"]),
+)
+def test_a_bigger_budget_holds_the_evidence_of_a_smaller_one(budgets: list[int], n: int, query: str) -> None:
+    memory = Memory.from_url("memory://", settings=SETTINGS)
+    thread = _long_conversation(memory, n)
+    small, big = (thread.get_context_card(query=query, token_budget=b) for b in sorted(budgets))
+    assert small.token_count <= min(budgets) and big.token_count <= max(budgets)
+    assert {r.id for r in small.records} <= {r.id for r in big.records}
+    for card in (small, big):
+        if card.content:
+            for record in _parse(card.content).findall("relevant_information/record"):
+                assert record.get("date") and record.get("speaker") in {"user", "assistant"}
+
+
+def test_the_card_is_byte_stable_between_refreshes_with_dates_and_neighbours(tmp_path: Path) -> None:
+    with Memory.from_url(f"sqlite:///{tmp_path / 'stable.db'}", settings=SETTINGS) as memory:
+        thread = _dated(memory)
+        first = thread.get_context_card(query="hiking trip Lisbon", token_budget=600)
+        assert first.records and 'date="' in first.content
+        assert thread.get_context_card(query="hiking trip Lisbon", token_budget=600).content == first.content
+    with Memory.from_url(f"sqlite:///{tmp_path / 'stable.db'}", settings=SETTINGS) as again:
+        card = again.get_thread("dated").get_context_card(query="hiking trip Lisbon", token_budget=600)
+        assert card.content == first.content
+
+
+def test_greetings_are_never_topics_or_summary_lines(in_memory: Memory) -> None:
+    card = _dated(in_memory).get_context_card(token_budget=2000, query="hiking")
+    assert card.summary and "Thanks" not in card.summary and "Hey Melanie" not in card.summary
+    for topic in card.topics:
+        assert not {"hey", "thanks", "caroline!", "hi"} & set(topic.split())
+
+
+def _naive_diversify(records: Sequence[MemoryRecord], k: int, lam: float = 0.5) -> list[MemoryRecord]:
+    """Maximal marginal relevance the plain way: every remaining record's gain computed at every step."""
+    from remem.memory._card import _IGNORED, _WORDS, _jaccard
+
+    if len(records) <= 1 or k <= 1:
+        return list(records[:k])
+    n = len(records)
+    vocabulary: dict[str, int] = {}
+    words = [
+        sum(
+            1 << vocabulary.setdefault(w, len(vocabulary))
+            for w in set(_WORDS.findall(r.content.lower())) - _IGNORED
+        )
+        for r in records
+    ]
+    chosen: list[int] = []
+    remaining = list(range(n))
+    while remaining and len(chosen) < k:
+
+        def gain(i: int) -> tuple[float, int]:
+            overlap = max((_jaccard(words[i], words[j]) for j in chosen), default=0.0)
+            return (lam * (1.0 - i / n) - (1 - lam) * overlap, -i)
+
+        best = max(remaining, key=gain)
+        chosen.append(best)
+        remaining.remove(best)
+    return [records[i] for i in chosen]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(
+            st.sampled_from(["sister", "moved", "Porto", "cat", "Miso", "job", "nurse", "the"]), max_size=5
+        ),
+        max_size=25,
+    ),
+    k=st.integers(min_value=0, max_value=30),
+)
+def test_lazy_diversify_picks_what_plain_mmr_picks(texts: list[list[str]], k: int) -> None:
+    from remem.memory._card import diversify
+
+    records = [
+        MemoryRecord(id=f"r{i}", type="message", content=" ".join(words), score=0.0)
+        for i, words in enumerate(texts)
+    ]
+    assert [r.id for r in diversify(records, k)] == [r.id for r in _naive_diversify(records, k)]

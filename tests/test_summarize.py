@@ -22,6 +22,7 @@ from remem import (
     summarizer_for,
 )
 from remem.messages import approximate_token_count
+from remem.messages.words import is_chit_chat
 from remem.summarize import build_summary_prompt
 
 
@@ -120,7 +121,8 @@ def test_a_transcript_cannot_close_its_section_in_the_summary_prompt() -> None:
 
 # --- big backlogs: the fast summariser against the code before it ---------------------------------
 # The reference is the extractive summariser as it was before it folded backlogs in steps: its own
-# patterns and its point-at-a-time budget loop. Helpers that did not change are shared.
+# patterns and its point-at-a-time budget loop. Helpers that did not change are shared, and so is the
+# chit-chat rule added since (remem.messages.words.is_chit_chat).
 
 _REF_CUES = re.compile(
     r"\b(i|i'm|i am|my|mine|we|our|i've|i'd|i'll|prefer|like|love|hate|allerg\w*|name|called|live|work|"
@@ -142,6 +144,7 @@ def _ref_points(message: BaseMessage, per_message: int) -> list[tuple[int, str]]
         return []
     who = "User" if isinstance(message, HumanMessage) else "Assistant"
     sentences = [s.strip() for s in summarize._SENTENCE.split(" ".join(message.text.split())) if s.strip()]
+    sentences = [s for s in sentences if not is_chit_chat(s)]  # chit-chat is no point (a rule added since)
     scored = [(_ref_score(s), i, s) for i, s in enumerate(sentences)]
     threshold = 3 if isinstance(message, AIMessage) else 1
     scored = [t for t in scored if t[0] >= threshold]
@@ -314,3 +317,50 @@ def test_the_llm_summariser_sends_a_long_backlog_in_steps_each_message_once(asyn
         assert len(transcript) == 1 or approximate_token_count(transcript) <= 200
     assert result.text == f"Summary {len(model.calls) - 1}: the user keeps notes."
     assert result.input_tokens == sum(approximate_token_count(call) for call in model.calls)
+
+
+# --- chit-chat is no memory: greetings, thanks and reactions never make a summary line or a topic --------
+
+_CHIT_CHAT = [
+    "Thanks, Caroline!", "Hey Melanie!", "Hi!", "Thank you so much!", "That sounds great, tell me more!",
+    "Wow, awesome!", "I'd love to!", "Bonjour Claire !", "Merci beaucoup !", "Haha, cool.", "Okay, bye!",
+]  # fmt: skip
+_FACTS = [
+    "I adopted a beagle called Biscuit in 2021.", "My sister Ines moved to Porto last month.",
+    "We are flying to Iceland in June.", "J'habite à Lyon depuis 2019.", "I work as a nurse in Ghent.",
+]  # fmt: skip
+
+
+def test_chit_chat_is_told_from_facts() -> None:
+    from remem.messages.words import is_chit_chat, query_text
+
+    assert all(is_chit_chat(s) for s in _CHIT_CHAT)
+    assert not any(is_chit_chat(s) for s in _FACTS)
+    assert not is_chit_chat("Thanks, the meeting is on 12 May.")  # a fact said politely is a fact
+    assert query_text("Hi Caroline! Thanks. Where did my sister move?") == "Where did my sister move?"
+    assert query_text("Bonjour ! Où habite ma sœur ?") == "Où habite ma sœur ?"
+    assert query_text("Thanks!") == "" and query_text("") == ""
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_CHIT_CHAT + _FACTS), st.sampled_from([HumanMessage, AIMessage])),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_greetings_never_make_summary_lines_or_topics(turns: list[tuple[str, type[BaseMessage]]]) -> None:
+    from remem.memory._topics import extract_topics
+    from remem.messages.words import GREETINGS, PHATIC, is_chit_chat
+
+    messages = [kind(content=text) for text, kind in turns]
+    text = ExtractiveSummarizer().summarize("", messages).text
+    for line in text.splitlines():
+        assert not is_chit_chat(line.split(":", 1)[-1]), line
+        assert line.split(":", 1)[-1].strip() not in _CHIT_CHAT
+    said = {t for t, _ in turns}
+    if said & set(_FACTS) - {"We are flying to Iceland in June."}:
+        assert text  # the facts are kept (one without a cue may score too low, as before)
+    for topic in extract_topics(text) + extract_topics("\n".join(said)):
+        assert not set(topic.split()) & (GREETINGS | PHATIC), topic

@@ -3,7 +3,8 @@
 Two kinds, one protocol:
 - :class:`LLMSummarizer` asks the configured chat model, with the seeds' prompt ("extend the summary ...").
 - :class:`ExtractiveSummarizer` needs no model: it keeps the sentences that carry facts (first-person
-  statements, names, numbers, preferences) and drops chit-chat. It is deterministic.
+  statements, names, numbers, preferences) and drops chit-chat (greetings, thanks and reactions, as
+  :func:`remem.messages.words.is_chit_chat` reads them: "Thanks, Caroline!"). It is deterministic.
 
 Both keep the previous summary: a new summary always starts from the old one, and when the result passes
 its token budget the oldest, least informative points go first, with a visible count of what was omitted.
@@ -27,6 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from remem.errors import RememUsageError, SummarizationError
 from remem.messages import approximate_token_count, escape_text, mark_derived
+from remem.messages.words import is_chit_chat
 from remem.models import model_name
 
 __all__ = [
@@ -140,6 +142,7 @@ class ExtractiveSummarizer:
             return []
         who = "User" if isinstance(message, HumanMessage) else "Assistant"
         sentences = [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
+        sentences = [s for s in sentences if not is_chit_chat(s)]  # greetings and thanks are no memory
         scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences)]
         # A sentence must carry some fact; the assistant's must carry more (its chit-chat is no memory).
         threshold = 3 if isinstance(message, AIMessage) else 1

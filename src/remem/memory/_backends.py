@@ -7,11 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from langgraph.store.base import BaseStore
+from langgraph.store.memory import InMemoryStore
 
 from remem._url import parse_database_url
 from remem.config import Settings
 
-__all__ = ["index_config", "open_store"]
+__all__ = ["index_config", "indexes_repeated_texts", "open_store"]
 
 
 def _embedder(settings: Settings) -> Any:
@@ -30,15 +31,41 @@ def index_config(settings: Settings) -> dict[str, Any]:
     return {"dims": int(embedder.dims), "embed": embedder, "fields": ["content"]}
 
 
+class _InMemoryStore(InMemoryStore):
+    """LangGraph's ``InMemoryStore``, but a batch may index the same text twice.
+
+    Stock ``InMemoryStore`` embeds each distinct text of a batch once, then pairs the embeddings with
+    every place a text was found and raises ValueError ("Number of embeddings ... does not match") when
+    a text occurs twice: two messages saying "ok", or two messages of the same day (each message's
+    ``context`` field holds its date). Here each embedding goes to every place its text occurs."""
+
+    def _insertinmem_store(
+        self,
+        to_embed: dict[str, list[tuple[tuple[str, ...], str, str]]],
+        embeddings: list[list[float]],
+    ) -> None:
+        for embedding, places in zip(embeddings, to_embed.values(), strict=True):
+            for namespace, key, path in places:
+                self._vectors[namespace][key][path] = embedding
+
+
+def indexes_repeated_texts(store: BaseStore) -> bool:
+    """Whether ``store`` can index a batch in which a text occurs twice (stock ``InMemoryStore`` with an
+    index cannot: see :class:`_InMemoryStore`)."""
+    return (
+        not isinstance(store, InMemoryStore)
+        or isinstance(store, _InMemoryStore)
+        or store.index_config is None
+    )
+
+
 def open_store(url: str, settings: Settings) -> tuple[BaseStore, list[Callable[[], None]]]:
     """The store at ``url`` and the functions that close what was opened for it.
 
     Any form :func:`remem._url.parse_database_url` accepts; it refuses the others with the list of forms.
     """
     if parse_database_url(url).kind == "memory":
-        from langgraph.store.memory import InMemoryStore
-
-        return InMemoryStore(index=index_config(settings)), []  # type: ignore[arg-type]
+        return _InMemoryStore(index=index_config(settings)), []  # type: ignore[arg-type]
     return _open_remem_store(url, settings)
 
 

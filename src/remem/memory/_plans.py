@@ -10,6 +10,8 @@ overwriting each other's counts.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +23,6 @@ from remem.memory._card import (
     ContextCard,
     Recall,
     check_card_arguments,
-    dedupe_records,
     diversify,
     render_card,
     render_recall,
@@ -29,6 +30,7 @@ from remem.memory._card import (
 from remem.memory._card import truncate_to_budget as _truncate
 from remem.memory._effects import Leased, Plan, StoreCall, SummarizeCall
 from remem.memory._records import (
+    CONTEXT_FIELD,
     EMPTY_SUMMARY,
     META_KEY,
     ORDER_CHUNK,
@@ -42,16 +44,20 @@ from remem.memory._records import (
     meta_ns,
     now_iso,
     order_ns,
+    parse_timestamp,
     record_from_memory,
     record_from_message,
     stored_message_from_input,
     summaries_ns,
 )
 from remem.memory._topics import extract_topics
+from remem.memory._when import TimeQuery, around_event, needs_now, time_query
 from remem.messages import is_derived
+from remem.messages.words import is_chit_chat, query_text
 from remem.summarize import SummaryResult
 
 __all__ = [
+    "MESSAGE_FIELDS",
     "add_messages_plan",
     "context_card_plan",
     "list_messages_plan",
@@ -67,6 +73,10 @@ TextCounter = Callable[[str], int]
 SUMMARY_PAGE = 512
 """Messages read and summarised at a time when a summary catches up (a multiple of the extractive
 summariser's step, so paging does not change its result)."""
+MESSAGE_FIELDS = ("content", CONTEXT_FIELD)
+"""What the index holds of a message: its text, and who said it when (``_records.index_context``)."""
+DIVERSE_TOP = 16
+"""How many of a diverse search's first records are picked by maximal marginal relevance."""
 _HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
 
 
@@ -148,17 +158,19 @@ def _messages_by_id(thread_id: str, ids: Sequence[str]) -> Plan[list[StoredMessa
     return [StoredMessage.from_value(item.value) for item in items if item is not None]
 
 
-def add_messages_plan(thread_id: str, inputs: Sequence[Any]) -> Plan[list[StoredMessage]]:
+def add_messages_plan(
+    thread_id: str, inputs: Sequence[Any], fields: Sequence[str] = MESSAGE_FIELDS
+) -> Plan[list[StoredMessage]]:
     """Append messages, keeping the caller's ids, and return each as stored, in the order given.
 
     A message whose id the thread already holds is not added again: it is returned as it was stored.
     One that was stored but never made it into the thread's order (a write of an older version that
     lost a race) is appended now, so that a retry makes it visible. A message remem derived from memory
-    is not a turn and is skipped."""
+    is not a turn and is skipped. ``fields``: what the search index holds of each message."""
     if isinstance(inputs, str | Mapping) or not isinstance(inputs, Sequence):
         raise RememUsageError("add_messages takes a list of messages; wrap a single message in a list")
     parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs) if not is_derived(item)]
-    stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, parsed))
+    stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, parsed, fields))
     return stored
 
 
@@ -180,7 +192,9 @@ def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Plan
     return placed
 
 
-def _append(thread_id: str, parsed: Sequence[StoredMessage]) -> Plan[list[StoredMessage]]:
+def _append(
+    thread_id: str, parsed: Sequence[StoredMessage], fields: Sequence[str]
+) -> Plan[list[StoredMessage]]:
     info = yield from thread_info_plan(thread_id)
     unique: dict[str, StoredMessage] = {}
     for m in parsed:
@@ -196,12 +210,14 @@ def _append(thread_id: str, parsed: Sequence[StoredMessage]) -> Plan[list[Stored
     stored = {i: m for i, m in found.items() if i in placed}
     new = [m for m in unique.values() if m.id not in stored]
     if new:
-        added = yield from _append_new(thread_id, info, new)
+        added = yield from _append_new(thread_id, info, new, fields)
         stored.update((m.id, m) for m in added)
     return [stored[i] for i in unique]
 
 
-def _append_new(thread_id: str, info: ThreadInfo, new: Sequence[StoredMessage]) -> Plan[list[StoredMessage]]:
+def _append_new(
+    thread_id: str, info: ThreadInfo, new: Sequence[StoredMessage], fields: Sequence[str]
+) -> Plan[list[StoredMessage]]:
     """Number ``new`` after the thread's last message and write them, the order and the count in one batch."""
     count = info.message_count
     first_chunk = count // ORDER_CHUNK
@@ -217,7 +233,7 @@ def _append_new(thread_id: str, info: ThreadInfo, new: Sequence[StoredMessage]) 
         if m.role == "user":
             last_user = seq
     puts: list[PutOp] = [
-        PutOp(messages_ns(thread_id), m.id, m.to_value(thread_id, info.user_id), index=["content"])
+        PutOp(messages_ns(thread_id), m.id, m.to_value(thread_id, info.user_id), index=list(fields))
         for m in added
     ]
     puts += [PutOp(order_ns(thread_id), chunk_key(n), {"ids": ids}, index=False) for n, ids in chunks.items()]
@@ -334,6 +350,62 @@ def _matches(record: MemoryRecord, metadata_filter: Mapping[str, Any] | None) ->
     return not metadata_filter or all(record.metadata.get(k) == v for k, v in metadata_filter.items())
 
 
+def _latest_time(thread_id: str) -> Plan[dt.datetime | None]:
+    """When the thread's latest message was said (None for an empty or unknown thread)."""
+    (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
+    if item is None:
+        return None
+    count = ThreadInfo.from_value(item.value).message_count
+    ids = yield from _ids_between(thread_id, count - 1, count)
+    found = yield from _messages_by_id(thread_id, ids)
+    return parse_timestamp(found[0].timestamp) if found else None
+
+
+def _event_time(thread_id: str, event: str, exclude: frozenset[str]) -> Plan[dt.datetime | None]:
+    """When the thread's best match for ``event`` ("the trip") was said, for "before/after the trip"."""
+    (items,) = yield StoreCall([SearchOp(messages_ns(thread_id), query=event, limit=1 + len(exclude))])
+    for item in items:
+        if item.key not in exclude:
+            return parse_timestamp(str(item.value.get("timestamp", "")))
+    return None
+
+
+def _time_of(question: str, thread_id: str | None, exclude: frozenset[str]) -> Plan[TimeQuery]:
+    """The time words of ``question``, dated from the thread's latest message (see ``_when``)."""
+    now = (yield from _latest_time(thread_id)) if thread_id is not None and needs_now(question) else None
+    found = time_query(question, now)
+    if found.event and thread_id is not None:
+        anchor = yield from _event_time(thread_id, found.event, exclude)
+        if anchor is not None:
+            found = around_event(found, anchor)
+    return found
+
+
+def _by_rank(lists: Sequence[Sequence[MemoryRecord]]) -> list[MemoryRecord]:
+    """Records of several searches in one ranking, each search's own order kept; each id once.
+
+    Where every search is ordered by its scores (LangGraph's stores: similarity), the records are merged
+    by score, ties by id. A remem store orders hybrid hits by fused rank and reports their similarity as
+    ``score``, so scores do not say the order: then they are merged rank by rank (a memory before a
+    message at the same rank), ties by id."""
+    by_score = all(all(a.score >= b.score for a, b in itertools.pairwise(records)) for records in lists)
+    merged = sorted(
+        (
+            (-r.score if by_score else rank, -kind, r.id, r)
+            for kind, records in enumerate(lists)
+            for rank, r in enumerate(records)
+        ),
+        key=lambda t: (t[0], t[1], t[2]),
+    )
+    seen: set[str] = set()
+    out: list[MemoryRecord] = []
+    for *_, record in merged:
+        if record.id not in seen:
+            seen.add(record.id)
+            out.append(record)
+    return out
+
+
 def search_plan(
     query: str,
     *,
@@ -347,8 +419,14 @@ def search_plan(
 ) -> Plan[list[MemoryRecord]]:
     """Hybrid search over a thread's messages and a user's long-term memories, best first.
 
-    ``diverse`` picks the ``k`` records by maximal marginal relevance among three times as many
-    candidates (for cards and recall, where near-copies waste the budget)."""
+    The query's greetings and chit-chat weigh nothing (``remem.messages.words.query_text``): they are
+    left out, and a query of nothing else finds nothing. A date it names ("8 May 2023", "May") matches
+    the date the index holds with each message; its time words (``_when``: "last May", "in 2022", "two
+    weeks ago", "before the trip") are read into a range of dates, and the records said within it come
+    first. (Adding the range's date words to the query was tried: they pulled every message of those
+    dates up the vector ranking, the question's subject lost.) ``diverse`` picks the first ``DIVERSE_TOP`` records
+    by maximal marginal relevance among twice as many candidates, the rest in rank order (for cards
+    and recall, where near-copies waste the budget)."""
     if k < 0:
         raise RememUsageError("k must be non-negative")
     if user_id is None and thread_id is None:
@@ -357,34 +435,63 @@ def search_plan(
         types = [types]
     if k == 0 or not query.strip():
         return []
+    when = yield from _time_of(query, thread_id, exclude)
+    text = query_text(when.subject if when.has_range else query)
+    if not text and not when.terms:
+        return []
     wanted = None if types is None else frozenset(types)
-    limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0) + (2 * k if diverse else 0)
+    limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0) + (k if diverse else 0)
     ops: list[SearchOp] = []
     kinds: list[str] = []
-    if thread_id is not None and (wanted is None or "message" in wanted):
-        ops.append(SearchOp(messages_ns(thread_id), query=query, limit=limit))
-        kinds.append("message")
-    if user_id is not None and (wanted is None or wanted - {"message"}):
-        ops.append(SearchOp(memories_ns(user_id), query=query, limit=limit))
-        kinds.append("memory")
+    for namespace, kind in ((messages_ns, "message"), (memories_ns, "memory")):
+        owner = thread_id if kind == "message" else user_id
+        if owner is None or (
+            wanted is not None and not (wanted - {"message"} if kind == "memory" else "message" in wanted)
+        ):
+            continue
+        if text:
+            ops.append(SearchOp(namespace(owner), query=text, limit=limit))
+            kinds.append(kind)
+        if kind == "message" and when.terms:  # the messages of those dates, by the date indexed with each
+            ops.append(SearchOp(namespace(owner), query=" ".join(when.terms), limit=limit))
+            kinds.append("dated")
     if not ops:
         return []
     results: list[list[SearchItem]] = yield StoreCall(ops)
-    records: list[MemoryRecord] = []
+    lists: list[list[MemoryRecord]] = []
+    dated: list[MemoryRecord] = []
     for kind, items in zip(kinds, results, strict=True):
+        found: list[MemoryRecord] = []
         for item in items:
-            if kind == "message":
-                record = record_from_message(item.value, item.score)
-            else:
+            if kind == "memory":
                 record = record_from_memory(item.key, item.value, item.score)
+            else:
+                record = record_from_message(item.value, item.score)
             if record.id in exclude or record.status in _HIDDEN_STATUSES:
                 continue
             if wanted is not None and record.type not in wanted:
                 continue
             if _matches(record, metadata_filter):
-                records.append(record)
-    ranked = dedupe_records(records)
-    return diversify(ranked[: 3 * k], k) if diverse else ranked[:k]
+                found.append(record)
+        if kind == "dated":
+            dated = found
+        else:
+            lists.append(found)
+    ranked = _by_rank(lists)
+    if when.has_range:  # said within the dates asked about: first, in their order, then the others
+        inside: dict[str, MemoryRecord] = {}
+        for r in (*ranked, *dated):
+            if r.id not in inside and when.contains(parse_timestamp(r.timestamp)):
+                inside[r.id] = r
+        ranked = [*inside.values(), *(r for r in ranked if r.id not in inside)]
+    if not diverse:
+        return ranked[:k]
+    # The first records by maximal marginal relevance, picked among twice as many; the rest in rank order
+    # (past the first few, diversity changes little and costs the most).
+    top = min(k, DIVERSE_TOP)
+    picked = diversify(ranked[: 2 * top], top)
+    ids = {r.id for r in picked}
+    return [*picked, *(r for r in ranked if r.id not in ids)][:k]
 
 
 def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage | None]:
@@ -395,12 +502,65 @@ def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage
     return found[0] if found else None
 
 
+def _partner_seq(record: MemoryRecord) -> int | None:
+    """The turn that completes a message hit's exchange: a reply's question, anyone else's answer."""
+    if record.type != "message" or record.seq < 0 or record.role in ("system", "tool"):
+        return None
+    return record.seq - 1 if record.role == "assistant" else record.seq + 1
+
+
+def _exchange(hit: MemoryRecord, neighbour: MemoryRecord) -> bool:
+    """Whether ``neighbour`` completes ``hit`` as a question and its answer: one of them asks, and the
+    neighbour says something (a "Thanks for sharing!" after a statement is no evidence)."""
+    asks = "?" in hit.content or "?" in neighbour.content
+    return asks and not is_chit_chat(neighbour.content.split(": ", 1)[-1])
+
+
+def _with_neighbours(
+    thread_id: str, info: ThreadInfo, records: Sequence[MemoryRecord], exclude: frozenset[str]
+) -> Plan[list[list[MemoryRecord]]]:
+    """Each record with the neighbouring turn of its exchange (the question with its answer), when that
+    turn is in the thread, not excluded, and the two make a question and its answer (``_exchange``);
+    two reads for all of them."""
+    seqs = {r.id: s for r in records if (s := _partner_seq(r)) is not None and 0 <= s < info.message_count}
+    numbers = sorted({s // ORDER_CHUNK for s in seqs.values()})
+    chunks: dict[int, list[str]] = {}
+    if numbers:
+        items = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(n)) for n in numbers])
+        chunks = {n: item.value["ids"] if item else [] for n, item in zip(numbers, items, strict=True)}
+    partner_ids: dict[str, str] = {}
+    for record_id, seq in seqs.items():
+        ids = chunks.get(seq // ORDER_CHUNK, [])
+        if seq % ORDER_CHUNK < len(ids) and ids[seq % ORDER_CHUNK] not in exclude:
+            partner_ids[record_id] = ids[seq % ORDER_CHUNK]
+    wanted = sorted(set(partner_ids.values()))
+    partners: dict[str, MemoryRecord] = {}
+    if wanted:
+        items = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in wanted])
+        partners = {
+            i: record_from_message(item.value, 0.0) for i, item in zip(wanted, items, strict=True) if item
+        }
+    groups: list[list[MemoryRecord]] = []
+    for r in records:
+        partner = partners.get(partner_ids.get(r.id, ""))
+        if partner is not None and partner.id != r.id and _exchange(r, partner):
+            groups.append([r, partner])
+        else:
+            groups.append([r])
+    return groups
+
+
+CARD_RECORDS = 48
+"""How many relevant records a card considers when no ``max_relevant_results`` is given (at least; one
+per 40 tokens of a bigger budget): it holds as many of them as its budget allows, best first."""
+
+
 def context_card_plan(
     thread_id: str,
     *,
     except_last_messages: int,
     max_recent_messages: int,
-    max_relevant_results: int,
+    max_relevant_results: int | None,
     token_budget: int,
     types: Sequence[str] | None,
     metadata_filter: Mapping[str, Any] | None,
@@ -423,26 +583,31 @@ def context_card_plan(
         if latest is not None:
             query = latest.content
             exclude.add(latest.id)
-    records: list[MemoryRecord] = []
-    if max_relevant_results and query and query.strip():
+    k = max(CARD_RECORDS, token_budget // 40) if max_relevant_results is None else max_relevant_results
+    groups: list[list[MemoryRecord]] = []
+    if k and query and query.strip():
         records = yield from search_plan(
             query,
             user_id=info.user_id,
             thread_id=thread_id,
             types=types,
-            k=max_relevant_results,
+            k=k,
             exclude=frozenset(exclude),
             metadata_filter=metadata_filter,
             diverse=True,
         )
+        if types is None and not metadata_filter:  # a neighbour is shown only where any message may be
+            groups = yield from _with_neighbours(thread_id, info, records, frozenset(exclude))
+        else:
+            groups = [[r] for r in records]
     parts = CardParts(
         topics=summary.topics,
         summary=summary.text,
         summary_revision=summary.revision,
-        records=tuple(records),
+        records=tuple(r for g in groups for r in g[:1]),
         recent=tuple(recent),
     )
-    content, kept = render_card(parts, token_budget, count)
+    content, kept = render_card(parts, token_budget, count, groups)
     return ContextCard(
         content=content,
         topics=kept.topics,

@@ -1,43 +1,49 @@
-"""Topics of a summary, without a model: the most frequent content phrases. Pure and deterministic."""
+"""Topics of a summary, without a model: the most frequent content phrases. Pure and deterministic.
+
+Chit-chat sentences ("Thanks, Caroline!") count for nothing, nor do stop words, greetings and words of
+reaction (``remem.messages.words``): a topic says what the conversation is about, not how it is polite.
+"""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 
+from remem.messages.words import GREETINGS, PHATIC, STOP_WORDS, is_chit_chat, words
+
 __all__ = ["extract_topics"]
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]+")
-_STOP_WORDS = """a about above after again against all also am an and any are as at be because been
-    before being
-    below between both but by can could did do does doing done down during each few for from further
-    get got had has have having he her here hers him his how i i'm i've if in into is it it's its just
-    let like make me more most my no nor not now of off on once only or other our ours out over own
-    please right same she should so some such than that the their them then there these they this
-    those through to too under until up us very was we we're were what when where which while who whom
-    why will with would you you're your yours user assistant yes okay ok thanks thank sure know want
-    need tell said say one two new use using used points earlier omitted really currently
-    """
-_STOP = frozenset(_STOP_WORDS.split())
+_OWN_STOP_WORDS = """user assistant need want use using used one two new points earlier omitted currently
+    truncated like make right"""
+_STOP = STOP_WORDS | GREETINGS | PHATIC | frozenset(_OWN_STOP_WORDS.split())
+_LABEL = re.compile(r"^\s*(?:[-*•]\s*)?(?:user|assistant)\s*:\s*", re.IGNORECASE)
+_SENTENCE = re.compile(r"(?<=[.!?…])\s+|\n+")
 
 
 def _words(text: str) -> list[str]:
-    return [w.lower().strip("'-") for w in _WORD.findall(text)]
+    """The words of ``text``'s sentences that carry something (chit-chat sentences left out)."""
+    out: list[str] = []
+    for sentence in _SENTENCE.split(text):
+        sentence = _LABEL.sub("", sentence)
+        if sentence.strip() and not is_chit_chat(sentence):
+            out.extend(w.strip("'-") for w in words(sentence))
+            out.append("")  # no phrase across sentences
+    return out
 
 
 def extract_topics(text: str, limit: int = 5) -> tuple[str, ...]:
     """Up to ``limit`` topics: repeated two-word phrases first, then frequent words; ties by first use."""
-    words = _words(text)
+    found = _words(text)
     first: dict[str, int] = {}
     phrases: Counter[str] = Counter()
     singles: Counter[str] = Counter()
-    for i, w in enumerate(words):
+    for i, w in enumerate(found):
         if w in _STOP or len(w) < 3:
             continue
         singles[w] += 1
         first.setdefault(w, i)
-        if i + 1 < len(words) and words[i + 1] not in _STOP and len(words[i + 1]) >= 3:
-            phrase = f"{w} {words[i + 1]}"
+        if i + 1 < len(found) and found[i + 1] not in _STOP and len(found[i + 1]) >= 3:
+            phrase = f"{w} {found[i + 1]}"
             phrases[phrase] += 1
             first.setdefault(phrase, i)
     ranked = sorted(phrases, key=lambda p: (-phrases[p], first[p]))

@@ -28,9 +28,11 @@ from langgraph.store.base import BaseStore
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
+from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
 from remem.memory._effects import Plan, arun, run
 from remem.memory._plans import (
+    MESSAGE_FIELDS,
     add_messages_plan,
     context_card_plan,
     list_messages_plan,
@@ -77,6 +79,9 @@ class Memory:
         self.context_summary_update_frequency = context_summary_update_frequency
         self.thread_lease_timeout = thread_lease_timeout
         self._owned: list[Any] = []
+        # Each message's speaker and date are indexed with it, but for a store that fails on a text given
+        # twice in a batch (stock InMemoryStore): there only the text is.
+        self._message_fields = MESSAGE_FIELDS if indexes_repeated_texts(store) else ("content",)
 
     @classmethod
     def from_url(
@@ -253,12 +258,16 @@ class Thread:
 
         The append holds the thread's lease: appends from any number of processes take turns, and one
         that waits past ``thread_lease_timeout`` raises :class:`~remem.errors.ThreadBusyError`."""
-        stored: list[StoredMessage] = self.memory._run(add_messages_plan(self.thread_id, messages))
+        stored: list[StoredMessage] = self.memory._run(
+            add_messages_plan(self.thread_id, messages, self.memory._message_fields)
+        )
         return stored
 
     async def aadd_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
         """Async version of :meth:`add_messages`."""
-        stored: list[StoredMessage] = await self.memory._arun(add_messages_plan(self.thread_id, messages))
+        stored: list[StoredMessage] = await self.memory._arun(
+            add_messages_plan(self.thread_id, messages, self.memory._message_fields)
+        )
         return stored
 
     def messages(self, last: int | None = None) -> list[StoredMessage]:
@@ -306,7 +315,7 @@ class Thread:
         self,
         except_last_messages: int = 0,
         max_recent_messages: int = 0,
-        max_relevant_results: int = 5,
+        max_relevant_results: int | None = None,
         token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
         types: Sequence[str] | None = None,
         metadata_filter: Mapping[str, Any] | None = None,
@@ -337,7 +346,7 @@ class Thread:
         self,
         except_last_messages: int = 0,
         max_recent_messages: int = 0,
-        max_relevant_results: int = 5,
+        max_relevant_results: int | None = None,
         token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
         types: Sequence[str] | None = None,
         metadata_filter: Mapping[str, Any] | None = None,

@@ -1,0 +1,195 @@
+"""Context cards on the generated dev set: is the answer turn in the card, and how long does a card take?
+
+For every question of ``bench/data/retrieval_dev.json`` (the set ``bench/retrieval.py`` generates: facts
+planted in one session, asked about sessions later, among distractors and small talk), the conversation is
+added to a remem ``Memory`` over a SQLite store (each turn with its session's date), and the card is built
+with the question as its query at budgets of 500, 1,000 and 2,000 tokens, the client's defaults otherwise.
+
+- **in card**: the answer turn is one of the card's records;
+- **in card or summary**: ... or its text is in the card's summary;
+- **build p50 / p95**: the time ``get_context_card`` takes (the summary already made: a refresh).
+
+Dates: the set's turns carry a session number; session ``s`` is dated ``START + s * SESSION_GAP`` and its
+turns a minute apart, so every card can show when something was said.
+
+    python bench/cards.py                          # this checkout
+    python bench/cards.py --before ../remem-old    # an older checkout first, then this one, side by side
+    python bench/cards.py --embedder fake          # the seeded fake embedder (no model)
+
+Never run on LoCoMo: it is the held-out judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BUDGETS = (500, 1000, 2000)
+START = dt.datetime(2023, 1, 9, 10, 0, tzinfo=dt.UTC)
+SESSION_GAP = dt.timedelta(days=11)
+
+
+def load_dev_set() -> dict[str, Any]:
+    """The dev set bench/retrieval.py generates and keeps (generated first if missing)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import retrieval
+
+    path = Path(retrieval.DATA)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(retrieval.generate(), indent=1) + "\n", encoding="utf-8")
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _timestamp(turn: dict[str, Any], position: int) -> str:
+    if turn.get("timestamp"):
+        return str(turn["timestamp"])
+    when = START + int(turn.get("session", 0)) * SESSION_GAP + dt.timedelta(minutes=position)
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _embedder(name: str) -> Any:
+    if name == "fake":
+        from remem.testing import FakeEmbedder
+
+        return FakeEmbedder(384)
+    from remem.embeddings import default_embedder
+
+    return default_embedder()
+
+
+def run(embedder_name: str, limit: int | None) -> dict[str, Any]:
+    from remem import Memory
+    from remem.store import SqliteStore
+
+    dataset = load_dev_set()
+    conversations = dataset["conversations"][:limit] if limit else dataset["conversations"]
+    embedder = _embedder(embedder_name)
+    hits: dict[int, list[tuple[bool, bool]]] = {b: [] for b in BUDGETS}
+    times: dict[int, list[float]] = {b: [] for b in BUDGETS}
+    tokens: dict[int, list[int]] = {b: [] for b in BUDGETS}
+    summary_share: dict[int, list[float]] = {b: [] for b in BUDGETS}
+    with SqliteStore.from_conn_string(
+        ":memory:", index={"dims": embedder.dims, "embed": embedder, "fields": ["content"]}
+    ) as store:
+        memory = Memory(store)
+        for conv in conversations:
+            thread = memory.thread(conv["id"], user_id=f"user-{conv['id']}")
+            messages = []
+            for position, turn in enumerate(conv["turns"]):
+                message: dict[str, Any] = {
+                    "role": turn["role"],
+                    "content": turn["content"],
+                    "id": turn["id"],
+                    "timestamp": _timestamp(turn, position),
+                }
+                if turn.get("speaker"):
+                    message["metadata"] = {"speaker": turn["speaker"]}
+                messages.append(message)
+            thread.add_messages(messages)
+            contents = {t["id"]: t["content"] for t in conv["turns"]}
+            thread.get_context_card(query="warm-up", token_budget=BUDGETS[0])  # makes the summary once
+            for q in conv["questions"]:
+                for budget in BUDGETS:
+                    start = time.perf_counter()
+                    card = thread.get_context_card(query=q["question"], token_budget=budget)
+                    times[budget].append((time.perf_counter() - start) * 1000)
+                    in_records = any(r.id == q["answer_id"] for r in card.records)
+                    in_summary = contents[q["answer_id"]] in card.summary
+                    hits[budget].append((in_records, in_records or in_summary))
+                    tokens[budget].append(card.token_count)
+                    summary_share[budget].append(
+                        memory.count_text(card.summary) / card.token_count if card.token_count else 0.0
+                    )
+    rows = []
+    for budget in BUDGETS:
+        n = len(hits[budget])
+        ordered = sorted(times[budget])
+        rows.append(
+            {
+                "budget": budget,
+                "questions": n,
+                "in_card": sum(a for a, _ in hits[budget]) / n,
+                "in_card_or_summary": sum(b for _, b in hits[budget]) / n,
+                "tokens_mean": statistics.fmean(tokens[budget]),
+                "summary_share": statistics.fmean(summary_share[budget]),
+                "p50_ms": statistics.median(ordered),
+                "p95_ms": ordered[min(int(0.95 * n), n - 1)],
+            }
+        )
+    return {"embedder": embedder_name, "rows": rows}
+
+
+def _table(label: str, result: dict[str, Any]) -> None:
+    print(f"\n### Context cards, {label} (embedder: {result['embedder']})\n")
+    print(
+        "| budget | questions | in card | in card or summary | tokens (mean) | summary share | p50 ms | p95 ms |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in result["rows"]:
+        print(
+            f"| {r['budget']:,} | {r['questions']} | {r['in_card']:.1%} | {r['in_card_or_summary']:.1%} | "
+            f"{r['tokens_mean']:.0f} | {r['summary_share']:.0%} | {r['p50_ms']:.1f} | {r['p95_ms']:.1f} |"
+        )
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Run on ``args.before`` (its ``src`` first on PYTHONPATH), then on this checkout, back to back."""
+    argv = list(sys.argv[1:])
+    at = argv.index("--before")
+    del argv[at : at + 2]
+    here = Path(__file__).resolve().parents[1]
+    results = {}
+    for label, root in (("before", Path(args.before).resolve()), ("after", here)):
+        out = Path(tempfile.mkdtemp(prefix="remem-cards-")) / f"{label}.json"
+        env = {**os.environ, "PYTHONPATH": str(root / "src")}
+        print(f"== {label}: {root}", flush=True)
+        subprocess.run([sys.executable, __file__, *argv, "--json", str(out), "--quiet"], env=env, check=True)
+        results[label] = json.loads(out.read_text())
+    before, after = results["before"], results["after"]
+    print(f"\n### Context cards, before and after (same run, embedder: {after['embedder']})\n")
+    print(
+        "| budget | in card before | in card after | or summary before | or summary after | p50 ms before | p50 ms after |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for b, a in zip(before["rows"], after["rows"], strict=True):
+        print(
+            f"| {a['budget']:,} | {b['in_card']:.1%} | {a['in_card']:.1%} | {b['in_card_or_summary']:.1%} | "
+            f"{a['in_card_or_summary']:.1%} | {b['p50_ms']:.1f} | {a['p50_ms']:.1f} |"
+        )
+    for label, result in results.items():
+        _table(label, result)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--embedder", choices=("minilm", "fake"), default="minilm")
+    parser.add_argument("--conversations", type=int, help="only the first N conversations")
+    parser.add_argument("--before", help="an older checkout: run it first, then this one, side by side")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.before:
+        compare(args)
+        return
+    result = run(args.embedder, args.conversations)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result), encoding="utf-8")
+    if not args.quiet:
+        _table("this checkout", result)
+
+
+if __name__ == "__main__":
+    main()
