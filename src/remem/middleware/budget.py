@@ -25,6 +25,16 @@ update, so no extra node runs), never a growing list: a call whose latest messag
 ``ContextCardMiddleware``, list it first (``middleware=[card, budget]``) so the budget sees the compacted
 prompt that is really sent; in the other order the budget checks the uncompacted history (stricter).
 ``thread_id`` and ``user_id`` default to the run's ``configurable.thread_id`` / ``configurable.user_id``.
+
+Rate limits: ``rate_limiter`` (a :class:`~remem.usage.ratelimit.RateLimiter`; by default the process's
+shared one for the settings' ``[remem.rate_limits]``) is charged one request and the estimate before each
+call, then corrected with the provider's count; a provider's 429 is retried with ``backoff`` (exponential,
+jitter, Retry-After honoured; by default when a limiter or settings are given). A wait longer than the
+maximum raises :class:`~remem.errors.RateLimitError`. A model that remem built from the settings
+(:class:`~remem.models.RateLimitedChatModel`) keeps to the limits itself and is not charged twice.
+
+The estimate counts each message once per middleware (cached by message id and content), so a long
+thread's calls do not re-count the whole history every time; the count is the same as counting it all.
 """
 
 from __future__ import annotations
@@ -47,10 +57,32 @@ from langgraph.types import Command, interrupt
 
 from remem.messages import TokenCounter, approximate_token_count
 from remem.middleware._compaction import tool_schema_text
-from remem.models import model_name
+from remem.models import RateLimitedChatModel, model_name
 from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check, day_of
+from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
+
+
+_COUNT_CACHE_SIZE = 100_000  # messages whose counts a middleware keeps (cleared, then refilled, past it)
+
+
+def _count_key(message: BaseMessage) -> tuple[Any, ...] | None:
+    """What a message's count depends on, for one with an id (None: count it each time)."""
+    if not message.id:
+        return None
+    content = message.content
+    text = content if isinstance(content, str) else repr(content)
+    calls = getattr(message, "tool_calls", None)
+    return (
+        message.id,
+        type(message).__name__,
+        message.name,
+        getattr(message, "tool_call_id", None),
+        hash(text),
+        len(text),
+        hash(repr(calls)) if calls else None,
+    )
 
 
 class BudgetState(AgentState[Any]):
@@ -152,6 +184,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         approve_tokens: int | None = None,
         approve_cost: float | None = None,
         node: str = "model",
+        rate_limiter: RateLimiter | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         super().__init__()
         self.ledger = ledger
@@ -166,6 +200,33 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             approve_cost = approve_cost or settings.approval_cost_threshold or None
         self.approve_tokens, self.approve_cost = approve_tokens, approve_cost
         self.thread_id, self.user_id, self.node = thread_id, user_id, node
+        if rate_limiter is None and settings is not None:
+            rate_limiter = shared_limiter(settings)
+        if backoff is None and (rate_limiter is not None or settings is not None):
+            backoff = Backoff.from_settings(settings) if settings is not None else Backoff()
+        self.rate_limiter, self.backoff = rate_limiter, backoff
+        # Per-message counts, for counters that count each message on its own (remem's approximate one).
+        self._counts: dict[tuple[Any, ...], int] | None = (
+            {} if self.count is approximate_token_count else None
+        )
+
+    def _count(self, messages: list[BaseMessage]) -> int:
+        cache = self._counts
+        if cache is None:
+            return self.count(messages)
+        if len(cache) > _COUNT_CACHE_SIZE:
+            cache.clear()
+        total = 0
+        for message in messages:
+            key = _count_key(message)
+            if key is None:
+                total += self.count([message])
+                continue
+            tokens = cache.get(key)
+            if tokens is None:
+                tokens = cache[key] = self.count([message])
+            total += tokens
+        return total
 
     # -- the pure parts ------------------------------------------------------------------------------
     def estimate(self, request: ModelRequest[Any]) -> Estimate:
@@ -177,7 +238,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         schema = tool_schema_text(request.tools)
         if schema:
             counted.append(SystemMessage(content=schema))
-        tokens = self.count(counted)
+        tokens = self._count(counted)
         model = model_name(request.model)
         conf = _configurable()
         state = request.state or {}
@@ -248,6 +309,14 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             self.ledger.record(event)
         check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
 
+    def _limited(self, request: ModelRequest[Any]) -> bool:
+        """Whether this middleware applies the rate limit (a model remem built applies it itself)."""
+        return not isinstance(request.model, RateLimitedChatModel)
+
+    def _settle(self, estimate: Estimate, event: UsageEvent | None) -> None:
+        if self.rate_limiter is not None and event is not None:
+            self.rate_limiter.settle(estimate.model, estimate.input_tokens, event.tokens)
+
     # -- the hooks -----------------------------------------------------------------------------------
     def wrap_model_call(
         self,
@@ -258,9 +327,18 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         spent = self._spent(estimate)
         if not self._before(estimate, spent):
             return _refused(estimate)
+        limited = self._limited(request)
+        if limited and self.rate_limiter is not None:
+            self.rate_limiter.acquire(estimate.model, estimate.input_tokens)
         started = time.perf_counter()
-        response = handler(request)
-        self._after(self._event(request, estimate, response, started), spent)
+        if limited and self.backoff is not None:
+            response = call_with_retries(lambda: handler(request), model=estimate.model, backoff=self.backoff)
+        else:
+            response = handler(request)
+        event = self._event(request, estimate, response, started)
+        if limited:
+            self._settle(estimate, event)
+        self._after(event, spent)
         return _with_turn(response, estimate, request.state)
 
     async def awrap_model_call(
@@ -272,9 +350,19 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         spent = await asyncio.to_thread(self._spent, estimate)
         if not self._before(estimate, spent):
             return _refused(estimate)
+        limited = self._limited(request)
+        if limited and self.rate_limiter is not None:
+            await self.rate_limiter.aacquire(estimate.model, estimate.input_tokens)
         started = time.perf_counter()
-        response = await handler(request)
+        if limited and self.backoff is not None:
+            response = await acall_with_retries(
+                lambda: handler(request), model=estimate.model, backoff=self.backoff
+            )
+        else:
+            response = await handler(request)
         event = self._event(request, estimate, response, started)
+        if limited:
+            self._settle(estimate, event)
         await asyncio.to_thread(self._after, event, spent)
         return _with_turn(response, estimate, request.state)
 
