@@ -40,7 +40,10 @@ thread's calls do not re-count the whole history every time; the count is the sa
 from __future__ import annotations
 
 import asyncio
+import operator
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired
@@ -64,25 +67,65 @@ from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
 
 
-_COUNT_CACHE_SIZE = 100_000  # messages whose counts a middleware keeps (cleared, then refilled, past it)
+_PREFIXES_KEPT = 256  # threads whose last counted prompt a middleware remembers
 
 
-def _count_key(message: BaseMessage) -> tuple[Any, ...] | None:
-    """What a message's count depends on, for one with an id (None: count it each time)."""
-    if not message.id:
-        return None
-    content = message.content
-    text = content if isinstance(content, str) else repr(content)
-    calls = getattr(message, "tool_calls", None)
-    return (
-        message.id,
-        type(message).__name__,
-        message.name,
-        getattr(message, "tool_call_id", None),
-        hash(text),
-        len(text),
-        hash(repr(calls)) if calls else None,
-    )
+@dataclass
+class _Counted:
+    """The messages of a thread's last counted call: their signatures and running token totals."""
+
+    signatures: list[tuple[Any, ...]]
+    totals: list[int]
+
+
+# What a message's count is keyed on: its id and its content, read from the model's __dict__ in C (pydantic's
+# attribute lookup, and a Python function per message, cost about as much as counting the message).
+_SIGNATURE = operator.itemgetter("id", "content")
+_FIELDS = operator.attrgetter("__dict__")
+
+
+class _PrefixCounter:
+    """Counts a thread's prompt by reusing the count of the longest unchanged prefix of its last call.
+
+    A thread's prompt mostly grows at the end, so each call counts only its new messages; a message
+    removed, replaced or edited (same id, other content) has another signature, and everything from it on
+    is counted again (an edit that keeps the id and the text and changes only an AI message's tool calls
+    is not seen: its old count stands until the prompt changes before it). Only for counters that count each message on its own (a sum over messages), as
+    remem's approximate counter does, so the total is the same as counting the whole list.
+    """
+
+    def __init__(self, count: TokenCounter) -> None:
+        self.count = count
+        self._last: OrderedDict[Any, _Counted] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, key: Any, messages: list[BaseMessage]) -> int:
+        signatures = list(map(_SIGNATURE, map(_FIELDS, messages)))
+        with self._lock:
+            last = self._last.pop(key, None)
+        same = 0
+        if last is not None:
+            same = min(len(last.signatures), len(signatures))
+            if signatures[:same] != last.signatures[:same]:
+                # Find where they part (rare: a compaction or an edit), halving the range each step.
+                low, high = 0, same
+                while low < high:
+                    middle = (low + high + 1) // 2
+                    if signatures[:middle] == last.signatures[:middle]:
+                        low = middle
+                    else:
+                        high = middle - 1
+                same = low
+        totals = last.totals[:same] if last is not None else []
+        running = totals[-1] if totals else 0
+        for message in messages[same:]:
+            running += self.count([message])
+            totals.append(running)
+        with self._lock:
+            self._last[key] = _Counted(signatures, totals)
+            while len(self._last) > _PREFIXES_KEPT:
+                self._last.popitem(last=False)
+        return running
 
 
 class BudgetState(AgentState[Any]):
@@ -205,28 +248,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         if backoff is None and (rate_limiter is not None or settings is not None):
             backoff = Backoff.from_settings(settings) if settings is not None else Backoff()
         self.rate_limiter, self.backoff = rate_limiter, backoff
-        # Per-message counts, for counters that count each message on its own (remem's approximate one).
-        self._counts: dict[tuple[Any, ...], int] | None = (
-            {} if self.count is approximate_token_count else None
-        )
-
-    def _count(self, messages: list[BaseMessage]) -> int:
-        cache = self._counts
-        if cache is None:
-            return self.count(messages)
-        if len(cache) > _COUNT_CACHE_SIZE:
-            cache.clear()
-        total = 0
-        for message in messages:
-            key = _count_key(message)
-            if key is None:
-                total += self.count([message])
-                continue
-            tokens = cache.get(key)
-            if tokens is None:
-                tokens = cache[key] = self.count([message])
-            total += tokens
-        return total
+        # Counting reuses the last call's prefix for counters that sum over messages (remem's own).
+        self._prefix = _PrefixCounter(self.count) if self.count is approximate_token_count else None
 
     # -- the pure parts ------------------------------------------------------------------------------
     def estimate(self, request: ModelRequest[Any]) -> Estimate:
@@ -234,20 +257,23 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         counted: list[BaseMessage] = []
         if request.system_message is not None:
             counted.append(request.system_message)
-        counted += request.messages
         schema = tool_schema_text(request.tools)
         if schema:
             counted.append(SystemMessage(content=schema))
-        tokens = self._count(counted)
-        model = model_name(request.model)
         conf = _configurable()
+        thread = self.thread_id or conf.get("thread_id")
+        if self._prefix is not None and thread is not None:
+            tokens = self.count(counted) + self._prefix(thread, list(request.messages))
+        else:
+            tokens = self.count([*counted, *request.messages])
+        model = model_name(request.model)
         state = request.state or {}
         turn = _turn_of(state) if isinstance(state, Mapping) else None
         return Estimate(
             model=model,
             input_tokens=tokens,
             cost=self.prices.cost(model, tokens, 0),
-            thread_id=self.thread_id or conf.get("thread_id"),
+            thread_id=thread,
             user_id=self.user_id or conf.get("user_id"),
             turn=turn,
         )
