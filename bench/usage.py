@@ -160,6 +160,7 @@ def main() -> None:
                 for name in ("stock", "budget", "uncached", "own", "own_uncached")
             }
             rows.append((kind, mark, med))
+            print(f"  {kind} @{mark}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), file=sys.stderr)
     print("\nms per turn, median of the turns ending at each mark (create_agent, ScriptedChatModel)\n")
     print(
         "| backend | turns | stock | + BudgetMiddleware & ledger | added | own | own / stock "
