@@ -33,8 +33,11 @@ jitter, Retry-After honoured; by default when a limiter or settings are given). 
 maximum raises :class:`~remem.errors.RateLimitError`. A model that remem built from the settings
 (:class:`~remem.models.RateLimitedChatModel`) keeps to the limits itself and is not charged twice.
 
-The estimate counts each message once per middleware (cached by message id and content), so a long
-thread's calls do not re-count the whole history every time; the count is the same as counting it all.
+The estimate is counted in the model's own encoding where it is known (OpenAI's models, with the
+``tokens`` extra: :func:`~remem.messages.counter_for_model`), else approximately (``token_counter=`` sets
+one for every model); ``bench/counting.py`` measures both against an exact tokenizer. A thread's messages
+are counted once: a call reuses the count of the prompt's unchanged prefix from the thread's last call, so
+a long thread's calls do not re-count the whole history; the total is the same as counting it all.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.types import Command, interrupt
 
-from remem.messages import TokenCounter, approximate_token_count
+from remem.messages import TokenCounter, approximate_token_count, counter_for_model
 from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
 from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check, day_of
@@ -236,6 +239,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         if prices is None and settings is not None:
             prices = PriceTable.from_settings_rows(settings.prices)
         self.prices = prices or PriceTable()
+        # A counter given is used for every model; else the model's exact encoding where it is known.
+        self._given_counter = token_counter
         self.count = token_counter or approximate_token_count
         self.meter = None if ledger is None else Meter(ledger, self.prices, count=self.count)
         if settings is not None:
@@ -249,7 +254,22 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             backoff = Backoff.from_settings(settings) if settings is not None else Backoff()
         self.rate_limiter, self.backoff = rate_limiter, backoff
         # Counting reuses the last call's prefix for counters that sum over messages (remem's own).
-        self._prefix = _PrefixCounter(self.count) if self.count is approximate_token_count else None
+        self._prefixes: dict[TokenCounter, _PrefixCounter] = {}
+        self._prefix_lock = threading.Lock()
+
+    def counter_for(self, model: str) -> TokenCounter:
+        """The counter of ``model``'s estimates: the one given, else its exact encoding when known
+        (:func:`~remem.messages.counter_for_model`), else the approximate one."""
+        return self._given_counter or counter_for_model(model) or approximate_token_count
+
+    def _prefix_for(self, counter: TokenCounter, model: str) -> _PrefixCounter | None:
+        if counter is not approximate_token_count and counter is not counter_for_model(model):
+            return None  # a counter of the caller's: it may not be a sum over messages
+        with self._prefix_lock:
+            found = self._prefixes.get(counter)
+            if found is None:
+                found = self._prefixes[counter] = _PrefixCounter(counter)
+            return found
 
     # -- the pure parts ------------------------------------------------------------------------------
     def estimate(self, request: ModelRequest[Any]) -> Estimate:
@@ -262,11 +282,13 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             counted.append(SystemMessage(content=schema))
         conf = _configurable()
         thread = self.thread_id or conf.get("thread_id")
-        if self._prefix is not None and thread is not None:
-            tokens = self.count(counted) + self._prefix(thread, list(request.messages))
-        else:
-            tokens = self.count([*counted, *request.messages])
         model = model_name(request.model)
+        count = self.counter_for(model)
+        prefix = self._prefix_for(count, model) if thread is not None else None
+        if prefix is not None:
+            tokens = count(counted) + prefix(thread, list(request.messages))
+        else:
+            tokens = count([*counted, *request.messages])
         state = request.state or {}
         turn = _turn_of(state) if isinstance(state, Mapping) else None
         return Estimate(
