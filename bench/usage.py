@@ -2,10 +2,12 @@
 
     python bench/usage.py [--turns 1000] [--backends sqlite,postgres] [--pg-url URL]
 
-One run, per backend (SQLite file, PostgreSQL database): two agents on remem's checkpointer in the same
-database, played turn for turn, interleaved: ``stock`` (``create_agent`` with no middleware) and
-``budget`` (``BudgetMiddleware`` with every budget scope set high enough never to trip, prices, and the
-ledger in that same database, so every call reads turn/thread/user-day spending and writes one row).
+One run, per backend (SQLite file, PostgreSQL database): three agents on remem's checkpointer in the same
+database, played turn for turn, interleaved: ``stock`` (``create_agent`` with no middleware), ``budget``
+(``BudgetMiddleware`` with every budget scope set high enough never to trip, prices, and the ledger in that
+same database, so every call reads turn/thread/user-day spending and writes one row) and ``uncached``
+(the same middleware counting the whole prompt at every call, as it did before its per-message count
+cache: the "before" of the same run).
 The model is remem's ScriptedChatModel (no LLM). The table gives the median ms per turn over the turns
 ending at 10, 100 and 1,000 turns (windows of 10, 50, 50), the added share, and the middleware's own time
 per turn (its wrap_model_call minus the model call inside it: the estimate, the ledger's reads and its
@@ -30,6 +32,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 
 from remem import ScriptedChatModel, checkpointer_from_url
+from remem.messages import approximate_token_count
 from remem.middleware import BudgetMiddleware
 from remem.usage import Budgets, Price, PriceTable, open_ledger
 
@@ -107,20 +110,22 @@ class TimedBudget(BudgetMiddleware):
             self.own += (time.perf_counter() - started - inner) * 1000
 
 
+def _uncached_count(messages: Any) -> int:
+    # Not remem's counter object, so the middleware counts the whole prompt each call (no cache).
+    return approximate_token_count(messages)
+
+
 def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"stock": [], "budget": [], "own": []}
+    times: dict[str, list[float]] = {"stock": [], "budget": [], "uncached": [], "own": [], "own_uncached": []}
     model = ScriptedChatModel(default=lambda msgs: "Noted: " + _text(len(msgs), 60))
     prices = PriceTable({"scripted": Price(0.15, 0.6, 0.075)})
     with checkpointer_from_url(url) as saver, open_ledger(url) as ledger:
         timed = TimedBudget(ledger, budgets=HIGH, prices=prices)
+        uncached = TimedBudget(ledger, budgets=HIGH, prices=prices, token_counter=_uncached_count)
         agents: dict[str, Any] = {
             "stock": create_agent(model=model, tools=[], checkpointer=saver),
-            "budget": create_agent(
-                model=model,
-                tools=[],
-                checkpointer=saver,
-                middleware=[timed],
-            ),
+            "budget": create_agent(model=model, tools=[], checkpointer=saver, middleware=[timed]),
+            "uncached": create_agent(model=model, tools=[], checkpointer=saver, middleware=[uncached]),
         }
         for i in range(turns):
             for name, agent in agents.items():
@@ -129,7 +134,8 @@ def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
                 agent.invoke({"messages": [HumanMessage(content=_text(i, 40))]}, config)
                 times[name].append((time.perf_counter() - started) * 1000)
             times["own"].append(timed.own)
-            timed.own = 0.0
+            times["own_uncached"].append(uncached.own)
+            timed.own = uncached.own = 0.0
             if (i + 1) % 100 == 0:
                 print(f"  {kind}: {i + 1} turns", file=sys.stderr)
         assert ledger.spent(thread_id=f"budget-{kind}").calls == turns
@@ -149,18 +155,24 @@ def main() -> None:
             times = _run(kind, url, args.turns)
         for mark in marks:
             window = min(WINDOWS.get(mark, 10), mark)
-            stock = statistics.median(times["stock"][mark - window : mark])
-            budget = statistics.median(times["budget"][mark - window : mark])
-            own = statistics.median(times["own"][mark - window : mark])
-            rows.append((kind, mark, stock, budget, (budget - stock) / stock * 100, own, own / stock * 100))
+            med = {
+                name: statistics.median(times[name][mark - window : mark])
+                for name in ("stock", "budget", "uncached", "own", "own_uncached")
+            }
+            rows.append((kind, mark, med))
+            print(f"  {kind} @{mark}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), file=sys.stderr)
     print("\nms per turn, median of the turns ending at each mark (create_agent, ScriptedChatModel)\n")
     print(
-        "| backend | turns | stock | + BudgetMiddleware & ledger | added | middleware's own | own / stock |"
+        "| backend | turns | stock | + BudgetMiddleware & ledger | added | own | own / stock "
+        "| before (no count cache): turn | own | own / stock |"
     )
-    print("|---|---|---|---|---|---|---|")
-    for kind, mark, stock, budget, added, own, share in rows:
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, mark, m in rows:
+        stock = m["stock"]
         print(
-            f"| {kind} | {mark:,} | {stock:.2f} | {budget:.2f} | {added:+.1f}% | {own:.2f} | {share:.1f}% |"
+            f"| {kind} | {mark:,} | {stock:.2f} | {m['budget']:.2f} | {(m['budget'] - stock) / stock:+.1%} "
+            f"| {m['own']:.2f} | {m['own'] / stock:.1%} | {m['uncached']:.2f} | {m['own_uncached']:.2f} "
+            f"| {m['own_uncached'] / stock:.1%} |"
         )
 
 

@@ -21,9 +21,12 @@ class ScriptedServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
+    # Answered before any reply, one per request: (HTTP status, response headers), e.g. (429, {"Retry-After": "2"}).
+    failures: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    failed: int = 0
 
     def reply_for(self, body: dict[str, Any]) -> dict[str, Any]:
-        index = len(self.requests) - 1
+        index = len(self.requests) - 1 - self.failed
         text = self.replies[index] if index < len(self.replies) else self.replies[-1]
         prompt_tokens = sum(len(str(m.get("content", ""))) // 4 + 3 for m in body["messages"])
         return {
@@ -43,9 +46,11 @@ class ScriptedServer:
 
 
 @contextmanager
-def openai_compatible_server(replies: list[str], status: int = 200) -> Iterator[ScriptedServer]:
-    """Serve ``replies`` in order on 127.0.0.1 (a free port) until the block ends."""
-    script = ScriptedServer(replies=replies, status=status)
+def openai_compatible_server(
+    replies: list[str], status: int = 200, failures: list[tuple[int, dict[str, str]]] | None = None
+) -> Iterator[ScriptedServer]:
+    """Serve ``replies`` in order on 127.0.0.1 (a free port) until the block ends; ``failures`` first."""
+    script = ScriptedServer(replies=replies, status=status, failures=list(failures or []))
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -53,7 +58,15 @@ def openai_compatible_server(replies: list[str], status: int = 200) -> Iterator[
             body = json.loads(self.rfile.read(length))
             script.requests.append(body)
             script.headers.append(dict(self.headers))
-            if self.path.rstrip("/") != "/v1/chat/completions" or script.status != 200:
+            extra: dict[str, str] = {}
+            if script.failed < len(script.failures):
+                code, extra = script.failures[script.failed]
+                script.failed += 1
+                payload = json.dumps(
+                    {"error": {"message": "scripted failure", "type": "rate_limit"}}
+                ).encode()
+                self.send_response(code)
+            elif self.path.rstrip("/") != "/v1/chat/completions" or script.status != 200:
                 payload = json.dumps(
                     {"error": {"message": "scripted failure", "type": "server_error"}}
                 ).encode()
@@ -61,6 +74,8 @@ def openai_compatible_server(replies: list[str], status: int = 200) -> Iterator[
             else:
                 payload = json.dumps(script.reply_for(body)).encode()
                 self.send_response(200)
+            for name, value in extra.items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()

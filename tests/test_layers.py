@@ -21,7 +21,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("remem.errors", "remem.config", "remem._clock", "remem._url", "remem._secrets", "remem._files"),
     ),
     ("messages", ("remem.messages",)),
-    ("models", ("remem.models", "remem.embeddings", "remem.testing")),
+    # The rate limiter needs only the foundation, and the models the settings build use it.
+    ("models", ("remem.models", "remem.embeddings", "remem.testing", "remem.usage.ratelimit")),
     ("layout", ("remem.layout", "remem._migrate", "remem._lease")),  # the contract storage shares
     ("strategies", ("remem.strategies",)),
     ("summarisers", ("remem.summarize",)),

@@ -153,3 +153,54 @@ def test_export_reads_a_memory_client_thread_when_no_checkpoint_holds_it(tmp_pat
         ("message", 2),
         ("turn", 2),
     ]
+
+
+def test_by_turn_the_table_is_followed_by_a_chart_of_tokens_per_turn(url: str) -> None:
+    _seed(url)
+    out = _run("usage", "--db", url, "--by", "turn", "--thread", "t1")
+    chart = out[out.index("tokens per turn") :].splitlines()
+    turn1, turn2 = (line for line in chart if "│" in line)
+    # Turn 2 (420 tokens) is the longest bar (40 cells); turn 1 (110 tokens) about a quarter of it.
+    assert turn2.count("█") + turn2.count("▒") == 40 and turn1.count("█") + turn1.count("▒") == 10
+    assert turn1.count("█") == round(100 / 420 * 40)  # input, then output
+    assert "110 tok" in turn1 and "cost 0.250000" in turn1 and "420 tok" in turn2
+    assert "tokens per turn" not in _run("usage", "--db", url, "--by", "model")
+
+
+def _colour_share(path: Path, hex_colour: str) -> float:
+    from matplotlib.image import imread
+
+    pixels = imread(str(path))[:, :, :3]
+    target = [int(hex_colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    close = (abs(pixels - target) < 0.02).all(axis=2)
+    return float(close.mean())
+
+
+def test_plot_writes_a_png_of_tokens_and_cost_per_turn(url: str, tmp_path: Path) -> None:
+    _seed(url)
+    png = tmp_path / "usage.png"
+    out = _run("usage", "--db", url, "--thread", "t1", "--plot", str(png))
+    assert "wrote a chart of 2 turn(s)" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Bars of each series are drawn: input (blue), output (red), cost (green).
+    assert _colour_share(png, "#4477aa") > 0.01
+    assert _colour_share(png, "#ee6677") > 0.0005
+    assert _colour_share(png, "#228833") > 0.01
+    empty = CliRunner().invoke(
+        main, ["usage", "--db", url, "--thread", "nobody", "--plot", str(tmp_path / "x.png")]
+    )
+    assert empty.exit_code == 1 and "nothing to plot" in empty.output
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_without_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a)
+    )
+    result = CliRunner().invoke(
+        main, ["usage", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--plot", str(tmp_path / "u.png")]
+    )
+    assert result.exit_code == 1 and "pip install 'remem[plot]'" in result.output

@@ -206,3 +206,75 @@ def test_budgets_prices_and_approval_come_from_the_settings(ledger: Ledger) -> N
     assert event.cost == pytest.approx((event.input_tokens * 3 + event.output_tokens * 6) / 1e6)
     with pytest.raises(BudgetExceededError, match="REMEM_CALL_TOKEN_BUDGET"):
         _say(agent, "long " * 100)
+
+
+class _Recording(BudgetMiddleware):
+    """Keeps each call's estimate."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seen: list[int] = []
+
+    def estimate(self, request: Any) -> Any:
+        found = super().estimate(request)
+        self.seen.append(found.input_tokens)
+        return found
+
+
+@pytest.mark.parametrize("name", ["gpt-4o-mini", "scripted"])
+def test_a_known_models_estimate_is_counted_in_its_own_encoding(name: str) -> None:
+    from langchain_core.messages import SystemMessage
+
+    from remem.messages import chat_token_counter
+    from remem.middleware._compaction import tool_schema_text
+
+    call = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}])
+    model = ScriptedChatModel(replies=[call, "It is sunny.", "Bye."], model_name=name)
+    budget = _Recording()
+    agent = create_agent(model=model, tools=[lookup], middleware=[budget], checkpointer=InMemorySaver())
+    _say(agent, "Weather in Lyon? " + "1234567890 " * 20)  # digits: o200k and chars/4 part ways
+    _say(agent, "Thanks")
+    count = chat_token_counter("o200k_base") if name == "gpt-4o-mini" else approximate_token_count
+    schema = [SystemMessage(content=tool_schema_text([lookup]))]
+    # Each estimate equals counting the whole prompt at once (the prefix reuse changes nothing).
+    assert budget.seen == [count([*sent, *schema]) for sent in model.calls]
+    other = approximate_token_count if name == "gpt-4o-mini" else chat_token_counter("o200k_base")
+    assert budget.seen != [other([*sent, *schema]) for sent in model.calls]
+
+
+def test_the_prefix_count_equals_counting_everything_for_any_edit_sequence() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from remem.middleware.budget import _PrefixCounter
+
+    texts = st.text(alphabet="ab cdé1{}", max_size=30)
+    ops = st.lists(
+        st.tuples(st.sampled_from(["append", "edit", "remove", "replace_id"]), st.integers(0, 50), texts),
+        max_size=40,
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(ops)
+    def check(steps: list[tuple[str, int, str]]) -> None:
+        counter = _PrefixCounter(approximate_token_count)
+        messages: list[BaseMessage] = []
+        for serial, (op, at, text) in enumerate(steps, 1):
+            if op == "append" or not messages:
+                kind = HumanMessage if serial % 2 else AIMessage
+                messages = [*messages, kind(content=text, id=f"m{serial}")]
+            else:
+                i = at % len(messages)
+                old = messages[i]
+                if op == "edit":  # same id, new content (LangGraph's replace by id)
+                    changed = old.model_copy(update={"content": old.content + text + "x"})
+                elif op == "replace_id":
+                    changed = old.model_copy(update={"id": f"r{serial}"})
+                else:
+                    messages = messages[:i] + messages[i + 1 :]
+                    changed = None
+                if changed is not None:
+                    messages = [*messages[:i], changed, *messages[i + 1 :]]
+            assert counter("thread", messages) == approximate_token_count(messages)
+
+    check()

@@ -74,6 +74,14 @@ class Settings:
     prices: tuple[tuple[str, float, float, float | None], ...] = _setting(
         (), "[remem.prices.MODEL] input, output, cached: price per million tokens (REMEM_PRICES: JSON)"
     )
+    rate_limits: tuple[tuple[str, float | None, float | None], ...] = _setting(
+        (),
+        '[remem.rate_limits.MODEL] ("*": any model) requests_per_minute, tokens_per_minute, shared by '
+        "the process (REMEM_RATE_LIMITS: JSON)",
+    )
+    rate_limit_max_wait: float = _setting(
+        60.0, "longest a call waits for a rate limit or a provider's 429 before RateLimitError (seconds)"
+    )
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(setting, value, source-independent help) rows, secrets masked.
@@ -245,10 +253,43 @@ def _price_rows(raw: object) -> tuple[tuple[str, float, float, float | None], ..
     return tuple(rows)
 
 
+def _rate_limit_rows(raw: object) -> tuple[tuple[str, float | None, float | None], ...]:
+    """``rate_limits`` from a TOML table, a JSON object (REMEM_RATE_LIMITS) or rows: model -> per minute."""
+    import json
+
+    keys = ("requests_per_minute", "tokens_per_minute")
+    hint = 'write it as [remem.rate_limits."MODEL"] with requests_per_minute = ... and/or tokens_per_minute = ...'
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError:
+            raise ConfigError(f"REMEM_RATE_LIMITS must be a JSON object of model -> limits; {hint}") from None
+    if isinstance(raw, (tuple, list)):
+        raw = {row[0]: dict(zip(keys, row[1:], strict=False)) for row in raw}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"setting rate_limits must be a table of models; {hint}")
+    rows = []
+    for model, limit in sorted(raw.items()):
+        if not isinstance(limit, Mapping) or not limit or set(limit) - set(keys):
+            raise ConfigError(f"rate limits for {model!r} must hold {' and/or '.join(keys)}; {hint}")
+        values: list[float | None] = []
+        for key in keys:
+            value = limit.get(key)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+            ):
+                raise ConfigError(f"rate limits for {model!r}: {key} must be a number > 0, got {value!r}")
+            values.append(None if value is None else float(value))
+        rows.append((str(model), values[0], values[1]))
+    return tuple(rows)
+
+
 def _kind_of(f: dataclasses.Field[Any]) -> Callable[[Any], Any]:
     text = str(f.type)
     if f.name == "prices":
         return _price_rows
+    if f.name == "rate_limits":
+        return _rate_limit_rows
     if text.startswith("int"):
         return int
     if text.startswith("float"):

@@ -23,7 +23,8 @@ configuration is wrong, 1 otherwise; a thread or item that is not there is 1).
         ├── ThreadBusyError                 another turn or append holds the thread's lease; retry later
         ├── ModelError                      the chat model or the embedder failed
         │   ├── SummarizationError          the summariser failed; the state was left as it was
-        │   └── ExtractionError             memory extraction failed; its watermark was kept
+        │   ├── ExtractionError             memory extraction failed; its watermark was kept
+        │   └── RateLimitError              a rate limit (ours or the provider's 429) would wait too long
         └── MissingDependencyError          an optional package is not installed
 """
 
@@ -45,6 +46,7 @@ __all__ = [
     "ModelError",
     "NamespaceError",
     "NotFoundError",
+    "RateLimitError",
     "RememError",
     "RememRuntimeError",
     "RememUsageError",
@@ -175,6 +177,16 @@ class SummarizationError(ModelError):
 
 class ExtractionError(ModelError):
     """Extraction failed. The watermark was not moved: the next run retries the same messages."""
+
+
+class RateLimitError(ModelError):
+    """A model's rate limit (remem's ``[remem.rate_limits]``, or the provider's 429 after the retries)
+    would make a call wait longer than ``rate_limit_max_wait``; nothing more was sent. ``model`` names it,
+    ``wait`` is the wait in seconds that was refused (or waited in all before giving up)."""
+
+    def __init__(self, message: str, *, model: str | None = None, wait: float | None = None) -> None:
+        super().__init__(message)
+        self.model, self.wait = model, wait
 
 
 class MissingDependencyError(RememRuntimeError):

@@ -2,24 +2,33 @@
 
 Any OpenAI-compatible endpoint works (OpenAI, Ollama, vLLM, llama.cpp's server): set
 ``REMEM_LLM_MODEL``, and ``REMEM_LLM_BASE_URL`` / ``REMEM_LLM_API_KEY`` where the endpoint needs them.
+The configured model keeps to the ``[remem.rate_limits]`` of the settings (one limiter per process, shared
+by its threads) and retries a provider's 429 with exponential backoff and jitter, honouring Retry-After
+(:mod:`remem.usage.ratelimit`); a wait longer than ``rate_limit_max_wait`` is a ``RateLimitError``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable, RunnableBinding
+from langchain_core.tools import BaseTool
 from pydantic import Field
 
 from remem.config import Settings
 from remem.errors import ConfigError
 from remem.messages import approximate_token_count
 
+if TYPE_CHECKING:
+    from remem.usage.ratelimit import Backoff, RateLimiter
+
 __all__ = [
+    "RateLimitedChatModel",
     "Reply",
     "ScriptedChatModel",
     "chat_model_from_settings",
@@ -45,20 +54,33 @@ def model_name(model: object) -> str:
 
 
 def chat_model_from_settings(settings: Settings) -> BaseChatModel | None:
-    """The configured chat model, or None when ``llm_model`` is not set."""
+    """The configured chat model, or None when ``llm_model`` is not set.
+
+    It is a :class:`RateLimitedChatModel` around ``ChatOpenAI``: the client's own retries are off, so that
+    remem's retries (``llm_max_retries`` of them, backoff with jitter, Retry-After honoured, never longer
+    than ``rate_limit_max_wait``) are the only ones.
+    """
     if not settings.llm_model:
         return None
     from langchain_openai import ChatOpenAI
 
-    return ChatOpenAI(
+    from remem.usage.ratelimit import Backoff, shared_limiter
+
+    client = ChatOpenAI(
         model=settings.llm_model,
         base_url=settings.llm_base_url,
         # Local servers (Ollama, llama.cpp) take any key; the client insists on one.
         api_key=settings.llm_api_key or "not-needed",  # type: ignore[arg-type]
         timeout=settings.llm_timeout,
-        max_retries=settings.llm_max_retries,
+        max_retries=0,
         temperature=settings.llm_temperature,
         stream_usage=True,
+    )
+    return RateLimitedChatModel(
+        inner=client,
+        limiter=shared_limiter(settings),
+        backoff=Backoff.from_settings(settings),
+        model_name=settings.llm_model,
     )
 
 
@@ -146,3 +168,107 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
         # The script decides on tool calls itself; binding is accepted so agents can be built around it.
         return self
+
+
+def _used_tokens(result: ChatResult) -> int | None:
+    for generation in result.generations:
+        usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
+        if usage:
+            return int(
+                usage.get("total_tokens") or usage.get("input_tokens", 0) + usage.get("output_tokens", 0)
+            )
+    return None
+
+
+class RateLimitedChatModel(BaseChatModel):
+    """A chat model that waits for its rate limit before each call and retries a provider's 429.
+
+    ``limiter`` (a :class:`~remem.usage.ratelimit.RateLimiter`, None: no limit of ours) is charged one
+    request and the counted input before the call, then corrected with the provider's token count;
+    ``backoff`` (a :class:`~remem.usage.ratelimit.Backoff`) says how 429s are retried. ``bind_tools`` and
+    ``with_structured_output`` keep the calls going through this model.
+    """
+
+    inner: BaseChatModel
+    limiter: Any = None
+    backoff: Any = None
+    model_name: str = ""
+
+    @property
+    def _llm_type(self) -> str:
+        return f"remem-rate-limited-{self.inner._llm_type}"
+
+    def _name(self) -> str:
+        return self.model_name or model_name(self.inner)
+
+    def _limits(self) -> tuple[RateLimiter | None, Backoff]:
+        from remem.usage.ratelimit import Backoff
+
+        return self.limiter, self.backoff or Backoff()
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        from remem.usage.ratelimit import call_with_retries
+
+        limiter, backoff = self._limits()
+        name, counted = self._name(), approximate_token_count(messages)
+        if limiter is not None:
+            limiter.acquire(name, counted)
+        result = call_with_retries(
+            lambda: self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs),
+            model=name,
+            backoff=backoff,
+        )
+        self._settle(limiter, name, counted, result)
+        return result
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        from remem.usage.ratelimit import acall_with_retries
+
+        limiter, backoff = self._limits()
+        name, counted = self._name(), approximate_token_count(messages)
+        if limiter is not None:
+            await limiter.aacquire(name, counted)
+        result = await acall_with_retries(
+            lambda: self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs),
+            model=name,
+            backoff=backoff,
+        )
+        self._settle(limiter, name, counted, result)
+        return result
+
+    @staticmethod
+    def _settle(limiter: RateLimiter | None, name: str, counted: int, result: ChatResult) -> None:
+        used = _used_tokens(result)
+        if limiter is not None and used is not None:
+            limiter.settle(name, counted, used)
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        # The inner model formats the tools its own way; the binding is moved onto this model so that
+        # every call still waits for the limit (the inner _generate receives the same keyword arguments).
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        bound = self.inner.bind_tools(tools, **kwargs)
+        if isinstance(bound, RunnableBinding) and bound.bound is self.inner:
+            return RunnableBinding(bound=self, kwargs=bound.kwargs, config=bound.config)
+        raise ConfigError(  # pragma: no cover - every LangChain chat model binds with RunnableBinding
+            f"{type(self.inner).__name__}.bind_tools did not return a binding of the model; pass the model "
+            "without remem's rate limit (rate limits apply to the models remem builds from the settings)"
+        )

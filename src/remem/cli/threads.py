@@ -285,14 +285,103 @@ def _chat_help() -> None:
     say("anything else is sent to the model (start a message with // to send one that begins with /)")
 
 
+def _pending_approval(agent: Any, config: Any) -> dict[str, Any] | None:
+    """The estimate of a model call that waits for approval on the thread (an interrupt from
+    BudgetMiddleware or remem's agent: ``{"kind": "remem.approval", ...}``), or None."""
+    for task in agent.get_state(config).tasks:
+        for pending in task.interrupts:
+            value = pending.value
+            if isinstance(value, dict) and value.get("kind") == "remem.approval":
+                return value
+    return None
+
+
+def _approval_question(estimate: dict[str, Any]) -> str:
+    cost = estimate.get("cost")
+    spend = "unknown cost (no price)" if cost is None else f"a cost of about {cost:.6g}"
+    model = estimate.get("model") or "the model"
+    return (
+        f"the next call to {model} needs approval: about {estimate.get('input_tokens', 0):,} input tokens, "
+        f"{spend}. Send it?"
+    )
+
+
+def _last_ai_text(agent: Any, config: Any) -> str | None:
+    from langchain_core.messages import AIMessage
+
+    for message in reversed(agent.get_state(config).values.get("messages", [])):
+        if isinstance(message, AIMessage):
+            return str(message.text)
+    return None
+
+
+def _answer_approvals(agent: Any, thread_id: str, lease_timeout: float) -> bool:
+    """Ask yes/no for each call waiting for approval and resume the graph with the answer.
+
+    True when the thread is left with nothing waiting; False when the input ended before an answer (the
+    call still waits: the next ``remem chat`` on the thread asks again). A "no" ends the turn with the
+    graph's refusal message; every message is kept either way.
+    """
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.types import Command
+
+    from remem._lease import thread_lease
+    from remem.agent import thread_config
+    from remem.cli._render import say
+
+    config = thread_config(thread_id)
+    saver = agent.checkpointer
+    owner = saver if isinstance(saver, BaseCheckpointSaver) else agent
+    while (estimate := _pending_approval(agent, config)) is not None:
+        try:
+            approved = click.confirm(_approval_question(estimate), default=False)
+        except (EOFError, click.Abort):
+            say("no answer: the call still waits for approval; run remem chat on this thread again to answer")
+            return False
+        with thread_lease(owner, thread_id, scope="checkpoint", timeout=lease_timeout):
+            agent.invoke(Command(resume=approved), config)
+    return True
+
+
+def _load_agent(spec: str, saver: Any, settings: Any) -> Any:
+    """The graph ``MODULE:FUNCTION`` builds, called as ``FUNCTION(checkpointer=..., settings=...)``."""
+    import importlib
+
+    from remem.errors import ConfigError
+
+    module_name, _, function_name = spec.partition(":")
+    if not module_name or not function_name:
+        raise ConfigError(f"--agent takes MODULE:FUNCTION (e.g. myapp.agents:build), got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"--agent {spec}: cannot load it ({exc}); check the module is importable") from None
+    agent = factory(checkpointer=saver, settings=settings)
+    if not callable(getattr(agent, "invoke", None)) or not callable(getattr(agent, "get_state", None)):
+        raise ConfigError(f"--agent {spec} returned {type(agent).__name__}, not a compiled LangGraph graph")
+    return agent
+
+
 @click.command("chat")
 @click.option("--thread", "thread_id", default="default", show_default=True, help="Thread to talk in.")
 @click.option(
     "--strategy", type=click.Choice(STRATEGY_NAMES), help="Memory strategy (default: REMEM_STRATEGY)."
 )
+@click.option(
+    "--agent",
+    "agent_spec",
+    metavar="MODULE:FUNCTION",
+    help="Chat with your own graph: FUNCTION(checkpointer=..., settings=...) returns it "
+    "(e.g. a create_agent with BudgetMiddleware). Default: remem's agent.",
+)
 @db_option
-def chat_command(thread_id: str, strategy: str | None, database_url: str | None) -> None:
+def chat_command(
+    thread_id: str, strategy: str | None, agent_spec: str | None, database_url: str | None
+) -> None:
     """Talk to the configured model with memory. /state, /history, /help and /exit inside.
+
+    A model call that needs approval (above REMEM_APPROVAL_TOKEN_THRESHOLD or
+    REMEM_APPROVAL_COST_THRESHOLD) is shown with its estimate and sent only after a yes.
 
     Example: REMEM_LLM_MODEL=llama3.2 REMEM_LLM_BASE_URL=http://localhost:11434/v1 remem chat --thread work
     """
@@ -302,17 +391,25 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
     from remem.cli._render import error_line, say
     from remem.cli._sources import writable
     from remem.config import load_settings
-    from remem.errors import RememError
+    from remem.errors import ModelError, RememError
     from remem.inspection import thread_history, thread_snapshot
     from remem.models import require_chat_model
 
     settings = load_settings()
-    model = require_chat_model(settings)
     url = writable(database_url or settings.database_url)
+    config = thread_config(thread_id)
     with checkpointer_from_url(url) as saver:
-        agent = build_agent(model, strategy=strategy, checkpointer=saver, settings=settings)
-        say(f"thread {thread_id} on {display_url(url)} ({agent.name}). /help lists the commands")
-        while True:
+        if agent_spec:
+            agent = _load_agent(agent_spec, saver, settings)
+        else:
+            agent = build_agent(
+                require_chat_model(settings), strategy=strategy, checkpointer=saver, settings=settings
+            )
+        name = getattr(agent, "name", None) or type(agent).__name__
+        say(f"thread {thread_id} on {display_url(url)} ({name}). /help lists the commands")
+        lease_timeout = settings.thread_lease_timeout
+        answered = _answer_approvals(agent, thread_id, lease_timeout)  # a call left waiting last time
+        while answered:
             try:
                 line = click.prompt("you", prompt_suffix="> ", default="", show_default=False)
             except (EOFError, click.Abort):
@@ -333,11 +430,23 @@ def chat_command(thread_id: str, strategy: str | None, database_url: str | None)
                     _chat_help()
                 else:
                     message = text[1:] if text.startswith("//") else text
-                    reply = run_turn(agent, thread_id, message, max_message_chars=settings.max_message_chars)
-                    say("assistant> " + reply.text)
+                    text_out: str | None = None
+                    try:
+                        text_out = run_turn(
+                            agent, thread_id, message, max_message_chars=settings.max_message_chars
+                        ).text
+                    except ModelError:
+                        if _pending_approval(agent, config) is None:  # not a pause: a real failure
+                            raise
+                    if _pending_approval(agent, config) is not None:
+                        # Paused before a call: run_turn's reply is the previous one; ask, then show the new.
+                        answered = _answer_approvals(agent, thread_id, lease_timeout)
+                        text_out = _last_ai_text(agent, config) if answered else None
+                    if text_out is not None:
+                        say("assistant> " + text_out)
             except RememError as exc:
                 say("Error: " + error_line(exc), style="red")
-        values = agent.get_state(thread_config(thread_id)).values
+        values = agent.get_state(config).values
         say(f"bye: {len(values.get('messages', []))} messages in state for thread {thread_id}")
 
 

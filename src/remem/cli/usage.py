@@ -32,7 +32,7 @@ from remem.cli._options import database_url, db_option, json_option
 if TYPE_CHECKING:
     from remem.usage import Totals
 
-__all__ = ["COMMANDS", "export_command", "usage_command"]
+__all__ = ["COMMANDS", "export_command", "terminal_chart", "usage_command", "write_plot"]
 
 FORMAT = "remem.transcript/1"
 _COLUMNS = ("calls", "input_tokens", "output_tokens", "cached_tokens", "tokens", "cost", "latency_ms")
@@ -70,6 +70,13 @@ def _heads(by: str | None) -> list[str]:
     help="How to print the rows.",
 )
 @click.option("--limit", default=200, show_default=True, help="Most calls listed without --by (0: all).")
+@click.option(
+    "--plot",
+    "plot_path",
+    metavar="FILE.png",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Also write a PNG chart of tokens and cost per turn (needs remem[plot]).",
+)
 @db_option
 @json_option
 def usage_command(
@@ -79,10 +86,14 @@ def usage_command(
     by: str | None,
     fmt: str,
     limit: int,
+    plot_path: str | None,
     database_url: str | None,
     as_json: bool,
 ) -> None:
     """What the model calls recorded in the usage ledger spent: tokens, cost, latency, with a total.
+
+    With --by turn, the table is followed by a chart of tokens per turn; --plot FILE.png writes tokens and
+    cost per turn as a PNG.
 
     Example: remem usage --since 7d --by model --db sqlite:///.remem/remem.db
     """
@@ -90,14 +101,19 @@ def usage_command(
     from remem.cli._sources import inspect_database
     from remem.usage import read_ledger
 
+    if plot_path is not None:
+        _require_matplotlib()  # before reading anything: the error names the extra to install
     db = inspect_database(_url(database_url))
     cutoff = None if since is None else time.time() - _age(since).total_seconds()
+    per_turn: list[Totals] = []
     with read_ledger(db.url) as ledger:
         if ledger is None:
             rows: list[dict[str, Any]] = []
             total: dict[str, Any] = {}
         else:
             filters: dict[str, Any] = {"thread_id": thread_id, "user_id": user_id, "since": cutoff}
+            if plot_path is not None or by == "turn":
+                per_turn = ledger.totals(by="turn", **filters)
             if by is None:
                 events = ledger.events(**filters, limit=limit or None)
                 rows = [e.as_dict() for e in events]
@@ -105,6 +121,14 @@ def usage_command(
                 rows = [_group_row(by, t) for t in ledger.totals(by=by, **filters)]
             total = ledger.totals(**filters)[0].as_dict()
             total.pop("key")
+    if plot_path is not None:
+        if not per_turn:
+            from remem.errors import NotFoundError
+
+            raise NotFoundError(f"no usage recorded in {db.shown} for this selection: nothing to plot")
+        write_plot(plot_path, per_turn, title=f"usage in {db.shown}")
+        if not as_json and fmt == "table":
+            say(f"wrote a chart of {len(per_turn)} turn(s) to {plot_path}")
     if as_json:
         emit_json({"database": db.shown, "by": by, "rows": rows, "total": total})
         return
@@ -132,8 +156,81 @@ def usage_command(
             if c in total:
                 table_rows[-1][i] = _cell(c, total[c])
     show_table(f"usage in {db.shown}", shown, table_rows)
+    if by == "turn":
+        for line in terminal_chart(per_turn):
+            say(line)
     if total and total.get("unpriced_calls"):
         say(f"{total['unpriced_calls']} call(s) have no price: add their models under [remem.prices]")
+
+
+def _turn_label(totals: Totals, many_threads: bool) -> str:
+    thread, turn = totals.key
+    shown = "-" if turn is None else str(turn)
+    return f"{thread} #{shown}" if many_threads else f"turn {shown}"
+
+
+def _labels(per_turn: list[Totals]) -> list[str]:
+    many = len({t.key[0] for t in per_turn}) > 1
+    return [_turn_label(t, many) for t in per_turn]
+
+
+def terminal_chart(per_turn: list[Totals], width: int = 40) -> list[str]:
+    """Lines of a bar chart of tokens per turn (input and output), with each turn's cost."""
+    if not per_turn:
+        return []
+    labels = _labels(per_turn)
+    pad = max(len(label) for label in labels)
+    top = max(t.tokens for t in per_turn) or 1
+    lines = [f"tokens per turn (█ input, ▒ output; one cell = {top / width:,.0f} tokens)"]
+    for label, t in zip(labels, per_turn, strict=True):
+        inp = round(t.input_tokens / top * width)
+        out = max(round(t.tokens / top * width) - inp, 0)
+        bar = "█" * inp + "▒" * out
+        cost = t.cost if t.calls > t.unpriced else None
+        lines.append(f"{label.rjust(pad)} │{bar.ljust(width)} {t.tokens:>9,} tok  cost {_cost(cost)}")
+    return lines
+
+
+def _require_matplotlib() -> None:
+    import importlib.util
+
+    from remem.errors import MissingDependencyError
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MissingDependencyError.for_extra("matplotlib", "plot")
+
+
+def write_plot(path: str, per_turn: list[Totals], *, title: str = "usage") -> None:
+    """A PNG at ``path``: input and output tokens per turn (stacked bars) above the cost per turn."""
+    _require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from remem.cli._render import clean
+
+    labels = [clean(label) for label in _labels(per_turn)]
+    x = list(range(len(per_turn)))
+    figure = Figure(figsize=(max(6.0, min(0.35 * len(x), 30.0)), 6.0), dpi=100)
+    FigureCanvasAgg(figure)
+    tokens_axes, cost_axes = figure.subplots(2, 1, sharex=True)
+    inputs = [t.input_tokens for t in per_turn]
+    tokens_axes.bar(x, inputs, label="input tokens", color="#4477aa")
+    tokens_axes.bar(
+        x, [t.output_tokens for t in per_turn], bottom=inputs, label="output tokens", color="#ee6677"
+    )
+    tokens_axes.set_ylabel("tokens")
+    tokens_axes.legend(loc="upper left")
+    tokens_axes.set_title(clean(title), loc="left", fontsize=10)
+    cost_axes.bar(x, [t.cost for t in per_turn], color="#228833", label="cost")
+    unpriced = [i for i, t in enumerate(per_turn) if t.unpriced]
+    if unpriced:
+        cost_axes.plot(unpriced, [0.0] * len(unpriced), "x", color="#bb5566", label="calls without a price")
+        cost_axes.legend(loc="upper left")
+    cost_axes.set_ylabel("cost")
+    step = max(1, len(x) // 30)  # at most about 30 labels
+    cost_axes.set_xticks(x[::step], labels[::step], rotation=60, ha="right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, format="png")
 
 
 def _group_row(by: str, totals: Totals) -> dict[str, Any]:

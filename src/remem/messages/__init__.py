@@ -23,6 +23,8 @@ from remem.messages.markup import escape_attribute, escape_text
 from remem.messages.tokens import (
     TokenCounter,
     approximate_token_count,
+    chat_token_counter,
+    counter_for_model,
     exact_token_counter,
     token_counter,
 )
@@ -34,9 +36,11 @@ __all__ = [
     "DerivedSource",
     "TokenCounter",
     "approximate_token_count",
+    "chat_token_counter",
     "check_can_append",
     "check_provider_valid",
     "coerce_messages",
+    "counter_for_model",
     "derived_source",
     "escape_attribute",
     "escape_text",

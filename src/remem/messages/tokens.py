@@ -11,7 +11,14 @@ from langchain_core.messages.utils import count_tokens_approximately
 
 from remem.errors import ConfigError, MissingDependencyError
 
-__all__ = ["TokenCounter", "approximate_token_count", "exact_token_counter", "token_counter"]
+__all__ = [
+    "TokenCounter",
+    "approximate_token_count",
+    "chat_token_counter",
+    "counter_for_model",
+    "exact_token_counter",
+    "token_counter",
+]
 
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
 
@@ -49,6 +56,56 @@ def exact_token_counter(encoding: str = "o200k_base") -> TokenCounter:
         return sum(len(enc.encode(_text_of(m))) + _MESSAGE_OVERHEAD for m in messages)
 
     return count
+
+
+def _request_parts(message: BaseMessage) -> list[str]:
+    """The values an OpenAI-compatible request carries for ``message`` (besides the format's own tokens)."""
+    import json
+
+    role = {"human": "user", "ai": "assistant"}.get(message.type, message.type)
+    parts = [role, str(message.text)]
+    if message.name:
+        parts.append(message.name)
+    for call in getattr(message, "tool_calls", None) or []:
+        parts += [call.get("id") or "", call["name"], json.dumps(call["args"], ensure_ascii=False)]
+    tool_call_id = getattr(message, "tool_call_id", None)
+    if tool_call_id:
+        parts.append(tool_call_id)
+    return parts
+
+
+def chat_token_counter(encoding: str = "o200k_base") -> TokenCounter:
+    """A counter of what an OpenAI-compatible chat request carries, in the named encoding, offline.
+
+    OpenAI's documented rule: 3 tokens per message for the format, plus the tokens of each value (role,
+    content, name); a tool call adds its id, name and JSON arguments, a tool result its call id. Unlike
+    :func:`exact_token_counter` (the text only) it counts the roles, ids and JSON that tool rounds send.
+    The provider's own rendering of tool calls and schemas is not published, so this is exact for the text
+    and approximate for that rendering (``bench/counting.py`` measures both counters).
+    """
+    enc = _encoding(encoding)
+
+    def count(messages: Sequence[BaseMessage]) -> int:
+        return sum(
+            sum(len(enc.encode(part)) for part in _request_parts(m)) + _MESSAGE_OVERHEAD for m in messages
+        )
+
+    return count
+
+
+@cache
+def counter_for_model(model: str) -> TokenCounter | None:
+    """:func:`chat_token_counter` in ``model``'s encoding when it is known (OpenAI's models, with the
+    ``tokens`` extra installed), else None (count approximately)."""
+    try:
+        import bpe_openai
+    except ImportError:
+        return None
+    try:
+        name = bpe_openai.encoding_name_for_model(model)
+    except Exception:  # bpe-openai raises KeyError (or its own error) for a model it does not know
+        return None
+    return chat_token_counter(str(name))
 
 
 def token_counter(name: str) -> TokenCounter:

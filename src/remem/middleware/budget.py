@@ -25,12 +25,28 @@ update, so no extra node runs), never a growing list: a call whose latest messag
 ``ContextCardMiddleware``, list it first (``middleware=[card, budget]``) so the budget sees the compacted
 prompt that is really sent; in the other order the budget checks the uncompacted history (stricter).
 ``thread_id`` and ``user_id`` default to the run's ``configurable.thread_id`` / ``configurable.user_id``.
+
+Rate limits: ``rate_limiter`` (a :class:`~remem.usage.ratelimit.RateLimiter`; by default the process's
+shared one for the settings' ``[remem.rate_limits]``) is charged one request and the estimate before each
+call, then corrected with the provider's count; a provider's 429 is retried with ``backoff`` (exponential,
+jitter, Retry-After honoured; by default when a limiter or settings are given). A wait longer than the
+maximum raises :class:`~remem.errors.RateLimitError`. A model that remem built from the settings
+(:class:`~remem.models.RateLimitedChatModel`) keeps to the limits itself and is not charged twice.
+
+The estimate is counted in the model's own encoding where it is known (OpenAI's models, with the
+``tokens`` extra: :func:`~remem.messages.counter_for_model`), else approximately (``token_counter=`` sets
+one for every model); ``bench/counting.py`` measures both against an exact tokenizer. A thread's messages
+are counted once: a call reuses the count of the prompt's unchanged prefix from the thread's last call, so
+a long thread's calls do not re-count the whole history; the total is the same as counting it all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import operator
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NotRequired
@@ -45,12 +61,74 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.types import Command, interrupt
 
-from remem.messages import TokenCounter, approximate_token_count
+from remem.messages import TokenCounter, approximate_token_count, counter_for_model
 from remem.middleware._compaction import tool_schema_text
-from remem.models import model_name
+from remem.models import RateLimitedChatModel, model_name
 from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check, day_of
+from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
+
+
+_PREFIXES_KEPT = 256  # threads whose last counted prompt a middleware remembers
+
+
+@dataclass
+class _Counted:
+    """The messages of a thread's last counted call: their signatures and running token totals."""
+
+    signatures: list[tuple[Any, ...]]
+    totals: list[int]
+
+
+# What a message's count is keyed on: its id and its content, read from the model's __dict__ in C (pydantic's
+# attribute lookup, and a Python function per message, cost about as much as counting the message).
+_SIGNATURE = operator.itemgetter("id", "content")
+_FIELDS = operator.attrgetter("__dict__")
+
+
+class _PrefixCounter:
+    """Counts a thread's prompt by reusing the count of the longest unchanged prefix of its last call.
+
+    A thread's prompt mostly grows at the end, so each call counts only its new messages; a message
+    removed, replaced or edited (same id, other content) has another signature, and everything from it on
+    is counted again (an edit that keeps the id and the text and changes only an AI message's tool calls
+    is not seen: its old count stands until the prompt changes before it). Only for counters that count each message on its own (a sum over messages), as
+    remem's approximate counter does, so the total is the same as counting the whole list.
+    """
+
+    def __init__(self, count: TokenCounter) -> None:
+        self.count = count
+        self._last: OrderedDict[Any, _Counted] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, key: Any, messages: list[BaseMessage]) -> int:
+        signatures = list(map(_SIGNATURE, map(_FIELDS, messages)))
+        with self._lock:
+            last = self._last.pop(key, None)
+        same = 0
+        if last is not None:
+            same = min(len(last.signatures), len(signatures))
+            if signatures[:same] != last.signatures[:same]:
+                # Find where they part (rare: a compaction or an edit), halving the range each step.
+                low, high = 0, same
+                while low < high:
+                    middle = (low + high + 1) // 2
+                    if signatures[:middle] == last.signatures[:middle]:
+                        low = middle
+                    else:
+                        high = middle - 1
+                same = low
+        totals = last.totals[:same] if last is not None else []
+        running = totals[-1] if totals else 0
+        for message in messages[same:]:
+            running += self.count([message])
+            totals.append(running)
+        with self._lock:
+            self._last[key] = _Counted(signatures, totals)
+            while len(self._last) > _PREFIXES_KEPT:
+                self._last.popitem(last=False)
+        return running
 
 
 class BudgetState(AgentState[Any]):
@@ -152,6 +230,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         approve_tokens: int | None = None,
         approve_cost: float | None = None,
         node: str = "model",
+        rate_limiter: RateLimiter | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         super().__init__()
         self.ledger = ledger
@@ -159,6 +239,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         if prices is None and settings is not None:
             prices = PriceTable.from_settings_rows(settings.prices)
         self.prices = prices or PriceTable()
+        # A counter given is used for every model; else the model's exact encoding where it is known.
+        self._given_counter = token_counter
         self.count = token_counter or approximate_token_count
         self.meter = None if ledger is None else Meter(ledger, self.prices, count=self.count)
         if settings is not None:
@@ -166,6 +248,28 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             approve_cost = approve_cost or settings.approval_cost_threshold or None
         self.approve_tokens, self.approve_cost = approve_tokens, approve_cost
         self.thread_id, self.user_id, self.node = thread_id, user_id, node
+        if rate_limiter is None and settings is not None:
+            rate_limiter = shared_limiter(settings)
+        if backoff is None and (rate_limiter is not None or settings is not None):
+            backoff = Backoff.from_settings(settings) if settings is not None else Backoff()
+        self.rate_limiter, self.backoff = rate_limiter, backoff
+        # Counting reuses the last call's prefix for counters that sum over messages (remem's own).
+        self._prefixes: dict[TokenCounter, _PrefixCounter] = {}
+        self._prefix_lock = threading.Lock()
+
+    def counter_for(self, model: str) -> TokenCounter:
+        """The counter of ``model``'s estimates: the one given, else its exact encoding when known
+        (:func:`~remem.messages.counter_for_model`), else the approximate one."""
+        return self._given_counter or counter_for_model(model) or approximate_token_count
+
+    def _prefix_for(self, counter: TokenCounter, model: str) -> _PrefixCounter | None:
+        if counter is not approximate_token_count and counter is not counter_for_model(model):
+            return None  # a counter of the caller's: it may not be a sum over messages
+        with self._prefix_lock:
+            found = self._prefixes.get(counter)
+            if found is None:
+                found = self._prefixes[counter] = _PrefixCounter(counter)
+            return found
 
     # -- the pure parts ------------------------------------------------------------------------------
     def estimate(self, request: ModelRequest[Any]) -> Estimate:
@@ -173,20 +277,25 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         counted: list[BaseMessage] = []
         if request.system_message is not None:
             counted.append(request.system_message)
-        counted += request.messages
         schema = tool_schema_text(request.tools)
         if schema:
             counted.append(SystemMessage(content=schema))
-        tokens = self.count(counted)
-        model = model_name(request.model)
         conf = _configurable()
+        thread = self.thread_id or conf.get("thread_id")
+        model = model_name(request.model)
+        count = self.counter_for(model)
+        prefix = self._prefix_for(count, model) if thread is not None else None
+        if prefix is not None:
+            tokens = count(counted) + prefix(thread, list(request.messages))
+        else:
+            tokens = count([*counted, *request.messages])
         state = request.state or {}
         turn = _turn_of(state) if isinstance(state, Mapping) else None
         return Estimate(
             model=model,
             input_tokens=tokens,
             cost=self.prices.cost(model, tokens, 0),
-            thread_id=self.thread_id or conf.get("thread_id"),
+            thread_id=thread,
             user_id=self.user_id or conf.get("user_id"),
             turn=turn,
         )
@@ -248,6 +357,14 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             self.ledger.record(event)
         check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
 
+    def _limited(self, request: ModelRequest[Any]) -> bool:
+        """Whether this middleware applies the rate limit (a model remem built applies it itself)."""
+        return not isinstance(request.model, RateLimitedChatModel)
+
+    def _settle(self, estimate: Estimate, event: UsageEvent | None) -> None:
+        if self.rate_limiter is not None and event is not None:
+            self.rate_limiter.settle(estimate.model, estimate.input_tokens, event.tokens)
+
     # -- the hooks -----------------------------------------------------------------------------------
     def wrap_model_call(
         self,
@@ -258,9 +375,18 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         spent = self._spent(estimate)
         if not self._before(estimate, spent):
             return _refused(estimate)
+        limited = self._limited(request)
+        if limited and self.rate_limiter is not None:
+            self.rate_limiter.acquire(estimate.model, estimate.input_tokens)
         started = time.perf_counter()
-        response = handler(request)
-        self._after(self._event(request, estimate, response, started), spent)
+        if limited and self.backoff is not None:
+            response = call_with_retries(lambda: handler(request), model=estimate.model, backoff=self.backoff)
+        else:
+            response = handler(request)
+        event = self._event(request, estimate, response, started)
+        if limited:
+            self._settle(estimate, event)
+        self._after(event, spent)
         return _with_turn(response, estimate, request.state)
 
     async def awrap_model_call(
@@ -272,9 +398,19 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         spent = await asyncio.to_thread(self._spent, estimate)
         if not self._before(estimate, spent):
             return _refused(estimate)
+        limited = self._limited(request)
+        if limited and self.rate_limiter is not None:
+            await self.rate_limiter.aacquire(estimate.model, estimate.input_tokens)
         started = time.perf_counter()
-        response = await handler(request)
+        if limited and self.backoff is not None:
+            response = await acall_with_retries(
+                lambda: handler(request), model=estimate.model, backoff=self.backoff
+            )
+        else:
+            response = await handler(request)
         event = self._event(request, estimate, response, started)
+        if limited:
+            self._settle(estimate, event)
         await asyncio.to_thread(self._after, event, spent)
         return _with_turn(response, estimate, request.state)
 
