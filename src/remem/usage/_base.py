@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from remem.errors import RememUsageError
 from remem.usage import _sql
 from remem.usage._records import Totals, UsageEvent, day_of
 from remem.usage._sql import Filters
 
-__all__ = ["Ledger"]
+__all__ = ["LazyLedger", "Ledger"]
 
 
 class Ledger(ABC):
@@ -33,6 +35,9 @@ class Ledger(ABC):
     @abstractmethod
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...
 
+    def _dialect(self) -> str:
+        return self.dialect
+
     def close(self) -> None:  # noqa: B027 - optional: most backends own nothing more to release
         """Release the connection (a ledger opened on a connection it does not own leaves it open)."""
 
@@ -44,7 +49,7 @@ class Ledger(ABC):
 
     def record(self, event: UsageEvent) -> None:
         """Add one call; a second record with the same ``call_id`` adds nothing."""
-        self._write(*_sql.insert(self.dialect, event))
+        self._write(*_sql.insert(self._dialect(), event))
 
     def events(
         self,
@@ -58,7 +63,7 @@ class Ledger(ABC):
     ) -> list[UsageEvent]:
         """The recorded calls, oldest first."""
         filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, since=since, kind=kind)
-        rows = self._read(*_sql.select_events(self.dialect, filters, limit))
+        rows = self._read(*_sql.select_events(self._dialect(), filters, limit))
         return [_sql.event_of(row) for row in rows]
 
     def totals(
@@ -74,7 +79,7 @@ class Ledger(ABC):
     ) -> list[Totals]:
         """Sums grouped ``by`` turn, thread, model, day, user or kind (one row for all when None)."""
         filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, day=day, since=since, kind=kind)
-        rows: Sequence[tuple[Any, ...]] = self._read(*_sql.select_totals(self.dialect, filters, by))
+        rows: Sequence[tuple[Any, ...]] = self._read(*_sql.select_totals(self._dialect(), filters, by))
         return [_sql.totals_of(row, by) for row in rows]
 
     def spent(
@@ -91,3 +96,47 @@ class Ledger(ABC):
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
         return self.spent(user_id=user_id, day=day_of(time.time() if at is None else at))
+
+
+class LazyLedger(Ledger):
+    """A ledger opened on first use by ``opener`` (so that building an agent, or a read-only command,
+    creates no table and opens no connection). Thread-safe; :meth:`close` closes what was opened."""
+
+    def __init__(self, opener: Callable[[], Ledger]) -> None:
+        self._opener: Callable[[], Ledger] | None = opener
+        self._inner: Ledger | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._inner is not None
+
+    def inner(self) -> Ledger:
+        """The real ledger, opened now if it was not yet."""
+        inner = self._inner
+        if inner is not None:
+            return inner
+        with self._lock:
+            if self._inner is None:
+                if self._opener is None:
+                    raise RememUsageError("this usage ledger was closed; open a new one")
+                self._inner = self._opener()
+            return self._inner
+
+    def setup(self) -> None:
+        self.inner().setup()
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        self.inner()._write(sql, params)
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self.inner()._read(sql, params)
+
+    def _dialect(self) -> str:
+        return self.inner().dialect
+
+    def close(self) -> None:
+        with self._lock:
+            inner, self._inner, self._opener = self._inner, None, None
+        if inner is not None:
+            inner.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from remem import _migrate
@@ -29,6 +31,25 @@ class PostgresLedger(Ledger):
         self.conn = conn
         self._owns = owns
         self._lock = threading.Lock()
+        self._pool: Any = None
+
+    @classmethod
+    def on_pool(cls, pool: Any) -> PostgresLedger:
+        """A ledger that borrows a connection of ``pool`` (a ``psycopg_pool.ConnectionPool``, such as a
+        checkpointer's) for each statement; set up; the pool stays its owner's."""
+        ledger = cls(None)
+        ledger._pool = pool
+        ledger.setup()
+        return ledger
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        if self._pool is None:
+            with self._lock:
+                yield self.conn
+            return
+        with self._pool.connection() as conn:
+            yield conn
 
     @classmethod
     def open(cls, dsn: str) -> PostgresLedger:
@@ -83,18 +104,18 @@ class PostgresLedger(Ledger):
     def setup(self) -> None:
         import psycopg
 
-        with self._lock:
+        with self._connection() as conn:
             try:
-                _migrate.run_postgres(self.conn, LEDGER)
+                _migrate.run_postgres(conn, LEDGER)
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         import psycopg
 
-        with self._lock:
+        with self._connection() as conn:
             try:
-                self.conn.execute(sql, params)
+                conn.execute(sql, params)
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 
@@ -102,9 +123,9 @@ class PostgresLedger(Ledger):
         import psycopg
         from psycopg.rows import tuple_row
 
-        with self._lock:
+        with self._connection() as conn:
             try:
-                with self.conn.cursor(row_factory=tuple_row) as cur:
+                with conn.cursor(row_factory=tuple_row) as cur:
                     cur.execute(sql, params)
                     return list(cur.fetchall())
             except psycopg.Error as exc:

@@ -32,15 +32,26 @@ class SqliteLedger(Ledger):
 
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False, lock: Any = None) -> None:
         self.conn = conn
         self._owns = owns
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.Lock()
+        if lock is not None:  # a connection shared with its owner (a checkpointer): its settings stay
+            return
         try:
             conn.isolation_level = None
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         except sqlite3.Error as exc:
             raise _error(exc) from exc
+
+    @classmethod
+    def sharing(cls, conn: sqlite3.Connection, lock: Any) -> SqliteLedger:
+        """A ledger on a connection in autocommit mode that another object owns (remem's ``SqliteSaver``),
+        taking ``lock`` (the owner's ``threading.Lock``) around each statement, so that a record never
+        lands inside the owner's transaction; set up; closed with the connection, by its owner."""
+        ledger = cls(conn, lock=lock)
+        ledger.setup()
+        return ledger
 
     @classmethod
     @contextmanager
