@@ -52,6 +52,7 @@ __all__ = [
     "open_ledger",
     "read_ledger",
     "read_ledger_of",
+    "usage_meter",
 ]
 
 
@@ -171,3 +172,15 @@ def read_ledger_of(owner: Any) -> Iterator[Ledger | None]:
     finally:
         if opened is not None:
             opened.close()
+
+
+def usage_meter(url: str | Path, settings: Any) -> Meter:
+    """A :class:`Meter` on the ledger at ``url`` (opened on first use; close ``meter.ledger``), with the
+    prices and the token counter of ``settings`` (a :class:`~remem.config.Settings`)."""
+    from remem.messages import token_counter
+
+    return Meter(
+        LazyLedger(lambda: ledger_from_url(url)),
+        PriceTable.from_settings_rows(settings.prices),
+        count=token_counter(settings.token_counter),
+    )
