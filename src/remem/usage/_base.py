@@ -32,6 +32,14 @@ class Ledger(ABC):
     @abstractmethod
     def _write(self, sql: str, params: tuple[Any, ...]) -> None: ...
 
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        """Run ``first``; when it returned a row, run ``then`` (remem's backends: in one transaction)."""
+        if self._read(*first):
+            for statement in then:
+                self._write(*statement)
+
     @abstractmethod
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...
 
@@ -48,8 +56,10 @@ class Ledger(ABC):
         self.close()
 
     def record(self, event: UsageEvent) -> None:
-        """Add one call; a second record with the same ``call_id`` adds nothing."""
-        self._write(*_sql.insert(self._dialect(), event))
+        """Add one call, and add it to its thread's, turn's and user's day running totals, in one
+        transaction; a second record with the same ``call_id`` adds nothing."""
+        dialect = self._dialect()
+        self._write_if_new(_sql.insert(dialect, event), _sql.add_to_totals(dialect, event))
 
     def events(
         self,
@@ -90,8 +100,19 @@ class Ledger(ABC):
         turn: int | None = None,
         day: str | None = None,
     ) -> Totals:
-        """What the matching calls spent (what a budget is checked against)."""
-        return self.totals(thread_id=thread_id, user_id=user_id, turn=turn, day=day)[0]
+        """What the matching calls spent (what a budget is checked against). A thread, a thread's turn and
+        a user's day are read from their running totals: one row, however many calls they made."""
+        filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, day=day)
+        running = _sql.select_running_totals(self._dialect(), filters)
+        if running is None:
+            return self.totals(thread_id=thread_id, user_id=user_id, turn=turn, day=day)[0]
+        rows = self._read(*running)
+        if not rows:
+            return Totals()
+        calls, inp, out, cached, cost, unpriced, latency = rows[0]
+        return Totals(
+            None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
+        )
 
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
@@ -128,6 +149,11 @@ class LazyLedger(Ledger):
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         self.inner()._write(sql, params)
+
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        self.inner()._write_if_new(first, then)
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self.inner()._read(sql, params)

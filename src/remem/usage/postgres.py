@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -116,6 +116,21 @@ class PostgresLedger(Ledger):
         with self._connection() as conn:
             try:
                 conn.execute(sql, params)
+            except psycopg.Error as exc:
+                raise _error(exc) from exc
+
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        import psycopg
+
+        with self._connection() as conn:
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute(*first)
+                    if cur.fetchall():
+                        for statement in then:
+                            cur.execute(*statement)
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 

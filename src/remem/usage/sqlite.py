@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -139,6 +139,23 @@ class SqliteLedger(Ledger):
         with self._lock:
             try:
                 self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise _error(exc) from exc
+
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if self.conn.execute(*first).fetchall():
+                        for statement in then:
+                            self.conn.execute(*statement)
+                except BaseException:
+                    self.conn.execute("ROLLBACK")
+                    raise
+                self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise _error(exc) from exc
 
