@@ -330,3 +330,23 @@ def test_remem_usage_shows_the_demos_calls(tmp_path: Path) -> None:
     header = lines[0].split(",")
     inputs = [int(r[header.index("input_tokens")]) for r in rows]
     assert inputs == [t.tokens_seen for t in report.turns]  # what the model was sent, turn by turn
+
+
+def test_run_turns_check_is_not_read_again_by_the_turns_first_call(saver: Any) -> None:
+    agent = build_agent(
+        echo(), strategy="filter", checkpointer=saver, settings=Settings(session_token_budget=10**6)
+    )
+    run_turn(agent, "t", "warm up")  # the ledger is open and set up
+    ledger = ledger_of(agent)
+    assert ledger is not None
+    reads: list[str] = []
+    inner = ledger.inner()  # type: ignore[attr-defined]  # the lazy ledger's real one
+    real = inner._read
+
+    def counted(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        reads.append(sql)
+        return real(sql, params)
+
+    inner._read = counted
+    run_turn(agent, "t", "one read of the thread's spending for this turn")
+    assert len(reads) == 1 and "remem_usage_totals" in reads[0]  # one row, not a sum over the thread

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -190,6 +191,8 @@ class _Nodes:
         self.system_prompt, self.budgets, self.meter = system_prompt, budgets, meter
         self.tool_tokens = tool_tokens
         self.model_name = model_name(model)
+        self._checked: dict[str, tuple[tuple[str | None, int, int], dict[Scope, Totals]]] = {}
+        self._lock = threading.Lock()
 
     @property
     def ledger(self) -> Ledger | None:
@@ -225,10 +228,28 @@ class _Nodes:
         if not self.budgets.active:
             return None
         tokens = self.count(view) + self.tool_tokens
+        key = (caller.thread_id, turn, tokens)
+        if caller.thread_id is not None:
+            with self._lock:  # run_turn checked this very call just before: its reads are not repeated
+                checked = self._checked.pop(caller.thread_id, None)
+            if checked is not None and checked[0] == key:
+                return checked[1]
         cost = None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
         spent = self._spent(caller, turn)
         check(self.budgets, tokens=tokens, cost=cost, spent=spent, estimated=True)
         return spent
+
+    def precheck(self, state: Mapping[str, Any], caller: _Caller) -> None:
+        """:meth:`check_budgets` before the input is written (run_turn); the turn's first call then
+        reuses what it read, since the thread's lease keeps anything else of the thread from spending.
+        A legacy usage list is copied into the ledger first (the state is emptied by the call)."""
+        self.adopt_legacy(state, caller)
+        view, turn = self.view(state), _call_turn(state)
+        spent = self.check_budgets(view, caller, turn)
+        if spent is not None and caller.thread_id is not None:
+            tokens = self.count(view) + self.tool_tokens
+            with self._lock:
+                self._checked[caller.thread_id] = ((caller.thread_id, turn, tokens), spent)
 
     def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals]) -> None:
         try:
@@ -535,7 +556,7 @@ def _check_input(
         )
     if rules.nodes is not None:  # the budgets call_model checks, checked before the input is stored
         state = {**values, "messages": merged}
-        rules.nodes.check_budgets(rules.nodes.view(state), caller, _call_turn(state))
+        rules.nodes.precheck(state, caller)
 
 
 def run_turn(
