@@ -350,3 +350,24 @@ def test_run_turns_check_is_not_read_again_by_the_turns_first_call(saver: Any) -
     inner._read = counted
     run_turn(agent, "t", "one read of the thread's spending for this turn")
     assert len(reads) == 1 and "remem_usage_totals" in reads[0]  # one row, not a sum over the thread
+
+
+def test_arun_turn_records_in_the_async_savers_database(tmp_path: Path) -> None:
+    import asyncio
+
+    from remem import acheckpointer_from_url, arun_turn
+
+    url = f"sqlite:///{tmp_path / 'async.db'}"
+
+    async def main() -> None:
+        async with acheckpointer_from_url(url) as saver:
+            agent = build_agent(echo(), strategy="filter", checkpointer=saver)
+            await arun_turn(agent, "t", "hello", user_id="maya")
+            await arun_turn(agent, "t", "again", user_id="maya")
+            ledger = ledger_of(agent)
+            assert ledger is not None
+            ledger.close()
+
+    asyncio.run(main())
+    with open_ledger(url) as ledger:
+        assert [(r.turn, r.user_id) for r in ledger.events(thread_id="t")] == [(1, "maya"), (2, "maya")]
