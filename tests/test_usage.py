@@ -293,3 +293,29 @@ def test_a_check_passes_exactly_when_the_total_stays_within_the_limit(
         passed = False
         assert exc.amount == earlier + call and exc.limit == limit
     assert passed == (earlier + call <= limit)
+
+
+def test_running_totals_match_the_rows_on_every_backend(url: str) -> None:
+    with open_ledger(url) as ledger:
+        for n in range(6):
+            ledger.record(
+                _event(
+                    thread_id="t",
+                    user_id="maya",
+                    turn=1 + n % 2,
+                    cost=None if n == 3 else 0.1,
+                    call_id=f"c{n % 5}",
+                )
+            )
+        ledger.record(_event(thread_id=None, user_id=None))  # counted in no running total
+        for turn in (None, 1, 2):
+            assert ledger.spent(thread_id="t", turn=turn) == _summed(ledger, thread_id="t", turn=turn)
+        day = ledger.user_day("maya")
+        assert day == _summed(ledger, user_id="maya", day=day_of(time.time()))
+        assert day.calls == 5 and day.unpriced == 1  # c0 came twice: once
+        both = ledger.spent_in(["turn", "thread", "user_day"], thread_id="t", turn=2, user_id="maya")
+        assert both == {
+            "turn": ledger.spent(thread_id="t", turn=2),
+            "thread": ledger.spent(thread_id="t"),
+            "user_day": day,
+        }

@@ -207,18 +207,12 @@ class _Nodes:
 
     def _spent(self, caller: _Caller, turn: int) -> dict[Scope, Totals]:
         """What the ledger says this call's scopes spent so far (read only for the budgets that are set)."""
-        spent: dict[Scope, Totals] = {}
         ledger = self.ledger
         if ledger is None:
-            return spent
-        if caller.thread_id is not None:
-            if self.budgets.needs("turn"):
-                spent["turn"] = ledger.spent(thread_id=caller.thread_id, turn=turn)
-            if self.budgets.needs("thread"):
-                spent["thread"] = ledger.spent(thread_id=caller.thread_id)
-        if caller.user_id is not None and self.budgets.needs("user_day"):
-            spent["user_day"] = ledger.user_day(caller.user_id)
-        return spent
+            return {}
+        scopes = [scope for scope in ("turn", "thread", "user_day") if self.budgets.needs(scope)]
+        found = ledger.spent_in(scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id)
+        return cast("dict[Scope, Totals]", found)
 
     def check_budgets(
         self, view: list[BaseMessage], caller: _Caller, turn: int

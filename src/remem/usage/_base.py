@@ -58,6 +58,9 @@ class Ledger(ABC):
     def record(self, event: UsageEvent) -> None:
         """Add one call, and add it to its thread's, turn's and user's day running totals, in one
         transaction; a second record with the same ``call_id`` adds nothing."""
+        self._record_event(event)
+
+    def _record_event(self, event: UsageEvent) -> None:
         dialect = self._dialect()
         self._write_if_new(_sql.insert(dialect, event), _sql.add_to_totals(dialect, event))
 
@@ -114,6 +117,36 @@ class Ledger(ABC):
             None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
         )
 
+    def spent_in(
+        self,
+        scopes: Sequence[str],
+        *,
+        thread_id: str | None = None,
+        turn: int | None = None,
+        user_id: str | None = None,
+        at: float | None = None,
+    ) -> dict[str, Totals]:
+        """What a call's ``scopes`` spent (``turn``, ``thread``, ``user_day``: of ``user_id`` on the UTC
+        day of ``at``, default today), read from their running totals in one query. A scope whose key
+        is not given is left out."""
+        keys: list[tuple[str, str, str]] = []
+        if thread_id is not None and "thread" in scopes:
+            keys.append(("thread", thread_id, ""))
+        if thread_id is not None and turn is not None and "turn" in scopes:
+            keys.append(("turn", thread_id, str(turn)))
+        if user_id is not None and "user_day" in scopes:
+            keys.append(("user_day", user_id, day_of(time.time() if at is None else at)))
+        if not keys:
+            return {}
+        found = {row[0]: row[1:] for row in self._read(*_sql.select_scopes(self._dialect(), keys))}
+        spent: dict[str, Totals] = {}
+        for scope, _, _ in keys:
+            calls, inp, out, cached, cost, unpriced, latency = found.get(scope, (0, 0, 0, 0, 0.0, 0, 0.0))
+            spent[scope] = Totals(
+                None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
+            )
+        return spent
+
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
         return self.spent(user_id=user_id, day=day_of(time.time() if at is None else at))
@@ -160,6 +193,9 @@ class LazyLedger(Ledger):
 
     def _dialect(self) -> str:
         return self.inner().dialect
+
+    def _record_event(self, event: UsageEvent) -> None:
+        self.inner()._record_event(event)
 
     def close(self) -> None:
         with self._lock:

@@ -20,8 +20,10 @@ __all__ = [
     "Filters",
     "add_to_totals",
     "insert",
+    "record_postgres",
     "select_events",
     "select_running_totals",
+    "select_scopes",
     "select_totals",
 ]
 
@@ -203,6 +205,29 @@ def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any,
     return [(sql, (*key, *sums)) for key in keys]
 
 
+_PG_TYPES = ("text", "text", "text", "bigint", "bigint", "bigint", "bigint", "double precision", "bigint")
+
+
+def record_postgres(event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
+    """The row's INSERT and its running totals' upserts as one PostgreSQL statement (one round trip;
+    atomic, and the totals move only when the row was new)."""
+    first, row = insert("postgres", event)
+    upserts = add_to_totals("postgres", event)
+    if not upserts:
+        return first, row
+    typed = ", ".join(f"%s::{t}" for t in (*_PG_TYPES[:3], "bigint", *_PG_TYPES[4:], "double precision"))
+    values = ", ".join(f"({typed})" for _ in upserts)
+    names = ("scope", "key1", "key2", *_SUM_COLUMNS)
+    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+    sql = (
+        f"WITH new AS ({first}) "
+        f"INSERT INTO {TOTALS_TABLE} ({', '.join(names)}) SELECT {', '.join('v.' + n for n in names)} "
+        f"FROM (VALUES {values}) AS v ({', '.join(names)}) WHERE EXISTS (SELECT 1 FROM new) "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
+    )
+    return sql, (*row, *(value for _, params in upserts for value in params))
+
+
 def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[Any, ...]] | None:
     """The one-row read of a thread's, a turn's or a user's day totals; None for any other filter."""
     f = filters
@@ -220,6 +245,16 @@ def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[An
         f"WHERE scope = {ph} AND key1 = {ph} AND key2 = {ph}"
     )
     return sql, key
+
+
+def select_scopes(dialect: str, keys: Sequence[tuple[str, str, str]]) -> tuple[str, tuple[Any, ...]]:
+    """One read of several running totals (scope, key1, key2): each found row starts with its scope."""
+    ph = _ph(dialect)
+    one = f"(scope = {ph} AND key1 = {ph} AND key2 = {ph})"
+    sql = f"SELECT scope, {', '.join(_SUM_COLUMNS)} FROM {TOTALS_TABLE} WHERE " + " OR ".join(
+        [one] * len(keys)
+    )
+    return sql, tuple(value for key in keys for value in key)
 
 
 def select_events(dialect: str, filters: Filters, limit: int | None) -> tuple[str, tuple[Any, ...]]:
