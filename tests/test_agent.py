@@ -20,8 +20,9 @@ from remem import (
     build_agent,
     run_turn,
 )
-from remem.agent import thread_config
+from remem.agent import ledger_of, thread_config
 from remem.messages import approximate_token_count, is_provider_valid
+from remem.usage import UsageEvent
 
 
 def state_of(agent: Any, thread: str = "t") -> dict[str, Any]:
@@ -107,17 +108,25 @@ def test_unknown_strategy_and_summarizer_are_clear_errors() -> None:
         build_agent(echo_model(), summarizer="magic")
 
 
-def test_usage_is_recorded_next_to_each_turn() -> None:
+def usage_of(agent: Any, thread: str = "t") -> list[UsageEvent]:
+    ledger = ledger_of(agent)
+    assert ledger is not None
+    return ledger.events(thread_id=thread)
+
+
+def test_usage_is_recorded_in_the_ledger_and_the_state_keeps_one_integer() -> None:
     model = echo_model()
     agent = build_agent(model, strategy="filter", checkpointer=InMemorySaver())
     talk(agent, 3)
-    usage = state_of(agent)["usage"]
-    assert [u["turn"] for u in usage] == [1, 2, 3]
-    assert all(u["node"] == "call_model" and u["model"] == "scripted" for u in usage)
+    usage = usage_of(agent)
+    assert [u.turn for u in usage] == [1, 2, 3]
+    assert all(u.node == "call_model" and u.model == "scripted" and u.kind == "chat" for u in usage)
     # The model reported its usage; the record carries exactly that, per call.
-    assert [u["input_tokens"] for u in usage] == [approximate_token_count(call) for call in model.calls]
-    assert all(u["output_tokens"] > 0 and u["latency_ms"] >= 0 for u in usage)
-    assert usage[2]["input_tokens"] > usage[0]["input_tokens"]  # the history grew
+    assert [u.input_tokens for u in usage] == [approximate_token_count(call) for call in model.calls]
+    assert all(u.source == "provider" and u.output_tokens > 0 and (u.latency_ms or 0) >= 0 for u in usage)
+    assert usage[2].input_tokens > usage[0].input_tokens  # the history grew
+    state = state_of(agent)
+    assert state["remem_turn"] == 3 and "usage" not in state  # nothing in the state grows with the calls
 
 
 def test_llm_summary_usage_is_recorded_too() -> None:
@@ -130,8 +139,13 @@ def test_llm_summary_usage_is_recorded_too() -> None:
         summarizer=LLMSummarizer(summarizer_model),
     )
     talk(agent, 2)
-    nodes = [u["node"] for u in state_of(agent)["usage"]]
-    assert nodes == ["call_model", "call_model", "summarize_conversation"]
+    usage = usage_of(agent)
+    assert [(u.node, u.kind, u.turn) for u in usage] == [
+        ("call_model", "chat", 1),
+        ("call_model", "chat", 2),
+        ("summarize_conversation", "summariser", 2),
+    ]
+    assert usage[2].input_tokens > 0 and usage[2].model == "scripted"
 
 
 def test_a_failed_summary_keeps_the_reply_and_resumes_without_calling_the_model_again() -> None:
@@ -196,10 +210,10 @@ def test_session_budget_counts_what_the_thread_spent() -> None:
     agent = build_agent(
         chat, strategy="filter", checkpointer=InMemorySaver(), settings=Settings(session_token_budget=80)
     )
-    with pytest.raises(BudgetExceededError, match="session budget of 80"):
+    with pytest.raises(BudgetExceededError, match="session_token_budget of 80"):
         for i in range(20):
             run_turn(agent, "t", f"turn {i} with a few words")
-    spent = sum(u["input_tokens"] + u["output_tokens"] for u in state_of(agent)["usage"])
+    spent = sum(u.tokens for u in usage_of(agent))
     assert spent <= 80
 
 

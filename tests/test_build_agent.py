@@ -28,7 +28,7 @@ from remem import (
     build_agent,
     run_turn,
 )
-from remem.agent import thread_config
+from remem.agent import ledger_of, thread_config
 from remem.messages import is_provider_valid
 from tests.openai_server import openai_compatible_server
 
@@ -177,8 +177,11 @@ def test_a_model_failure_inside_a_tool_loop_resumes_without_running_the_tool_aga
 
 def test_usage_counts_a_tool_loop_as_one_turn() -> None:
     _, agent, _ = run_script("filter", [[1, 1], [], [2]])
-    usage = state_of(agent)["usage"]
-    assert [(r["node"], r["turn"]) for r in usage] == [("call_model", t) for t in (1, 1, 1, 2, 3, 3)]
+    ledger = ledger_of(agent)
+    assert ledger is not None
+    usage = ledger.events(thread_id="t")
+    assert [(r.node, r.turn) for r in usage] == [("call_model", t) for t in (1, 1, 1, 2, 3, 3)]
+    assert state_of(agent)["remem_turn"] == 3
 
 
 def test_plain_functions_and_a_tool_node_are_accepted_as_tools() -> None:
@@ -257,7 +260,7 @@ def test_settings_come_from_the_environment_and_remem_toml_by_default(clean_env:
     Path("remem.toml").write_text('[remem]\nstrategy = "trim"\nturn_token_budget = 5\n', encoding="utf-8")
     agent = build_agent(ScriptedChatModel(), checkpointer=InMemorySaver())
     assert agent.name == "remem-agent[trim]"
-    with pytest.raises(BudgetExceededError, match="turn budget of 5"):
+    with pytest.raises(BudgetExceededError, match="turn_token_budget of 5"):
         run_turn(agent, "t", "a message longer than five tokens, surely")
 
 

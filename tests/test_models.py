@@ -6,7 +6,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from remem import ConfigError, ModelError, build_agent, chat_model_from_settings, run_turn
-from remem.agent import thread_config
+from remem.agent import ledger_of, thread_config
 from remem.config import load_settings
 from remem.models import require_chat_model
 from tests.openai_server import openai_compatible_server
@@ -37,11 +37,13 @@ def test_agent_talks_to_an_openai_compatible_endpoint() -> None:
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
     assert second["messages"][0]["content"] == "My name is Ada."
     assert {k.lower(): v for k, v in server.headers[0].items()}["authorization"] == "Bearer sk-test-key"
-    usage = agent.get_state(thread_config("t")).values["usage"]
+    ledger = ledger_of(agent)
+    assert ledger is not None
+    usage = ledger.events(thread_id="t")
     # The endpoint's own counts are what gets recorded.
-    assert usage[1]["input_tokens"] == sum(len(m["content"]) // 4 + 3 for m in second["messages"])
-    assert usage[1]["output_tokens"] == len(["You", "said", "your", "name", "is", "Ada."])
-    assert usage[1]["model"] == "local-model"
+    assert usage[1].input_tokens == sum(len(m["content"]) // 4 + 3 for m in second["messages"])
+    assert usage[1].output_tokens == len(["You", "said", "your", "name", "is", "Ada."])
+    assert usage[1].model == "local-model" and usage[1].source == "provider"
 
 
 def test_a_keyless_local_server_works() -> None:

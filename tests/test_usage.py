@@ -17,6 +17,7 @@ from remem.config import load_settings
 from remem.errors import BudgetExceededError, ConfigError
 from remem.testing import FakeEmbedder
 from remem.usage import (
+    USAGE_TABLE,
     Budgets,
     Meter,
     Price,
@@ -24,9 +25,11 @@ from remem.usage import (
     Totals,
     UsageEvent,
     check,
+    day_of,
     ledger_from_url,
     open_ledger,
 )
+from remem.usage._sql import TOTALS_TABLE
 from remem.usage.embeddings import MeteredEmbedder
 
 
@@ -92,8 +95,85 @@ def test_the_schema_is_one_migration_component_and_setup_is_idempotent(tmp_path:
         ledger_from_url(f"sqlite:///{path}").close()
     conn = sqlite3.connect(path)
     rows = conn.execute(f"SELECT component, version FROM {_migrate.TABLE}").fetchall()
-    assert rows == [("usage", 1)]
+    assert rows == [("usage", 1), ("usage", 2)]
     assert (path.stat().st_mode & 0o777) == 0o600
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", None]),  # thread
+            st.sampled_from(["maya", "lea", None]),  # user
+            st.integers(1, 3),  # turn
+            st.integers(0, 1),  # day
+            st.integers(0, 500),  # input tokens
+            st.one_of(st.none(), st.floats(0, 1)),  # cost
+            st.sampled_from([None, "x", "y"]),  # call id (a repeated one adds nothing)
+        ),
+        max_size=30,
+    )
+)
+def test_running_totals_equal_the_sums_of_the_rows(rows: list[tuple[Any, ...]]) -> None:
+    day0 = 1_700_000_000.0
+    with open_ledger("memory://") as ledger:
+        for thread, user, turn, day, tokens, cost, call_id in rows:
+            ledger.record(
+                _event(
+                    thread_id=thread,
+                    user_id=user,
+                    turn=turn,
+                    at=day0 + day * 86_400,
+                    input_tokens=tokens,
+                    cost=cost,
+                    call_id=call_id,
+                )
+            )
+        for thread in ("a", "b"):
+            for turn in (None, 1, 2, 3):
+                assert ledger.spent(thread_id=thread, turn=turn) == _summed(
+                    ledger, thread_id=thread, turn=turn
+                )
+        for user in ("maya", "lea"):
+            for at in (day0, day0 + 86_400):
+                assert ledger.user_day(user, at) == _summed(ledger, user_id=user, day=day_of(at))
+
+
+def _summed(ledger: Any, **filters: Any) -> Totals:
+    """The same totals summed over the rows (``totals`` with a filter ``spent`` does not read in one row)."""
+    found = ledger.totals(since=0.0, **filters)[0]
+    return Totals(
+        None,
+        found.calls,
+        found.input_tokens,
+        found.output_tokens,
+        found.cached_tokens,
+        pytest.approx(found.cost),
+        found.unpriced,
+        pytest.approx(found.latency_ms),
+    )
+
+
+def test_a_version_1_ledger_gets_its_running_totals_from_its_rows(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    ledger_from_url(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path, isolation_level=None)  # back to version 1: no running totals
+    conn.execute(f"DROP TABLE {TOTALS_TABLE}")
+    conn.execute(f"DELETE FROM {_migrate.TABLE} WHERE component = 'usage' AND version = 2")
+    for n in range(5):
+        conn.execute(
+            f"INSERT INTO {USAGE_TABLE} (kind, thread_id, user_id, turn, model, input_tokens, output_tokens, "
+            "cached_tokens, source, cost, at, day) VALUES ('chat', 't', 'maya', ?, 'm', 100, 10, 0, 'provider', "
+            "0.5, ?, ?)",
+            (1 + n % 2, 1_700_000_000.0, day_of(1_700_000_000.0)),
+        )
+    conn.close()
+    with open_ledger(f"sqlite:///{path}") as ledger:  # migration 2 runs and adds the rows up
+        assert ledger.spent(thread_id="t").calls == 5 and ledger.spent(thread_id="t").cost == 2.5
+        assert ledger.spent(thread_id="t", turn=1).tokens == 330
+        assert ledger.user_day("maya", 1_700_000_000.0).calls == 5
 
 
 def test_grouping_by_an_unknown_column_never_reaches_sql(ledger: object) -> None:
@@ -213,3 +293,29 @@ def test_a_check_passes_exactly_when_the_total_stays_within_the_limit(
         passed = False
         assert exc.amount == earlier + call and exc.limit == limit
     assert passed == (earlier + call <= limit)
+
+
+def test_running_totals_match_the_rows_on_every_backend(url: str) -> None:
+    with open_ledger(url) as ledger:
+        for n in range(6):
+            ledger.record(
+                _event(
+                    thread_id="t",
+                    user_id="maya",
+                    turn=1 + n % 2,
+                    cost=None if n == 3 else 0.1,
+                    call_id=f"c{n % 5}",
+                )
+            )
+        ledger.record(_event(thread_id=None, user_id=None))  # counted in no running total
+        for turn in (None, 1, 2):
+            assert ledger.spent(thread_id="t", turn=turn) == _summed(ledger, thread_id="t", turn=turn)
+        day = ledger.user_day("maya")
+        assert day == _summed(ledger, user_id="maya", day=day_of(time.time()))
+        assert day.calls == 5 and day.unpriced == 1  # c0 came twice: once
+        both = ledger.spent_in(["turn", "thread", "user_day"], thread_id="t", turn=2, user_id="maya")
+        assert both == {
+            "turn": ledger.spent(thread_id="t", turn=2),
+            "thread": ledger.spent(thread_id="t"),
+            "user_day": day,
+        }

@@ -26,7 +26,10 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def _seed(url: str) -> None:
     with checkpointer_from_url(url) as saver:
-        agent = build_agent(ScriptedChatModel(default="Sunny."), strategy="filter", checkpointer=saver)
+        # ledger=False: the rows below stand for the thread's calls (the agent would record its own).
+        agent = build_agent(
+            ScriptedChatModel(default="Sunny."), strategy="filter", checkpointer=saver, ledger=False
+        )
         run_turn(agent, "t1", "Weather?")
         call = {"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}
         agent.update_state(
@@ -116,7 +119,9 @@ def test_export_gives_each_turn_its_messages_and_its_ledger_totals(url: str) -> 
 def test_reading_usage_creates_nothing(tmp_path: Path) -> None:
     path = tmp_path / "plain.db"
     with checkpointer_from_url(path) as saver:
-        run_turn(build_agent(ScriptedChatModel(), strategy="filter", checkpointer=saver), "t", "hi")
+        # ledger=False: a database without a ledger (as one written before it was wired in).
+        agent = build_agent(ScriptedChatModel(), strategy="filter", checkpointer=saver, ledger=False)
+        run_turn(agent, "t", "hi")
     before = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
     assert "no usage recorded" in _run("usage", "--db", f"sqlite:///{path}")
     export = [json.loads(x) for x in _run("export", "t", "--db", f"sqlite:///{path}").splitlines()]

@@ -1,6 +1,6 @@
 """The seeds' memory-managed agent: ``call_model``, then compaction when the strategy asks for it.
 
-State = messages + rolling summary + a usage ledger. Each turn:
+State = messages + rolling summary + the turn number; every model call goes to the usage ledger. Each turn:
 
     START -> call_model -> (tool calls?) -> tools -> call_model ...
                         \\-> (strategy compacts?) -> summarize_conversation | delete_messages -> END
@@ -21,11 +21,16 @@ across threads and processes, so two turns never fork the thread's history.
 
 from __future__ import annotations
 
-import operator
+import asyncio
+import dataclasses
+import logging
+import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
@@ -46,7 +51,6 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.store.base import BaseStore
 
-from remem._clock import now_iso
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
 from remem.errors import BudgetExceededError, ConfigError, InvalidMessagesError, ModelError, RememError
@@ -59,15 +63,39 @@ from remem.messages import (
     history_problems,
 )
 from remem.messages import token_counter as counter_named
+from remem.middleware._compaction import tool_schema_text
 from remem.models import check_chat_model, model_name
 from remem.strategies import Plan, Strategy, build_view, strategy_from_name
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
+from remem.usage import (
+    Budgets,
+    LazyLedger,
+    Ledger,
+    Meter,
+    PriceTable,
+    Scope,
+    Totals,
+    UsageEvent,
+    check,
+    ledger_for,
+    ledger_from_url,
+)
 
-__all__ = ["MemoryState", "UsageRecord", "arun_turn", "build_agent", "run_turn", "thread_config"]
+__all__ = [
+    "MemoryState",
+    "UsageRecord",
+    "arun_turn",
+    "build_agent",
+    "ledger_of",
+    "run_turn",
+    "thread_config",
+]
+
+log = logging.getLogger("remem.agent")
 
 
 class UsageRecord(TypedDict):
-    """One model call: which turn and node it served, what it cost, how long it took."""
+    """One model call as checkpoints written before the usage ledger kept it (``MemoryState.usage``)."""
 
     turn: int
     node: str
@@ -79,30 +107,74 @@ class UsageRecord(TypedDict):
 
 
 class MemoryState(TypedDict, total=False):
-    """The agent's state: the messages, the rolling summary, and every model call's usage."""
+    """The agent's state: the messages, the rolling summary and the turn number (one integer).
+
+    Every model call goes to the usage ledger (``remem.usage``) of the thread's database, not into the
+    state. ``usage`` is only read: the list that checkpoints written before the ledger carry. The thread's
+    next model call copies it into the ledger (once: each record has a call id) and empties it.
+    """
 
     messages: Annotated[list[AnyMessage], add_messages]
     summary: str
-    usage: Annotated[list[UsageRecord], operator.add]
+    remem_turn: int
+    usage: list[UsageRecord]
 
 
-def thread_config(thread_id: str) -> RunnableConfig:
-    return {"configurable": {"thread_id": thread_id}}
+def thread_config(thread_id: str, user_id: str | None = None) -> RunnableConfig:
+    configurable: dict[str, Any] = {"thread_id": thread_id}
+    if user_id is not None:
+        configurable["user_id"] = user_id
+    return {"configurable": configurable}
 
 
-def _turn_of(usage: Sequence[UsageRecord]) -> int:
-    """The turn of the latest model call (0 before the first)."""
-    return max((record["turn"] for record in usage if record["node"] == "call_model"), default=0)
+def _legacy_turn(usage: Sequence[UsageRecord]) -> int:
+    """The turn of the latest model call in a legacy ``usage`` list (0 before the first)."""
+    return max((int(r.get("turn") or 0) for r in usage if r.get("node") == "call_model"), default=0)
 
 
-def _call_turn(usage: Sequence[UsageRecord], messages: Sequence[BaseMessage]) -> int:
+def _turn_before(state: Mapping[str, Any]) -> int:
+    """The thread's turn number so far: the state's integer, or, in a legacy checkpoint, its usage list's."""
+    turn = state.get("remem_turn")
+    return turn if isinstance(turn, int) else _legacy_turn(state.get("usage") or [])
+
+
+def _call_turn(state: Mapping[str, Any]) -> int:
     """The turn a model call serves: a call answering tool results goes on with the current turn."""
-    turn = _turn_of(usage)
+    turn = _turn_before(state)
+    messages = state.get("messages") or []
     return turn if turn and messages and isinstance(messages[-1], ToolMessage) else turn + 1
 
 
+@dataclass(frozen=True)
+class _Caller:
+    """Who a call is made for: from the run's ``configurable`` (``thread_id``, ``user_id``)."""
+
+    thread_id: str | None = None
+    user_id: str | None = None
+
+    @classmethod
+    def of(cls, config: RunnableConfig | None) -> _Caller:
+        conf = (config or {}).get("configurable") or {}
+        thread, user = conf.get("thread_id"), conf.get("user_id")
+        return cls(None if thread is None else str(thread), None if user is None else str(user))
+
+
+def _epoch(at: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(at)).timestamp()
+    except ValueError:
+        return time.time()
+
+
 class _Nodes:
-    """The graph's nodes, closed over the agent's parts."""
+    """The graph's nodes, closed over the agent's parts.
+
+    Budgets are checked before each model call from a counted estimate (the view, system prompt included,
+    plus the tool schemas, counted once) added to what the ledger says the turn, the thread and the user's
+    UTC day have spent; each call is recorded in the ledger after it. A breach that only the provider's
+    numbers show (after the call) is logged, and the reply, already paid for, is kept: the ledger holds the
+    spending, so the next call is refused.
+    """
 
     def __init__(
         self,
@@ -111,43 +183,114 @@ class _Nodes:
         summarizer: Summarizer,
         count: TokenCounter,
         system_prompt: str | None,
-        turn_budget: int,
-        session_budget: int,
+        budgets: Budgets,
+        meter: Meter | None,
+        tool_tokens: int = 0,
     ) -> None:
         self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
-        self.system_prompt, self.turn_budget, self.session_budget = system_prompt, turn_budget, session_budget
+        self.system_prompt, self.budgets, self.meter = system_prompt, budgets, meter
+        self.tool_tokens = tool_tokens
+        self.model_name = model_name(model)
+        self._checked: dict[str, tuple[tuple[str | None, int, int], dict[Scope, Totals]]] = {}
+        self._lock = threading.Lock()
 
-    def view(self, state: MemoryState) -> list[BaseMessage]:
+    @property
+    def ledger(self) -> Ledger | None:
+        return None if self.meter is None else self.meter.ledger
+
+    def view(self, state: Mapping[str, Any]) -> list[BaseMessage]:
         """Exactly what the model is sent for this state."""
         summary = state.get("summary", "")
         plan = self.strategy.view_plan(state.get("messages", []), summary)
         head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*head, *build_view(plan, summary)]
 
-    def check_budgets(self, view: list[BaseMessage], usage: Sequence[UsageRecord]) -> int | None:
-        """The view's token count, counted only when a budget needs it (None when none is set)."""
-        if not (self.turn_budget or self.session_budget):
-            return None
-        tokens = self.count(view)
-        if self.turn_budget and tokens > self.turn_budget:
-            raise BudgetExceededError(
-                f"this turn would send {tokens} tokens, over the turn budget of {self.turn_budget} "
-                "(REMEM_TURN_TOKEN_BUDGET); use the trim or summary strategy, or raise the budget"
-            )
-        spent = sum(r["input_tokens"] + r["output_tokens"] for r in usage)
-        if self.session_budget and spent + tokens > self.session_budget:
-            raise BudgetExceededError(
-                f"this thread has spent {spent} tokens and this turn needs {tokens} more, over the "
-                f"session budget of {self.session_budget} (REMEM_SESSION_TOKEN_BUDGET); "
-                "start a new thread or raise the budget"
-            )
-        return tokens
+    def _spent(self, caller: _Caller, turn: int) -> dict[Scope, Totals]:
+        """What the ledger says this call's scopes spent so far (read only for the budgets that are set)."""
+        ledger = self.ledger
+        if ledger is None:
+            return {}
+        scopes = [scope for scope in ("turn", "thread", "user_day") if self.budgets.needs(scope)]
+        found = ledger.spent_in(scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id)
+        return cast("dict[Scope, Totals]", found)
 
-    def call_model(self, state: MemoryState) -> dict[str, Any]:
+    def check_budgets(
+        self, view: list[BaseMessage], caller: _Caller, turn: int
+    ) -> dict[Scope, Totals] | None:
+        """Check the call's counted estimate against every budget; returns what the scopes had spent
+        (None when no budget is set: then nothing is counted nor read)."""
+        if not self.budgets.active:
+            return None
+        tokens = self.count(view) + self.tool_tokens
+        key = (caller.thread_id, turn, tokens)
+        if caller.thread_id is not None:
+            with self._lock:  # run_turn checked this very call just before: its reads are not repeated
+                checked = self._checked.pop(caller.thread_id, None)
+            if checked is not None and checked[0] == key:
+                return checked[1]
+        cost = None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
+        spent = self._spent(caller, turn)
+        check(self.budgets, tokens=tokens, cost=cost, spent=spent, estimated=True)
+        return spent
+
+    def precheck(self, state: Mapping[str, Any], caller: _Caller) -> None:
+        """:meth:`check_budgets` before the input is written (run_turn); the turn's first call then
+        reuses what it read, since the thread's lease keeps anything else of the thread from spending.
+        A legacy usage list is copied into the ledger first (the state is emptied by the call)."""
+        self.adopt_legacy(state, caller)
+        view, turn = self.view(state), _call_turn(state)
+        spent = self.check_budgets(view, caller, turn)
+        if spent is not None and caller.thread_id is not None:
+            tokens = self.count(view) + self.tool_tokens
+            with self._lock:
+                self._checked[caller.thread_id] = ((caller.thread_id, turn, tokens), spent)
+
+    def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals]) -> None:
+        try:
+            check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
+        except BudgetExceededError as exc:
+            log.warning("%s; the reply was kept (it was paid for) and the next model call is refused", exc)
+
+    def adopt_legacy(self, state: Mapping[str, Any], caller: _Caller) -> dict[str, Any]:
+        """Copy a legacy checkpoint's ``usage`` list into the ledger (idempotent) and empty it."""
+        legacy = state.get("usage")
+        if not legacy:
+            return {}
+        if self.meter is not None and caller.thread_id is not None:
+            for n, record in enumerate(legacy):
+                node = str(record.get("node") or "call_model")
+                event = self.meter.event(
+                    "chat" if node == "call_model" else "summariser",
+                    str(record.get("model") or "unknown"),
+                    input_tokens=int(record.get("input_tokens") or 0),
+                    output_tokens=int(record.get("output_tokens") or 0),
+                    source="counted",
+                    thread_id=caller.thread_id,
+                    user_id=caller.user_id,
+                    turn=int(record.get("turn") or 0),
+                    node=node,
+                    latency_ms=record.get("latency_ms"),
+                    call_id=f"{caller.thread_id}:legacy:{n}",
+                )
+                self.meter.ledger.record(dataclasses.replace(event, at=_epoch(record.get("at"))))
+        return {"usage": [], "remem_turn": _turn_before(state)}
+
+    def _record(self, event: UsageEvent) -> None:
+        """Record a paid call; a ledger that fails here loses the row, never the reply (no call is paid twice)."""
+        if self.meter is None:
+            return
+        try:
+            self.meter.ledger.record(event)
+        except RememError as exc:
+            log.error("a model call could not be recorded in the usage ledger (%s); its reply was kept", exc)
+
+    def call_model(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
+        caller = _Caller.of(config)
         view = self.view(state)
         check_provider_valid(view)
-        usage = state.get("usage", [])
-        tokens = self.check_budgets(view, usage)
+        turn = _call_turn(state)
+        update = self.adopt_legacy(state, caller)
+        spent = self.check_budgets(view, caller, turn)
         started = time.perf_counter()
         try:
             reply = self.model.invoke(view)
@@ -158,18 +301,27 @@ class _Nodes:
                 f"the chat model call failed ({type(exc).__name__}: {exc}); your message is kept in the "
                 "thread: invoke again (or send the next message) to retry"
             ) from exc
-        latency = (time.perf_counter() - started) * 1000
-        meta = getattr(reply, "usage_metadata", None) or {}
-        record = UsageRecord(
-            turn=_call_turn(usage, state.get("messages", [])),
-            node="call_model",
-            model=model_name(self.model),
-            input_tokens=int(meta.get("input_tokens") or (self.count(view) if tokens is None else tokens)),
-            output_tokens=int(meta.get("output_tokens") or self.count([reply])),
-            latency_ms=round(latency, 2),
-            at=now_iso(),
-        )
-        return {"messages": [reply], "usage": [record]}
+        update["messages"] = [reply]
+        if turn != state.get("remem_turn"):
+            update["remem_turn"] = turn
+        if self.meter is not None:
+            reply_id = getattr(reply, "id", None)
+            event = self.meter.reply_event(
+                "chat",
+                self.model_name,
+                view,
+                reply,
+                started=started,
+                thread_id=caller.thread_id,
+                user_id=caller.user_id,
+                turn=turn,
+                node="call_model",
+                call_id=f"{caller.thread_id}:{reply_id}" if reply_id and caller.thread_id else None,
+            )
+            self._record(event)
+            if spent is not None:
+                self._check_after(event, spent)
+        return update
 
     def route(self, state: MemoryState) -> str:
         plan = self.strategy.compaction_plan(state.get("messages", []), state.get("summary", ""))
@@ -177,7 +329,7 @@ class _Nodes:
             return END
         return "summarize_conversation" if plan.summarize else "delete_messages"
 
-    def compact(self, state: MemoryState) -> dict[str, Any]:
+    def compact(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
         summary = state.get("summary", "")
         plan = self.strategy.compaction_plan(state.get("messages", []), summary)
         if plan is None:
@@ -186,18 +338,23 @@ class _Nodes:
         if plan.summarize:
             result = self.summarizer.summarize(summary, plan.summarize)
             update["summary"] = result.text
-            if result.input_tokens:
-                update["usage"] = [
-                    UsageRecord(
-                        turn=_turn_of(state.get("usage", [])),
-                        node="summarize_conversation",
-                        model=result.model,
+            if result.input_tokens and self.meter is not None:  # the extractive summariser calls no model
+                caller = _Caller.of(config)
+                source = result.extra.get("source")
+                self._record(
+                    self.meter.event(
+                        "summariser",
+                        result.model,
                         input_tokens=result.input_tokens,
                         output_tokens=result.output_tokens,
-                        latency_ms=round(result.latency_ms, 2),
-                        at=now_iso(),
+                        source="counted" if source == "counted" else "provider",
+                        thread_id=caller.thread_id,
+                        user_id=caller.user_id,
+                        turn=_turn_before(state),
+                        node="summarize_conversation",
+                        latency_ms=result.latency_ms,
                     )
-                ]
+                )
         return update
 
 
@@ -255,6 +412,8 @@ def build_agent(
     settings: Settings | None = None,
     system_prompt: str | None = None,
     token_counter: TokenCounter | None = None,
+    ledger: Ledger | str | Path | bool = True,
+    budgets: Budgets | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The seeds' complete template, compiled: messages + summary, ``call_model``, compaction, routing.
 
@@ -266,6 +425,14 @@ def build_agent(
     when ``strategy`` is not given, its sizes, the budgets and the token counter. ``strategy`` is a name
     (filter, delete, trim, summary) or a strategy object. ``summarizer`` is ``"llm"`` (the agent's model,
     as in the seeds), ``"extractive"`` (no model), or any :class:`~remem.summarize.Summarizer`.
+
+    Every model call (the chat model's and the summariser's) is recorded in the usage ledger: by default
+    the one in the checkpointer's own database (the same SQLite file or PostgreSQL database; this
+    process's memory for ``InMemorySaver``), opened at the first call; or the :class:`~remem.usage.Ledger`
+    or database URL given as ``ledger``; ``ledger=False`` records nothing. ``budgets`` (default: the
+    settings', :meth:`~remem.usage.Budgets.from_settings`) are checked before each call against what the
+    ledger says the turn, the thread and the user's UTC day spent (``run_turn(..., user_id=...)`` or
+    ``configurable.user_id``); prices come from ``[remem.prices]``. :func:`ledger_of` gives the ledger.
     """
     s = settings or load_settings()
     chat = check_chat_model(model, s)
@@ -281,8 +448,22 @@ def build_agent(
     tool_node = _tool_node(tools) if tools else None
     caller = _bind_tools(chat, tool_node) if tool_node else chat
     count = token_counter or counter_named(s.token_counter)
+    chosen_ledger = _ledger(ledger, checkpointer)
+    meter = (
+        None
+        if chosen_ledger is None
+        else Meter(chosen_ledger, PriceTable.from_settings_rows(s.prices), count=count)
+    )
+    tool_text = tool_schema_text(list(tool_node.tools_by_name.values())) if tool_node else ""
     nodes = _Nodes(
-        caller, chosen, summarize, count, system_prompt, s.turn_token_budget, s.session_token_budget
+        caller,
+        chosen,
+        summarize,
+        count,
+        system_prompt,
+        budgets or Budgets.from_settings(s),
+        meter,
+        count([SystemMessage(content=tool_text)]) if tool_text else 0,
     )
     graph = StateGraph(MemoryState)
     graph.add_node("call_model", nodes.call_model)
@@ -301,7 +482,26 @@ def build_agent(
     compiled = graph.compile(checkpointer=checkpointer, store=store)
     compiled.name = f"remem-agent[{chosen.name}]"
     _TURN_RULES[compiled] = _TurnRules(s.thread_lease_timeout, nodes)
+    if chosen_ledger is not None and chosen_ledger is not ledger:  # opened here: closed with the graph
+        weakref.finalize(compiled, chosen_ledger.close)
     return compiled
+
+
+def _ledger(ledger: Ledger | str | Path | bool, checkpointer: Any) -> Ledger | None:
+    if ledger is False:
+        return None
+    if ledger is True:
+        return ledger_for(checkpointer)
+    if isinstance(ledger, Ledger):
+        return ledger
+    url = ledger
+    return LazyLedger(lambda: ledger_from_url(url))
+
+
+def ledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:
+    """The usage ledger a graph :func:`build_agent` made records its model calls in (None: it records none)."""
+    rules = _TURN_RULES.get(graph)
+    return None if rules is None or rules.nodes is None else rules.nodes.ledger
 
 
 @dataclass(frozen=True)
@@ -333,7 +533,9 @@ def _unfinished(snapshot: Any) -> bool:
     return bool(snapshot.next or snapshot.tasks)
 
 
-def _check_input(rules: _TurnRules, values: dict[str, Any], messages: list[BaseMessage]) -> None:
+def _check_input(
+    rules: _TurnRules, values: dict[str, Any], messages: list[BaseMessage], caller: _Caller
+) -> None:
     """Refuse, before anything is written, an input the turn would refuse after writing it."""
     history = values.get("messages", [])
     check_can_append(history, messages)
@@ -347,8 +549,8 @@ def _check_input(rules: _TurnRules, values: dict[str, Any], messages: list[BaseM
             "the thread was not changed"
         )
     if rules.nodes is not None:  # the budgets call_model checks, checked before the input is stored
-        state = MemoryState(messages=merged, summary=values.get("summary", ""), usage=values.get("usage", []))
-        rules.nodes.check_budgets(rules.nodes.view(state), state["usage"])
+        state = {**values, "messages": merged}
+        rules.nodes.precheck(state, caller)
 
 
 def run_turn(
@@ -358,6 +560,7 @@ def run_turn(
     *,
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
     lease_timeout: float | None = None,
+    user_id: str | None = None,
 ) -> AIMessage:
     """Send one user turn and return the reply.
 
@@ -367,17 +570,18 @@ def run_turn(
     A turn that an earlier failure or crash left unfinished is completed first, from what it wrote, so
     a reply that was saved is kept and no model call is paid for twice. The input is then checked
     against the thread (shape, provider validity, token budgets) before any of it is written: a refused
-    input leaves the thread as it was.
+    input leaves the thread as it was. ``user_id`` is who the turn's model calls are recorded for (and
+    whose daily budget they count against).
     """
     messages = coerce_messages(message, max_chars=max_message_chars)
-    config = thread_config(thread_id)
+    config = thread_config(thread_id, user_id)
     rules = _rules(graph, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = graph.get_state(config)
         if _unfinished(snapshot):
             graph.invoke(None, config)
             snapshot = graph.get_state(config)
-        _check_input(rules, snapshot.values, messages)
+        _check_input(rules, snapshot.values, messages, _Caller.of(config))
         result = graph.invoke({"messages": messages}, config)
     return _last_reply(result)
 
@@ -389,17 +593,18 @@ async def arun_turn(
     *,
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
     lease_timeout: float | None = None,
+    user_id: str | None = None,
 ) -> AIMessage:
     """Async version of :func:`run_turn`."""
     messages = coerce_messages(message, max_chars=max_message_chars)
-    config = thread_config(thread_id)
+    config = thread_config(thread_id, user_id)
     rules = _rules(graph, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = await graph.aget_state(config)
         if _unfinished(snapshot):
             await graph.ainvoke(None, config)
             snapshot = await graph.aget_state(config)
-        _check_input(rules, snapshot.values, messages)
+        await asyncio.to_thread(_check_input, rules, snapshot.values, messages, _Caller.of(config))
         result = await graph.ainvoke({"messages": messages}, config)
     return _last_reply(result)
 

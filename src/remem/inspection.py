@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.messages import BaseMessage
@@ -83,8 +84,35 @@ def thread_snapshot(
         messages=list(values.get("messages", [])),
         summary=str(values.get("summary", "")),
         next=tuple(state.next),
-        usage=list(values.get("usage", [])),
+        usage=[*values.get("usage", []), *_ledger_usage(graph, thread_id, state.created_at)],
     )
+
+
+def _ledger_usage(
+    graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str, until: str
+) -> list[UsageRecord]:
+    """The thread's model calls up to ``until`` from the usage ledger of its database (read-only)."""
+    from remem.usage import read_ledger_of
+
+    saver = graph.checkpointer
+    if not isinstance(saver, BaseCheckpointSaver):
+        return []
+    with read_ledger_of(saver) as ledger:
+        events = [] if ledger is None else ledger.events(thread_id=thread_id)
+    cutoff = datetime.fromisoformat(until).timestamp()
+    return [
+        UsageRecord(
+            turn=e.turn or 0,
+            node=e.node or e.kind,
+            model=e.model,
+            input_tokens=e.input_tokens,
+            output_tokens=e.output_tokens,
+            latency_ms=e.latency_ms or 0.0,
+            at=str(e.as_dict()["at"]),
+        )
+        for e in events
+        if e.at <= cutoff + 1.0  # a call is recorded just before the checkpoint that holds its reply
+    ]
 
 
 _NULL_TASK = "00000000-0000-0000-0000-000000000000"

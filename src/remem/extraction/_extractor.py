@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from remem.extraction._schema import (
     update_prompt,
 )
 from remem.layout import EXTRACTION_STATE_KEY, extraction_state, thread_messages, user_memories
+from remem.models import model_name
+from remem.usage import Meter
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +45,8 @@ class MemoryExtractor:
     step against similar stored memories: add, update (the old memory is marked invalid and linked to its
     replacement, never overwritten), delete (marked invalid) or no-op. Progress is kept in a watermark per
     thread; a failure leaves it where it was and raises :class:`ExtractionError`, so the next run retries.
+    With ``meter`` (a :class:`remem.usage.Meter`), each model call is recorded in the usage ledger (kind
+    ``extractor``, node ``extract`` or ``update``) for the run's thread and user.
     """
 
     def __init__(
@@ -52,12 +57,34 @@ class MemoryExtractor:
         enabled: bool = True,
         index_turns: bool = True,
         similar: int = 5,
+        meter: Meter | None = None,
     ) -> None:
         self.store = store
         self.model = model
         self.enabled = enabled
         self.index_turns = index_turns
         self.similar = similar
+        self.meter = meter
+
+    def _ask(self, prompt: list[BaseMessage], node: str, *, user_id: str, thread_id: str) -> BaseMessage:
+        """One model call, recorded in the ledger when there is a meter (a failed call costs nothing)."""
+        assert self.model is not None
+        started = time.perf_counter()
+        reply: BaseMessage = self.model.invoke(prompt)
+        if self.meter is not None:
+            reply_id = getattr(reply, "id", None)
+            self.meter.record_reply(
+                "extractor",
+                model_name(self.model),
+                prompt,
+                reply,
+                started=started,
+                thread_id=thread_id,
+                user_id=user_id,
+                node=node,
+                call_id=f"{thread_id}:{reply_id}" if reply_id else None,
+            )
+        return reply
 
     # ------------------------------------------------------------------ public
 
@@ -177,7 +204,8 @@ class MemoryExtractor:
     ) -> None:
         assert self.model is not None
         result.llm_used = True
-        reply = self.model.invoke(extraction_prompt([(i, role_of(m), message_text(m)) for i, m in turns]))
+        prompt = extraction_prompt([(i, role_of(m), message_text(m)) for i, m in turns])
+        reply = self._ask(prompt, "extract", user_id=user_id, thread_id=thread_id)
         candidates = parse_json_reply(reply, Extraction).memories
         known_ids = [i for i, _ in turns]
         user_ids = [i for i, m in turns if role_of(m) == "user"] or known_ids
@@ -188,7 +216,8 @@ class MemoryExtractor:
         neighbours = [self._similar(store, user_id, c) for c in candidates]
         decisions: dict[int, Any] = {}
         if any(neighbours):
-            reply = self.model.invoke(update_prompt(list(zip(candidates, neighbours, strict=True))))
+            prompt = update_prompt(list(zip(candidates, neighbours, strict=True)))
+            reply = self._ask(prompt, "update", user_id=user_id, thread_id=thread_id)
             decisions = {d.candidate: d for d in parse_json_reply(reply, Decisions).decisions}
         source_time = now_iso()
         # Every write waits for the end and goes in one batch: a failure part way leaves nothing written,

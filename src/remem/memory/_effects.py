@@ -8,6 +8,7 @@ drives a plan with a store's ``batch`` and a summariser's ``summarize``, :func:`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -19,6 +20,7 @@ from langgraph.store.base import BaseStore, Op
 
 from remem.errors import RememError, StorageError
 from remem.summarize import Summarizer, SummaryResult
+from remem.usage import Meter
 
 __all__ = ["ALease", "Lease", "Leased", "Plan", "StoreCall", "SummarizeCall", "arun", "run"]
 
@@ -32,8 +34,13 @@ class StoreCall:
 
 @dataclass(frozen=True)
 class SummarizeCall:
+    """Extend ``previous`` with ``messages``: a summariser call, recorded in the usage ledger for the
+    thread and user it is made for when the driver has a meter."""
+
     previous: str
     messages: Sequence[BaseMessage]
+    thread_id: str | None = None
+    user_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,32 @@ def _storage_failed(exc: Exception) -> StorageError:
     )
 
 
-def run(plan: Plan[T], store: BaseStore, summarizer: Summarizer, lease: Lease = _no_lease) -> T:
-    """Drive ``plan`` synchronously; ``lease(thread_id)`` holds a thread's lease for a :class:`Leased`."""
+def _record(meter: Meter | None, call: SummarizeCall, result: SummaryResult) -> None:
+    """One ledger row for a summariser that called a model (the extractive one calls none: no row)."""
+    if meter is None or not result.input_tokens:
+        return
+    meter.record(
+        "summariser",
+        result.model,
+        input_tokens=result.input_tokens,
+        output_tokens=result.output_tokens,
+        source="counted" if result.extra.get("source") == "counted" else "provider",
+        thread_id=call.thread_id,
+        user_id=call.user_id,
+        node="memory.summary",
+        latency_ms=result.latency_ms,
+    )
+
+
+def run(
+    plan: Plan[T],
+    store: BaseStore,
+    summarizer: Summarizer,
+    lease: Lease = _no_lease,
+    meter: Meter | None = None,
+) -> T:
+    """Drive ``plan`` synchronously; ``lease(thread_id)`` holds a thread's lease for a :class:`Leased`;
+    ``meter`` records each summariser call in the usage ledger."""
     result: Any = None
     try:
         while True:
@@ -82,15 +113,22 @@ def run(plan: Plan[T], store: BaseStore, summarizer: Summarizer, lease: Lease = 
                     raise _storage_failed(exc) from exc
             elif isinstance(effect, Leased):
                 with lease(effect.thread_id):
-                    result = run(effect.plan, store, summarizer, lease)
+                    result = run(effect.plan, store, summarizer, lease, meter)
             else:
                 result = summarizer.summarize(effect.previous, effect.messages)
+                _record(meter, effect, result)
     except StopIteration as stop:
         value: T = stop.value
         return value
 
 
-async def arun(plan: Plan[T], store: BaseStore, summarizer: Summarizer, lease: ALease = _no_alease) -> T:
+async def arun(
+    plan: Plan[T],
+    store: BaseStore,
+    summarizer: Summarizer,
+    lease: ALease = _no_alease,
+    meter: Meter | None = None,
+) -> T:
     """Async version of :func:`run`."""
     result: Any = None
     try:
@@ -105,9 +143,11 @@ async def arun(plan: Plan[T], store: BaseStore, summarizer: Summarizer, lease: A
                     raise _storage_failed(exc) from exc
             elif isinstance(effect, Leased):
                 async with lease(effect.thread_id):
-                    result = await arun(effect.plan, store, summarizer, lease)
+                    result = await arun(effect.plan, store, summarizer, lease, meter)
             else:
                 summary: SummaryResult = await summarizer.asummarize(effect.previous, effect.messages)
+                if meter is not None:
+                    await asyncio.to_thread(_record, meter, effect, summary)
                 result = summary
     except StopIteration as stop:
         value: T = stop.value

@@ -276,7 +276,9 @@ def _summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int)
     for start in range(base.covered_count, boundary, SUMMARY_PAGE):
         ids = yield from _ids_between(thread_id, start, min(start + SUMMARY_PAGE, boundary))
         messages = yield from _messages_by_id(thread_id, ids)
-        result: SummaryResult = yield SummarizeCall(text, [m.to_langchain() for m in messages])
+        result: SummaryResult = yield SummarizeCall(
+            text, [m.to_langchain() for m in messages], thread_id, info.user_id
+        )
         text, model = result.text, result.model
         first_id = first_id or (ids[0] if ids else None)
         last_id = ids[-1] if ids else last_id

@@ -46,6 +46,7 @@ from remem.memory._plans import (
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo, check_label
 from remem.messages import TokenCounter, token_counter
 from remem.summarize import Summarizer, summarizer_for
+from remem.usage import Meter, usage_meter
 
 __all__ = ["DEFAULT_CARD_TOKEN_BUDGET", "Memory", "Thread"]
 
@@ -59,7 +60,9 @@ class Memory:
     ``summarizer`` writes thread summaries (default: the extractive one, no LLM); ``token_counter``
     measures summaries and cards against their budgets; ``context_summary_update_frequency`` is how many
     new messages a thread gathers before its card's summary is extended (a new thread may override it);
-    ``thread_lease_timeout`` is how long a write waits for another writer of the same thread.
+    ``thread_lease_timeout`` is how long a write waits for another writer of the same thread;
+    ``meter`` (a :class:`remem.usage.Meter`) records each summariser call in the usage ledger
+    (:meth:`from_url` records in the memory's own database, embedder batches included).
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Memory:
         token_counter: TokenCounter | None = None,
         context_summary_update_frequency: int = DEFAULT_UPDATE_FREQUENCY,
         thread_lease_timeout: float = DEFAULT_LEASE_TIMEOUT,
+        meter: Meter | None = None,
     ) -> None:
         from remem.messages import approximate_token_count
 
@@ -78,6 +82,7 @@ class Memory:
         self.token_counter: TokenCounter = token_counter or approximate_token_count
         self.context_summary_update_frequency = context_summary_update_frequency
         self.thread_lease_timeout = thread_lease_timeout
+        self.meter = meter
         self._owned: list[Any] = []
         # Each message's speaker and date are indexed with it, but for a store that fails on a text given
         # twice in a batch (stock InMemoryStore): there only the text is.
@@ -85,17 +90,26 @@ class Memory:
 
     @classmethod
     def from_url(
-        cls, url: str, *, settings: Settings | None = None, summarizer: Summarizer | None = None
+        cls,
+        url: str,
+        *,
+        settings: Settings | None = None,
+        summarizer: Summarizer | None = None,
+        meter_embeddings: bool = False,
     ) -> Memory:
         """Open the memory at ``url``: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``.
 
         The embedder, the chat model that writes summaries (none: extractive) and the token counter come
-        from ``settings`` (default: :func:`remem.load_settings`).
+        from ``settings`` (default: :func:`remem.load_settings`). Summariser calls are recorded in the usage
+        ledger of the same database; ``meter_embeddings=True`` records the embedder's batches too (searches
+        included, so a search then writes a row: off by default, as reads never write).
         """
         from remem.memory._backends import open_store
 
         settings = settings or load_settings()
-        store, owned = open_store(url, settings)
+        meter = usage_meter(url, settings)
+        store, owned = open_store(url, settings, meter=meter if meter_embeddings else None)
+        owned.append(meter.ledger.close)
         if summarizer is None:
             from remem.models import chat_model_from_settings
 
@@ -105,6 +119,7 @@ class Memory:
             summarizer=summarizer,
             token_counter=token_counter(settings.token_counter),
             thread_lease_timeout=settings.thread_lease_timeout,
+            meter=meter,
         )
         memory._owned = owned
         return memory
@@ -138,10 +153,10 @@ class Memory:
         return athread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
 
     def _run(self, plan: Plan[Any]) -> Any:
-        return run(plan, self.store, self.summarizer, self._lease)
+        return run(plan, self.store, self.summarizer, self._lease, self.meter)
 
     async def _arun(self, plan: Plan[Any]) -> Any:
-        return await arun(plan, self.store, self.summarizer, self._alease)
+        return await arun(plan, self.store, self.summarizer, self._alease, self.meter)
 
     def _open_plan(
         self, thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from remem.errors import RememUsageError
 from remem.usage import _sql
 from remem.usage._records import Totals, UsageEvent, day_of
 from remem.usage._sql import Filters
 
-__all__ = ["Ledger"]
+__all__ = ["LazyLedger", "Ledger"]
 
 
 class Ledger(ABC):
@@ -30,8 +32,19 @@ class Ledger(ABC):
     @abstractmethod
     def _write(self, sql: str, params: tuple[Any, ...]) -> None: ...
 
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        """Run ``first``; when it returned a row, run ``then`` (remem's backends: in one transaction)."""
+        if self._read(*first):
+            for statement in then:
+                self._write(*statement)
+
     @abstractmethod
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]: ...
+
+    def _dialect(self) -> str:
+        return self.dialect
 
     def close(self) -> None:  # noqa: B027 - optional: most backends own nothing more to release
         """Release the connection (a ledger opened on a connection it does not own leaves it open)."""
@@ -43,8 +56,13 @@ class Ledger(ABC):
         self.close()
 
     def record(self, event: UsageEvent) -> None:
-        """Add one call; a second record with the same ``call_id`` adds nothing."""
-        self._write(*_sql.insert(self.dialect, event))
+        """Add one call, and add it to its thread's, turn's and user's day running totals, in one
+        transaction; a second record with the same ``call_id`` adds nothing."""
+        self._record_event(event)
+
+    def _record_event(self, event: UsageEvent) -> None:
+        dialect = self._dialect()
+        self._write_if_new(_sql.insert(dialect, event), _sql.add_to_totals(dialect, event))
 
     def events(
         self,
@@ -58,7 +76,7 @@ class Ledger(ABC):
     ) -> list[UsageEvent]:
         """The recorded calls, oldest first."""
         filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, since=since, kind=kind)
-        rows = self._read(*_sql.select_events(self.dialect, filters, limit))
+        rows = self._read(*_sql.select_events(self._dialect(), filters, limit))
         return [_sql.event_of(row) for row in rows]
 
     def totals(
@@ -74,7 +92,7 @@ class Ledger(ABC):
     ) -> list[Totals]:
         """Sums grouped ``by`` turn, thread, model, day, user or kind (one row for all when None)."""
         filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, day=day, since=since, kind=kind)
-        rows: Sequence[tuple[Any, ...]] = self._read(*_sql.select_totals(self.dialect, filters, by))
+        rows: Sequence[tuple[Any, ...]] = self._read(*_sql.select_totals(self._dialect(), filters, by))
         return [_sql.totals_of(row, by) for row in rows]
 
     def spent(
@@ -85,9 +103,102 @@ class Ledger(ABC):
         turn: int | None = None,
         day: str | None = None,
     ) -> Totals:
-        """What the matching calls spent (what a budget is checked against)."""
-        return self.totals(thread_id=thread_id, user_id=user_id, turn=turn, day=day)[0]
+        """What the matching calls spent (what a budget is checked against). A thread, a thread's turn and
+        a user's day are read from their running totals: one row, however many calls they made."""
+        filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, day=day)
+        running = _sql.select_running_totals(self._dialect(), filters)
+        if running is None:
+            return self.totals(thread_id=thread_id, user_id=user_id, turn=turn, day=day)[0]
+        rows = self._read(*running)
+        if not rows:
+            return Totals()
+        calls, inp, out, cached, cost, unpriced, latency = rows[0]
+        return Totals(
+            None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
+        )
+
+    def spent_in(
+        self,
+        scopes: Sequence[str],
+        *,
+        thread_id: str | None = None,
+        turn: int | None = None,
+        user_id: str | None = None,
+        at: float | None = None,
+    ) -> dict[str, Totals]:
+        """What a call's ``scopes`` spent (``turn``, ``thread``, ``user_day``: of ``user_id`` on the UTC
+        day of ``at``, default today), read from their running totals in one query. A scope whose key
+        is not given is left out."""
+        keys: list[tuple[str, str, str]] = []
+        if thread_id is not None and "thread" in scopes:
+            keys.append(("thread", thread_id, ""))
+        if thread_id is not None and turn is not None and "turn" in scopes:
+            keys.append(("turn", thread_id, str(turn)))
+        if user_id is not None and "user_day" in scopes:
+            keys.append(("user_day", user_id, day_of(time.time() if at is None else at)))
+        if not keys:
+            return {}
+        found = {row[0]: row[1:] for row in self._read(*_sql.select_scopes(self._dialect(), keys))}
+        spent: dict[str, Totals] = {}
+        for scope, _, _ in keys:
+            calls, inp, out, cached, cost, unpriced, latency = found.get(scope, (0, 0, 0, 0, 0.0, 0, 0.0))
+            spent[scope] = Totals(
+                None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
+            )
+        return spent
 
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
         return self.spent(user_id=user_id, day=day_of(time.time() if at is None else at))
+
+
+class LazyLedger(Ledger):
+    """A ledger opened on first use by ``opener`` (so that building an agent, or a read-only command,
+    creates no table and opens no connection). Thread-safe; :meth:`close` closes what was opened."""
+
+    def __init__(self, opener: Callable[[], Ledger]) -> None:
+        self._opener: Callable[[], Ledger] | None = opener
+        self._inner: Ledger | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def opened(self) -> bool:
+        return self._inner is not None
+
+    def inner(self) -> Ledger:
+        """The real ledger, opened now if it was not yet."""
+        inner = self._inner
+        if inner is not None:
+            return inner
+        with self._lock:
+            if self._inner is None:
+                if self._opener is None:
+                    raise RememUsageError("this usage ledger was closed; open a new one")
+                self._inner = self._opener()
+            return self._inner
+
+    def setup(self) -> None:
+        self.inner().setup()
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        self.inner()._write(sql, params)
+
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        self.inner()._write_if_new(first, then)
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return self.inner()._read(sql, params)
+
+    def _dialect(self) -> str:
+        return self.inner().dialect
+
+    def _record_event(self, event: UsageEvent) -> None:
+        self.inner()._record_event(event)
+
+    def close(self) -> None:
+        with self._lock:
+            inner, self._inner, self._opener = self._inner, None, None
+        if inner is not None:
+            inner.close()

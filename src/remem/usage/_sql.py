@@ -11,7 +11,21 @@ from remem.errors import RememUsageError
 from remem.layout import USAGE_LEDGER_TABLE
 from remem.usage._records import Totals, UsageEvent, day_of
 
-__all__ = ["BY", "COLUMNS", "LEDGER", "USAGE_TABLE", "Filters", "insert", "select_events", "select_totals"]
+__all__ = [
+    "BY",
+    "COLUMNS",
+    "LEDGER",
+    "TOTALS_TABLE",
+    "USAGE_TABLE",
+    "Filters",
+    "add_to_totals",
+    "insert",
+    "record_postgres",
+    "select_events",
+    "select_running_totals",
+    "select_scopes",
+    "select_totals",
+]
 
 USAGE_TABLE = USAGE_LEDGER_TABLE
 
@@ -48,10 +62,45 @@ def _create(key: str, real: str) -> tuple[str, ...]:
     )
 
 
+# Running totals per thread, per (thread, turn) and per (user, UTC day), kept with each record in its
+# transaction, so that a budget check reads one row however many calls the thread made.
+TOTALS_TABLE = f"{USAGE_TABLE}_totals"
+_SUM_COLUMNS = ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost", "unpriced", "latency_ms")
+_SUM_OF = (
+    "count(*), sum(input_tokens), sum(output_tokens), sum(cached_tokens), coalesce(sum(cost), 0), "
+    "sum(CASE WHEN cost IS NULL THEN 1 ELSE 0 END), coalesce(sum(latency_ms), 0)"
+)
+_SCOPE_KEYS = {  # scope: key1, key2, which rows, grouped by
+    "thread": ("thread_id", "''", "thread_id IS NOT NULL", "thread_id"),
+    "turn": (
+        "thread_id",
+        "CAST(turn AS TEXT)",
+        "thread_id IS NOT NULL AND turn IS NOT NULL",
+        "thread_id, turn",
+    ),
+    "user_day": ("user_id", "day", "user_id IS NOT NULL", "user_id, day"),
+}
+
+
+def _totals(real: str) -> tuple[str, ...]:
+    create = (
+        f"CREATE TABLE {TOTALS_TABLE} (scope TEXT NOT NULL, key1 TEXT NOT NULL, key2 TEXT NOT NULL, "
+        "calls INTEGER NOT NULL, input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL, "
+        f"cached_tokens INTEGER NOT NULL, cost {real} NOT NULL, unpriced INTEGER NOT NULL, "
+        f"latency_ms {real} NOT NULL, PRIMARY KEY (scope, key1, key2))"
+    )
+    backfill = tuple(
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
+        f"SELECT '{scope}', {k1}, {k2}, {_SUM_OF} FROM {USAGE_TABLE} WHERE {cond} GROUP BY {group}"
+        for scope, (k1, k2, cond, group) in _SCOPE_KEYS.items()
+    )
+    return (create, *backfill)
+
+
 LEDGER = _migrate.Component(
     "usage",
-    sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"),),
-    postgres=(_create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"),),
+    sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"), _totals("REAL")),
+    postgres=(_create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"), _totals("DOUBLE PRECISION")),
 )
 
 By = Literal["turn", "thread", "model", "day", "user", "kind"]
@@ -102,10 +151,11 @@ def _ph(dialect: str) -> str:
 
 
 def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
+    """The row's INSERT: it returns the new id, or nothing when a row with the same call id exists."""
     ph = _ph(dialect)
     sql = (
         f"INSERT INTO {USAGE_TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join([ph] * len(COLUMNS))}) "
-        "ON CONFLICT (call_id) DO NOTHING"
+        "ON CONFLICT (call_id) DO NOTHING RETURNING id"
     )
     values = (
         event.kind,
@@ -125,6 +175,86 @@ def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
         event.call_id,
     )
     return sql, values
+
+
+def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any, ...]]]:
+    """The upserts that add ``event`` to its thread's, its turn's and its user's day totals."""
+    ph = _ph(dialect)
+    keys: list[tuple[str, str, str]] = []
+    if event.thread_id is not None:
+        keys.append(("thread", event.thread_id, ""))
+        if event.turn is not None:
+            keys.append(("turn", event.thread_id, str(event.turn)))
+    if event.user_id is not None:
+        keys.append(("user_day", event.user_id, day_of(event.at)))
+    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+    sql = (
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
+        f"VALUES ({', '.join([ph] * (3 + len(_SUM_COLUMNS)))}) "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
+    )
+    sums = (
+        1,
+        event.input_tokens,
+        event.output_tokens,
+        event.cached_tokens,
+        event.cost or 0.0,
+        1 if event.cost is None else 0,
+        event.latency_ms or 0.0,
+    )
+    return [(sql, (*key, *sums)) for key in keys]
+
+
+_PG_TYPES = ("text", "text", "text", "bigint", "bigint", "bigint", "bigint", "double precision", "bigint")
+
+
+def record_postgres(event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
+    """The row's INSERT and its running totals' upserts as one PostgreSQL statement (one round trip;
+    atomic, and the totals move only when the row was new)."""
+    first, row = insert("postgres", event)
+    upserts = add_to_totals("postgres", event)
+    if not upserts:
+        return first, row
+    typed = ", ".join(f"%s::{t}" for t in (*_PG_TYPES[:3], "bigint", *_PG_TYPES[4:], "double precision"))
+    values = ", ".join(f"({typed})" for _ in upserts)
+    names = ("scope", "key1", "key2", *_SUM_COLUMNS)
+    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+    sql = (
+        f"WITH new AS ({first}) "
+        f"INSERT INTO {TOTALS_TABLE} ({', '.join(names)}) SELECT {', '.join('v.' + n for n in names)} "
+        f"FROM (VALUES {values}) AS v ({', '.join(names)}) WHERE EXISTS (SELECT 1 FROM new) "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
+    )
+    return sql, (*row, *(value for _, params in upserts for value in params))
+
+
+def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[Any, ...]] | None:
+    """The one-row read of a thread's, a turn's or a user's day totals; None for any other filter."""
+    f = filters
+    if f.since is not None or f.kind is not None:
+        return None
+    if f.thread_id is not None and f.user_id is None and f.day is None:
+        key = ("thread", f.thread_id, "") if f.turn is None else ("turn", f.thread_id, str(f.turn))
+    elif f.user_id is not None and f.day is not None and f.thread_id is None and f.turn is None:
+        key = ("user_day", f.user_id, f.day)
+    else:
+        return None
+    ph = _ph(dialect)
+    sql = (
+        f"SELECT {', '.join(_SUM_COLUMNS)} FROM {TOTALS_TABLE} "
+        f"WHERE scope = {ph} AND key1 = {ph} AND key2 = {ph}"
+    )
+    return sql, key
+
+
+def select_scopes(dialect: str, keys: Sequence[tuple[str, str, str]]) -> tuple[str, tuple[Any, ...]]:
+    """One read of several running totals (scope, key1, key2): each found row starts with its scope."""
+    ph = _ph(dialect)
+    one = f"(scope = {ph} AND key1 = {ph} AND key2 = {ph})"
+    sql = f"SELECT scope, {', '.join(_SUM_COLUMNS)} FROM {TOTALS_TABLE} WHERE " + " OR ".join(
+        [one] * len(keys)
+    )
+    return sql, tuple(value for key in keys for value in key)
 
 
 def select_events(dialect: str, filters: Filters, limit: int | None) -> tuple[str, tuple[Any, ...]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -32,15 +32,26 @@ class SqliteLedger(Ledger):
 
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False) -> None:
+    def __init__(self, conn: sqlite3.Connection, *, owns: bool = False, lock: Any = None) -> None:
         self.conn = conn
         self._owns = owns
-        self._lock = threading.Lock()
+        self._lock = lock if lock is not None else threading.Lock()
+        if lock is not None:  # a connection shared with its owner (a checkpointer): its settings stay
+            return
         try:
             conn.isolation_level = None
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         except sqlite3.Error as exc:
             raise _error(exc) from exc
+
+    @classmethod
+    def sharing(cls, conn: sqlite3.Connection, lock: Any) -> SqliteLedger:
+        """A ledger on a connection in autocommit mode that another object owns (remem's ``SqliteSaver``),
+        taking ``lock`` (the owner's ``threading.Lock``) around each statement, so that a record never
+        lands inside the owner's transaction; set up; closed with the connection, by its owner."""
+        ledger = cls(conn, lock=lock)
+        ledger.setup()
+        return ledger
 
     @classmethod
     @contextmanager
@@ -128,6 +139,23 @@ class SqliteLedger(Ledger):
         with self._lock:
             try:
                 self.conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise _error(exc) from exc
+
+    def _write_if_new(
+        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
+    ) -> None:
+        with self._lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if self.conn.execute(*first).fetchall():
+                        for statement in then:
+                            self.conn.execute(*statement)
+                except BaseException:
+                    self.conn.execute("ROLLBACK")
+                    raise
+                self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 raise _error(exc) from exc
 

@@ -1,0 +1,102 @@
+"""The memory client's summariser, the extractor and the embedder write to the usage ledger of the memory's
+own database (real SQLite files and PostgreSQL); the extractive summariser, which calls no model, writes
+nothing, and a read records nothing unless asked to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from remem import LLMSummarizer, Memory, ScriptedChatModel, Settings
+from remem.extraction import MemoryExtractor
+from remem.messages import approximate_token_count
+from remem.store import SqliteStore
+from remem.testing import FakeEmbedder
+from remem.usage import Meter, open_ledger
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'memory.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+SETTINGS = Settings(embedder="fake")
+TURNS = [
+    {"role": "user", "content": "I'm Maya. We are migrating our billing workflow."},
+    {"role": "assistant", "content": "Which step fails?"},
+    {"role": "user", "content": "The invoice export step times out."},
+]
+
+
+def test_the_memory_clients_summaries_are_recorded_for_the_thread_and_user(url: str) -> None:
+    model = ScriptedChatModel(default="Maya is migrating billing; the invoice export times out.")
+    with Memory.from_url(url, settings=SETTINGS, summarizer=LLMSummarizer(model)) as memory:
+        thread = memory.thread("t1", user_id="maya")
+        thread.add_messages(TURNS)
+        thread.get_summary()
+        thread.get_summary()  # up to date: no model call, no row
+    with open_ledger(url) as ledger:
+        rows = ledger.events()
+    assert len(model.calls) == 1
+    assert [(r.kind, r.thread_id, r.user_id, r.node, r.model) for r in rows] == [
+        ("summariser", "t1", "maya", "memory.summary", "scripted")
+    ]
+    assert rows[0].input_tokens == approximate_token_count(model.calls[0])  # what the model reported
+
+
+def test_the_extractive_summariser_and_reads_record_nothing(url: str) -> None:
+    with Memory.from_url(url, settings=SETTINGS) as memory:  # no model configured: extractive
+        thread = memory.thread("t1", user_id="maya")
+        thread.add_messages(TURNS)
+        thread.get_summary()
+        memory.search("billing", user_id="maya", thread_id="t1")
+    with open_ledger(url) as ledger:
+        assert ledger.events() == []
+
+
+def test_embedder_batches_are_recorded_when_asked(url: str) -> None:
+    with Memory.from_url(url, settings=SETTINGS, meter_embeddings=True) as memory:
+        memory.thread("t1", user_id="maya").add_messages(TURNS)
+        memory.search("billing", user_id="maya")
+    with open_ledger(url) as ledger:
+        rows = ledger.events(kind="embedder")
+    assert rows and all(r.model == "fake" and r.source == "counted" and r.output_tokens == 0 for r in rows)
+    assert sum(r.input_tokens for r in rows) >= sum(len(t["content"]) // 4 for t in TURNS)
+
+
+def test_the_extractors_model_calls_are_recorded(tmp_path: Path) -> None:
+    reply = json.dumps(
+        {
+            "memories": [
+                {
+                    "kind": "fact",
+                    "text": "Maya migrates billing.",
+                    "confidence": 0.9,
+                    "source_message_ids": ["h1"],
+                }
+            ]
+        }
+    )
+    model = ScriptedChatModel(replies=[reply])
+    index = {"dims": 32, "embed": FakeEmbedder(32), "fields": ["content"]}
+    with (
+        SqliteStore.from_conn_string(tmp_path / "x.db", index=index) as store,
+        open_ledger(f"sqlite:///{tmp_path / 'x.db'}") as ledger,
+    ):
+        extractor = MemoryExtractor(store, model=model, meter=Meter(ledger))
+        messages = [
+            HumanMessage("I'm Maya, migrating our billing.", id="h1"),
+            AIMessage("Which step fails?", id="a1"),
+        ]
+        result = extractor.run(messages, user_id="maya", thread_id="t1")
+        assert result.llm_used and len(result.added) == 1
+        rows = ledger.events()
+    assert [(r.kind, r.node, r.thread_id, r.user_id, r.source) for r in rows] == [
+        ("extractor", "extract", "t1", "maya", "provider")
+    ]
+    assert rows[0].input_tokens == approximate_token_count(model.calls[0])
