@@ -142,6 +142,34 @@ def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
     return times
 
 
+def _estimate_times(messages_per_prompt: int, repeats: int = 20) -> tuple[float, float]:
+    """ms to count a thread's prompt of ``messages_per_prompt`` messages that grew by one turn since the
+    last call: the whole prompt each time (before) and the middleware's prefix reuse (after)."""
+    from langchain_core.messages import AIMessage
+
+    from remem.middleware.budget import _PrefixCounter
+
+    history: list[Any] = []
+    for i in range(messages_per_prompt // 2 + repeats + 1):
+        history += [
+            HumanMessage(content=_text(i, 40), id=f"h{i}"),
+            AIMessage(content="Noted: " + _text(i, 60), id=f"a{i}"),
+        ]
+    prompts = [history[: messages_per_prompt + 2 * r] for r in range(repeats + 1)]
+    started = time.perf_counter()
+    for prompt in prompts[1:]:
+        approximate_token_count(prompt)
+    whole = (time.perf_counter() - started) * 1000 / repeats
+    counter = _PrefixCounter(approximate_token_count)
+    counter("t", prompts[0])
+    started = time.perf_counter()
+    for prompt in prompts[1:]:
+        counter("t", prompt)
+    reused = (time.perf_counter() - started) * 1000 / repeats
+    assert counter("t", prompts[-1]) == approximate_token_count(prompts[-1])
+    return whole, reused
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=1000)
@@ -174,6 +202,12 @@ def main() -> None:
             f"| {m['own']:.2f} | {m['own'] / stock:.1%} | {m['uncached']:.2f} | {m['own_uncached']:.2f} "
             f"| {m['own_uncached'] / stock:.1%} |"
         )
+    print("\nThe estimate alone: ms to count a prompt one turn longer than the thread's last call\n")
+    print("| messages in the prompt | whole prompt (before) | prefix reused (after) |")
+    print("|---:|---:|---:|")
+    for size in (20, 200, 2000):
+        whole, reused = _estimate_times(size)
+        print(f"| {size:,} | {whole:.3f} | {reused:.3f} |")
 
 
 if __name__ == "__main__":

@@ -327,14 +327,14 @@ def _answer_approvals(agent: Any, thread_id: str, lease_timeout: float) -> bool:
 
     from remem._lease import thread_lease
     from remem.agent import thread_config
-    from remem.cli._render import say
+    from remem.cli._render import clean, say
 
     config = thread_config(thread_id)
     saver = agent.checkpointer
     owner = saver if isinstance(saver, BaseCheckpointSaver) else agent
     while (estimate := _pending_approval(agent, config)) is not None:
         try:
-            approved = click.confirm(_approval_question(estimate), default=False)
+            approved = click.confirm(clean(_approval_question(estimate)), default=False)
         except (EOFError, click.Abort):
             say("no answer: the call still waits for approval; run remem chat on this thread again to answer")
             return False
@@ -396,15 +396,14 @@ def chat_command(
     from remem.models import require_chat_model
 
     settings = load_settings()
+    model = None if agent_spec else require_chat_model(settings)  # before anything is opened or created
     url = writable(database_url or settings.database_url)
     config = thread_config(thread_id)
     with checkpointer_from_url(url) as saver:
-        if agent_spec:
-            agent = _load_agent(agent_spec, saver, settings)
+        if model is None:
+            agent = _load_agent(str(agent_spec), saver, settings)
         else:
-            agent = build_agent(
-                require_chat_model(settings), strategy=strategy, checkpointer=saver, settings=settings
-            )
+            agent = build_agent(model, strategy=strategy, checkpointer=saver, settings=settings)
         name = getattr(agent, "name", None) or type(agent).__name__
         say(f"thread {thread_id} on {display_url(url)} ({name}). /help lists the commands")
         lease_timeout = settings.thread_lease_timeout
