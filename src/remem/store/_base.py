@@ -113,9 +113,6 @@ class RememStoreBase(BaseStore):
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
         raise NotImplementedError
 
-    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        raise NotImplementedError
-
     def _vectors_changed(self, changes: list[prog.VecChanged]) -> None:
         """Called after a commit with the vector changes it made (the SQLite cache applies them)."""
 
@@ -132,18 +129,29 @@ class RememStoreBase(BaseStore):
         with self._lock:
             program = make()
             with self._transaction(write, snapshot):
-                try:
-                    request = next(program)
-                    while True:
-                        request = program.send(self._handle(request, changes, touched))
-                except StopIteration as stop:
-                    result = stop.value
+                result = self._drive(program, changes, touched)
             if changes:
                 self._vectors_changed(changes)
             if touched:
                 ids = sorted(set(touched))
                 self._run(lambda: prog.refresh_program(self.dialect, ids, _now()), write=True)
         return result
+
+    def _drive(
+        self,
+        program: Program,
+        changes: list[prog.VecChanged] | None = None,
+        touched: list[int] | None = None,
+    ) -> Any:
+        """Run ``program`` in the transaction that is open; its result."""
+        changes = [] if changes is None else changes
+        touched = [] if touched is None else touched
+        try:
+            request = next(program)
+            while True:
+                request = program.send(self._handle(request, changes, touched))
+        except StopIteration as stop:
+            return stop.value
 
     def _handle(self, request: prog.Request, changes: list[prog.VecChanged], touched: list[int]) -> Any:
         if isinstance(request, prog.Touch):
@@ -156,8 +164,6 @@ class RememStoreBase(BaseStore):
             return _embed(self.plan, request.texts)
         if isinstance(request, prog.VecSearch):
             return self._vector_search(request)
-        if isinstance(request, prog.KwSearch):
-            return self._keyword_search(request)
         changes.append(request)
         return None
 

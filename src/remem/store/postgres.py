@@ -24,6 +24,7 @@ from remem import _migrate
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
+from remem.layout import STORE_TABLES
 
 try:
     import psycopg
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 class PostgresDialect(prog.Dialect):
     name = "postgres"
 
-    def __init__(self, vector_kind: str = "exact") -> None:
+    def __init__(self, vector_kind: str = "exact", keyword_budget: int = 2000) -> None:
+        super().__init__(keyword_budget)
         self.vector_kind = vector_kind
 
     def q(self, sql: str) -> str:
@@ -73,9 +75,9 @@ class PostgresDialect(prog.Dialect):
 
     def upsert_parts(self) -> tuple[str, list[str], str]:
         return (
-            "ns_id, key, value, doc, tsv, created_at, updated_at, expires_at, ttl_minutes",
-            ["?", "?", "?", "?::jsonb", "to_tsvector('english', ?)", "?", "?", "?", "?"],
-            "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, tsv = EXCLUDED.tsv, "
+            "ns_id, key, value, doc, created_at, updated_at, expires_at, ttl_minutes",
+            ["?", "?", "?", "?::jsonb", "?", "?", "?", "?"],
+            "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, "
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
 
@@ -84,10 +86,7 @@ class PostgresDialect(prog.Dialect):
     ) -> list[Any]:
         exact = core.dumps(value)
         doc = exact if "\\u0000" not in exact else core.dumps(core.sanitized(value))
-        return [ns_id, key, exact, doc, text[:500_000], now, now, core.expiry(ttl, now), ttl]
-
-    def keyword_relevance(self, raw: float) -> float:
-        return min(max(raw, 0.0), 1.0)  # ts_rank is already in [0, 1]
+        return [ns_id, key, exact, doc, now, now, core.expiry(ttl, now), ttl]
 
     def vector_param(self, vec: Any) -> Any:
         if self.vector_kind == "pgvector":
@@ -124,10 +123,9 @@ class _PostgresBackend(RememStoreBase):
             raise ConfigError("pipe= needs a single connection, not a pool; pass the pipeline's connection")
         self.conn = conn
         self.pipe = pipe
-        self.dialect = PostgresDialect()
+        self.dialect = PostgresDialect(keyword_budget=keyword_budget)
         self.ef_search = ef_search
         self.keyword_budget = keyword_budget
-        self._df: dict[str, tuple[int, int]] = {}  # term -> (items containing it, table size then)
         self._is_setup = False
         self._active: psycopg.Connection[Any] | None = None  # the connection of the running transaction
         self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
@@ -195,7 +193,10 @@ class _PostgresBackend(RememStoreBase):
                     f"CREATE INDEX IF NOT EXISTS {name} ON remem_vectors USING hnsw (embedding {ops})",
                     rows=False,
                 )
-        self.dialect = PostgresDialect("pgvector" if kind.startswith("vector") else "exact")
+            self.dialect = PostgresDialect(
+                "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
+            )
+            self._drive(prog.reindex_program(self.dialect))
 
     # -------------------------------------------------- connections
 
@@ -276,56 +277,6 @@ class _PostgresBackend(RememStoreBase):
                 self.pipe.sync()  # a row count is known once the pipeline has run the statement
             return cur.rowcount
 
-    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        row = self._q("SELECT reltuples::bigint FROM pg_class WHERE oid = 'remem_items'::regclass")
-        rows = int(row[0][0]) if row else -1
-        if rows < 0:  # never analysed: count once (the planner's estimate is used afterwards)
-            counted = self._q("SELECT count(*) FROM remem_items")
-            rows = int(counted[0][0]) if counted else 0
-        df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
-        newest: int | None = None
-        for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
-            lowest = None
-            if attempt.newest is not None:
-                if newest is None:
-                    found_max = self._q("SELECT coalesce(max(id), 0) FROM remem_items")
-                    newest = int(found_max[0][0]) if found_max else 0
-                lowest = newest - attempt.newest
-            found = self._ranked((" & " if attempt.every else " | ").join(attempt.terms), lowest, request)
-            if found and (attempt.partial or len(found) >= request.k):
-                return found
-        return []
-
-    def _doc_frequency(self, term: str, rows: int) -> int:
-        cached = self._df.get(term)
-        if cached is not None and abs(cached[1] - rows) <= rows // 10:
-            return cached[0]
-        found = self._q("SELECT count(*) FROM remem_items WHERE tsv @@ to_tsquery('english', %s)", [term])
-        count = int(found[0][0]) if found else 0
-        if len(self._df) > 50_000:
-            self._df.clear()
-        self._df[term] = (count, rows)
-        return count
-
-    def _ranked(self, tsquery: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
-        where = ["i.tsv @@ tq.q", "(i.expires_at IS NULL OR i.expires_at > %s)"]
-        params: list[Any] = [tsquery, request.now]
-        if lowest is not None:
-            where.append("i.id > %s")
-            params.append(lowest)
-        if request.ns_ids is not None:
-            where.append("i.ns_id = ANY(%s)")
-            params.append(request.ns_ids)
-        if request.item_ids is not None:
-            where.append("i.id = ANY(%s)")
-            params.append(request.item_ids)
-        rows = self._q(
-            "SELECT i.id, ts_rank(i.tsv, tq.q) AS s FROM remem_items i, to_tsquery('english', %s) AS tq(q) "
-            f"WHERE {' AND '.join(where)} ORDER BY s DESC, i.id LIMIT %s",
-            [*params, request.k],
-        )
-        return [(int(r[0]), float(r[1])) for r in rows]
-
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
         assert self.plan is not None
         where, params = [], list[Any]()
@@ -361,7 +312,7 @@ class _PostgresBackend(RememStoreBase):
     def _compact(self) -> bool:
         try:
             with self._connection() as conn:
-                for table in ("remem_items", "remem_vectors", "remem_ns"):
+                for table in STORE_TABLES:
                     conn.execute(f"VACUUM {table}")
         except psycopg.Error as exc:
             raise StorageError(
