@@ -339,7 +339,8 @@ def plan_keyword(
     Ranking costs a few microseconds a match (BM25), so on a large index only the rarest terms are
     kept while their matches fit the budget: a term in a large share of the items has an IDF near zero and
     moves no ranking. When even the rarest term matches too many items, all terms are required (AND);
-    failing that, the newest matches (about ``budget`` of them) are ranked. ``df`` None: rank everything.
+    failing that, the newest matches (about ``budget`` of them) are ranked. An intersection expected to be
+    larger than ``budget`` is ranked among the newest items too. ``df`` None: rank everything.
     """
     if df is None:
         return [KeywordAttempt(tuple(terms))]
@@ -354,7 +355,14 @@ def plan_keyword(
         total += df[term]
     if total <= budget:
         return [KeywordAttempt(tuple(picked))]
-    attempts = [KeywordAttempt(tuple(ordered), every=True, partial=False)] if len(ordered) > 1 else []
+    attempts = []
+    if len(ordered) > 1:
+        # items holding every term, about rows * product(df / rows) if the terms were independent: a
+        # large intersection is ranked within the newest items only, as a single common term is
+        # (each of them costs one row per term to rank)
+        cost = len(ordered) * max(rows, 1) * math.prod(min(df[t] / max(rows, 1), 1.0) for t in ordered)
+        within = None if cost <= budget else max(budget // len(ordered), int(budget * max(rows, 1) / cost))
+        attempts.append(KeywordAttempt(tuple(ordered), every=True, newest=within, partial=False))
     window = max(budget, budget * max(rows, 1) // total)
     attempts.append(KeywordAttempt(tuple(picked), newest=window, partial=False))
     attempts.append(KeywordAttempt(tuple(picked)))

@@ -180,17 +180,23 @@ def _rank_sql(
 ) -> tuple[str, list[Any]]:
     terms = sorted(weights)
     cases = " ".join("WHEN ? THEN ?" for _ in terms)
-    score = (
-        f"SUM((CASE p.term {cases} END) * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.dl / ?)))"
-    )
+    score = f"SUM((CASE p.term {cases} END) * p.tf * {K1 + 1} / (p.tf + {K1} * ({1 - B} + {B} * p.dl / ?)))"
     params: list[Any] = [x for t in terms for x in (t, weights[t])]
     params.append(mean)
     where = [f"p.term IN ({', '.join('?' for _ in terms)})"]
     params.extend(terms)
     source = f"{TERMS} p"
+    if every and len(terms) > 1:
+        # every term required: walk the rarest term's items and look the others up in each
+        source = f"{TERMS} r JOIN {TERMS} p ON p.item_id = r.item_id"
+        where.append("r.term = ?")
+        params.append(max(terms, key=lambda t: (weights[t], t)))
     if lowest is not None:
         where.append("p.item_id > ?")
         params.append(lowest)
+        if source != f"{TERMS} p":
+            where.append("r.item_id > ?")
+            params.append(lowest)
     if join:
         source += " JOIN remem_items i ON i.id = p.item_id"
         where.append("(i.expires_at IS NULL OR i.expires_at > ?)")

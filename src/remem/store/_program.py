@@ -693,7 +693,9 @@ def reindex_program(d: Dialect) -> Program:
     if not (yield Sql(d.q(_exists(d, REINDEX_TABLE)), [REINDEX_TABLE])):
         return 0
     rows = yield Sql(
-        d.q(f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN remem_items i ON i.id = r.item_id")
+        d.q(
+            f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN remem_items i ON i.id = r.item_id"
+        )
     )
     texts = [
         (int(r[0]), r[1] if r[1] is not None else core.keyword_text(core.loads(r[2]), [("$", "$")]))

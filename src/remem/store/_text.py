@@ -15,6 +15,7 @@ tables (``remem_terms``), so a search gives the same hits on SQLite and PostgreS
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -72,18 +73,29 @@ def _cjk_terms(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)] + list(run)
 
 
+@functools.lru_cache(maxsize=65536)
+def _term(word: str) -> str:
+    """The indexed form of a run of letters and digits outside CJK scripts (words recur: cached)."""
+    return _stem(_fold(word))[:MAX_TERM]
+
+
 def words(text: str) -> list[str]:
     """Every indexed word of ``text``, in order (repeats kept)."""
+    if text.isascii():  # NFKC, accents and CJK scripts need not be looked for
+        return [_term(run) for run in _RUN.findall(text)]
     out: list[str] = []
     for run in _RUN.findall(unicodedata.normalize("NFKC", text)):
+        if run.isascii():
+            out.append(_term(run))
+            continue
         start = 0
         for cjk in _CJK.finditer(run):
             if cjk.start() > start:
-                out.append(_stem(_fold(run[start : cjk.start()]))[:MAX_TERM])
+                out.append(_term(run[start : cjk.start()]))
             out.extend(_cjk_terms(cjk.group()))
             start = cjk.end()
         if start < len(run):
-            out.append(_stem(_fold(run[start:]))[:MAX_TERM])
+            out.append(_term(run[start:]))
     return [w for w in out if w]
 
 

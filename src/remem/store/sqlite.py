@@ -72,7 +72,6 @@ class SqliteDialect(prog.Dialect):
         return [ns_id, key, core.dumps(value), now, now, core.expiry(ttl, now), ttl]
 
 
-
 def connect(conn_string: str | Path) -> sqlite3.Connection:
     """Open a SQLite file (``sqlite:///path``, a plain path, ``:memory:`` or ``memory://``) for a store.
 
