@@ -173,13 +173,20 @@ async def aforget(
 
 
 @contextmanager
-def open_store(url: str | Path, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
-    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``."""
+def open_store(
+    url: str | Path, *, index: Mapping[str, Any] | None = None, read_only: bool = False
+) -> Iterator[RememStoreBase]:
+    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``.
+
+    ``read_only=True`` is for commands that only read (as ``checkpointer_from_url(create=False)``): SQLite
+    opens with ``mode=ro``, PostgreSQL with read-only transactions; nothing is created, writes are refused,
+    and a missing file or missing store tables raise :class:`~remem.errors.NotFoundError` saying what to do.
+    """
     if parse_database_url(url).kind == "postgres":
         from remem.store.postgres import PostgresStore
 
-        with PostgresStore.from_conn_string(str(url), index=index) as pg:
+        with PostgresStore.from_conn_string(str(url), index=index, read_only=read_only) as pg:
             yield pg
     else:
-        with SqliteStore.from_conn_string(url, index=index) as lite:
+        with SqliteStore.from_conn_string(url, index=index, read_only=read_only) as lite:
             yield lite

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
 
 from remem.embeddings import embed_array
-from remem.errors import ModelError, RememUsageError
+from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
 from remem.layout import extraction_root, extraction_state, thread_root, threads_root, user_root, users_root
 from remem.store import _core as core
 from remem.store import _erasure
@@ -78,6 +78,8 @@ class RememStoreBase(BaseStore):
 
     supports_ttl: bool = True
     dialect: prog.Dialect
+    read_only: bool = False
+    """Opened with ``read_only=True``: nothing is created or written (reads do not refresh TTLs)."""
 
     def __init__(
         self,
@@ -100,6 +102,10 @@ class RememStoreBase(BaseStore):
         self._sweeper_stop = threading.Event()
 
     # -------------------------------------------------- hooks a backend implements
+
+    def _where(self) -> str:
+        """The database, as messages name it."""
+        return "the database"
 
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         raise NotImplementedError
@@ -124,6 +130,10 @@ class RememStoreBase(BaseStore):
 
     def _run(self, make: Callable[[], Program], *, write: bool, snapshot: bool = True) -> Any:
         """Run the program ``make()`` builds in one transaction (a backend may build it again to retry)."""
+        if write and self.read_only:
+            raise ConfigError(
+                f"this store opened {self._where()} read-only; open it without read_only=True to write"
+            )
         changes: list[prog.VecChanged] = []
         touched: list[int] = []
         with self._lock:
@@ -132,7 +142,7 @@ class RememStoreBase(BaseStore):
                 result = self._drive(program, changes, touched)
             if changes:
                 self._vectors_changed(changes)
-            if touched:
+            if touched and not self.read_only:
                 ids = sorted(set(touched))
                 self._run(lambda: prog.refresh_program(self.dialect, ids, _now()), write=True)
         return result
@@ -172,6 +182,10 @@ class RememStoreBase(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
         write = any(isinstance(op, PutOp) for op in ops)
+        if write and self.read_only:
+            raise ConfigError(
+                f"this store opened {self._where()} read-only; open it without read_only=True to write"
+            )
         ready = self._embed_ahead(ops, self.search_mode)
         results: list[Result] = self._run(
             lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready), write=write
@@ -320,6 +334,22 @@ class RememStoreBase(BaseStore):
         """Counts of items, namespaces, vectors and items per root label."""
         stats: dict[str, Any] = self._run(lambda: _erasure.stats_program(self.dialect), write=False)
         return stats
+
+
+def check_read_only_schema(version: int, where: str) -> None:
+    """Refuse to read a database whose store tables are missing or older than this remem's."""
+    from remem.store._schema import COMPONENT
+
+    if version == 0:
+        raise NotFoundError(
+            f"{where} has no remem store; check --db or REMEM_DATABASE_URL (a command that writes, "
+            "such as remem chat, creates it)"
+        )
+    if version < COMPONENT.latest:
+        raise StorageError(
+            f"{where} holds remem's store tables at version {version}, this remem needs {COMPONENT.latest}; "
+            "open it once for writing (setup()) to migrate it"
+        )
 
 
 def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:

@@ -5,8 +5,9 @@ same database as the data); version 3 the keyword index both dialects share (and
 ``remem_store_migrations``; it is carried over as version 1. The journal's statements keep ``IF NOT EXISTS``
 because the erasure code created its tables itself before they were a migration.
 
-PostgreSQL's ``remem_vectors`` is not here: its column type depends on the index's dimensions and on whether
-pgvector is installed, so the backend creates it in the same transaction, after these migrations.
+PostgreSQL's ``remem_vectors`` is migration 4; whether its column is pgvector's ``vector(dims)`` depends on the
+server and the index, so that choice is a component of its own, :func:`pgvector` (applied once, on a server
+with the extension, by the first store opened with an index).
 """
 
 from __future__ import annotations
@@ -78,10 +79,19 @@ _POSTGRES_V3 = (
     "ALTER TABLE remem_items DROP COLUMN tsv",
 )
 
+# v4: PostgreSQL's vector table, which setup() created itself before (IF NOT EXISTS: such databases have it).
+# Its embeddings are float32 bytea, searched exactly; on a server with pgvector, PGVECTOR's migration turns
+# the column of a still empty table into vector(dims) (a table holding bytea vectors keeps them).
+_POSTGRES_V4 = (
+    "CREATE TABLE IF NOT EXISTS remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, "
+    "path text NOT NULL, text_hash bytea NOT NULL, embedding bytea NOT NULL, PRIMARY KEY (item_id, path))",
+    "CREATE INDEX IF NOT EXISTS remem_vectors_ns ON remem_vectors (ns_id)",
+)
+
 COMPONENT = _migrate.Component(
     "store",
-    sqlite=(_SQLITE_V1, _JOURNAL_V2, _SQLITE_V3),
-    postgres=(_POSTGRES_V1, _JOURNAL_V2, _POSTGRES_V3),
+    sqlite=(_SQLITE_V1, _JOURNAL_V2, _SQLITE_V3, ()),  # SQLite's vector table is in v1
+    postgres=(_POSTGRES_V1, _JOURNAL_V2, _POSTGRES_V3, _POSTGRES_V4),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 
@@ -89,3 +99,15 @@ COMPONENT = _migrate.Component(
 def statements(dialect: _migrate.Dialect) -> list[str]:
     """Every schema statement of ``dialect`` in order (LangGraph's stores expose theirs as ``MIGRATIONS``)."""
     return [text for migration in COMPONENT.migrations(dialect) for text in migration]
+
+
+def pgvector(dims: int) -> _migrate.Component:
+    """The migration that makes an empty ``remem_vectors`` a pgvector column of ``dims`` (PostgreSQL only:
+    SQLite has nothing to do). A table that already holds vectors, or a vector column, is left as it is."""
+    convert = (
+        "DO $$ BEGIN IF (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+        "'remem_vectors'::regclass AND attname = 'embedding') = 'bytea' AND NOT EXISTS "
+        f"(SELECT 1 FROM remem_vectors) THEN ALTER TABLE remem_vectors ALTER COLUMN embedding TYPE vector({int(dims)}) "
+        "USING NULL; END IF; END $$"
+    )
+    return _migrate.Component("store_pgvector", sqlite=((),), postgres=((convert,),))

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - the dev environment has the extra
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store import _schema as schema
-from remem.store._base import AsyncStore, RememStoreBase, SyncStore
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._vectors import top_items
 
@@ -157,7 +157,21 @@ class _PostgresBackend(RememStoreBase):
                 ) from exc
             self._is_setup = True
 
+    def _where(self) -> str:
+        return display_url(self._dsn) if self._dsn else "the PostgreSQL database"
+
     def _setup(self, c: psycopg.Connection[Any]) -> None:
+        if self.read_only:  # check, create nothing (the server refuses writes too)
+            with c.transaction():
+                run = lambda st: self._q(st.sql, st.params, rows=st.rows)  # noqa: E731
+                check_read_only_schema(
+                    _migrate.drive(_migrate.check(schema.COMPONENT, "postgres"), run), self._where()
+                )
+                kind = self._vector_column()
+            self.dialect = PostgresDialect(
+                "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
+            )
+            return
         has_vector = False
         if self.plan is not None:
             try:
@@ -167,26 +181,12 @@ class _PostgresBackend(RememStoreBase):
             except psycopg.Error:
                 has_vector = False  # no pgvector here: the exact path
         with c.transaction():
-            # the runner takes remem's advisory lock first: the vector table below is created under it too
-            _migrate.drive(
-                _migrate.upgrade(schema.COMPONENT, "postgres"),
-                lambda st: self._q(st.sql, st.params, rows=st.rows),
-            )
-            row = self._q(
-                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-                "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
-            )
-            if not row:
-                column = f"vector({self.plan.dims})" if has_vector and self.plan else "bytea"
-                self._q(
-                    "CREATE TABLE remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, path text NOT NULL, "
-                    f"text_hash bytea NOT NULL, embedding {column} NOT NULL, PRIMARY KEY (item_id, path))",
-                    rows=False,
-                )
-                self._q("CREATE INDEX remem_vectors_ns ON remem_vectors (ns_id)", rows=False)
-                kind = column
-            else:
-                kind = str(row[0][0])
+            # the runner takes remem's advisory lock first: the pgvector choice below is made under it too
+            run = lambda st: self._q(st.sql, st.params, rows=st.rows)  # noqa: E731
+            _migrate.drive(_migrate.upgrade(schema.COMPONENT, "postgres"), run)
+            if has_vector and self.plan is not None:
+                _migrate.drive(_migrate.upgrade(schema.pgvector(self.plan.dims), "postgres"), run)
+            kind = self._vector_column()
             if kind.startswith("vector") and self.plan is not None:
                 _, _, ops, name = _PGVECTOR[self.plan.distance]
                 self._q(
@@ -198,6 +198,14 @@ class _PostgresBackend(RememStoreBase):
             )
             self._drive(prog.reindex_program(self.dialect))
 
+    def _vector_column(self) -> str:
+        """The type of ``remem_vectors.embedding`` (``bytea`` or ``vector(n)``; empty if there is no table)."""
+        row = self._q(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
+        )
+        return str(row[0][0]) if row else ""
+
     # -------------------------------------------------- connections
 
     @contextlib.contextmanager
@@ -207,7 +215,9 @@ class _PostgresBackend(RememStoreBase):
                 yield conn
             return
         if (self.conn.closed or self.conn.broken) and self._dsn is not None:
-            self.conn = _connect(self._dsn)  # the server went away and came back: a new session
+            self.conn = _connect(
+                self._dsn, self.read_only
+            )  # the server went away and came back: a new session
         yield self.conn
 
     @contextlib.contextmanager
@@ -336,8 +346,13 @@ def _dsn(conn_string: str) -> str:
     return parsed.target
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
+_READ_ONLY = "-c default_transaction_read_only=on"  # the server refuses every write of the session
+
+
+def _connect(dsn: str, read_only: bool = False) -> psycopg.Connection[Any]:
     try:
+        if read_only:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=10, options=_READ_ONLY)
         return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         raise StorageError(
@@ -345,10 +360,12 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
         ) from exc
 
 
-def _pool(dsn: str, pool_config: Mapping[str, Any]) -> ConnectionPool[Any]:
+def _pool(dsn: str, pool_config: Mapping[str, Any], read_only: bool = False) -> ConnectionPool[Any]:
     """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``), each
     connection checked before it is handed out so that a restarted server costs no failed call."""
     kwargs = {"autocommit": True, "connect_timeout": 10, **dict(pool_config.get("kwargs") or {})}
+    if read_only:
+        kwargs["options"] = _READ_ONLY
     try:
         pool: ConnectionPool[Any] = ConnectionPool(
             dsn,
@@ -368,19 +385,19 @@ def _pool(dsn: str, pool_config: Mapping[str, Any]) -> ConnectionPool[Any]:
 
 @contextlib.contextmanager
 def _opened(
-    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None
+    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None, read_only: bool = False
 ) -> Iterator[tuple[psycopg.Connection[Any] | ConnectionPool[Any], psycopg.Pipeline | None, str]]:
     dsn = _dsn(conn_string)
     if pool_config is not None:
         if pipeline:
             raise ConfigError("pipeline=True works on a single connection; drop pool_config= or pipeline=")
-        pool = _pool(dsn, pool_config)
+        pool = _pool(dsn, pool_config, read_only)
         try:
             yield pool, None, dsn
         finally:
             pool.close()
         return
-    conn = _connect(dsn)
+    conn = _connect(dsn, read_only)
     try:
         if pipeline:
             with conn.pipeline() as pipe:
@@ -405,13 +422,18 @@ class PostgresStore(_PostgresBackend, SyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> Iterator[PostgresStore]:
         """Connect to ``conn_string`` (a pool with ``pool_config``, a pipeline with ``pipeline=True``), set
-        the tables up, and close the connection on exit."""
-        with _opened(conn_string, pipeline, pool_config) as (conn, pipe, dsn):
+        the tables up, and close the connection on exit.
+
+        ``read_only=True`` (for commands that only read): the session is read-only on the server, nothing
+        is created, and missing tables raise :class:`~remem.errors.NotFoundError`."""
+        with _opened(conn_string, pipeline, pool_config, read_only) as (conn, pipe, dsn):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
+            store.read_only = read_only
             try:
                 store._setup_now()
                 yield store
@@ -433,14 +455,16 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> AsyncIterator[AsyncPostgresStore]:
         """Async version of :meth:`PostgresStore.from_conn_string`."""
-        opened = _opened(conn_string, pipeline, pool_config)
+        opened = _opened(conn_string, pipeline, pool_config, read_only)
         conn, pipe, dsn = await asyncio.to_thread(opened.__enter__)
         try:
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
+            store.read_only = read_only
             await asyncio.to_thread(store._setup_now)
             try:
                 yield store

@@ -19,6 +19,7 @@ import logging
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,11 +32,11 @@ from remem import _migrate
 from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import sqlite as _checkpoint_sqlite
-from remem.errors import ConfigError, StorageError
+from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store import _schema as schema
-from remem.store._base import AsyncStore, RememStoreBase, SyncStore
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._vectors import VectorMatrix
 
@@ -72,10 +73,11 @@ class SqliteDialect(prog.Dialect):
         return [ns_id, key, core.dumps(value), now, now, core.expiry(ttl, now), ttl]
 
 
-def connect(conn_string: str | Path) -> sqlite3.Connection:
+def connect(conn_string: str | Path, *, read_only: bool = False) -> sqlite3.Connection:
     """Open a SQLite file (``sqlite:///path``, a plain path, ``:memory:`` or ``memory://``) for a store.
 
-    A new file is created owner-only (with its folder) before SQLite opens it.
+    A new file is created owner-only (with its folder) before SQLite opens it. ``read_only``: an existing
+    file is opened with ``mode=ro`` and nothing is created (a missing file is a NotFoundError).
     """
     parsed = parse_database_url(conn_string)
     if parsed.kind == "postgres":
@@ -83,9 +85,15 @@ def connect(conn_string: str | Path) -> sqlite3.Connection:
             f"{display_url(conn_string)} is a PostgreSQL URL; open it with PostgresStore (or open_store)"
         )
     target = ":memory:" if parsed.kind == "memory" else parsed.target
+    uri = False
+    if read_only and target != ":memory:":
+        if not parsed.sqlite_path.is_file():
+            raise NotFoundError(f"there is no database at {target}; check --db or REMEM_DATABASE_URL")
+        target, uri = f"file:{urllib.parse.quote(str(parsed.sqlite_path.resolve()))}?mode=ro", True
     try:
-        make_private_file(Path(target))
-        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        if not uri:
+            make_private_file(Path(target))
+        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(
@@ -189,8 +197,16 @@ class _SqliteBackend(RememStoreBase):
                 raise
             self._is_setup = True
 
+    def _where(self) -> str:
+        return _database_file(self.conn)
+
     def _setup_locked(self, c: sqlite3.Connection) -> None:
         c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+        if self.read_only:  # check, create nothing
+            check_read_only_schema(
+                _migrate.drive(_migrate.check(schema.COMPONENT, "sqlite"), self._statement), self._where()
+            )
+            return
         _enable_wal(c)
         c.execute("PRAGMA synchronous = NORMAL")
         c.execute("PRAGMA secure_delete = ON")
@@ -361,12 +377,18 @@ class SqliteStore(_SqliteBackend, SyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> Iterator[SqliteStore]:
-        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit."""
-        conn = connect(conn_string)
+        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit.
+
+        ``read_only=True`` (for commands that only read): the file is opened with ``mode=ro``, nothing is
+        created, writes are refused, and a missing file or store raises :class:`~remem.errors.NotFoundError`.
+        """
+        conn = connect(conn_string, read_only=read_only)
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store.read_only = read_only
             store._setup_now()
             yield store
         finally:
@@ -393,12 +415,14 @@ class AsyncSqliteStore(_SqliteBackend, AsyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> AsyncIterator[AsyncSqliteStore]:
         """Async version of :meth:`SqliteStore.from_conn_string`."""
-        conn = await asyncio.to_thread(connect, conn_string)
+        conn = await asyncio.to_thread(connect, conn_string, read_only=read_only)
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store.read_only = read_only
             await asyncio.to_thread(store._setup_now)
             yield store
         finally:
