@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -87,6 +88,7 @@ class RememStoreBase(BaseStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if search_mode not in core.SEARCH_MODES:
             raise RememUsageError(
@@ -96,6 +98,8 @@ class RememStoreBase(BaseStore):
         self.plan = IndexPlan.from_config(index)
         self.embeddings = self.plan.embed if self.plan else None  # as LangGraph's stores name it
         self.ttl_config = ttl
+        self.clock: Callable[[], float] = clock or time.time
+        """Seconds since the epoch, for TTLs and timestamps (tests pass a clock they move themselves)."""
         self.search_mode: SearchMode = search_mode
         self._lock = threading.RLock()
         self._sweeper: threading.Thread | None = None
@@ -144,7 +148,7 @@ class RememStoreBase(BaseStore):
                 self._vectors_changed(changes)
             if touched and not self.read_only:
                 ids = sorted(set(touched))
-                self._run(lambda: prog.refresh_program(self.dialect, ids, _now()), write=True)
+                self._run(lambda: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
         return result
 
     def _drive(
@@ -188,7 +192,8 @@ class RememStoreBase(BaseStore):
             )
         ready = self._embed_ahead(ops, self.search_mode)
         results: list[Result] = self._run(
-            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready), write=write
+            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready, self.clock()),
+            write=write,
         )
         return results
 
@@ -241,7 +246,7 @@ class RememStoreBase(BaseStore):
         )
         ready = self._embed_ahead([op], mode)
         hits: list[ScoredItem] = self._run(
-            lambda: prog.search_program(self.dialect, self.plan, op, mode, _now(), ready), write=False
+            lambda: prog.search_program(self.dialect, self.plan, op, mode, self.clock(), ready), write=False
         )
         return hits
 
@@ -294,7 +299,7 @@ class RememStoreBase(BaseStore):
         raise NotImplementedError
 
     def _sweep_now(self) -> int:
-        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, _now()), write=True)
+        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, self.clock()), write=True)
         return swept
 
     async def asweep_ttl(self) -> int:
@@ -363,12 +368,6 @@ def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
     except Exception as exc:  # a model failure, whatever its type
         raise ModelError(f"the embedder failed on {len(texts)} text(s): {exc}; check the model") from exc
     return np.asarray(raw, dtype=np.float32).reshape(len(texts), -1)
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 class SyncStore(RememStoreBase):

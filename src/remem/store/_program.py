@@ -136,13 +136,15 @@ def batch_program(
     ops: Iterable[Op],
     mode: SearchMode,
     ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+    now: float | None = None,
 ) -> Program:
     """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
-    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash."""
+    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash; ``now``: the
+    store's clock (default: the system's)."""
     ops = list(ops)
     results: list[Any] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
-    now = time.time()
+    now = time.time() if now is None else now
     for op in ops:
         validate_op(op)
     answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer

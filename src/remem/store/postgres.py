@@ -117,8 +117,9 @@ class _PostgresBackend(RememStoreBase):
         search_mode: SearchMode = "hybrid",
         ef_search: int = 200,
         keyword_budget: int = 2000,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        super().__init__(index=index, ttl=ttl, search_mode=search_mode)
+        super().__init__(index=index, ttl=ttl, search_mode=search_mode, clock=clock)
         if pipe is not None and isinstance(conn, ConnectionPool):
             raise ConfigError("pipe= needs a single connection, not a pool; pass the pipeline's connection")
         self.conn = conn

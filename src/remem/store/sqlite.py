@@ -167,8 +167,9 @@ class _SqliteBackend(RememStoreBase):
         keyword_budget: int = 2000,
         commit_interval: float | None = None,
         max_pending: int = 1000,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        super().__init__(index=index, ttl=ttl, search_mode=search_mode)
+        super().__init__(index=index, ttl=ttl, search_mode=search_mode, clock=clock)
         self.conn = conn
         self.commit_interval = commit_interval
         self.max_pending = max_pending
@@ -261,7 +262,9 @@ class _SqliteBackend(RememStoreBase):
             try:
                 ready = self._embed_ahead(list(pending), self.search_mode)
                 super()._run(
-                    lambda: prog.batch_program(self.dialect, self.plan, pending, self.search_mode, ready),
+                    lambda: prog.batch_program(
+                        self.dialect, self.plan, pending, self.search_mode, ready, self.clock()
+                    ),
                     write=True,
                 )
             except BaseException:
