@@ -9,7 +9,7 @@ Stores (all complete LangGraph ``BaseStore``s, usable as ``graph.compile(store=.
         store.put(("users", "u1", "memories"), "m1", {"text": "Prefers green tea", "kind": "preference"})
         hits = store.search(("users", "u1"), query="what does she drink?", limit=5)
 
-``SqliteStore`` / ``AsyncSqliteStore`` (stdlib sqlite3, FTS5, exact NumPy vectors) and ``PostgresStore`` /
+``SqliteStore`` / ``AsyncSqliteStore`` (stdlib sqlite3, exact NumPy vectors) and ``PostgresStore`` /
 ``AsyncPostgresStore`` (full-text search; pgvector with an HNSW index where the extension exists, an exact
 path where it does not). ``index`` takes LangGraph's documented keys: ``dims``, ``embed``, ``fields``.
 ``ttl`` takes LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,

@@ -1,4 +1,4 @@
-"""Postgres stores: full-text search (tsvector + GIN) and pgvector with an HNSW index where it is installed.
+"""Postgres stores: keyword search (``remem.store._keyword``) and pgvector with an HNSW index where it is installed.
 
     from remem.store import PostgresStore
     with PostgresStore.from_conn_string("postgresql://...", index={"dims": 384, "embed": embedder}) as store:

@@ -1,4 +1,4 @@
-"""SQLite stores: the stdlib ``sqlite3`` with FTS5 for keywords and an exact NumPy search over cached vectors.
+"""SQLite stores: the stdlib ``sqlite3``, keyword search (``remem.store._keyword``), exact NumPy vector search.
 
     from remem.store import SqliteStore
     with SqliteStore.from_conn_string("memory.db", index={"dims": 384, "embed": default_embedder()}) as store:
@@ -6,8 +6,8 @@
         store.hybrid_search(("users", "u1"), "what does the user drink?")
 
 The file runs in WAL mode with ``synchronous=NORMAL`` (a put commits in well under a millisecond) and
-``secure_delete`` on, so that erased rows are overwritten; :meth:`SqliteStore.forget` also rebuilds the
-keyword index and VACUUMs, leaving no byte of forgotten text in the file.
+``secure_delete`` on, so that erased rows are overwritten; :meth:`SqliteStore.forget` also VACUUMs,
+leaving no byte of forgotten text in the file.
 """
 
 from __future__ import annotations
