@@ -197,20 +197,37 @@ def test_list_field_embeds_each_element(make_store: Any) -> None:
     assert store.stats()["vectors"] == 3
 
 
+class Clock:
+    """A clock the test moves: TTLs are tested without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_ttl_expiry_refresh_and_sweep(make_store: Any) -> None:
-    store = make_store(ttl={"default_ttl": 0.02, "refresh_on_read": True})  # 1.2 s
+    clock = Clock()
+    store = make_store(ttl={"default_ttl": 1.0, "refresh_on_read": True}, clock=clock)  # 60 s
     store.put(("t",), "short", {"v": 1})
     store.put(("t",), "forever", {"v": 2}, ttl=None)
     store.put(("t",), "norefresh", {"v": 3})
-    time.sleep(0.7)
+    clock.advance(35)
     assert store.get(("t",), "short") is not None  # read refreshes the TTL
     assert store.get(("t",), "norefresh", refresh_ttl=False) is not None
-    time.sleep(0.7)
+    clock.advance(35)  # 70 s after the puts, 35 s after the refresh
     assert store.get(("t",), "short", refresh_ttl=False) is not None
     assert store.get(("t",), "norefresh") is None  # expired: invisible before any sweep
     assert {i.key for i in store.search(("t",))} == {"short", "forever"}
     assert store.sweep_ttl() == 1
     assert store.stats()["items"] == 2
+    clock.advance(61)  # "short" expires 60 s after its last read (the search above); "forever" never
+    assert store.get(("t",), "short") is None and store.get(("t",), "forever") is not None
+    assert store.sweep_ttl() == 1
 
 
 def test_ttl_sweeper_thread(make_store: Any) -> None:

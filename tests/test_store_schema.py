@@ -6,6 +6,7 @@ must open without its migrations being run again (they would fail: their tables 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -83,10 +84,28 @@ def _old_setup(dialect: _migrate.Dialect, url: str, with_journal: bool) -> None:
         conn.close()
 
 
+def _as_schema_2(dialect: str, conn: Any) -> None:
+    """Put back the keyword index of schema versions 1 and 2 (FTS5 on SQLite, a tsvector column on
+    PostgreSQL) in place of version 3's, holding the items' texts as those versions indexed them."""
+    conn.execute("DROP TABLE remem_terms")
+    conn.execute("DROP TABLE remem_term_docs")
+    if dialect == "sqlite":
+        conn.execute("CREATE VIRTUAL TABLE remem_fts USING fts5 (text, tokenize = 'porter unicode61')")
+        for item_id, value in conn.execute("SELECT id, value FROM remem_items").fetchall():
+            text = " ".join(v for v in json.loads(value).values() if isinstance(v, str))
+            conn.execute("INSERT INTO remem_fts (rowid, text) VALUES (?, ?)", (item_id, text))
+    else:
+        conn.execute("ALTER TABLE remem_items ADD COLUMN tsv tsvector NOT NULL DEFAULT ''::tsvector")
+        conn.execute("UPDATE remem_items SET tsv = to_tsvector('english', value)")
+        conn.execute("CREATE INDEX remem_items_tsv ON remem_items USING gin (tsv)")
+    conn.execute("DELETE FROM remem_schema WHERE component = 'store' AND version >= 3")
+
+
 def _as_released(dialect: str, url: str) -> None:
-    """Turn a database this remem wrote into what the release before the runner left (same tables)."""
+    """Turn a database this remem wrote into what the release before the runner left."""
     conn = _raw(dialect, url)
     try:
+        _as_schema_2(dialect, conn)
         conn.execute("DELETE FROM remem_schema WHERE component = 'store'")
         conn.execute("CREATE TABLE remem_store_migrations (v INTEGER PRIMARY KEY, applied_at REAL)")
         conn.execute("INSERT INTO remem_store_migrations (v, applied_at) VALUES (0, 1)")
@@ -104,7 +123,7 @@ def test_a_database_set_up_by_the_old_runner_opens_without_running_migrations_ag
         store.setup()  # migration 1 again would fail: remem_ns exists
         store.put(NS, "k", {"text": "tea"})
         assert store.get(NS, "k").value == {"text": "tea"}
-    assert _versions(dialect, url) == [1, 2]
+    assert _versions(dialect, url) == [1, 2, 3, 4]
     expected = (
         {"namespaces": [], "threads": ["chat-{user_id}"]}
         if with_journal
@@ -122,11 +141,12 @@ def test_data_written_before_the_runner_keeps_working(backend: tuple[_migrate.Di
     with _open(dialect, url) as store:
         assert store.get(NS, "k").value == {"text": "rivers"}
         store.put(NS, "k2", {"text": "more"})
+        assert [h.key for h in store.search(NS, query="rivers")] == ["k"]  # re-indexed by migration 3
     assert registered_user_data(url)["namespaces"] == ["crm.{user_id}"]
-    assert _versions(dialect, url) == [1, 2]
+    assert _versions(dialect, url) == [1, 2, 3, 4]
     with _open(dialect, url) as store:  # carried over once: the next setup reads remem_schema only
         store.setup()
-    assert _versions(dialect, url) == [1, 2]
+    assert _versions(dialect, url) == [1, 2, 3, 4]
 
 
 def test_a_store_schema_from_a_newer_remem_is_refused(backend: tuple[_migrate.Dialect, str]) -> None:
@@ -141,4 +161,4 @@ def test_a_store_schema_from_a_newer_remem_is_refused(backend: tuple[_migrate.Di
     with pytest.raises(SchemaTooNewError, match="upgrade remem") as info, _open(dialect, url):
         pass  # from_conn_string sets the store up: opening it is refused
     assert isinstance(info.value, StorageError) and "version 99" in str(info.value)
-    assert _versions(dialect, url) == [1, 2, 99]
+    assert _versions(dialect, url) == [1, 2, 3, 4, 99]

@@ -6,7 +6,6 @@ matches outside the searched namespace and check that the few weak ones inside i
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -60,12 +59,14 @@ def test_keyword_ranking_inside_a_namespace_matches_ranking_of_everything(make_s
 
 @pytest.mark.parametrize("crowd", [0, 200])  # the namespace holds every item, then a small share of them
 def test_expired_items_are_skipped_before_the_limit(make_store: Any, crowd: int) -> None:
-    store = make_store(search_mode="keyword")
+    now = [1_800_000_000.0]
+    store = make_store(search_mode="keyword", clock=lambda: now[0])
     store.batch([PutOp(("threads", "t2", "messages"), f"c{i}", {"text": "dinner"}) for i in range(crowd)])
     ns = ("threads", "t1", "messages")
-    store.batch([PutOp(ns, f"old{i}", {"text": "lunch plans lunch"}, ttl=0.0005) for i in range(30)])
+    store.batch([PutOp(ns, f"old{i}", {"text": "lunch plans lunch"}, ttl=1) for i in range(30)])
     store.put(ns, "kept", {"text": "lunch"})
-    time.sleep(0.1)  # the 30 better matches expire (ttl in minutes)
+    assert len(store.search(ns, query="lunch", limit=50)) == 31
+    now[0] += 61  # the 30 better matches expire (ttl in minutes)
     assert [h.key for h in store.search(ns, query="lunch", limit=5)] == ["kept"]
 
 

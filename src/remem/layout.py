@@ -40,8 +40,11 @@ __all__ = [
     "INTERNAL_ROOT",
     "SCHEMA_TABLE",
     "STOCK_CHECKPOINT_TABLES",
+    "STORE_LEGACY_TABLES",
     "STORE_MIGRATIONS_TABLE",
     "STORE_TABLES",
+    "STORE_TERMS_TABLE",
+    "STORE_TERM_DOCS_TABLE",
     "TABLES",
     "TENANTS_ROOT",
     "THREADS_ROOT",
@@ -100,7 +103,10 @@ CHECKPOINT_TABLES: Final = (
     "remem_cp_checkpoints",
     "remem_cp_writes",
 )
-STORE_TABLES: Final = ("remem_ns", "remem_items", "remem_fts", "remem_vectors")
+STORE_TABLES: Final = ("remem_ns", "remem_items", "remem_terms", "remem_vectors", "remem_term_docs")
+STORE_TERMS_TABLE: Final = STORE_TABLES[2]  # the keyword index: one row per (word, item)
+STORE_TERM_DOCS_TABLE: Final = STORE_TABLES[4]  # one row per indexed item: its length and words
+STORE_LEGACY_TABLES: Final = ("remem_fts", "remem_reindex")  # schema v1's FTS5 index; items queued by v3
 STOCK_CHECKPOINT_TABLES: Final = ("checkpoints", "writes")  # LangGraph's stock SqliteSaver (not remem's)
 SCHEMA_TABLE: Final = "remem_schema"  # the one migration record of every component (remem._migrate)
 CHECKPOINT_MIGRATIONS_TABLE: Final = "remem_cp_migrations"  # read once by the migration runner, then kept
@@ -112,6 +118,7 @@ TABLES: Final = frozenset(
     {
         *CHECKPOINT_TABLES,
         *STORE_TABLES,
+        *STORE_LEGACY_TABLES,
         ERASURE_JOURNAL_TABLE,
         ERASURE_REGISTRY_TABLE,
         SCHEMA_TABLE,

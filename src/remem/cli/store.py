@@ -137,7 +137,7 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
         raise NotFoundError(
             f"{db.shown} holds no memory store; check --db (`remem threads` lists its threads)"
         )
-    with open_store(store_url(db)) as store:
+    with open_store(store_url(db), read_only=True) as store:
         stats = store.stats()
     counts = {name: stats[name] for name in ("items", "namespaces", "vectors", "expiring items")}
     parsed = parse_database_url(target)

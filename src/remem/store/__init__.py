@@ -9,7 +9,7 @@ Stores (all complete LangGraph ``BaseStore``s, usable as ``graph.compile(store=.
         store.put(("users", "u1", "memories"), "m1", {"text": "Prefers green tea", "kind": "preference"})
         hits = store.search(("users", "u1"), query="what does she drink?", limit=5)
 
-``SqliteStore`` / ``AsyncSqliteStore`` (stdlib sqlite3, FTS5, exact NumPy vectors) and ``PostgresStore`` /
+``SqliteStore`` / ``AsyncSqliteStore`` (stdlib sqlite3, exact NumPy vectors) and ``PostgresStore`` /
 ``AsyncPostgresStore`` (full-text search; pgvector with an HNSW index where the extension exists, an exact
 path where it does not). ``index`` takes LangGraph's documented keys: ``dims``, ``embed``, ``fields``.
 ``ttl`` takes LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
@@ -24,7 +24,7 @@ Search (the function the memory client builds on)::
 ``"vector"``. A hit's ``score`` means what it means on LangGraph's stores: with an index, the hit's vector
 similarity under ``index["distance_type"]`` (cosine by default, the value InMemoryStore reports; the inner
 product; the negative L2 distance), so an app's ``score > 0.3`` keeps working; without an index, its keyword
-relevance mapped into [0, 1] (bm25 as s / (1 + s) on SQLite, ts_rank on Postgres). Hybrid hits come in
+relevance mapped into [0, 1] (BM25 as s / (1 + s), the same on every backend). Hybrid hits come in
 fused order, so their scores need not descend; ``scores`` keeps every signal (``keyword``, ``keyword_rank``,
 ``vector``, ``vector_rank``, ``rrf``) and ``mode`` says which search ran (a store with no index searches
 by keyword and says so). ``hybrid_search`` takes any ``BaseStore``: a stock store is asked through its
@@ -173,13 +173,20 @@ async def aforget(
 
 
 @contextmanager
-def open_store(url: str | Path, *, index: Mapping[str, Any] | None = None) -> Iterator[RememStoreBase]:
-    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``."""
+def open_store(
+    url: str | Path, *, index: Mapping[str, Any] | None = None, read_only: bool = False
+) -> Iterator[RememStoreBase]:
+    """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``.
+
+    ``read_only=True`` is for commands that only read (as ``checkpointer_from_url(create=False)``): SQLite
+    opens with ``mode=ro``, PostgreSQL with read-only transactions; nothing is created, writes are refused,
+    and a missing file or missing store tables raise :class:`~remem.errors.NotFoundError` saying what to do.
+    """
     if parse_database_url(url).kind == "postgres":
         from remem.store.postgres import PostgresStore
 
-        with PostgresStore.from_conn_string(str(url), index=index) as pg:
+        with PostgresStore.from_conn_string(str(url), index=index, read_only=read_only) as pg:
             yield pg
     else:
-        with SqliteStore.from_conn_string(url, index=index) as lite:
+        with SqliteStore.from_conn_string(url, index=index, read_only=read_only) as lite:
             yield lite

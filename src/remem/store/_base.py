@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy.typing as npt
 from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
 
 from remem.embeddings import embed_array
-from remem.errors import ModelError, RememUsageError
+from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
 from remem.layout import extraction_root, extraction_state, thread_root, threads_root, user_root, users_root
 from remem.store import _core as core
 from remem.store import _erasure
@@ -78,6 +79,8 @@ class RememStoreBase(BaseStore):
 
     supports_ttl: bool = True
     dialect: prog.Dialect
+    read_only: bool = False
+    """Opened with ``read_only=True``: nothing is created or written (reads do not refresh TTLs)."""
 
     def __init__(
         self,
@@ -85,6 +88,7 @@ class RememStoreBase(BaseStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if search_mode not in core.SEARCH_MODES:
             raise RememUsageError(
@@ -94,12 +98,18 @@ class RememStoreBase(BaseStore):
         self.plan = IndexPlan.from_config(index)
         self.embeddings = self.plan.embed if self.plan else None  # as LangGraph's stores name it
         self.ttl_config = ttl
+        self.clock: Callable[[], float] = clock or time.time
+        """Seconds since the epoch, for TTLs and timestamps (tests pass a clock they move themselves)."""
         self.search_mode: SearchMode = search_mode
         self._lock = threading.RLock()
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
 
     # -------------------------------------------------- hooks a backend implements
+
+    def _where(self) -> str:
+        """The database, as messages name it."""
+        return "the database"
 
     def _execute(self, request: prog.Sql | prog.Many) -> Any:
         raise NotImplementedError
@@ -113,9 +123,6 @@ class RememStoreBase(BaseStore):
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
         raise NotImplementedError
 
-    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        raise NotImplementedError
-
     def _vectors_changed(self, changes: list[prog.VecChanged]) -> None:
         """Called after a commit with the vector changes it made (the SQLite cache applies them)."""
 
@@ -127,23 +134,38 @@ class RememStoreBase(BaseStore):
 
     def _run(self, make: Callable[[], Program], *, write: bool, snapshot: bool = True) -> Any:
         """Run the program ``make()`` builds in one transaction (a backend may build it again to retry)."""
+        if write and self.read_only:
+            raise ConfigError(
+                f"this store opened {self._where()} read-only; open it without read_only=True to write"
+            )
         changes: list[prog.VecChanged] = []
         touched: list[int] = []
         with self._lock:
             program = make()
             with self._transaction(write, snapshot):
-                try:
-                    request = next(program)
-                    while True:
-                        request = program.send(self._handle(request, changes, touched))
-                except StopIteration as stop:
-                    result = stop.value
+                result = self._drive(program, changes, touched)
             if changes:
                 self._vectors_changed(changes)
-            if touched:
+            if touched and not self.read_only:
                 ids = sorted(set(touched))
-                self._run(lambda: prog.refresh_program(self.dialect, ids, _now()), write=True)
+                self._run(lambda: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
         return result
+
+    def _drive(
+        self,
+        program: Program,
+        changes: list[prog.VecChanged] | None = None,
+        touched: list[int] | None = None,
+    ) -> Any:
+        """Run ``program`` in the transaction that is open; its result."""
+        changes = [] if changes is None else changes
+        touched = [] if touched is None else touched
+        try:
+            request = next(program)
+            while True:
+                request = program.send(self._handle(request, changes, touched))
+        except StopIteration as stop:
+            return stop.value
 
     def _handle(self, request: prog.Request, changes: list[prog.VecChanged], touched: list[int]) -> Any:
         if isinstance(request, prog.Touch):
@@ -156,8 +178,6 @@ class RememStoreBase(BaseStore):
             return _embed(self.plan, request.texts)
         if isinstance(request, prog.VecSearch):
             return self._vector_search(request)
-        if isinstance(request, prog.KwSearch):
-            return self._keyword_search(request)
         changes.append(request)
         return None
 
@@ -166,9 +186,14 @@ class RememStoreBase(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
         write = any(isinstance(op, PutOp) for op in ops)
+        if write and self.read_only:
+            raise ConfigError(
+                f"this store opened {self._where()} read-only; open it without read_only=True to write"
+            )
         ready = self._embed_ahead(ops, self.search_mode)
         results: list[Result] = self._run(
-            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready), write=write
+            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready, self.clock()),
+            write=write,
         )
         return results
 
@@ -221,7 +246,7 @@ class RememStoreBase(BaseStore):
         )
         ready = self._embed_ahead([op], mode)
         hits: list[ScoredItem] = self._run(
-            lambda: prog.search_program(self.dialect, self.plan, op, mode, _now(), ready), write=False
+            lambda: prog.search_program(self.dialect, self.plan, op, mode, self.clock(), ready), write=False
         )
         return hits
 
@@ -274,7 +299,7 @@ class RememStoreBase(BaseStore):
         raise NotImplementedError
 
     def _sweep_now(self) -> int:
-        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, _now()), write=True)
+        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, self.clock()), write=True)
         return swept
 
     async def asweep_ttl(self) -> int:
@@ -316,6 +341,22 @@ class RememStoreBase(BaseStore):
         return stats
 
 
+def check_read_only_schema(version: int, where: str) -> None:
+    """Refuse to read a database whose store tables are missing or older than this remem's."""
+    from remem.store._schema import COMPONENT
+
+    if version == 0:
+        raise NotFoundError(
+            f"{where} has no remem store; check --db or REMEM_DATABASE_URL (a command that writes, "
+            "such as remem chat, creates it)"
+        )
+    if version < COMPONENT.latest:
+        raise StorageError(
+            f"{where} holds remem's store tables at version {version}, this remem needs {COMPONENT.latest}; "
+            "open it once for writing (setup()) to migrate it"
+        )
+
+
 def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
     """Vectors for ``texts``: normalised for cosine (the same scores, a faster search); as the embedder gives
     them for the inner product and L2, whose scores depend on their lengths (as on LangGraph's stores)."""
@@ -327,12 +368,6 @@ def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
     except Exception as exc:  # a model failure, whatever its type
         raise ModelError(f"the embedder failed on {len(texts)} text(s): {exc}; check the model") from exc
     return np.asarray(raw, dtype=np.float32).reshape(len(texts), -1)
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 class SyncStore(RememStoreBase):

@@ -27,15 +27,9 @@ SEP = "."  # LangGraph forbids "." in labels, so joining with it is unambiguous.
 MAX_LABEL = 1024
 MAX_KEY = 4096
 RRF_K = 60
+CHUNK = 500  # ids per statement where a statement lists them
 _SAFE_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
-_WORD = re.compile(r"\w+", re.UNICODE)
-_STOPWORD_TEXT = (
-    "a an and are as at be but by did do does for from had has have how i in is it its me my of on "
-    "or our so that the their them there they this to was we were what when where which who why "
-    "will with you your yours"
-)
-STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
 def _check_text(kind: str, text: object, limit: int) -> str:
@@ -326,13 +320,6 @@ def keyword_text(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) ->
     return clean_text(" ".join(parts))
 
 
-def query_terms(query: str) -> list[str]:
-    """Words of a natural-language query, stop words dropped (all words kept if nothing else is left)."""
-    words = [w.lower() for w in _WORD.findall(clean_text(query))][:64]
-    kept = [w for w in words if w not in STOPWORDS]
-    return list(dict.fromkeys(kept or words))
-
-
 @dataclass(frozen=True)
 class KeywordAttempt:
     """One keyword query to try: OR (or AND) of ``terms``; ``newest``: rank only about that many of the
@@ -349,10 +336,11 @@ def plan_keyword(
 ) -> list[KeywordAttempt]:
     """The keyword queries to try, in order, so that no query ranks many more than ``budget`` matches.
 
-    Ranking costs a few microseconds a match (bm25, ts_rank), so on a large index only the rarest terms are
+    Ranking costs a few microseconds a match (BM25), so on a large index only the rarest terms are
     kept while their matches fit the budget: a term in a large share of the items has an IDF near zero and
     moves no ranking. When even the rarest term matches too many items, all terms are required (AND);
-    failing that, the newest matches (about ``budget`` of them) are ranked. ``df`` None: rank everything.
+    failing that, the newest matches (about ``budget`` of them) are ranked. An intersection expected to be
+    larger than ``budget`` is ranked among the newest items too. ``df`` None: rank everything.
     """
     if df is None:
         return [KeywordAttempt(tuple(terms))]
@@ -367,7 +355,14 @@ def plan_keyword(
         total += df[term]
     if total <= budget:
         return [KeywordAttempt(tuple(picked))]
-    attempts = [KeywordAttempt(tuple(ordered), every=True, partial=False)] if len(ordered) > 1 else []
+    attempts = []
+    if len(ordered) > 1:
+        # items holding every term, about rows * product(df / rows) if the terms were independent: a
+        # large intersection is ranked within the newest items only, as a single common term is
+        # (each of them costs one row per term to rank)
+        cost = len(ordered) * max(rows, 1) * math.prod(min(df[t] / max(rows, 1), 1.0) for t in ordered)
+        within = None if cost <= budget else max(budget // len(ordered), int(budget * max(rows, 1) / cost))
+        attempts.append(KeywordAttempt(tuple(ordered), every=True, newest=within, partial=False))
     window = max(budget, budget * max(rows, 1) // total)
     attempts.append(KeywordAttempt(tuple(picked), newest=window, partial=False))
     attempts.append(KeywordAttempt(tuple(picked)))
@@ -403,7 +398,7 @@ def rrf(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> dict[int, float]:
 class ScoredItem(SearchItem):
     """A search result with its fused ``score`` and the per-signal scores it came from.
 
-    ``scores`` holds ``keyword`` (bm25 / ts_rank, higher is better), ``vector`` (cosine similarity) and
+    ``scores`` holds ``keyword`` (BM25, higher is better), ``vector`` (cosine similarity) and
     their ranks where the item was found by that signal; ``mode`` is the search mode that produced it.
     """
 

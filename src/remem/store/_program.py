@@ -18,6 +18,8 @@ from langgraph.store.base import GetOp, Item, ListNamespacesOp, Op, PutOp, Searc
 
 from remem.errors import ConfigError, RememUsageError
 from remem.store import _core as core
+from remem.store import _keyword as kw
+from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 
 
@@ -48,17 +50,6 @@ class VecSearch:
 
 
 @dataclass(frozen=True)
-class KwSearch:
-    """Keyword search for ``terms`` among live items in ``ns_ids`` (None: any) and ``item_ids`` (None: any)."""
-
-    terms: list[str]
-    k: int
-    ns_ids: list[int] | None
-    item_ids: list[int] | None
-    now: float
-
-
-@dataclass(frozen=True)
 class Touch:
     """Items read with ``refresh_ttl`` whose expiry to push back: done after the read, in a write
     transaction of its own, so that a read never upgrades itself to a writer (which cannot wait)."""
@@ -72,18 +63,23 @@ class VecChanged:
     added: list[tuple[int, int, npt.NDArray[np.float32]]]
 
 
-Request = Sql | Many | Embed | VecSearch | KwSearch | Touch | VecChanged
+Request = Sql | Many | Embed | VecSearch | Touch | VecChanged
 Program = Generator[Request, Any, Any]
 
 _ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
-_CHUNK = 500
+_CHUNK = core.CHUNK
 
 
 class Dialect:
-    """SQL that differs between SQLite and Postgres. Programs only call these methods."""
+    """SQL that differs between SQLite and Postgres (programs only call these methods), and the keyword
+    statistics one store reuses between searches."""
 
     name = "base"
+
+    def __init__(self, keyword_budget: int = 2000) -> None:
+        self.keywords = kw.KeywordCache()
+        self.keyword_budget = keyword_budget
 
     def q(self, sql: str) -> str:
         return sql
@@ -123,12 +119,6 @@ class Dialect:
     ) -> list[Any]:
         raise NotImplementedError
 
-    def keyword_writes(self, rows: list[tuple[int, str]]) -> list[Sql | Many]:
-        return []
-
-    def keyword_deletes(self, ids: Sequence[int]) -> list[Sql]:
-        return []
-
     def keyword_relevance(self, raw: float) -> float:
         """A keyword score mapped into [0, 1], higher is better (bm25 is unbounded: s / (1 + s))."""
         return max(raw, 0.0) / (1.0 + max(raw, 0.0))
@@ -146,13 +136,15 @@ def batch_program(
     ops: Iterable[Op],
     mode: SearchMode,
     ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
+    now: float | None = None,
 ) -> Program:
     """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
-    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash."""
+    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash; ``now``: the
+    store's clock (default: the system's)."""
     ops = list(ops)
     results: list[Any] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
-    now = time.time()
+    now = time.time() if now is None else now
     for op in ops:
         validate_op(op)
     answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer
@@ -357,9 +349,11 @@ def search_program(
         if len(ns_ids) == (yield Sql(d.q("SELECT count(*) FROM remem_ns"), []))[0][0]:
             ns_ids = None  # the prefix covers every namespace: no need to filter
     if mode in ("hybrid", "keyword"):
-        terms = core.query_terms(op.query)
+        terms = _text.query_terms(op.query)
         if terms:
-            keyword = yield KwSearch(terms, fetch, ns_ids, allowed, now)
+            keyword = yield from kw.search_ops(
+                d, terms, fetch, ns_ids, allowed, now, d.keywords, d.keyword_budget
+            )
     qvec: npt.NDArray[np.float32] | None = None
     if mode in ("hybrid", "vector") and plan is not None:
         qvec = (ready or {}).get(core_hash(op.query))
@@ -601,8 +595,7 @@ def put_program(
             yield Many(d.q(d.upsert()), upsert_rows)
             item_ids = yield from _item_ids(d, [(int(r[0]), str(r[1])) for r in upsert_rows])
     kw_texts = {(ns_ids[core.ns_path(op.namespace)], op.key): text for op, _, text in values}
-    for stmt in d.keyword_writes([(item_ids[k], text) for k, text in kw_texts.items()]):  # noqa: UP028
-        yield stmt
+    yield from kw.write_ops(d, [(item_ids[k], text) for k, text in kw_texts.items()], d.keywords)
     if plan is None:
         return None
     added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
@@ -686,10 +679,37 @@ def delete_ids(d: Dialect, ids: list[int]) -> Program:
         chunk = ids[start : start + _CHUNK]
         cond, params = d.ids_condition("item_id", chunk)
         counts[1] += yield Sql(d.q(f"DELETE FROM remem_vectors WHERE {cond}"), params, fetch=False)
-        for stmt in d.keyword_deletes(chunk):
-            counts[2] += yield stmt
+        counts[2] += yield from kw.delete_ops(d, chunk, d.keywords)
         cond, params = d.ids_condition("id", chunk)
         counts[0] += yield Sql(d.q(f"DELETE FROM remem_items WHERE {cond}"), params, fetch=False)
     if ids:
         yield VecChanged(ids, [])
     return counts
+
+
+def reindex_program(d: Dialect) -> Program:
+    """Index the items schema v3 queued (``remem_reindex``) and drop the queue: run by setup() in the
+    migration's transaction. An item queued without its text is indexed on all its strings."""
+    from remem.store._schema import REINDEX_TABLE
+
+    if not (yield Sql(d.q(_exists(d, REINDEX_TABLE)), [REINDEX_TABLE])):
+        return 0
+    rows = yield Sql(
+        d.q(
+            f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN remem_items i ON i.id = r.item_id"
+        )
+    )
+    texts = [
+        (int(r[0]), r[1] if r[1] is not None else core.keyword_text(core.loads(r[2]), [("$", "$")]))
+        for r in rows
+    ]
+    for start in range(0, len(texts), _CHUNK):
+        yield from kw.write_ops(d, texts[start : start + _CHUNK], d.keywords)
+    yield Sql(d.q(f"DROP TABLE {REINDEX_TABLE}"), fetch=False)
+    return len(texts)
+
+
+def _exists(d: Dialect, table: str) -> str:
+    if d.name == "sqlite":
+        return "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return "SELECT 1 WHERE to_regclass(?) IS NOT NULL"

@@ -1,18 +1,26 @@
 """The store's schema: one :class:`remem._migrate.Component` named ``store``, both dialects side by side.
 
 Version 1 is the store's tables; version 2 the erasure journal's (``remem.erasure`` records each erasure in the
-same database as the data). Databases written before this runner recorded version 0 in
+same database as the data); version 3 the keyword index both dialects share (and a re-index of every item). Databases written before this runner recorded version 0 in
 ``remem_store_migrations``; it is carried over as version 1. The journal's statements keep ``IF NOT EXISTS``
 because the erasure code created its tables itself before they were a migration.
 
-PostgreSQL's ``remem_vectors`` is not here: its column type depends on the index's dimensions and on whether
-pgvector is installed, so the backend creates it in the same transaction, after these migrations.
+PostgreSQL's ``remem_vectors`` is migration 4; whether its column is pgvector's ``vector(dims)`` depends on the
+server and the index, so that choice is a component of its own, :func:`pgvector` (applied once, on a server
+with the extension, by the first store opened with an index).
 """
 
 from __future__ import annotations
 
 from remem import _migrate
-from remem.layout import ERASURE_JOURNAL_TABLE, ERASURE_REGISTRY_TABLE, STORE_MIGRATIONS_TABLE
+from remem.layout import (
+    ERASURE_JOURNAL_TABLE,
+    ERASURE_REGISTRY_TABLE,
+    STORE_LEGACY_TABLES,
+    STORE_MIGRATIONS_TABLE,
+    STORE_TERM_DOCS_TABLE,
+    STORE_TERMS_TABLE,
+)
 
 __all__ = ["COMPONENT", "statements"]
 
@@ -46,10 +54,44 @@ _JOURNAL_V2 = (
     "PRIMARY KEY (kind, template))",
 )
 
+FTS_TABLE, REINDEX_TABLE = STORE_LEGACY_TABLES
+
+# v3: one keyword index for both dialects (remem.store._keyword), replacing FTS5 and tsvector. The items'
+# keyword texts are queued in REINDEX_TABLE (SQLite has them in FTS5; PostgreSQL kept only lexemes, so its
+# items are re-read from their values); setup() indexes the queue in the same transaction and drops it.
+_SQLITE_V3 = (
+    f"CREATE TABLE {STORE_TERMS_TABLE} (term TEXT NOT NULL, item_id INTEGER NOT NULL, tf INTEGER NOT NULL, "
+    "dl INTEGER NOT NULL, PRIMARY KEY (term, item_id)) WITHOUT ROWID",
+    f"CREATE TABLE {STORE_TERM_DOCS_TABLE} (item_id INTEGER PRIMARY KEY, dl INTEGER NOT NULL, terms TEXT NOT NULL)",
+    f"CREATE INDEX remem_term_docs_dl ON {STORE_TERM_DOCS_TABLE} (dl)",
+    f"CREATE TABLE {REINDEX_TABLE} (item_id INTEGER PRIMARY KEY, text TEXT)",
+    f"INSERT INTO {REINDEX_TABLE} (item_id, text) SELECT rowid, text FROM {FTS_TABLE}",
+    f"DROP TABLE {FTS_TABLE}",
+)
+_POSTGRES_V3 = (
+    f'CREATE TABLE {STORE_TERMS_TABLE} (term text COLLATE "C" NOT NULL, item_id bigint NOT NULL, '
+    "tf int NOT NULL, dl int NOT NULL, PRIMARY KEY (term, item_id) INCLUDE (tf, dl))",
+    f"CREATE TABLE {STORE_TERM_DOCS_TABLE} (item_id bigint PRIMARY KEY, dl int NOT NULL, terms text NOT NULL)",
+    f"CREATE INDEX remem_term_docs_dl ON {STORE_TERM_DOCS_TABLE} (dl)",
+    f"CREATE TABLE {REINDEX_TABLE} (item_id bigint PRIMARY KEY, text text)",
+    f"INSERT INTO {REINDEX_TABLE} (item_id, text) SELECT id, NULL FROM remem_items",
+    "DROP INDEX remem_items_tsv",
+    "ALTER TABLE remem_items DROP COLUMN tsv",
+)
+
+# v4: PostgreSQL's vector table, which setup() created itself before (IF NOT EXISTS: such databases have it).
+# Its embeddings are float32 bytea, searched exactly; on a server with pgvector, PGVECTOR's migration turns
+# the column of a still empty table into vector(dims) (a table holding bytea vectors keeps them).
+_POSTGRES_V4 = (
+    "CREATE TABLE IF NOT EXISTS remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, "
+    "path text NOT NULL, text_hash bytea NOT NULL, embedding bytea NOT NULL, PRIMARY KEY (item_id, path))",
+    "CREATE INDEX IF NOT EXISTS remem_vectors_ns ON remem_vectors (ns_id)",
+)
+
 COMPONENT = _migrate.Component(
     "store",
-    sqlite=(_SQLITE_V1, _JOURNAL_V2),
-    postgres=(_POSTGRES_V1, _JOURNAL_V2),
+    sqlite=(_SQLITE_V1, _JOURNAL_V2, _SQLITE_V3, ()),  # SQLite's vector table is in v1
+    postgres=(_POSTGRES_V1, _JOURNAL_V2, _POSTGRES_V3, _POSTGRES_V4),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 
@@ -57,3 +99,15 @@ COMPONENT = _migrate.Component(
 def statements(dialect: _migrate.Dialect) -> list[str]:
     """Every schema statement of ``dialect`` in order (LangGraph's stores expose theirs as ``MIGRATIONS``)."""
     return [text for migration in COMPONENT.migrations(dialect) for text in migration]
+
+
+def pgvector(dims: int) -> _migrate.Component:
+    """The migration that makes an empty ``remem_vectors`` a pgvector column of ``dims`` (PostgreSQL only:
+    SQLite has nothing to do). A table that already holds vectors, or a vector column, is left as it is."""
+    convert = (
+        "DO $$ BEGIN IF (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+        "'remem_vectors'::regclass AND attname = 'embedding') = 'bytea' AND NOT EXISTS "
+        f"(SELECT 1 FROM remem_vectors) THEN ALTER TABLE remem_vectors ALTER COLUMN embedding TYPE vector({int(dims)}) "
+        "USING NULL; END IF; END $$"
+    )
+    return _migrate.Component("store_pgvector", sqlite=((),), postgres=((convert,),))

@@ -1,4 +1,4 @@
-"""Postgres stores: full-text search (tsvector + GIN) and pgvector with an HNSW index where it is installed.
+"""Postgres stores: keyword search (``remem.store._keyword``) and pgvector with an HNSW index where it is installed.
 
     from remem.store import PostgresStore
     with PostgresStore.from_conn_string("postgresql://...", index={"dims": 384, "embed": embedder}) as store:
@@ -24,6 +24,7 @@ from remem import _migrate
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
+from remem.layout import STORE_TABLES
 
 try:
     import psycopg
@@ -34,7 +35,7 @@ except ImportError:  # pragma: no cover - the dev environment has the extra
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store import _schema as schema
-from remem.store._base import AsyncStore, RememStoreBase, SyncStore
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._vectors import top_items
 
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 class PostgresDialect(prog.Dialect):
     name = "postgres"
 
-    def __init__(self, vector_kind: str = "exact") -> None:
+    def __init__(self, vector_kind: str = "exact", keyword_budget: int = 2000) -> None:
+        super().__init__(keyword_budget)
         self.vector_kind = vector_kind
 
     def q(self, sql: str) -> str:
@@ -73,9 +75,9 @@ class PostgresDialect(prog.Dialect):
 
     def upsert_parts(self) -> tuple[str, list[str], str]:
         return (
-            "ns_id, key, value, doc, tsv, created_at, updated_at, expires_at, ttl_minutes",
-            ["?", "?", "?", "?::jsonb", "to_tsvector('english', ?)", "?", "?", "?", "?"],
-            "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, tsv = EXCLUDED.tsv, "
+            "ns_id, key, value, doc, created_at, updated_at, expires_at, ttl_minutes",
+            ["?", "?", "?", "?::jsonb", "?", "?", "?", "?"],
+            "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, "
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
 
@@ -84,10 +86,7 @@ class PostgresDialect(prog.Dialect):
     ) -> list[Any]:
         exact = core.dumps(value)
         doc = exact if "\\u0000" not in exact else core.dumps(core.sanitized(value))
-        return [ns_id, key, exact, doc, text[:500_000], now, now, core.expiry(ttl, now), ttl]
-
-    def keyword_relevance(self, raw: float) -> float:
-        return min(max(raw, 0.0), 1.0)  # ts_rank is already in [0, 1]
+        return [ns_id, key, exact, doc, now, now, core.expiry(ttl, now), ttl]
 
     def vector_param(self, vec: Any) -> Any:
         if self.vector_kind == "pgvector":
@@ -118,16 +117,16 @@ class _PostgresBackend(RememStoreBase):
         search_mode: SearchMode = "hybrid",
         ef_search: int = 200,
         keyword_budget: int = 2000,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        super().__init__(index=index, ttl=ttl, search_mode=search_mode)
+        super().__init__(index=index, ttl=ttl, search_mode=search_mode, clock=clock)
         if pipe is not None and isinstance(conn, ConnectionPool):
             raise ConfigError("pipe= needs a single connection, not a pool; pass the pipeline's connection")
         self.conn = conn
         self.pipe = pipe
-        self.dialect = PostgresDialect()
+        self.dialect = PostgresDialect(keyword_budget=keyword_budget)
         self.ef_search = ef_search
         self.keyword_budget = keyword_budget
-        self._df: dict[str, tuple[int, int]] = {}  # term -> (items containing it, table size then)
         self._is_setup = False
         self._active: psycopg.Connection[Any] | None = None  # the connection of the running transaction
         self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
@@ -159,7 +158,21 @@ class _PostgresBackend(RememStoreBase):
                 ) from exc
             self._is_setup = True
 
+    def _where(self) -> str:
+        return display_url(self._dsn) if self._dsn else "the PostgreSQL database"
+
     def _setup(self, c: psycopg.Connection[Any]) -> None:
+        if self.read_only:  # check, create nothing (the server refuses writes too)
+            with c.transaction():
+                run = lambda st: self._q(st.sql, st.params, rows=st.rows)  # noqa: E731
+                check_read_only_schema(
+                    _migrate.drive(_migrate.check(schema.COMPONENT, "postgres"), run), self._where()
+                )
+                kind = self._vector_column()
+            self.dialect = PostgresDialect(
+                "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
+            )
+            return
         has_vector = False
         if self.plan is not None:
             try:
@@ -169,33 +182,30 @@ class _PostgresBackend(RememStoreBase):
             except psycopg.Error:
                 has_vector = False  # no pgvector here: the exact path
         with c.transaction():
-            # the runner takes remem's advisory lock first: the vector table below is created under it too
-            _migrate.drive(
-                _migrate.upgrade(schema.COMPONENT, "postgres"),
-                lambda st: self._q(st.sql, st.params, rows=st.rows),
-            )
-            row = self._q(
-                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-                "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
-            )
-            if not row:
-                column = f"vector({self.plan.dims})" if has_vector and self.plan else "bytea"
-                self._q(
-                    "CREATE TABLE remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, path text NOT NULL, "
-                    f"text_hash bytea NOT NULL, embedding {column} NOT NULL, PRIMARY KEY (item_id, path))",
-                    rows=False,
-                )
-                self._q("CREATE INDEX remem_vectors_ns ON remem_vectors (ns_id)", rows=False)
-                kind = column
-            else:
-                kind = str(row[0][0])
+            # the runner takes remem's advisory lock first: the pgvector choice below is made under it too
+            run = lambda st: self._q(st.sql, st.params, rows=st.rows)  # noqa: E731
+            _migrate.drive(_migrate.upgrade(schema.COMPONENT, "postgres"), run)
+            if has_vector and self.plan is not None:
+                _migrate.drive(_migrate.upgrade(schema.pgvector(self.plan.dims), "postgres"), run)
+            kind = self._vector_column()
             if kind.startswith("vector") and self.plan is not None:
                 _, _, ops, name = _PGVECTOR[self.plan.distance]
                 self._q(
                     f"CREATE INDEX IF NOT EXISTS {name} ON remem_vectors USING hnsw (embedding {ops})",
                     rows=False,
                 )
-        self.dialect = PostgresDialect("pgvector" if kind.startswith("vector") else "exact")
+            self.dialect = PostgresDialect(
+                "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
+            )
+            self._drive(prog.reindex_program(self.dialect))
+
+    def _vector_column(self) -> str:
+        """The type of ``remem_vectors.embedding`` (``bytea`` or ``vector(n)``; empty if there is no table)."""
+        row = self._q(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
+        )
+        return str(row[0][0]) if row else ""
 
     # -------------------------------------------------- connections
 
@@ -206,7 +216,9 @@ class _PostgresBackend(RememStoreBase):
                 yield conn
             return
         if (self.conn.closed or self.conn.broken) and self._dsn is not None:
-            self.conn = _connect(self._dsn)  # the server went away and came back: a new session
+            self.conn = _connect(
+                self._dsn, self.read_only
+            )  # the server went away and came back: a new session
         yield self.conn
 
     @contextlib.contextmanager
@@ -276,56 +288,6 @@ class _PostgresBackend(RememStoreBase):
                 self.pipe.sync()  # a row count is known once the pipeline has run the statement
             return cur.rowcount
 
-    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        row = self._q("SELECT reltuples::bigint FROM pg_class WHERE oid = 'remem_items'::regclass")
-        rows = int(row[0][0]) if row else -1
-        if rows < 0:  # never analysed: count once (the planner's estimate is used afterwards)
-            counted = self._q("SELECT count(*) FROM remem_items")
-            rows = int(counted[0][0]) if counted else 0
-        df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
-        newest: int | None = None
-        for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
-            lowest = None
-            if attempt.newest is not None:
-                if newest is None:
-                    found_max = self._q("SELECT coalesce(max(id), 0) FROM remem_items")
-                    newest = int(found_max[0][0]) if found_max else 0
-                lowest = newest - attempt.newest
-            found = self._ranked((" & " if attempt.every else " | ").join(attempt.terms), lowest, request)
-            if found and (attempt.partial or len(found) >= request.k):
-                return found
-        return []
-
-    def _doc_frequency(self, term: str, rows: int) -> int:
-        cached = self._df.get(term)
-        if cached is not None and abs(cached[1] - rows) <= rows // 10:
-            return cached[0]
-        found = self._q("SELECT count(*) FROM remem_items WHERE tsv @@ to_tsquery('english', %s)", [term])
-        count = int(found[0][0]) if found else 0
-        if len(self._df) > 50_000:
-            self._df.clear()
-        self._df[term] = (count, rows)
-        return count
-
-    def _ranked(self, tsquery: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
-        where = ["i.tsv @@ tq.q", "(i.expires_at IS NULL OR i.expires_at > %s)"]
-        params: list[Any] = [tsquery, request.now]
-        if lowest is not None:
-            where.append("i.id > %s")
-            params.append(lowest)
-        if request.ns_ids is not None:
-            where.append("i.ns_id = ANY(%s)")
-            params.append(request.ns_ids)
-        if request.item_ids is not None:
-            where.append("i.id = ANY(%s)")
-            params.append(request.item_ids)
-        rows = self._q(
-            "SELECT i.id, ts_rank(i.tsv, tq.q) AS s FROM remem_items i, to_tsquery('english', %s) AS tq(q) "
-            f"WHERE {' AND '.join(where)} ORDER BY s DESC, i.id LIMIT %s",
-            [*params, request.k],
-        )
-        return [(int(r[0]), float(r[1])) for r in rows]
-
     def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
         assert self.plan is not None
         where, params = [], list[Any]()
@@ -361,7 +323,7 @@ class _PostgresBackend(RememStoreBase):
     def _compact(self) -> bool:
         try:
             with self._connection() as conn:
-                for table in ("remem_items", "remem_vectors", "remem_ns"):
+                for table in STORE_TABLES:
                     conn.execute(f"VACUUM {table}")
         except psycopg.Error as exc:
             raise StorageError(
@@ -385,8 +347,13 @@ def _dsn(conn_string: str) -> str:
     return parsed.target
 
 
-def _connect(dsn: str) -> psycopg.Connection[Any]:
+_READ_ONLY = "-c default_transaction_read_only=on"  # the server refuses every write of the session
+
+
+def _connect(dsn: str, read_only: bool = False) -> psycopg.Connection[Any]:
     try:
+        if read_only:
+            return psycopg.connect(dsn, autocommit=True, connect_timeout=10, options=_READ_ONLY)
         return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
     except psycopg.Error as exc:
         raise StorageError(
@@ -394,10 +361,12 @@ def _connect(dsn: str) -> psycopg.Connection[Any]:
         ) from exc
 
 
-def _pool(dsn: str, pool_config: Mapping[str, Any]) -> ConnectionPool[Any]:
+def _pool(dsn: str, pool_config: Mapping[str, Any], read_only: bool = False) -> ConnectionPool[Any]:
     """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``), each
     connection checked before it is handed out so that a restarted server costs no failed call."""
     kwargs = {"autocommit": True, "connect_timeout": 10, **dict(pool_config.get("kwargs") or {})}
+    if read_only:
+        kwargs["options"] = _READ_ONLY
     try:
         pool: ConnectionPool[Any] = ConnectionPool(
             dsn,
@@ -417,19 +386,19 @@ def _pool(dsn: str, pool_config: Mapping[str, Any]) -> ConnectionPool[Any]:
 
 @contextlib.contextmanager
 def _opened(
-    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None
+    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None, read_only: bool = False
 ) -> Iterator[tuple[psycopg.Connection[Any] | ConnectionPool[Any], psycopg.Pipeline | None, str]]:
     dsn = _dsn(conn_string)
     if pool_config is not None:
         if pipeline:
             raise ConfigError("pipeline=True works on a single connection; drop pool_config= or pipeline=")
-        pool = _pool(dsn, pool_config)
+        pool = _pool(dsn, pool_config, read_only)
         try:
             yield pool, None, dsn
         finally:
             pool.close()
         return
-    conn = _connect(dsn)
+    conn = _connect(dsn, read_only)
     try:
         if pipeline:
             with conn.pipeline() as pipe:
@@ -454,13 +423,18 @@ class PostgresStore(_PostgresBackend, SyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> Iterator[PostgresStore]:
         """Connect to ``conn_string`` (a pool with ``pool_config``, a pipeline with ``pipeline=True``), set
-        the tables up, and close the connection on exit."""
-        with _opened(conn_string, pipeline, pool_config) as (conn, pipe, dsn):
+        the tables up, and close the connection on exit.
+
+        ``read_only=True`` (for commands that only read): the session is read-only on the server, nothing
+        is created, and missing tables raise :class:`~remem.errors.NotFoundError`."""
+        with _opened(conn_string, pipeline, pool_config, read_only) as (conn, pipe, dsn):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
+            store.read_only = read_only
             try:
                 store._setup_now()
                 yield store
@@ -482,14 +456,16 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> AsyncIterator[AsyncPostgresStore]:
         """Async version of :meth:`PostgresStore.from_conn_string`."""
-        opened = _opened(conn_string, pipeline, pool_config)
+        opened = _opened(conn_string, pipeline, pool_config, read_only)
         conn, pipe, dsn = await asyncio.to_thread(opened.__enter__)
         try:
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
+            store.read_only = read_only
             await asyncio.to_thread(store._setup_now)
             try:
                 yield store

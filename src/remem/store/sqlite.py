@@ -1,4 +1,4 @@
-"""SQLite stores: the stdlib ``sqlite3`` with FTS5 for keywords and an exact NumPy search over cached vectors.
+"""SQLite stores: the stdlib ``sqlite3``, keyword search (``remem.store._keyword``), exact NumPy vector search.
 
     from remem.store import SqliteStore
     with SqliteStore.from_conn_string("memory.db", index={"dims": 384, "embed": default_embedder()}) as store:
@@ -6,8 +6,8 @@
         store.hybrid_search(("users", "u1"), "what does the user drink?")
 
 The file runs in WAL mode with ``synchronous=NORMAL`` (a put commits in well under a millisecond) and
-``secure_delete`` on, so that erased rows are overwritten; :meth:`SqliteStore.forget` also rebuilds the
-keyword index and VACUUMs, leaving no byte of forgotten text in the file.
+``secure_delete`` on, so that erased rows are overwritten; :meth:`SqliteStore.forget` also VACUUMs,
+leaving no byte of forgotten text in the file.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import logging
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,11 +32,11 @@ from remem import _migrate
 from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import sqlite as _checkpoint_sqlite
-from remem.errors import ConfigError, StorageError
+from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store import _schema as schema
-from remem.store._base import AsyncStore, RememStoreBase, SyncStore
+from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._vectors import VectorMatrix
 
@@ -69,39 +70,14 @@ class SqliteDialect(prog.Dialect):
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
     ) -> list[Any]:
-        from remem.store import _core as core
-
         return [ns_id, key, core.dumps(value), now, now, core.expiry(ttl, now), ttl]
 
-    def keyword_writes(self, rows: list[tuple[int, str]]) -> list[prog.Sql | prog.Many]:
-        # OR REPLACE: FTS5 deletes the item's old row itself, one statement instead of a delete and an insert
-        return [prog.Many("INSERT OR REPLACE INTO remem_fts (rowid, text) VALUES (?, ?)", rows)]
 
-    def keyword_deletes(self, ids: Sequence[int]) -> list[prog.Sql]:
-        cond, params = self.ids_condition("rowid", ids)
-        return [prog.Sql(f"DELETE FROM remem_fts WHERE {cond}", params, fetch=False)]
-
-
-def _varint(data: bytes) -> int:
-    """SQLite's varint (big-endian, 7 bits a byte, the ninth byte whole): FTS5 stores its row count so."""
-    value = 0
-    for i, byte in enumerate(data[:9]):
-        if i == 8:
-            return (value << 8) | byte
-        value = (value << 7) | (byte & 0x7F)
-        if byte < 0x80:
-            return value
-    return value
-
-
-def _phrase(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
-
-
-def connect(conn_string: str | Path) -> sqlite3.Connection:
+def connect(conn_string: str | Path, *, read_only: bool = False) -> sqlite3.Connection:
     """Open a SQLite file (``sqlite:///path``, a plain path, ``:memory:`` or ``memory://``) for a store.
 
-    A new file is created owner-only (with its folder) before SQLite opens it.
+    A new file is created owner-only (with its folder) before SQLite opens it. ``read_only``: an existing
+    file is opened with ``mode=ro`` and nothing is created (a missing file is a NotFoundError).
     """
     parsed = parse_database_url(conn_string)
     if parsed.kind == "postgres":
@@ -109,9 +85,15 @@ def connect(conn_string: str | Path) -> sqlite3.Connection:
             f"{display_url(conn_string)} is a PostgreSQL URL; open it with PostgresStore (or open_store)"
         )
     target = ":memory:" if parsed.kind == "memory" else parsed.target
+    uri = False
+    if read_only and target != ":memory:":
+        if not parsed.sqlite_path.is_file():
+            raise NotFoundError(f"there is no database at {target}; check --db or REMEM_DATABASE_URL")
+        target, uri = f"file:{urllib.parse.quote(str(parsed.sqlite_path.resolve()))}?mode=ro", True
     try:
-        make_private_file(Path(target))
-        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None)
+        if not uri:
+            make_private_file(Path(target))
+        conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(
@@ -175,8 +157,6 @@ class _SqliteBackend(RememStoreBase):
     MIGRATIONS: ClassVar[list[str]] = schema.statements("sqlite")
     """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
 
-    dialect = SqliteDialect()
-
     def __init__(
         self,
         conn: sqlite3.Connection,
@@ -187,8 +167,9 @@ class _SqliteBackend(RememStoreBase):
         keyword_budget: int = 2000,
         commit_interval: float | None = None,
         max_pending: int = 1000,
+        clock: Callable[[], float] | None = None,
     ) -> None:
-        super().__init__(index=index, ttl=ttl, search_mode=search_mode)
+        super().__init__(index=index, ttl=ttl, search_mode=search_mode, clock=clock)
         self.conn = conn
         self.commit_interval = commit_interval
         self.max_pending = max_pending
@@ -199,8 +180,7 @@ class _SqliteBackend(RememStoreBase):
         self._is_setup = False
         self._matrix: VectorMatrix | None = None
         self._data_version: int | None = None
-        self._df: dict[str, tuple[int, int]] = {}  # term -> (items containing it, index size then)
-        self._ns_sizes: tuple[int, dict[int, int]] = (-1, {})  # (index size then, items per namespace)
+        self.dialect = SqliteDialect(keyword_budget)
         self.keyword_budget = keyword_budget
 
     def _setup_now(self) -> None:
@@ -218,8 +198,16 @@ class _SqliteBackend(RememStoreBase):
                 raise
             self._is_setup = True
 
+    def _where(self) -> str:
+        return _database_file(self.conn)
+
     def _setup_locked(self, c: sqlite3.Connection) -> None:
         c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+        if self.read_only:  # check, create nothing
+            check_read_only_schema(
+                _migrate.drive(_migrate.check(schema.COMPONENT, "sqlite"), self._statement), self._where()
+            )
+            return
         _enable_wal(c)
         c.execute("PRAGMA synchronous = NORMAL")
         c.execute("PRAGMA secure_delete = ON")
@@ -227,7 +215,14 @@ class _SqliteBackend(RememStoreBase):
         # 2 MB page cache those lookups mostly miss at 100k items, and cost several times more
         c.execute("PRAGMA cache_size = -32768")
         # one BEGIN IMMEDIATE transaction: processes opening a fresh file together take turns
-        _migrate.run_sqlite(c, schema.COMPONENT)
+        c.execute("BEGIN IMMEDIATE")
+        _migrate.drive(_migrate.upgrade(schema.COMPONENT, "sqlite"), self._statement)
+        self._drive(prog.reindex_program(self.dialect))
+        c.execute("COMMIT")
+
+    def _statement(self, statement: _migrate.Statement) -> list[Any]:
+        cur = self.conn.execute(statement.sql, statement.params)
+        return list(cur.fetchall()) if statement.rows else []
 
     # -------------------------------------------------- group commit
 
@@ -267,7 +262,9 @@ class _SqliteBackend(RememStoreBase):
             try:
                 ready = self._embed_ahead(list(pending), self.search_mode)
                 super()._run(
-                    lambda: prog.batch_program(self.dialect, self.plan, pending, self.search_mode, ready),
+                    lambda: prog.batch_program(
+                        self.dialect, self.plan, pending, self.search_mode, ready, self.clock()
+                    ),
                     write=True,
                 )
             except BaseException:
@@ -326,120 +323,6 @@ class _SqliteBackend(RememStoreBase):
         cur = self.conn.execute(request.sql, list(request.params))
         return cur.fetchall() if request.fetch else cur.rowcount
 
-    # -------------------------------------------------- keyword search
-
-    def _fts_rows(self) -> int:
-        row = self.conn.execute("SELECT block FROM remem_fts_data WHERE id = 1").fetchone()
-        return _varint(bytes(row[0])) if row and row[0] else 0
-
-    def _doc_frequency(self, term: str, rows: int) -> int:
-        cached = self._df.get(term)
-        if cached is not None and abs(cached[1] - rows) <= rows // 10:
-            return cached[0]
-        count = int(
-            self.conn.execute(
-                "SELECT count(*) FROM remem_fts WHERE remem_fts MATCH ?", [_phrase(term)]
-            ).fetchone()[0]
-        )
-        if len(self._df) > 50_000:
-            self._df.clear()
-        self._df[term] = (count, rows)
-        return count
-
-    def _keyword_search(self, request: prog.KwSearch) -> list[tuple[int, float]]:
-        rows = self._fts_rows()
-        df = None if rows <= self.keyword_budget else {t: self._doc_frequency(t, rows) for t in request.terms}
-        narrow = request.item_ids is not None or self._is_narrow(request.ns_ids, rows)
-        ranked = self._ranked if narrow else self._ranked_then_filtered
-        newest: int | None = None
-        for attempt in core.plan_keyword(request.terms, df, rows, self.keyword_budget):
-            match = (" AND " if attempt.every else " OR ").join(_phrase(t) for t in attempt.terms)
-            lowest = None
-            if attempt.newest is not None:
-                if newest is None:
-                    newest = int(
-                        self.conn.execute("SELECT coalesce(max(id), 0) FROM remem_items").fetchone()[0]
-                    )
-                lowest = newest - attempt.newest
-            found = ranked(match, lowest, request)
-            if found and (attempt.partial or len(found) >= request.k):
-                return found
-        return []
-
-    def _is_narrow(self, ns_ids: list[int] | None, rows: int) -> bool:
-        """Whether these namespaces hold under half the items. Then the namespace is checked while ranking
-        (``_ranked``); otherwise most matches are in it anyway, and ranking everything first then checking
-        the best few (``_ranked_then_filtered``) skips a row lookup per match. Both give the same results,
-        so the item counts are only refreshed when the index has grown or shrunk by a tenth."""
-        if ns_ids is None:
-            return False
-        seen, sizes = self._ns_sizes
-        if abs(seen - rows) > rows // 10 or seen < 0:
-            counted = self.conn.execute("SELECT ns_id, count(*) FROM remem_items GROUP BY ns_id").fetchall()
-            sizes = {int(r[0]): int(r[1]) for r in counted}
-            self._ns_sizes = (rows, sizes)
-        return 2 * sum(sizes.get(i, 0) for i in set(ns_ids)) < sum(sizes.values())
-
-    def _ranked_then_filtered(
-        self, match: str, lowest: int | None, request: prog.KwSearch
-    ) -> list[tuple[int, float]]:
-        """The ``k`` best live matches in the namespaces asked for: the whole index ranked, then filtered,
-        ranking deeper until ``k`` pass or the matches run out."""
-        base = "SELECT rowid, -bm25(remem_fts) FROM remem_fts WHERE remem_fts MATCH ?"
-        params: list[Any] = [match]
-        if lowest is not None:
-            base += " AND rowid > ?"
-            params.append(lowest)
-        limit = max(request.k * 4, 64)
-        while True:
-            rows = self.conn.execute(base + " ORDER BY rank LIMIT ?", [*params, limit]).fetchall()
-            found = self._live(rows, request)
-            if len(found) >= request.k or len(rows) < limit:
-                return found[: request.k]
-            limit *= 8
-
-    def _live(self, rows: list[Any], request: prog.KwSearch) -> list[tuple[int, float]]:
-        """The rows whose items are live and in the namespaces asked for, in rank order."""
-        if not rows:
-            return []
-        sql = (
-            "SELECT id FROM remem_items WHERE id IN (SELECT value FROM json_each(?)) "
-            "AND (expires_at IS NULL OR expires_at > ?)"
-        )
-        params: list[Any] = [json.dumps([r[0] for r in rows]), request.now]
-        if request.ns_ids is not None:
-            sql += " AND ns_id IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(request.ns_ids))
-        keep = {r[0] for r in self.conn.execute(sql, params)}
-        return [(int(r[0]), float(r[1])) for r in rows if r[0] in keep]
-
-    def _ranked(self, match: str, lowest: int | None, request: prog.KwSearch) -> list[tuple[int, float]]:
-        """The ``k`` best live matches in the namespaces (and items) asked for, best first.
-
-        The namespace, TTL and item conditions are checked in the same query, before ranking, so a search
-        under a small namespace computes bm25 only for its own matches instead of ranking the whole index
-        and throwing most of it away. CROSS JOIN keeps the full-text match as the outer loop: driving from
-        the items instead would re-run the match once per item.
-        """
-        sql = (
-            "SELECT f.rowid, -bm25(remem_fts) AS score FROM remem_fts f CROSS JOIN remem_items i "
-            "ON i.id = f.rowid WHERE remem_fts MATCH ? AND (i.expires_at IS NULL OR i.expires_at > ?)"
-        )
-        params: list[Any] = [match, request.now]
-        if lowest is not None:
-            sql += " AND f.rowid > ?"
-            params.append(lowest)
-        if request.ns_ids is not None:
-            sql += " AND i.ns_id IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(request.ns_ids))
-        if request.item_ids is not None:  # a filter already narrowed the items
-            sql += " AND i.id IN (SELECT value FROM json_each(?))"
-            params.append(json.dumps(request.item_ids))
-        # rowid breaks ties as FTS5's own rank order does (matches come in rowid order, the sort is stable)
-        sql += " ORDER BY score DESC, f.rowid LIMIT ?"
-        rows = self.conn.execute(sql, [*params, request.k]).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
-
     # -------------------------------------------------- vector search
 
     def _load_matrix(self) -> VectorMatrix:
@@ -474,7 +357,6 @@ class _SqliteBackend(RememStoreBase):
     def _compact(self) -> bool:
         c = self.conn
         try:
-            c.execute("INSERT INTO remem_fts (remem_fts) VALUES ('optimize')")
             c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             c.execute("VACUUM")
             c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -498,12 +380,18 @@ class SqliteStore(_SqliteBackend, SyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> Iterator[SqliteStore]:
-        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit."""
-        conn = connect(conn_string)
+        """Open ``conn_string`` (a path, ``sqlite:///path`` or ``:memory:``), set it up, close it on exit.
+
+        ``read_only=True`` (for commands that only read): the file is opened with ``mode=ro``, nothing is
+        created, writes are refused, and a missing file or store raises :class:`~remem.errors.NotFoundError`.
+        """
+        conn = connect(conn_string, read_only=read_only)
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store.read_only = read_only
             store._setup_now()
             yield store
         finally:
@@ -530,12 +418,14 @@ class AsyncSqliteStore(_SqliteBackend, AsyncStore):
         index: IndexConfig | Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         search_mode: SearchMode = "hybrid",
+        read_only: bool = False,
         **options: Any,
     ) -> AsyncIterator[AsyncSqliteStore]:
         """Async version of :meth:`SqliteStore.from_conn_string`."""
-        conn = await asyncio.to_thread(connect, conn_string)
+        conn = await asyncio.to_thread(connect, conn_string, read_only=read_only)
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
+            store.read_only = read_only
             await asyncio.to_thread(store._setup_now)
             yield store
         finally:

@@ -1,0 +1,231 @@
+"""Keyword search in Chinese, Japanese, Korean and French, the same on SQLite and PostgreSQL, and the
+migration that re-indexes a database written with the previous keyword index (schema version 2)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from remem.store import PostgresStore, SqliteStore, hybrid_search
+from remem.store import _schema as schema
+from remem.store._text import words
+
+NS = ("users", "u1", "memories")
+
+TEXTS = {
+    "zh": "我住在北京，每天早上喝一杯绿茶。",
+    "zh2": "上海的夏天很热，冬天不太冷。",
+    "ja": "東京の桜はとても綺麗です。",
+    "ja2": "週末は京都でお寺を見に行きました。",
+    "ko": "저는 서울에서 김치를 만들어요.",
+    "ko2": "부산 바다는 정말 아름다워요.",
+    "fr": "J'ai bu un café à la gare avant le départ.",
+    "fr2": "L'hôpital est fermé le dimanche; l'élève attend.",
+    "en": "The cafeteria serves green tea and coffee.",
+}
+
+# (query, the item it must find first)
+QUERIES = [
+    ("北京", "zh"),
+    ("绿茶", "zh"),
+    ("上海的夏天", "zh2"),
+    ("桜", "ja"),
+    ("東京", "ja"),
+    ("京都のお寺", "ja2"),
+    ("서울", "ko"),
+    ("김치", "ko"),
+    ("부산 바다", "ko2"),
+    ("café", "fr"),
+    ("cafe", "fr"),
+    ("CAFÉ gare", "fr"),
+    ("hopital", "fr2"),
+    ("élève", "fr2"),
+    ("eleve dimanche", "fr2"),
+    ("départ", "fr"),
+]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Opens stores on a SQLite file or on the machine's PostgreSQL (``open_store(**kwargs)``)."""
+    if request.param == "postgres":
+        request.applymarker(pytest.mark.postgres)
+    stack = contextlib.ExitStack()
+
+    def make(**kwargs: Any) -> Any:
+        if request.param == "sqlite":
+            return stack.enter_context(SqliteStore.from_conn_string(tmp_path / "kw.db", **kwargs))
+        return stack.enter_context(
+            PostgresStore.from_conn_string(request.getfixturevalue("pg_url"), **kwargs)
+        )
+
+    with stack:
+        yield make
+
+
+def _fill(store: Any) -> None:
+    for key, text in TEXTS.items():
+        store.put(NS, key, {"text": text})
+
+
+@pytest.mark.parametrize(("query", "expected"), QUERIES)
+def test_cjk_and_french_queries_find_their_sentence_first(open_store: Any, query: str, expected: str) -> None:
+    store = open_store()
+    _fill(store)
+    hits = hybrid_search(store, ("users",), query, mode="keyword", limit=3)
+    assert hits and hits[0].key == expected, [(h.key, h.score) for h in hits]
+
+
+def test_a_query_in_another_script_finds_nothing_it_does_not_hold(open_store: Any) -> None:
+    store = open_store()
+    _fill(store)
+    assert hybrid_search(store, NS, "大阪", mode="keyword") == []  # neither 大 nor 阪 is stored
+    assert [h.key for h in hybrid_search(store, NS, "cafeteria", mode="keyword")] == ["en"]
+
+
+@pytest.mark.postgres
+def test_sqlite_and_postgres_give_the_same_hits_in_the_same_order(tmp_path: Path, pg_url: str) -> None:
+    queries = [q for q, _ in QUERIES] + ["天", "le", "the tea", "열", "お"]
+    with (
+        SqliteStore.from_conn_string(tmp_path / "same.db") as lite,
+        PostgresStore.from_conn_string(pg_url) as pg,
+    ):
+        _fill(lite)
+        _fill(pg)
+        for query in queries:
+            a = [
+                (h.key, round(h.score or 0, 9))
+                for h in hybrid_search(lite, ("users",), query, mode="keyword")
+            ]
+            b = [
+                (h.key, round(h.score or 0, 9)) for h in hybrid_search(pg, ("users",), query, mode="keyword")
+            ]
+            assert a == b, query
+
+
+_ALPHABET = st.sampled_from(
+    list("abcdeéèêàçôùïœ ")
+    + list("ÉÀ  ")
+    + list("北京东绿茶上海天")
+    + list("桜東のはです")
+    + list("서울김치에요")
+    + list("0123456789")
+    + list(" ,.;:!?'-\n")
+)
+_TEXT = st.text(_ALPHABET, min_size=1, max_size=60)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_word_taken_from_a_stored_text_always_finds_that_text(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Property: for any texts stored, any whitespace-separated word of one of them finds it by keyword."""
+    if backend == "sqlite":
+        opened: Any = SqliteStore.from_conn_string(tmp_path / "prop.db")
+    else:
+        opened = PostgresStore.from_conn_string(request.getfixturevalue("pg_url"))
+    runs = [0]
+    with opened as store:
+
+        @settings(
+            max_examples=60 if backend == "sqlite" else 25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
+        @given(
+            texts=st.lists(_TEXT, min_size=1, max_size=6), pick=st.integers(0, 1000), at=st.integers(0, 1000)
+        )
+        def check(texts: list[str], pick: int, at: int) -> None:
+            runs[0] += 1
+            ns = ("prop", str(runs[0]))
+            for i, text in enumerate(texts):
+                store.put(ns, f"t{i}", {"text": text})
+            chosen = pick % len(texts)
+            candidates = [w for w in texts[chosen].split() if words(w)]
+            if not candidates:
+                return
+            word = candidates[at % len(candidates)]
+            hits = hybrid_search(store, ns, word, mode="keyword", limit=len(texts))
+            assert f"t{chosen}" in [h.key for h in hits], (word, texts)
+
+        check()
+    assert runs[0] > 0
+
+
+# ---------------------------------------------------------------- migration from schema version 2
+
+
+def _schema_2(dialect: str, url: str) -> None:
+    """A database as schema version 2 left it (FTS5 / tsvector keyword index), with items in four scripts."""
+    if dialect == "sqlite":
+        conn: Any = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        ph = "?"
+    else:
+        conn = psycopg.connect(url, autocommit=True)
+        ph = "%s"
+    try:
+        conn.execute(
+            "CREATE TABLE remem_schema (component TEXT NOT NULL, version INTEGER NOT NULL, "
+            "applied_at REAL NOT NULL, PRIMARY KEY (component, version))"
+        )
+        for version, statements in enumerate(schema.COMPONENT.migrations(dialect)[:2], start=1):  # type: ignore[arg-type]
+            for text in statements:
+                conn.execute(text)
+            conn.execute(f"INSERT INTO remem_schema VALUES ('store', {version}, 0)")
+        conn.execute(f"INSERT INTO remem_ns (path, depth) VALUES ({ph}, 3)", ["users.u1.memories"])
+        for n, (key, text) in enumerate(TEXTS.items(), start=1):
+            value = '{"text": "' + text.replace("'", "\\u0027") + '"}'
+            if dialect == "sqlite":
+                conn.execute(
+                    "INSERT INTO remem_items (id, ns_id, key, value, created_at, updated_at) VALUES (?, 1, ?, ?, 0, 0)",
+                    [n, key, value],
+                )
+                conn.execute("INSERT INTO remem_fts (rowid, text) VALUES (?, ?)", [n, text])
+            else:
+                conn.execute(
+                    "INSERT INTO remem_items (id, ns_id, key, value, doc, tsv, created_at, updated_at) "
+                    "VALUES (%s, 1, %s, %s, %s::jsonb, to_tsvector('english', %s), 0, 0)",
+                    [n, key, value, value, text],
+                )
+        if dialect == "postgres":  # ids were given: the sequences move on past them, as inserts would
+            conn.execute("SELECT setval('remem_items_id_seq', 100), setval('remem_ns_id_seq', 100)")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_schema_2_database_is_reindexed_by_migration_3(
+    dialect: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'old.db'}" if dialect == "sqlite" else str(request.getfixturevalue("pg_url"))
+    )
+    _schema_2(dialect, url)
+    opener: Any = SqliteStore if dialect == "sqlite" else PostgresStore
+    with opener.from_conn_string(url) as store:
+        for query, expected in QUERIES:
+            hits = hybrid_search(store, ("users",), query, mode="keyword", limit=3)
+            assert hits and hits[0].key == expected, query
+        store.put(NS, "new", {"text": "新しい桜"})
+        assert {h.key for h in hybrid_search(store, NS, "桜", mode="keyword")} == {"ja", "new"}
+    with opener.from_conn_string(url) as store:  # opened again: nothing left to re-index, nothing lost
+        assert len(hybrid_search(store, NS, "café", mode="keyword")) == 1
+    if dialect == "sqlite":
+        conn: Any = sqlite3.connect(url.removeprefix("sqlite:///"))
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        versions = [r[0] for r in conn.execute("SELECT version FROM remem_schema ORDER BY version")]
+    else:
+        conn = psycopg.connect(url)
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        versions = [r[0] for r in conn.execute("SELECT version FROM remem_schema ORDER BY version")]
+    conn.close()
+    assert versions[:3] == [1, 2, 3]
+    assert "remem_reindex" not in tables and "remem_fts" not in tables and "remem_terms" in tables
