@@ -1,0 +1,81 @@
+"""How hybrid search puts its keyword and vector hits in one order (pure functions, no I/O).
+
+A hybrid search gathers candidates from both signals (the keyword top ``max(limit, 50)`` and the vector
+top ``limit + 8`` or more), gives every candidate both scores (bm25 or ts_rank, 0 where no query word
+matches; the cosine similarity, looked up for keyword-only candidates) and orders them by :func:`fuse`.
+
+The rule (``DEFAULT``): each signal's scores are scaled to [0, 1] within the query's candidates (keyword
+by its best score, so a non-match stays 0; vector min-max), the keyword side is trusted as far as its
+first hit stands out from its second, and the two are weighted and summed::
+
+    confidence = 1 - second_keyword / best_keyword          # 1 when one item alone matches, 0 on a tie
+    fused = keyword_weight * confidence * keyword / best_keyword
+          + vector_weight * (vector - lowest) / (highest - lowest)
+
+Scaling within the query makes the rule independent of the score's units (SQLite's bm25, Postgres's
+ts_rank, any distance), so one pair of weights serves both backends. Equal-weight reciprocal-rank fusion
+(``RRF``, the rule before) throws the scores away: a keyword hit that matches every rare word of the
+question and a vector hit that is barely more similar than the rest count the same, so a weak ranking
+pushes the right hit of the strong one out of the top places.
+
+How the weights were chosen (``python bench/retrieval.py``, grid below, SQLite, raw turns, MiniLM):
+FILLED IN BY THE BENCHMARK RUN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+__all__ = ["DEFAULT", "RRF", "FusionRule", "fuse"]
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    """``method="scores"``: weighted sum of per-query scaled scores; ``"rrf"``: weighted reciprocal ranks,
+    ``weight / (k + rank)`` summed over the signals that found the item."""
+
+    method: Literal["scores", "rrf"]
+    keyword_weight: float
+    vector_weight: float
+    k: int = 60
+
+    @property
+    def needs_scores(self) -> bool:
+        """Whether every candidate needs both scores (keyword-only candidates get their similarity)."""
+        return self.method == "scores"
+
+
+RRF = FusionRule("rrf", 1.0, 1.0)
+DEFAULT = FusionRule("scores", keyword_weight=0.5, vector_weight=0.5)
+
+
+def fuse(scores: Mapping[K, Mapping[str, float]], rule: FusionRule | None = None) -> dict[K, float]:
+    """The fused value of each candidate (higher first) from its per-signal ``scores``: ``keyword`` and
+    ``vector`` scores, ``keyword_rank`` and ``vector_rank`` where that signal found it. ``rule`` None:
+    ``DEFAULT`` as it is at call time."""
+    rule = rule or DEFAULT
+    if rule.method == "rrf":
+        return {
+            item: sum(
+                weight / (rule.k + s[rank])
+                for weight, rank in ((rule.keyword_weight, "keyword_rank"), (rule.vector_weight, "vector_rank"))
+                if rank in s
+            )
+            for item, s in scores.items()
+        }
+    ranked = sorted((max(s.get("keyword", 0.0), 0.0) for s in scores.values()), reverse=True)
+    best = ranked[0] if ranked else 0.0
+    second = ranked[1] if len(ranked) > 1 else 0.0
+    confidence = 1.0 - second / best if best > 0 else 0.0
+    similarities = [s["vector"] for s in scores.values() if "vector" in s]
+    low, high = (min(similarities), max(similarities)) if similarities else (0.0, 0.0)
+    fused: dict[K, float] = {}
+    for item, s in scores.items():
+        keyword = max(s.get("keyword", 0.0), 0.0) / best if best > 0 else 0.0
+        vector = (s["vector"] - low) / (high - low) if "vector" in s and high > low else 0.0
+        fused[item] = rule.keyword_weight * confidence * keyword + rule.vector_weight * vector
+    return fused
