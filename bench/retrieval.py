@@ -710,8 +710,12 @@ def margin(result: dict[str, Any], rule: fusion.FusionRule) -> tuple[float, list
 
 
 GRID = [
-    *(fusion.FusionRule("scores", round(w, 2), round(1 - w, 2)) for w in [i / 20 for i in range(21)]),
-    *(fusion.FusionRule("rrf", round(w, 1), round(1 - w, 1)) for w in [i / 10 for i in range(1, 10)]),
+    *(
+        fusion.FusionRule("scores", w / 20, (20 - w) / 20, power=p)
+        for p in (0.0, 0.5, 1.0)
+        for w in range(0, 21)
+    ),
+    *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in range(1, 10)),
     fusion.RRF,
 ]
 
@@ -721,8 +725,10 @@ def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) ->
     print(
         f"\n### Fusion grid ({embedder}): worst margin over k={KS} vs max(keyword, vector); recall@5 per set\n"
     )
-    print(f"| rule | keyword w | vector w | {' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |")
-    print(f"|---|---:|---:|{'---:|---:|' * len(sets)}---:|")
+    print(
+        f"| rule | keyword w | vector w | power | {' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |"
+    )
+    print(f"|---|---:|---:|---:|{'---:|---:|' * len(sets)}---:|")
     for rule in GRID:
         cells, worst = [], 1.0
         for s in sets:

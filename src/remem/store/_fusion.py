@@ -41,6 +41,7 @@ class FusionRule:
     method: Literal["scores", "rrf"]
     keyword_weight: float
     vector_weight: float
+    power: float = 0.5
     k: int = 60
 
     @property
@@ -50,7 +51,7 @@ class FusionRule:
 
 
 RRF = FusionRule("rrf", 1.0, 1.0)
-DEFAULT = FusionRule("scores", keyword_weight=0.5, vector_weight=0.5)
+DEFAULT = FusionRule("scores", keyword_weight=0.15, vector_weight=0.85, power=0.5)
 
 
 def fuse(scores: Mapping[K, Mapping[str, float]], rule: FusionRule | None = None) -> dict[K, float]:
@@ -62,20 +63,32 @@ def fuse(scores: Mapping[K, Mapping[str, float]], rule: FusionRule | None = None
         return {
             item: sum(
                 weight / (rule.k + s[rank])
-                for weight, rank in ((rule.keyword_weight, "keyword_rank"), (rule.vector_weight, "vector_rank"))
+                for weight, rank in (
+                    (rule.keyword_weight, "keyword_rank"),
+                    (rule.vector_weight, "vector_rank"),
+                )
                 if rank in s
             )
             for item, s in scores.items()
         }
-    ranked = sorted((max(s.get("keyword", 0.0), 0.0) for s in scores.values()), reverse=True)
-    best = ranked[0] if ranked else 0.0
-    second = ranked[1] if len(ranked) > 1 else 0.0
-    confidence = 1.0 - second / best if best > 0 else 0.0
-    similarities = [s["vector"] for s in scores.values() if "vector" in s]
-    low, high = (min(similarities), max(similarities)) if similarities else (0.0, 0.0)
+    keywords = sorted((max(s.get("keyword", 0.0), 0.0) for s in scores.values()), reverse=True)
+    best = keywords[0] if keywords else 0.0
+    similarities = sorted((s["vector"] for s in scores.values() if "vector" in s), reverse=True)
+    high, low = (similarities[0], similarities[-1]) if similarities else (0.0, 0.0)
+    keyword_weight = rule.keyword_weight * _lead(keywords, 0.0) ** rule.power
+    vector_weight = rule.vector_weight * _lead(similarities, low) ** rule.power
     fused: dict[K, float] = {}
     for item, s in scores.items():
         keyword = max(s.get("keyword", 0.0), 0.0) / best if best > 0 else 0.0
         vector = (s["vector"] - low) / (high - low) if "vector" in s and high > low else 0.0
-        fused[item] = rule.keyword_weight * confidence * keyword + rule.vector_weight * vector
+        fused[item] = keyword_weight * keyword + vector_weight * vector
     return fused
+
+
+def _lead(descending: list[float], low: float) -> float:
+    """How far the first score stands ahead of the second, in [0, 1] of the span from ``low`` to the first:
+    1 when one candidate alone scores (or the rest are all at ``low``), 0 on a tie at the top."""
+    if not descending or descending[0] <= low:
+        return 0.0
+    second = descending[1] if len(descending) > 1 else low
+    return (descending[0] - second) / (descending[0] - low)
