@@ -736,9 +736,9 @@ def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) ->
             worst = min(worst, m)
             cells.append(f"{m:+.3f} | {mine[1]:.3f}")
         flag = " (default)" if rule == fusion.DEFAULT else ""
-        print(
-            f"| {rule.method}{flag} | {rule.keyword_weight} | {rule.vector_weight} | {' | '.join(cells)} | {worst:+.3f} |"
-        )
+        power = rule.power if rule.method == "scores" else "-"
+        weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {power}"
+        print(f"| {rule.method}{flag} | {weights} | {' | '.join(cells)} | {worst:+.3f} |")
 
 
 def print_modes(results: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -753,7 +753,7 @@ def print_modes(results: dict[tuple[str, str], dict[str, Any]]) -> None:
             print(
                 f"| {name} | {emb} | {mode} | {len(ranks)} | {' | '.join(f'{x:.3f}' for x in r)} | {cell} |"
             )
-        agree = sum(q["hybrid_keys"] == replay(q, fusion.DEFAULT)[1] for q in result["questions"])
+        agree = sum(q["hybrid"] == replay(q, fusion.DEFAULT)[0] for q in result["questions"])
         print(
             f"| {name} | {emb} | (store hybrid = replayed rule on {agree}/{len(result['questions'])}) | | | | | | |"
         )
@@ -851,6 +851,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fake and MiniLM only, no 100k latency run")
     parser.add_argument("--size", type=int, default=100_000, help="items for the latency run (0: skip)")
     parser.add_argument("--beam-embedders", nargs="+", default=["minilm"], help="embedders run on BEAM")
+    parser.add_argument(
+        "--candidate-sets",
+        nargs="+",
+        default=["multilingual"],
+        help="sets the slower candidate embedders (e5-small) run on",
+    )
     args = parser.parse_args()
     sets = [
         _dataset(DATA, generate, args.regenerate),
@@ -866,12 +872,14 @@ def main() -> None:
         )
     results: dict[tuple[str, str], dict[str, Any]] = {}
     speeds = []
-    sample = [t["content"] for t in sets[0]["conversations"][0]["turns"]]
-    sample_ml = [t["content"] for c in sets[1]["conversations"][::10] for t in c["turns"]]
+    sample = [t["content"] for c in sets[0]["conversations"][:2] for t in c["turns"]][:200]
+    sample_ml = [t["content"] for c in sets[1]["conversations"][::10] for t in c["turns"]][:200]
     for name, embedder, package in embedders(args.quick):
-        speeds.append((name, package_mb(package), speed(embedder, sample * 4), speed(embedder, sample_ml)))
+        speeds.append((name, package_mb(package), speed(embedder, sample), speed(embedder, sample_ml)))
         for data in sets:
             if data["name"] == "beam" and name not in args.beam_embedders:
+                continue
+            if name not in ("fake", "minilm") and data["name"] not in args.candidate_sets:
                 continue
             start = time.perf_counter()
             results[(data["name"], name)] = evaluate(data, embedder)
