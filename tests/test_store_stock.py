@@ -89,8 +89,8 @@ def test_vector_scores_equal_inmemorystore_scores(make_store: Any) -> None:
         for hit in hits:
             assert hit.score == pytest.approx(expected[hit.key], abs=1e-4), (mode, hit.key)
             assert hit.mode == mode and hit.scores["vector"] == hit.score
-        if mode == "hybrid":  # fused order, RRF values alongside
-            fused = [h.scores["rrf"] for h in hits]
+        if mode == "hybrid":  # fused order, fused values alongside
+            fused = [h.scores["fused"] for h in hits]
             assert fused == sorted(fused, reverse=True)
 
 

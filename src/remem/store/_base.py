@@ -66,7 +66,7 @@ class RememStoreBase(BaseStore):
     - A query on a store with an index runs a hybrid search (keyword and vector ranks fused) unless the
       store is opened with ``search_mode="vector"``, which searches as LangGraph's stores do. Hybrid hits
       come in fused order; each hit's ``score`` is still its vector similarity (what a stock threshold
-      compares), so scores need not descend; ``scores["rrf"]`` is the fused value that orders them.
+      compares), so scores need not descend; ``scores["fused"]`` is the fused value that orders them.
     - Filter keys never reach SQL (values are bound, keys are matched in Python unless they are plain
       identifiers), so keys that LangGraph's SQL stores refuse ("Invalid filter key") are matched literally.
     - The sync methods of an async store work on its event loop's thread too (LangGraph's raise
@@ -235,7 +235,7 @@ class RememStoreBase(BaseStore):
         offset: int = 0,
         refresh_ttl: bool | None = None,
     ) -> list[ScoredItem]:
-        """Ranked items under ``namespace_prefix`` for ``query``: keyword, vector, or both fused (RRF)."""
+        """Ranked items under ``namespace_prefix`` for ``query``: keyword, vector, or both fused (``_fusion``)."""
         op = SearchOp(
             tuple(namespace_prefix),
             dict(filter) if filter else None,

@@ -18,6 +18,7 @@ from langgraph.store.base import GetOp, Item, ListNamespacesOp, Op, PutOp, Searc
 
 from remem.errors import ConfigError, RememUsageError
 from remem.store import _core as core
+from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
 from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
@@ -371,10 +372,14 @@ def search_program(
     elif used == "vector":
         ranked = [(i, s) for i, s in vector]
     else:
-        fused = core.rrf([[i for i, _ in keyword], [i for i, _ in vector]])
+        if fusion.DEFAULT.needs_scores and qvec is not None:  # keyword-only candidates: their similarity too
+            unscored = [i for i, s in scores.items() if "vector" not in s]
+            for item_id, score in (yield VecSearch(qvec, len(unscored), None, unscored)) if unscored else ():
+                scores[item_id]["vector"] = score
+        fused = fusion.fuse(scores)
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
         for item_id, value in fused.items():
-            scores[item_id]["rrf"] = value
+            scores[item_id]["fused"] = value
     rows_by_id = yield from _rows_by_id(d, [i for i, _ in ranked[: depth + 8]], now)
     live = [i for i, _ in ranked if i in rows_by_id][offset:depth]
     if used == "hybrid" and qvec is not None:

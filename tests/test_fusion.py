@@ -1,0 +1,141 @@
+"""Hybrid search's fusion rule: its invariants, what hits carry, and hybrid never below its best part.
+
+The dev-set test runs the real SqliteStore with the seeded fake embedder on a fixed slice of the
+multilingual dev set in ``bench/data`` (French and Korean conversations, where keyword search is the
+stronger signal and a weak vector ranking is what equal-weight RRF lets through).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langgraph.store.base import PutOp
+
+from remem.store import SqliteStore, hybrid_search
+from remem.store import _core as core
+from remem.store import _fusion as fusion
+from remem.testing import FakeEmbedder
+
+DEV = Path(__file__).parent.parent / "bench" / "data" / "retrieval_multilingual.json"
+KS = (1, 5, 10)
+
+candidate = st.fixed_dictionaries(
+    {"keyword": st.floats(0, 30, allow_nan=False), "vector": st.floats(-1, 1, allow_nan=False)}
+)
+
+
+@given(st.dictionaries(st.integers(0, 40), candidate, min_size=1, max_size=30))
+def test_fused_values_lie_in_the_weights_range(scores: dict[int, dict[str, float]]) -> None:
+    fused = fusion.fuse(scores)
+    top = fusion.DEFAULT.keyword_weight + fusion.DEFAULT.vector_weight
+    assert set(fused) == set(scores)
+    assert all(-1e-9 <= v <= top + 1e-9 for v in fused.values())
+
+
+@given(st.dictionaries(st.integers(0, 40), candidate, min_size=2, max_size=30))
+def test_an_item_no_worse_on_both_signals_is_fused_no_lower(scores: dict[int, dict[str, float]]) -> None:
+    fused = fusion.fuse(scores)
+    for a, sa in scores.items():
+        for b, sb in scores.items():
+            if sa["keyword"] >= sb["keyword"] and sa["vector"] >= sb["vector"]:
+                assert fused[a] >= fused[b] - 1e-9, (a, b)
+
+
+@given(st.dictionaries(st.integers(0, 40), candidate, min_size=1, max_size=30))
+def test_one_signal_alone_orders_as_that_signal(scores: dict[int, dict[str, float]]) -> None:
+    vector_only = fusion.fuse(scores, fusion.FusionRule("scores", 0.0, 1.0))
+    keyword_only = fusion.fuse(scores, fusion.FusionRule("scores", 1.0, 0.0))
+    for a in scores:
+        for b in scores:
+            if scores[a]["vector"] > scores[b]["vector"]:
+                assert vector_only[a] >= vector_only[b]
+            if scores[a]["keyword"] > scores[b]["keyword"]:
+                assert keyword_only[a] >= keyword_only[b]
+
+
+def test_rrf_rule_is_reciprocal_rank_fusion() -> None:
+    keyword, vector = [3, 1, 2], [2, 4, 3]
+    scores: dict[int, dict[str, float]] = {}
+    for rank, i in enumerate(keyword, start=1):
+        scores.setdefault(i, {})["keyword_rank"] = rank
+    for rank, i in enumerate(vector, start=1):
+        scores.setdefault(i, {})["vector_rank"] = rank
+    assert fusion.fuse(scores, fusion.RRF) == pytest.approx(core.rrf([keyword, vector]))
+
+
+def test_a_sure_keyword_match_breaks_a_near_tie_of_the_vector_ranking() -> None:
+    # one item alone matches the query's words; the vector ranking puts another barely ahead of it
+    scores = {1: {"keyword": 6.0, "vector": 0.50}, 2: {"vector": 0.505}, 3: {"vector": 0.40}}
+    fused = fusion.fuse(scores)
+    assert max(fused, key=lambda i: fused[i]) == 1
+    # two items tie on keywords: the keyword side is not trusted, the vector ranking decides
+    tied = {1: {"keyword": 6.0, "vector": 0.40}, 2: {"keyword": 6.0, "vector": 0.50}, 3: {"vector": 0.1}}
+    fused = fusion.fuse(tied)
+    assert max(fused, key=lambda i: fused[i]) == 2
+
+
+def test_hybrid_hits_keep_per_mode_scores_ranks_and_the_fused_value(tmp_path: Path) -> None:
+    index = {"dims": 64, "embed": FakeEmbedder(64), "fields": ["text"]}
+    with SqliteStore.from_conn_string(str(tmp_path / "s.db"), index=index) as store:
+        store.put(("u",), "tea", {"text": "green tea every morning"})
+        store.put(("u",), "cat", {"text": "a cat named Miso"})
+        store.put(("u",), "job", {"text": "works as a nurse"})
+        hits = hybrid_search(store, ("u",), "green tea", limit=3)
+    assert [h.mode for h in hits] == ["hybrid"] * 3
+    assert hits[0].key == "tea"
+    assert {"keyword", "keyword_rank", "vector", "vector_rank", "fused"} <= set(hits[0].scores)
+    assert all("vector" in h.scores and "fused" in h.scores for h in hits)
+    fused = [h.scores["fused"] for h in hits]
+    assert fused == sorted(fused, reverse=True)
+    assert all(h.score == h.scores["vector"] for h in hits)  # the stock meaning of score is kept
+
+
+def _dev_slice() -> list[dict[str, Any]]:
+    data = json.loads(DEV.read_text(encoding="utf-8"))
+    return [c for c in data["conversations"] if c["id"][:2] in ("fr", "ko")]
+
+
+@pytest.fixture(scope="module")
+def dev_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, list[dict[str, Any]]]]:
+    convs = _dev_slice()
+    index = {"dims": 384, "embed": FakeEmbedder(384), "fields": ["content"]}
+    path = tmp_path_factory.mktemp("fusion") / "dev.db"
+    with SqliteStore.from_conn_string(str(path), index=index) as store:
+        for conv in convs:
+            ns = ("threads", conv["id"], "messages")
+            store.batch([PutOp(ns, t["id"], {"content": t["content"]}) for t in conv["turns"]])
+        yield store, convs
+
+
+def _recall(store: Any, convs: list[dict[str, Any]], mode: str) -> list[float]:
+    found: list[int | None] = []
+    for conv in convs:
+        for q in conv["questions"]:
+            keys = [h.key for h in hybrid_search(store, ("threads", conv["id"]), q["question"], mode=mode)]  # type: ignore[arg-type]
+            found.append(next((r for r, k in enumerate(keys, 1) if k in q["answers"]), None))
+    return [sum(1 for r in found if r is not None and r <= k) / len(found) for k in KS]
+
+
+def test_hybrid_is_never_below_its_best_part_on_the_dev_slice(dev_store: Any) -> None:
+    store, convs = dev_store
+    keyword, vector = _recall(store, convs, "keyword"), _recall(store, convs, "vector")
+    hybrid = _recall(store, convs, "hybrid")
+    for k, h, kw, vec in zip(KS, hybrid, keyword, vector, strict=True):
+        assert h >= max(kw, vec), f"recall@{k}: hybrid {h:.3f}, keyword {kw:.3f}, vector {vec:.3f}"
+    assert sum(len(c["questions"]) for c in convs) >= 50
+
+
+def test_equal_weight_rrf_falls_below_its_best_part_on_the_same_slice(dev_store: Any) -> None:
+    # the same store searching with the rule it had before: the test above would fail for it
+    store, convs = dev_store
+    keyword, vector = _recall(store, convs, "keyword"), _recall(store, convs, "vector")
+    with mock.patch.object(fusion, "DEFAULT", fusion.RRF):
+        rrf = _recall(store, convs, "hybrid")
+    assert any(r < max(kw, vec) for r, kw, vec in zip(rrf, keyword, vector, strict=True)), rrf
