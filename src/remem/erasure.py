@@ -11,12 +11,14 @@ deleted, and each step is marked there when it is done:
 2. **store**: items, vectors, keyword rows, queued extraction state (and this process's cached embeddings);
    each store step commits together with its mark in the journal, so its counts are never lost or doubled.
 3. **checkpoints** of each planned thread (their count is written to the journal before they are deleted).
-4. **scrub**: the entry forgets the names it held (user, threads, namespaces); only counts stay.
-5. **compact**: SQLite: the keyword index merged, VACUUM, and the WAL checkpointed and truncated, which
+4. **usage**: the usage ledger's rows of the user and of the planned threads, and those scopes' running
+   totals (:func:`remem.usage.forget_usage`), committed together with the step's mark and count.
+5. **scrub**: the entry forgets the names it held (user, threads, namespaces); only counts stay.
+6. **compact**: SQLite: the keyword index merged, VACUUM, and the WAL checkpointed and truncated, which
    waits (``wait`` seconds) for connections that still read old pages. PostgreSQL: VACUUM FULL of every
    ``remem_`` table and of the column statistics, after waiting for transactions that can still see the
    deleted rows; a rewrite is checked (new relation files, no dead row kept), never assumed.
-6. **close**: the entry keeps its id, times and totals, no name.
+7. **close**: the entry keeps its id, times and totals, no name.
 
 A run that is killed or fails leaves the entry open. The next ``erase`` with the same scope, or
 ``finish_erasures`` (``remem forget`` with no scope), goes on from the first step not done and reports the
@@ -61,6 +63,8 @@ from remem.errors import ConfigError, ErasureIncompleteError, NotFoundError, Rem
 from remem.layout import thread_meta
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
+from remem.store._program import Program, Sql
+from remem.usage import UsageForgetting, forget_usage
 
 __all__ = [
     "ErasureReport",
@@ -90,6 +94,7 @@ class ErasureReport:
     threads: int = 0
     checkpoints: int = 0
     registered_namespaces: list[str] = field(default_factory=list)
+    usage_rows: int = 0
     runs: int = 1
     compacted: bool = False
     compaction: str = "not reached"
@@ -104,6 +109,7 @@ class ErasureReport:
             ("registered namespaces erased", ", ".join(self.registered_namespaces) or "none"),
             ("threads whose checkpoints were deleted", f"{self.threads}: {named}"),
             ("checkpoints", str(self.checkpoints)),
+            ("usage ledger rows", str(self.usage_rows)),
             ("runs it took", str(self.runs)),
             ("storage compacted", ("yes: " if self.compacted else "NO: ") + self.compaction),
             ("can still hold copies", "; ".join(self.outlives) or "-"),
@@ -111,7 +117,7 @@ class ErasureReport:
 
     @property
     def removed(self) -> int:
-        return self.store.items + self.checkpoints
+        return self.store.items + self.checkpoints + self.usage_rows
 
 
 # ---------------------------------------------------------------- scope and plan
@@ -202,6 +208,16 @@ def _checkpoints_per_thread(saver: Any, threads: list[str]) -> dict[str, int]:
     return {t: n for t, n in counts.items() if n}
 
 
+def _as_program(forgetting: UsageForgetting) -> Program:
+    """The ledger's statements run as a store program (in the store's transaction)."""
+    try:
+        sql, params, fetch = next(forgetting)
+        while True:
+            sql, params, fetch = forgetting.send((yield Sql(sql, list(params), fetch=fetch)))
+    except StopIteration as done:
+        return int(done.value)
+
+
 # ---------------------------------------------------------------- running an entry
 
 
@@ -237,6 +253,7 @@ class _Run:
                 _reached("store")
                 self._checkpoint_steps()
                 _reached("checkpoints")
+                self._usage_step()
                 self._scrub()
             _reached("compacting")
             self.compaction = journal.compact(self.store, wait=self.wait)
@@ -307,6 +324,38 @@ class _Run:
                 entry.done.append(f"cp:{i}")
                 self.save(entry)
 
+    def _usage_step(self) -> None:
+        """The ledger's rows of the scope's user and threads, deleted in the transaction that marks it done."""
+        if "usage" in self.entry.done:
+            return
+        scope = self.entry.plan["scope"]
+        user, threads = scope.get("user_id"), list(self.entry.plan["threads"])
+        if user is None and not threads:  # a namespace: no call is recorded by namespace
+            entry = self.step()
+            entry.done.append("usage")
+            self.save(entry)
+            return
+
+        recorded: list[journal.JournalEntry] = []
+
+        def record(removed: int) -> journal.JournalEntry:
+            entry = self.step()
+            entry.totals["usage_rows"] = entry.totals.get("usage_rows", 0) + removed
+            entry.done.append("usage")
+            recorded.append(entry)
+            return entry
+
+        dialect = self.store.dialect
+        journal.run_journal(
+            self.store,
+            journal.journaled_program,
+            dialect,
+            lambda: _as_program(forget_usage(dialect.name, user_id=user, thread_ids=threads)),
+            record,
+        )
+        self.entry = recorded[-1]
+        _reached("saved")
+
     def _scrub(self) -> None:
         self.erased_threads = list(self.entry.plan["erased_threads"])
         self.namespaces = [".".join(ns) for ns in self.entry.plan["namespaces"]]
@@ -328,6 +377,7 @@ class _Run:
             store=store,
             checkpoint_threads=list(getattr(self, "erased_threads", plan.get("erased_threads") or [])),
             threads=int(totals.get("threads", 0)),
+            usage_rows=int(totals.get("usage_rows", 0)),
             checkpoints=int(totals.get("checkpoints", 0)),
             registered_namespaces=getattr(
                 self, "namespaces", [".".join(ns) for ns in plan.get("namespaces") or []]

@@ -248,6 +248,17 @@ def journaled_forget_program(
     return report, values
 
 
+def journaled_program(
+    d: Dialect, make: Callable[[], Program], record: Callable[[Any], JournalEntry]
+) -> Program:
+    """The program ``make()`` builds (a higher layer's statements, such as the usage ledger's), and the
+    journal entry ``record`` makes of its result, in one transaction: the step is marked done exactly when
+    its deletions commit."""
+    result = yield from make()
+    yield from journal_save_program(d, record(result))
+    return result
+
+
 def meta_threads_program(d: Dialect, user_id: str) -> Program:
     """Threads whose memory-client record ``("threads", T, "meta")`` names ``user_id`` as their user."""
     where, params = d.ns_condition(threads_root())

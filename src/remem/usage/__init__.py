@@ -23,7 +23,7 @@ from remem._lease import lease_target
 from remem._url import parse_database_url
 from remem.usage._base import LazyLedger, Ledger
 from remem.usage._records import KINDS, SOURCES, Kind, Source, Totals, UsageEvent, day_of
-from remem.usage._sql import BY, USAGE_TABLE
+from remem.usage._sql import BY, USAGE_TABLE, UsageForgetting, forget_usage
 from remem.usage.budgets import SCOPES, Budgets, Scope, check
 from remem.usage.meter import Meter
 from remem.usage.prices import Price, PriceTable
@@ -45,8 +45,10 @@ __all__ = [
     "Source",
     "Totals",
     "UsageEvent",
+    "UsageForgetting",
     "check",
     "day_of",
+    "forget_usage",
     "ledger_for",
     "ledger_from_url",
     "open_ledger",

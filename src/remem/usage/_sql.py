@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,7 +18,10 @@ __all__ = [
     "TOTALS_TABLE",
     "USAGE_TABLE",
     "Filters",
+    "Statement",
+    "UsageForgetting",
     "add_to_totals",
+    "forget_usage",
     "insert",
     "record_postgres",
     "select_events",
@@ -296,4 +299,105 @@ def totals_of(row: Sequence[Any], by: str | None) -> Totals:
     calls, inp, out, cached, cost, unpriced, latency = sums
     return Totals(
         key, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
+    )
+
+
+# ---------------------------------------------------------------- erasure
+#
+# forget_usage is a program: it yields ``(sql, params, fetch)`` and is sent back the rows (``fetch``) or the
+# row count, so that its caller (remem.erasure) runs it inside the transaction that marks the step done in
+# its journal: the rows go and their count is recorded together, or neither.
+
+Statement = tuple[str, tuple[Any, ...], bool]
+"""SQL in the ledger's dialect, its parameters, and whether its rows are wanted (else its row count)."""
+UsageForgetting = Generator[Statement, Any, int]
+
+_CHUNK = 500  # thread ids per statement: well under SQLite's parameter limit
+_EXISTS = {
+    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+    "postgres": "SELECT 1 WHERE to_regclass(%s) IS NOT NULL",
+}
+
+
+def _exists(dialect: str, table: str) -> Generator[Statement, Any, bool]:
+    rows = yield (_EXISTS[dialect], (table,), True)
+    return bool(rows)
+
+
+def forget_usage(
+    dialect: str, *, user_id: str | None = None, thread_ids: Sequence[str] = ()
+) -> UsageForgetting:
+    """Delete every call of ``user_id`` and every call in ``thread_ids``; returns how many rows went.
+
+    The running totals of those scopes (the user's days, the threads and their turns) go with them; the
+    totals that other rows share with the deleted ones (another thread the user wrote in, another user's
+    day in an erased thread) are summed again from the rows that stay, so they keep matching the ledger.
+    A database without a ledger is left as it is (0). ``dialect`` is ``"sqlite"`` or ``"postgres"``.
+    """
+    if not (yield from _exists(dialect, USAGE_TABLE)):
+        return 0
+    totals = yield from _exists(dialect, TOTALS_TABLE)
+    ph = _ph(dialect)
+    threads = sorted(set(thread_ids))
+    wheres: list[tuple[str, tuple[Any, ...]]] = []
+    if user_id is not None:
+        wheres.append((f"user_id = {ph}", (user_id,)))
+    for i in range(0, len(threads), _CHUNK):
+        chunk = tuple(threads[i : i + _CHUNK])
+        wheres.append((f"thread_id IN ({', '.join([ph] * len(chunk))})", chunk))
+    removed = 0
+    touched: set[tuple[str, str, str]] = set()
+    for where, params in wheres:
+        if totals:
+            rows = yield (
+                f"SELECT DISTINCT thread_id, turn, user_id, day FROM {USAGE_TABLE} WHERE {where}",
+                params,
+                True,
+            )
+            for thread, turn, user, day in rows:
+                if thread is not None:
+                    touched.add(("thread", thread, ""))
+                    if turn is not None:
+                        touched.add(("turn", thread, str(turn)))
+                if user is not None:
+                    touched.add(("user_day", user, str(day)))
+        removed += int((yield (f"DELETE FROM {USAGE_TABLE} WHERE {where}", params, False)))
+    if not totals:
+        return removed
+    if user_id is not None:
+        yield (f"DELETE FROM {TOTALS_TABLE} WHERE scope = 'user_day' AND key1 = {ph}", (user_id,), False)
+    for i in range(0, len(threads), _CHUNK):
+        chunk = tuple(threads[i : i + _CHUNK])
+        marks = ", ".join([ph] * len(chunk))
+        yield (
+            f"DELETE FROM {TOTALS_TABLE} WHERE scope IN ('thread', 'turn') AND key1 IN ({marks})",
+            chunk,
+            False,
+        )
+    for key in sorted(touched):
+        scope, owner, _ = key
+        if owner == user_id if scope == "user_day" else owner in threads:
+            continue  # its whole scope went above
+        yield from _sum_again(dialect, key)
+    return removed
+
+
+def _sum_again(dialect: str, key: tuple[str, str, str]) -> Generator[Statement, Any, None]:
+    """Replace the running totals of ``key`` (scope, key1, key2) by the sums of its rows (none: no row)."""
+    ph = _ph(dialect)
+    scope, key1, key2 = key
+    first, second, cond, group = _SCOPE_KEYS[scope]
+    match = {
+        "thread": (f"thread_id = {ph}", (key1,)),
+        "turn": (f"thread_id = {ph} AND CAST(turn AS TEXT) = {ph}", (key1, key2)),
+        "user_day": (f"user_id = {ph} AND day = {ph}", (key1, key2)),
+    }
+    where, params = match[scope]
+    yield (f"DELETE FROM {TOTALS_TABLE} WHERE scope = {ph} AND key1 = {ph} AND key2 = {ph}", key, False)
+    yield (
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
+        f"SELECT '{scope}', {first}, {second}, {_SUM_OF} FROM {USAGE_TABLE} "
+        f"WHERE {cond} AND {where} GROUP BY {group}",
+        params,
+        False,
     )
