@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from remem.erasure import erase, finish_erasures, unfinished_erasures
 from remem.errors import StorageError
 from remem.usage import UsageEvent, open_ledger, read_ledger
 from remem.usage._sql import TOTALS_TABLE
-from tests.test_erasure_crash import Seeded, remem_forget, seed
+from tests.test_erasure_crash import Seeded, remem_forget, seed, sqlite_bytes
 
 ALICE_THREADS = {"t-alice", "agent-7", "support-alice-1"}
 DAY = 86400.0
@@ -192,3 +193,19 @@ def test_a_failure_before_the_ledger_step_leaves_it_open_then_erase_again_finish
 
     check_ledger(url, before, report.usage_rows)
     assert erase(url, user_id="alice").usage_rows == 0  # counted once, never twice
+
+
+def test_a_user_known_only_to_the_ledger_leaves_no_bytes_in_the_sqlite_file(tmp_path: Path) -> None:
+    url = _sqlite(tmp_path)
+    seeded_with_calls(url)
+    user, thread = "Zu" + uuid.uuid4().hex, "Zt" + uuid.uuid4().hex
+    with open_ledger(url) as ledger:
+        ledger.record(UsageEvent("chat", "m", 1, 1, thread_id=thread, user_id=user, turn=1))
+    assert user.encode() in sqlite_bytes(url)
+
+    report = erase(url, user_id=user)
+
+    assert report.removed == report.usage_rows == 1 and report.compacted
+    data = sqlite_bytes(url)
+    assert user.encode() not in data and thread.encode() not in data
+    assert_totals_match_rows(url)
