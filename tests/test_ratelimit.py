@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from remem import build_agent, run_turn
-from remem.agent import thread_config
+from remem.agent import ledger_of, thread_config
 from remem.config import load_settings
 from remem.errors import ConfigError, RateLimitError
 from remem.middleware import BudgetMiddleware
@@ -163,8 +163,9 @@ def test_a_429_is_retried_with_backoff_honouring_retry_after() -> None:
     assert len(server.requests) == 4  # three refused, one answered: no other retries (the client's are off)
     # Retry-After 7 s; then backoff 0.5 * 2**1 = 1 s (jitter drawn at its top); then the 2.5 s asked.
     assert clock.slept == [pytest.approx(7.0), pytest.approx(1.0), pytest.approx(2.5)]
-    usage = agent.get_state(thread_config("t")).values["usage"]
-    assert len(usage) == 1  # one call paid for
+    ledger = ledger_of(agent)
+    assert ledger is not None
+    assert len(ledger.events(thread_id="t")) == 1  # one call paid for
 
 
 def test_a_retry_after_longer_than_the_maximum_raises_at_once() -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "THREADS_ROOT",
     "THREAD_META_KEY",
     "USAGE_LEDGER_TABLE",
+    "USAGE_TOTALS_TABLE",
     "USERS_ROOT",
     "Namespace",
     "chunk_key",
@@ -113,7 +114,8 @@ CHECKPOINT_MIGRATIONS_TABLE: Final = "remem_cp_migrations"  # read once by the m
 STORE_MIGRATIONS_TABLE: Final = "remem_store_migrations"  # likewise
 ERASURE_JOURNAL_TABLE: Final = "remem_erasures"  # each erasure's plan and steps, never the erased text
 ERASURE_REGISTRY_TABLE: Final = "remem_erasure_registry"  # namespaces and threads registered for a user
-USAGE_LEDGER_TABLE: Final = "remem_usage"  # reserved for the usage ledger
+USAGE_LEDGER_TABLE: Final = "remem_usage"  # the usage ledger: one row per model call
+USAGE_TOTALS_TABLE: Final = "remem_usage_totals"  # its running totals per thread, turn and user-day
 TABLES: Final = frozenset(
     {
         *CHECKPOINT_TABLES,
@@ -125,6 +127,7 @@ TABLES: Final = frozenset(
         CHECKPOINT_MIGRATIONS_TABLE,
         STORE_MIGRATIONS_TABLE,
         USAGE_LEDGER_TABLE,
+        USAGE_TOTALS_TABLE,
     }
 )
 

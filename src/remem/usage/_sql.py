@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from remem import _migrate
 from remem.errors import RememUsageError
-from remem.layout import USAGE_LEDGER_TABLE
+from remem.layout import USAGE_LEDGER_TABLE, USAGE_TOTALS_TABLE
 from remem.usage._records import Totals, UsageEvent, day_of
 
 __all__ = [
@@ -67,7 +67,7 @@ def _create(key: str, real: str) -> tuple[str, ...]:
 
 # Running totals per thread, per (thread, turn) and per (user, UTC day), kept with each record in its
 # transaction, so that a budget check reads one row however many calls the thread made.
-TOTALS_TABLE = f"{USAGE_TABLE}_totals"
+TOTALS_TABLE = USAGE_TOTALS_TABLE
 _SUM_COLUMNS = ("calls", "input_tokens", "output_tokens", "cached_tokens", "cost", "unpriced", "latency_ms")
 _SUM_OF = (
     "count(*), sum(input_tokens), sum(output_tokens), sum(cached_tokens), coalesce(sum(cost), 0), "
