@@ -17,6 +17,11 @@ graph again with ``None`` resumes at the compaction step without calling the cha
 
 :func:`run_turn` holds the thread's lease for the whole turn (``remem._lease``): one writer per thread,
 across threads and processes, so two turns never fork the thread's history.
+
+Above ``approval_token_threshold`` / ``approval_cost_threshold`` a model call pauses before it is sent
+(:mod:`remem.usage.approval`, the same interrupt as ``BudgetMiddleware``'s): :func:`run_turn` raises
+:class:`~remem.errors.ApprovalPendingError`, :func:`resume_turn` answers it; a refusal ends the turn with a
+message and no compaction.
 """
 
 from __future__ import annotations
