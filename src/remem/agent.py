@@ -17,6 +17,11 @@ graph again with ``None`` resumes at the compaction step without calling the cha
 
 :func:`run_turn` holds the thread's lease for the whole turn (``remem._lease``): one writer per thread,
 across threads and processes, so two turns never fork the thread's history.
+
+Above ``approval_token_threshold`` / ``approval_cost_threshold`` a model call pauses before it is sent
+(:mod:`remem.usage.approval`, the same interrupt as ``BudgetMiddleware``'s): :func:`run_turn` raises
+:class:`~remem.errors.ApprovalPendingError`, :func:`resume_turn` answers it; a refusal ends the turn with a
+message and no compaction.
 """
 
 from __future__ import annotations
@@ -50,10 +55,19 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.store.base import BaseStore
+from langgraph.types import Command
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
-from remem.errors import BudgetExceededError, ConfigError, InvalidMessagesError, ModelError, RememError
+from remem.errors import (
+    ApprovalPendingError,
+    BudgetExceededError,
+    ConfigError,
+    InvalidMessagesError,
+    ModelError,
+    NotFoundError,
+    RememError,
+)
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
     TokenCounter,
@@ -80,13 +94,23 @@ from remem.usage import (
     ledger_for,
     ledger_from_url,
 )
+from remem.usage.approval import (
+    Estimate,
+    ask_approval,
+    is_refusal,
+    needs_approval,
+    pending_approval,
+    refusal,
+)
 
 __all__ = [
     "MemoryState",
     "UsageRecord",
+    "aresume_turn",
     "arun_turn",
     "build_agent",
     "ledger_of",
+    "resume_turn",
     "run_turn",
     "thread_config",
 ]
@@ -186,10 +210,13 @@ class _Nodes:
         budgets: Budgets,
         meter: Meter | None,
         tool_tokens: int = 0,
+        approve_tokens: int | None = None,
+        approve_cost: float | None = None,
     ) -> None:
         self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
         self.system_prompt, self.budgets, self.meter = system_prompt, budgets, meter
         self.tool_tokens = tool_tokens
+        self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
         self.model_name = model_name(model)
         self._checked: dict[str, tuple[tuple[str | None, int, int], dict[Scope, Totals]]] = {}
         self._lock = threading.Lock()
@@ -232,6 +259,19 @@ class _Nodes:
         spent = self._spent(caller, turn)
         check(self.budgets, tokens=tokens, cost=cost, spent=spent, estimated=True)
         return spent
+
+    def refused(self, view: list[BaseMessage], caller: _Caller, turn: int) -> Estimate | None:
+        """The estimate of a call above an approval threshold that was refused; None when it may be sent
+        (below the thresholds, or approved). Above one, the run pauses here
+        (:func:`~remem.usage.approval.ask_approval`): on resume the node runs again and gets the answer."""
+        if self.approve_tokens is None and self.approve_cost is None:
+            return None
+        tokens = self.count(view) + self.tool_tokens
+        cost = None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
+        estimate = Estimate(self.model_name, tokens, cost, caller.thread_id, caller.user_id, turn)
+        if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
+            return None
+        return estimate
 
     def precheck(self, state: Mapping[str, Any], caller: _Caller) -> None:
         """:meth:`check_budgets` before the input is written (run_turn); the turn's first call then
@@ -291,6 +331,12 @@ class _Nodes:
         turn = _call_turn(state)
         update = self.adopt_legacy(state, caller)
         spent = self.check_budgets(view, caller, turn)
+        if turn != state.get("remem_turn"):
+            update["remem_turn"] = turn
+        refused = self.refused(view, caller, turn)
+        if refused is not None:  # nothing is sent: the turn ends with a message saying so
+            update["messages"] = [refusal(refused)]
+            return update
         started = time.perf_counter()
         try:
             reply = self.model.invoke(view)
@@ -302,8 +348,6 @@ class _Nodes:
                 "thread: invoke again (or send the next message) to retry"
             ) from exc
         update["messages"] = [reply]
-        if turn != state.get("remem_turn"):
-            update["remem_turn"] = turn
         if self.meter is not None:
             reply_id = getattr(reply, "id", None)
             event = self.meter.reply_event(
@@ -324,6 +368,9 @@ class _Nodes:
         return update
 
     def route(self, state: MemoryState) -> str:
+        messages = state.get("messages") or []
+        if messages and is_refusal(messages[-1]):  # a refused call ends the turn: no compaction either
+            return END
         plan = self.strategy.compaction_plan(state.get("messages", []), state.get("summary", ""))
         if plan is None:
             return END
@@ -414,6 +461,8 @@ def build_agent(
     token_counter: TokenCounter | None = None,
     ledger: Ledger | str | Path | bool = True,
     budgets: Budgets | None = None,
+    approve_tokens: int | None = None,
+    approve_cost: float | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The seeds' complete template, compiled: messages + summary, ``call_model``, compaction, routing.
 
@@ -433,6 +482,13 @@ def build_agent(
     settings', :meth:`~remem.usage.Budgets.from_settings`) are checked before each call against what the
     ledger says the turn, the thread and the user's UTC day spent (``run_turn(..., user_id=...)`` or
     ``configurable.user_id``); prices come from ``[remem.prices]``. :func:`ledger_of` gives the ledger.
+
+    A model call whose counted estimate is above ``approve_tokens`` tokens or costs more than
+    ``approve_cost`` (default: the settings' ``approval_token_threshold`` / ``approval_cost_threshold``;
+    0: never) pauses before it is sent, as ``BudgetMiddleware`` does (:mod:`remem.usage.approval`):
+    :func:`run_turn` raises :class:`~remem.errors.ApprovalPendingError` with the estimate, and
+    :func:`resume_turn` answers (True sends the call; False ends the turn with a message saying it was not
+    approved). A checkpointer is needed to pause.
     """
     s = settings or load_settings()
     chat = check_chat_model(model, s)
@@ -464,6 +520,8 @@ def build_agent(
         budgets or Budgets.from_settings(s),
         meter,
         count([SystemMessage(content=tool_text)]) if tool_text else 0,
+        approve_tokens if approve_tokens is not None else s.approval_token_threshold,
+        approve_cost if approve_cost is not None else s.approval_cost_threshold,
     )
     graph = StateGraph(MemoryState)
     graph.add_node("call_model", nodes.call_model)
@@ -578,11 +636,38 @@ def run_turn(
     rules = _rules(graph, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = graph.get_state(config)
+        _check_waiting(snapshot)
         if _unfinished(snapshot):
-            graph.invoke(None, config)
+            _check_paused(graph.invoke(None, config), lambda: graph.get_state(config))
             snapshot = graph.get_state(config)
         _check_input(rules, snapshot.values, messages, _Caller.of(config))
         result = graph.invoke({"messages": messages}, config)
+        _check_paused(result, lambda: graph.get_state(config))
+    return _last_reply(result)
+
+
+def resume_turn(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    approved: bool,
+    *,
+    lease_timeout: float | None = None,
+    user_id: str | None = None,
+) -> AIMessage:
+    """Answer the model call that waits for approval on the thread (:class:`~remem.errors.ApprovalPendingError`
+    from :func:`run_turn`) and return the turn's reply.
+
+    True sends the call (the turn goes on; a later call of the same turn above the threshold pauses again:
+    ApprovalPendingError once more); False ends the turn with a message saying it was not approved, and
+    nothing is sent. Every message is kept either way. ``user_id`` should be the one the turn was run with.
+    No call waiting raises :class:`~remem.errors.NotFoundError`, having written nothing.
+    """
+    config = thread_config(thread_id, user_id)
+    rules = _rules(graph, lease_timeout)
+    with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+        _check_something_waits(graph.get_state(config), thread_id)
+        result = graph.invoke(Command(resume=approved is True), config)
+        _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
 
 
@@ -601,12 +686,70 @@ async def arun_turn(
     rules = _rules(graph, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = await graph.aget_state(config)
+        _check_waiting(snapshot)
         if _unfinished(snapshot):
-            await graph.ainvoke(None, config)
+            done = await graph.ainvoke(None, config)
             snapshot = await graph.aget_state(config)
+            _check_paused(done, lambda: snapshot)
         await asyncio.to_thread(_check_input, rules, snapshot.values, messages, _Caller.of(config))
         result = await graph.ainvoke({"messages": messages}, config)
+        if _INTERRUPTS in result:
+            _check_waiting(await graph.aget_state(config))
     return _last_reply(result)
+
+
+async def aresume_turn(
+    graph: CompiledStateGraph[Any, Any, Any, Any],
+    thread_id: str,
+    approved: bool,
+    *,
+    lease_timeout: float | None = None,
+    user_id: str | None = None,
+) -> AIMessage:
+    """Async version of :func:`resume_turn`."""
+    config = thread_config(thread_id, user_id)
+    rules = _rules(graph, lease_timeout)
+    async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+        _check_something_waits(await graph.aget_state(config), thread_id)
+        result = await graph.ainvoke(Command(resume=approved is True), config)
+        if _INTERRUPTS in result:
+            _check_waiting(await graph.aget_state(config))
+    return _last_reply(result)
+
+
+_INTERRUPTS = "__interrupt__"  # the key of a paused run's interrupts in what invoke returns
+
+
+def _approval_error(estimate: Mapping[str, Any]) -> ApprovalPendingError:
+    cost = estimate.get("cost")
+    spend = "unknown cost (no price)" if cost is None else f"a cost of about {cost:.6g}"
+    return ApprovalPendingError(
+        f"the next call to {estimate.get('model') or 'the model'} needs approval (about "
+        f"{estimate.get('input_tokens', 0):,} input tokens, {spend}); nothing was sent. Answer with "
+        "resume_turn(graph, thread_id, True) to send it or False to end the turn (remem chat asks yes/no)",
+        estimate=estimate,
+    )
+
+
+def _check_waiting(snapshot: Any) -> None:
+    """Raise ApprovalPendingError when a model call waits for approval in ``snapshot``."""
+    estimate = pending_approval(snapshot)
+    if estimate is not None:
+        raise _approval_error(estimate)
+
+
+def _check_paused(result: Any, snapshot: Callable[[], Any]) -> None:
+    """Raise ApprovalPendingError when the run that returned ``result`` paused for an approval."""
+    if isinstance(result, Mapping) and _INTERRUPTS in result:
+        _check_waiting(snapshot())
+
+
+def _check_something_waits(snapshot: Any, thread_id: str) -> None:
+    if pending_approval(snapshot) is None:
+        raise NotFoundError(
+            f"no model call waits for approval on thread {thread_id!r}; nothing was changed "
+            "(send the next message with run_turn)"
+        )
 
 
 def _last_reply(result: dict[str, Any]) -> AIMessage:

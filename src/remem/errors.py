@@ -7,6 +7,7 @@ every class knows the exit code the ``remem`` command ends with (``exit_code``: 
 configuration is wrong, 1 otherwise; a thread or item that is not there is 1).
 
     RememError
+    ├── ApprovalPendingError                a model call waits for a yes/no (the run paused; nothing sent)
     ├── RememUsageError (ValueError)        the caller can fix it
     │   ├── ConfigError                     a setting or URL is wrong
     │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
@@ -31,9 +32,11 @@ configuration is wrong, 1 otherwise; a thread or item that is not there is 1).
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
+    "ApprovalPendingError",
     "ArgumentTypeError",
     "BudgetExceededError",
     "ConfigError",
@@ -61,6 +64,19 @@ class RememError(Exception):
     """Base class of every error remem raises."""
 
     exit_code: ClassVar[int] = 1  # what the remem command exits with when this error ends it
+
+
+class ApprovalPendingError(RememError):
+    """A model call is above an approval threshold: the run paused before it, and nothing was sent.
+
+    ``estimate`` is the pause's payload (``{"kind": "remem.approval", "model": ..., "input_tokens": ...,
+    "cost": ..., "thread": ..., "user": ..., "turn": ...}``). Answer with ``remem.agent.resume_turn``
+    (or ``Command(resume=True/False)``): True sends the call, False ends the turn with a message saying so.
+    """
+
+    def __init__(self, message: str, *, estimate: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.estimate: dict[str, Any] = dict(estimate or {})
 
 
 class RememUsageError(RememError, ValueError):

@@ -288,12 +288,9 @@ def _chat_help() -> None:
 def _pending_approval(agent: Any, config: Any) -> dict[str, Any] | None:
     """The estimate of a model call that waits for approval on the thread (an interrupt from
     BudgetMiddleware or remem's agent: ``{"kind": "remem.approval", ...}``), or None."""
-    for task in agent.get_state(config).tasks:
-        for pending in task.interrupts:
-            value = pending.value
-            if isinstance(value, dict) and value.get("kind") == "remem.approval":
-                return value
-    return None
+    from remem.usage.approval import pending_approval
+
+    return pending_approval(agent.get_state(config))
 
 
 def _approval_question(estimate: dict[str, Any]) -> str:
@@ -322,24 +319,21 @@ def _answer_approvals(agent: Any, thread_id: str, lease_timeout: float) -> bool:
     call still waits: the next ``remem chat`` on the thread asks again). A "no" ends the turn with the
     graph's refusal message; every message is kept either way.
     """
-    from langgraph.checkpoint.base import BaseCheckpointSaver
-    from langgraph.types import Command
-
-    from remem._lease import thread_lease
-    from remem.agent import thread_config
+    from remem.agent import resume_turn, thread_config
     from remem.cli._render import clean, say
+    from remem.errors import ApprovalPendingError
 
     config = thread_config(thread_id)
-    saver = agent.checkpointer
-    owner = saver if isinstance(saver, BaseCheckpointSaver) else agent
     while (estimate := _pending_approval(agent, config)) is not None:
         try:
             approved = click.confirm(clean(_approval_question(estimate)), default=False)
         except (EOFError, click.Abort):
             say("no answer: the call still waits for approval; run remem chat on this thread again to answer")
             return False
-        with thread_lease(owner, thread_id, scope="checkpoint", timeout=lease_timeout):
-            agent.invoke(Command(resume=approved), config)
+        try:
+            resume_turn(agent, thread_id, approved, lease_timeout=lease_timeout)
+        except ApprovalPendingError:
+            continue  # the turn's next call waits for approval too: ask again
     return True
 
 
@@ -391,7 +385,7 @@ def chat_command(
     from remem.cli._render import error_line, say
     from remem.cli._sources import writable
     from remem.config import load_settings
-    from remem.errors import ModelError, RememError
+    from remem.errors import ApprovalPendingError, RememError
     from remem.inspection import thread_history, thread_snapshot
     from remem.models import require_chat_model
 
@@ -434,11 +428,7 @@ def chat_command(
                         text_out = run_turn(
                             agent, thread_id, message, max_message_chars=settings.max_message_chars
                         ).text
-                    except ModelError:
-                        if _pending_approval(agent, config) is None:  # not a pause: a real failure
-                            raise
-                    if _pending_approval(agent, config) is not None:
-                        # Paused before a call: run_turn's reply is the previous one; ask, then show the new.
+                    except ApprovalPendingError:  # paused before a call (remem's agent or a middleware's)
                         answered = _answer_approvals(agent, thread_id, lease_timeout)
                         text_out = _last_ai_text(agent, config) if answered else None
                     if text_out is not None:

@@ -59,12 +59,13 @@ from langchain.agents.middleware.types import (
     ModelResponse,
 )
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
 from remem.messages import TokenCounter, approximate_token_count, counter_for_model
 from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
 from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check, day_of
+from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
@@ -137,29 +138,6 @@ class BudgetState(AgentState[Any]):
     remem_turn: NotRequired[int]
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """What a call is about to send, counted: what the approval interrupt carries."""
-
-    model: str
-    input_tokens: int
-    cost: float | None
-    thread_id: str | None
-    user_id: str | None
-    turn: int | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "remem.approval",
-            "model": self.model,
-            "input_tokens": self.input_tokens,
-            "cost": self.cost,
-            "thread": self.thread_id,
-            "user": self.user_id,
-            "turn": self.turn,
-        }
-
-
 def _configurable() -> Mapping[str, Any]:
     from langgraph.config import get_config
 
@@ -195,16 +173,6 @@ def _reply(response: ModelResponse[Any]) -> BaseMessage | None:
         if isinstance(message, AIMessage):
             return message
     return None
-
-
-def _refused(estimate: Estimate) -> AIMessage:
-    cost = "unknown cost" if estimate.cost is None else f"a cost of {estimate.cost:.6g}"
-    return AIMessage(
-        content=(
-            f"The model call was not approved (about {estimate.input_tokens:,} input tokens, {cost}), so "
-            "nothing was sent. Your messages are kept; send another message to try again."
-        )
-    )
 
 
 class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
@@ -313,20 +281,12 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             spent["user_day"] = self.ledger.spent(user_id=estimate.user_id, day=day_of(time.time()))
         return spent
 
-    def _needs_approval(self, estimate: Estimate) -> bool:
-        if self.approve_tokens and estimate.input_tokens > self.approve_tokens:
-            return True
-        return bool(self.approve_cost and estimate.cost is not None and estimate.cost > self.approve_cost)
-
     def _before(self, estimate: Estimate, spent: Mapping[Scope, Totals]) -> bool:
         """Check the estimate; True when the call may be sent (approval asked when above a threshold)."""
         check(self.budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
-        if not self._needs_approval(estimate):
+        if not needs_approval(estimate, self.approve_tokens, self.approve_cost):
             return True
-        answer = interrupt(estimate.as_dict())
-        if isinstance(answer, Mapping):
-            answer = answer.get("approved", answer.get("approve", False))
-        return answer is True or (isinstance(answer, str) and answer.strip().lower() in ("y", "yes", "true"))
+        return ask_approval(estimate)
 
     def _event(
         self, request: ModelRequest[Any], estimate: Estimate, response: ModelResponse[Any], started: float
@@ -374,7 +334,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         estimate = self.estimate(request)
         spent = self._spent(estimate)
         if not self._before(estimate, spent):
-            return _refused(estimate)
+            return refusal(estimate)
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
             self.rate_limiter.acquire(estimate.model, estimate.input_tokens)
@@ -397,7 +357,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         estimate = self.estimate(request)
         spent = await asyncio.to_thread(self._spent, estimate)
         if not self._before(estimate, spent):
-            return _refused(estimate)
+            return refusal(estimate)
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
             await self.rate_limiter.aacquire(estimate.model, estimate.input_tokens)

@@ -1,0 +1,106 @@
+"""Approval before spending: the pause both remem's agent and ``BudgetMiddleware`` make above a threshold.
+
+A model call whose counted estimate is above ``approval_token_threshold`` tokens or
+``approval_cost_threshold`` (0 or None: never) pauses the run with a LangGraph ``interrupt`` carrying
+:meth:`Estimate.as_dict` (``kind`` ``"remem.approval"``); the run is resumed with ``Command(resume=True)``
+(send the call) or ``Command(resume=False)`` (end the turn with :func:`refusal`; nothing is sent), or
+``{"approved": ...}``, or a "yes"/"no" text. :func:`pending_approval` reads a waiting pause from a
+thread's state snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langgraph.types import interrupt
+
+__all__ = [
+    "APPROVAL_KIND",
+    "Estimate",
+    "approved",
+    "ask_approval",
+    "is_refusal",
+    "needs_approval",
+    "pending_approval",
+    "refusal",
+]
+
+APPROVAL_KIND = "remem.approval"
+_REFUSED = "remem_not_approved"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a call is about to send, counted: what the approval interrupt carries."""
+
+    model: str
+    input_tokens: int
+    cost: float | None
+    thread_id: str | None
+    user_id: str | None
+    turn: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": APPROVAL_KIND,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "cost": self.cost,
+            "thread": self.thread_id,
+            "user": self.user_id,
+            "turn": self.turn,
+        }
+
+
+def needs_approval(estimate: Estimate, tokens: int | None, cost: float | None) -> bool:
+    """Whether ``estimate`` is above the token threshold ``tokens`` or the cost threshold ``cost``."""
+    if tokens and estimate.input_tokens > tokens:
+        return True
+    return bool(cost and estimate.cost is not None and estimate.cost > cost)
+
+
+def approved(answer: Any) -> bool:
+    """Read a resume answer: True, ``{"approved": True}`` (or ``"approve"``) or a yes; anything else is no."""
+    if isinstance(answer, Mapping):
+        answer = answer.get("approved", answer.get("approve", False))
+    return answer is True or (isinstance(answer, str) and answer.strip().lower() in ("y", "yes", "true"))
+
+
+def ask_approval(estimate: Estimate) -> bool:
+    """Pause the run for a yes/no on ``estimate`` (inside a graph node, with a checkpointer); the answer.
+
+    On resume the node runs again from its start and this returns the answer instead of pausing, so
+    nothing before it may have been sent.
+    """
+    return approved(interrupt(estimate.as_dict()))
+
+
+def refusal(estimate: Estimate) -> AIMessage:
+    """The message a refused call ends the turn with."""
+    cost = "unknown cost" if estimate.cost is None else f"a cost of {estimate.cost:.6g}"
+    return AIMessage(
+        content=(
+            f"The model call was not approved (about {estimate.input_tokens:,} input tokens, {cost}), so "
+            "nothing was sent. Your messages are kept; send another message to try again."
+        ),
+        response_metadata={_REFUSED: True},  # not sent to a provider: it marks the reply as a refusal
+    )
+
+
+def is_refusal(message: Any) -> bool:
+    """Whether ``message`` is a :func:`refusal` (a turn that ends with one made no model call)."""
+    return isinstance(message, AIMessage) and message.response_metadata.get(_REFUSED) is True
+
+
+def pending_approval(snapshot: Any) -> dict[str, Any] | None:
+    """The estimate of a model call that waits for approval in a thread's state snapshot (LangGraph's
+    ``StateSnapshot``), or None."""
+    for task in getattr(snapshot, "tasks", ()) or ():
+        for pending in getattr(task, "interrupts", ()) or ():
+            value = pending.value
+            if isinstance(value, dict) and value.get("kind") == APPROVAL_KIND:
+                return value
+    return None
