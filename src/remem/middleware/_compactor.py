@@ -45,7 +45,7 @@ class Compactor:
         kept_message_count: int,
         pattern: str,
         card_token_budget: int,
-        max_relevant_results: int,
+        max_relevant_results: int | None,
         token_counter: TokenCounter | None,
         context_summary_update_frequency: int | None,
         recall_results: int = 0,

@@ -88,8 +88,8 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Persist an agent's turns to a remem thread and compact its prompt with a context card.
 
     ``thread_id`` may be left out: the run's ``configurable.thread_id`` is used. ``card_token_budget``
-    bounds the card; ``max_relevant_results`` the records it recalls; ``token_counter`` defaults to the
-    memory's. See the module docstring for the two patterns.
+    bounds the card; ``max_relevant_results`` caps the records it recalls (None: as many as fill the
+    budget); ``token_counter`` defaults to the memory's. See the module docstring for the two patterns.
 
     ``recall_results`` > 0 adds per-turn recall: on calls that do not compact, the records best matching
     the latest user message and not already in the prompt are sent in a ``memory_recall`` user message
@@ -108,7 +108,7 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         kept_message_count: int = 3,
         pattern: Pattern = "external_tail",
         card_token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
-        max_relevant_results: int = 5,
+        max_relevant_results: int | None = None,
         token_counter: TokenCounter | None = None,
         context_summary_update_frequency: int | None = None,
         recall_results: int = 0,
@@ -196,7 +196,7 @@ class ContextCardNode:
         kept_message_count: int = 3,
         pattern: Pattern = "external_tail",
         card_token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
-        max_relevant_results: int = 5,
+        max_relevant_results: int | None = None,
         token_counter: TokenCounter | None = None,
         context_summary_update_frequency: int | None = None,
         system_prompt: str | None = None,
