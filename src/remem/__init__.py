@@ -10,10 +10,19 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from remem.agent import MemoryState, UsageRecord, arun_turn, build_agent, run_turn
+    from remem.agent import (
+        MemoryState,
+        UsageRecord,
+        aresume_turn,
+        arun_turn,
+        build_agent,
+        resume_turn,
+        run_turn,
+    )
     from remem.checkpoint import acheckpointer_from_url, checkpointer_from_url, list_threads
     from remem.config import Settings, load_settings
     from remem.errors import (
+        ApprovalPendingError,
         ArgumentTypeError,
         BudgetExceededError,
         ConfigError,
@@ -26,6 +35,7 @@ if TYPE_CHECKING:
         ModelError,
         NamespaceError,
         NotFoundError,
+        RateLimitError,
         RememError,
         RememRuntimeError,
         RememUsageError,
@@ -48,9 +58,18 @@ if TYPE_CHECKING:
 
 # Which module defines each exported name.
 _SOURCES = {
-    "remem.agent": ("MemoryState", "UsageRecord", "arun_turn", "build_agent", "run_turn"),
+    "remem.agent": (
+        "MemoryState",
+        "UsageRecord",
+        "aresume_turn",
+        "arun_turn",
+        "build_agent",
+        "resume_turn",
+        "run_turn",
+    ),
     "remem.config": ("Settings", "load_settings"),
     "remem.errors": (
+        "ApprovalPendingError",
         "ArgumentTypeError",
         "BudgetExceededError",
         "ConfigError",
@@ -63,6 +82,7 @@ _SOURCES = {
         "ModelError",
         "NamespaceError",
         "NotFoundError",
+        "RateLimitError",
         "RememError",
         "RememRuntimeError",
         "RememUsageError",
@@ -101,6 +121,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ApprovalPendingError",
     "ArgumentTypeError",
     "BudgetExceededError",
     "ConfigError",
@@ -122,6 +143,7 @@ __all__ = [
     "NamespaceError",
     "NotFoundError",
     "Plan",
+    "RateLimitError",
     "RememError",
     "RememRuntimeError",
     "RememUsageError",
@@ -138,12 +160,14 @@ __all__ = [
     "TrimStrategy",
     "UsageRecord",
     "acheckpointer_from_url",
+    "aresume_turn",
     "arun_turn",
     "build_agent",
     "chat_model_from_settings",
     "checkpointer_from_url",
     "list_threads",
     "load_settings",
+    "resume_turn",
     "run_turn",
     "summarizer_for",
     "thread_history",
