@@ -16,70 +16,19 @@ the difference of two totals. Target: at most 5% added.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from remem import ScriptedChatModel, Settings, build_agent, checkpointer_from_url, run_turn
 from remem.agent import _TURN_RULES, ledger_of
-from remem.usage import Budgets
 
-DEFAULT_PG = os.environ.get("REMEM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-MARKS = (10, 100, 1000)
-WINDOWS = {10: 10, 100: 50, 1000: 50}
-WORDS = [
-    "alpha",
-    "beta",
-    "gamma",
-    "delta",
-    "epsilon",
-    "zeta",
-    "eta",
-    "theta",
-    "iota",
-    "kappa",
-    "lambda",
-    "mu",
-]
-HIGH = Budgets(
-    call_tokens=10**12,
-    call_cost=1e12,
-    turn_tokens=10**12,
-    turn_cost=1e12,
-    thread_tokens=10**12,
-    thread_cost=1e12,
-    user_day_tokens=10**12,
-    user_day_cost=1e12,
-)
-
-
-def _text(i: int, n: int) -> str:
-    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(n))
-
-
-@contextmanager
-def _database(kind: str, pg_url: str) -> Iterator[str]:
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as folder:
-            yield f"sqlite:///{Path(folder) / 'bench.db'}"
-        return
-    import psycopg
-
-    name = "remem_bench_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            base, _, query = pg_url.partition("?")
-            yield base.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+# One setting, one workload and one database helper for both usage benchmarks (this one and the middleware's).
+sys.path.insert(0, str(Path(__file__).parent))
+from usage import DEFAULT_PG, HIGH, MARKS, WINDOWS, _database, _text
 
 
 class _Own:
