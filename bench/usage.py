@@ -170,12 +170,17 @@ def _estimate_times(messages_per_prompt: int, repeats: int = 20) -> tuple[float,
     return whole, reused
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(description: str) -> argparse.Namespace:
+    """The options both usage benchmarks take (this one and bench/usage_agent.py)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--pg-url", default=DEFAULT_PG, help="a PostgreSQL URL allowed to create databases")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args(__doc__.splitlines()[0])
     marks = [m for m in MARKS if m <= args.turns]
     rows = []
     for kind in args.backends.split(","):

@@ -15,7 +15,6 @@ the difference of two totals. Target: at most 5% added.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -28,7 +27,7 @@ from remem.agent import _TURN_RULES, ledger_of
 
 # One setting, one workload and one database helper for both usage benchmarks (this one and the middleware's).
 sys.path.insert(0, str(Path(__file__).parent))
-from usage import DEFAULT_PG, HIGH, MARKS, WINDOWS, _database, _text
+from usage import HIGH, MARKS, WINDOWS, _database, _text, parse_args
 
 
 class _Own:
@@ -81,11 +80,7 @@ def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=1000)
-    parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--pg-url", default=DEFAULT_PG, help="a PostgreSQL URL allowed to create databases")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
     marks = [m for m in MARKS if m <= args.turns]
     rows = []
     for kind in args.backends.split(","):
