@@ -451,11 +451,10 @@ def test_create_agent_turns_with_the_card_middleware_take_turns_under_run_turn(t
     from remem.checkpoint import SqliteSaver
     from remem.middleware import ContextCardMiddleware
 
-    # two files: remem's SqliteStore opens deferred write transactions, which SQLite refuses at once
-    # ("database is locked") when the saver's connection wrote to the same file in between
-    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    # one file for the checkpoints and the memory, as the README's default has it
+    url = f"sqlite:///{tmp_path / 'remem.db'}"
     with Memory.from_url(url, settings=Settings(embedder="fake")) as memory:
-        with SqliteSaver.from_conn_string(tmp_path / "checkpoints.db") as saver:
+        with SqliteSaver.from_conn_string(tmp_path / "remem.db") as saver:
             middleware = ContextCardMiddleware(memory, user_id="maya", compaction_token_trigger=100_000)
             agent = create_agent(
                 model=replying_model(), tools=[], middleware=[middleware], checkpointer=saver

@@ -18,7 +18,15 @@ SRC = Path(remem.__file__).parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "foundation",
-        ("remem.errors", "remem.config", "remem._clock", "remem._url", "remem._secrets", "remem._files"),
+        (
+            "remem.errors",
+            "remem.config",
+            "remem._clock",
+            "remem._url",
+            "remem._secrets",
+            "remem._files",
+            "remem._sqlite",
+        ),
     ),
     ("messages", ("remem.messages",)),
     # The rate limiter needs only the foundation, and the models the settings build use it.

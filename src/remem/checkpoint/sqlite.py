@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remem import _sqlite
 from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import _ops as ops
@@ -27,15 +28,12 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncSqliteSaver", "SqliteSaver"]
 
-BUSY_TIMEOUT_MS = 30_000
+BUSY_TIMEOUT_MS = _sqlite.BUSY_TIMEOUT_MS
 _PRAGMAS = (f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}",)
 
 
-def _storage_error(exc: BaseException) -> StorageError:
-    return StorageError(
-        f"SQLite refused the checkpoint operation ({exc}); check that the file is writable and not corrupt, "
-        "and that no other process holds a write transaction open"
-    )
+def _storage_error(exc: BaseException, where: str = "the SQLite database") -> StorageError:
+    return _sqlite.storage_error(exc, where=where, doing="the checkpoint operation")
 
 
 def _wal_statements(journal_mode: str) -> tuple[str, ...]:
@@ -100,7 +98,7 @@ class SqliteSaver(SyncSaver):
             for pragma in () if self.read_only else _wal_statements(mode):
                 conn.execute(pragma)
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise _storage_error(exc, _sqlite.database_file(conn)) from exc
 
     @classmethod
     @contextmanager
@@ -116,7 +114,7 @@ class SqliteSaver(SyncSaver):
         try:
             conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, **extra)
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise _storage_error(exc, display_url(conn_string)) from exc
         try:
             saver = cls(conn, read_only=read_only, **kwargs)
             saver._where = display_url(conn_string)
@@ -143,7 +141,7 @@ class SqliteSaver(SyncSaver):
             except sqlite3.Error as exc:
                 if self.conn.in_transaction:
                     self.conn.rollback()
-                raise _storage_error(exc) from exc
+                raise _storage_error(exc, self._where) from exc
             except BaseException:
                 if self.conn.in_transaction:
                     self.conn.rollback()
@@ -177,7 +175,7 @@ class AsyncSqliteSaver(AsyncSaver):
         try:
             conn = await aiosqlite.connect(target, isolation_level=None, **extra)
         except sqlite3.Error as exc:
-            raise _storage_error(exc) from exc
+            raise _storage_error(exc, display_url(conn_string)) from exc
         try:
             saver = cls(conn, read_only=read_only, **kwargs)
             saver._where = display_url(conn_string)
@@ -217,7 +215,7 @@ class AsyncSqliteSaver(AsyncSaver):
             except sqlite3.Error as exc:
                 if conn.in_transaction:
                     await conn.rollback()
-                raise _storage_error(exc) from exc
+                raise _storage_error(exc, self._where) from exc
             except BaseException:
                 if conn.in_transaction:
                     await conn.rollback()

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from remem import _migrate
+from remem import _migrate, _sqlite
 from remem._files import make_private_file
 from remem.errors import StorageError
 from remem.usage._base import Ledger
@@ -17,14 +17,10 @@ from remem.usage._sql import LEDGER
 
 __all__ = ["SqliteLedger"]
 
-_BUSY_TIMEOUT_MS = 30_000
 
-
-def _error(exc: BaseException) -> StorageError:
-    return StorageError(
-        f"SQLite refused the usage ledger operation ({exc}); check that the file is writable and that no "
-        "other process holds a write transaction open"
-    )
+def _error(exc: BaseException, conn: sqlite3.Connection | None = None) -> StorageError:
+    where = "the SQLite database" if conn is None else _sqlite.database_file(conn)
+    return _sqlite.storage_error(exc, where=where, doing="the usage ledger operation")
 
 
 class SqliteLedger(Ledger):
@@ -40,9 +36,9 @@ class SqliteLedger(Ledger):
             return
         try:
             conn.isolation_level = None
-            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {_sqlite.BUSY_TIMEOUT_MS}")
         except sqlite3.Error as exc:
-            raise _error(exc) from exc
+            raise _error(exc, conn) from exc
 
     @classmethod
     def sharing(cls, conn: sqlite3.Connection, lock: Any) -> SqliteLedger:
@@ -114,8 +110,9 @@ class SqliteLedger(Ledger):
         try:
             version = _migrate.drive(_migrate.check(LEDGER, "sqlite"), ledger._statement)
         except sqlite3.Error as exc:
+            error = _error(exc, conn)
             ledger.close()
-            raise _error(exc) from exc
+            raise error from exc
         except BaseException:
             ledger.close()
             raise
@@ -133,14 +130,14 @@ class SqliteLedger(Ledger):
             try:
                 _migrate.run_sqlite(self.conn, LEDGER)
             except sqlite3.Error as exc:
-                raise _error(exc) from exc
+                raise _error(exc, self.conn) from exc
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         with self._lock:
             try:
                 self.conn.execute(sql, params)
             except sqlite3.Error as exc:
-                raise _error(exc) from exc
+                raise _error(exc, self.conn) from exc
 
     def _write_if_new(
         self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
@@ -157,14 +154,14 @@ class SqliteLedger(Ledger):
                     raise
                 self.conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise _error(exc) from exc
+                raise _error(exc, self.conn) from exc
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 return list(self.conn.execute(sql, params).fetchall())
             except sqlite3.Error as exc:
-                raise _error(exc) from exc
+                raise _error(exc, self.conn) from exc
 
     def close(self) -> None:
         if self._owns:

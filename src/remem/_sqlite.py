@@ -1,0 +1,51 @@
+"""What every part sharing one SQLite file agrees on: how long a writer waits, and what a failure means.
+
+The checkpointer, the store and the usage ledger may all live in one file opened by many processes.
+Each connection waits :data:`BUSY_TIMEOUT_MS` for the write lock (write transactions start as writers,
+``BEGIN IMMEDIATE``, so the wait applies), and an error is worded here, once: a busy file says that it is
+busy and what to do, and is never blamed on permissions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from remem.errors import StorageError
+
+__all__ = ["BUSY_TIMEOUT_MS", "database_file", "is_busy", "storage_error"]
+
+BUSY_TIMEOUT_MS: Final = 30_000  # the wait for the write lock, the same for every part of a shared file
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` says another connection holds the lock (SQLITE_BUSY or SQLITE_LOCKED)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    text = str(exc)
+    return "database is locked" in text or "database table is locked" in text or "busy" in text
+
+
+def database_file(conn: sqlite3.Connection) -> str:
+    """The file ``conn`` has open, as a message may name it."""
+    try:
+        row = conn.execute("PRAGMA database_list").fetchone()
+    except sqlite3.Error:
+        return "the SQLite database"
+    return repr(row[2]) if row and row[2] else "the in-memory SQLite database"
+
+
+def storage_error(exc: BaseException, *, where: str, doing: str) -> StorageError:
+    """The :class:`StorageError` for ``exc``, raised while ``doing`` (e.g. "the checkpoint write") on
+    ``where`` (the file): what is busy and what to do, or what else to check."""
+    if is_busy(exc):
+        return StorageError(
+            f"{where} is busy: another process (or connection) holds its write lock and kept it past the "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s busy timeout while {doing} waited ({exc}); retry, and look for a "
+            "process that keeps a write transaction open (a long import, a stuck tool, a `sqlite3` shell)"
+        )
+    return StorageError(
+        f"SQLite refused {doing} on {where} ({exc}); check that the file is a remem database, not corrupt, "
+        "on a disk with space, and writable"
+    )
