@@ -38,6 +38,8 @@ class DatabaseURL:
 
     @property
     def sqlite_path(self) -> Path:
+        """The SQLite file. Hand this on, never ``target``: a parser that sees the text again would read a
+        file named ``memory`` or ``host=x.db`` as another kind of URL, while a Path is always a file."""
         return Path(self.target)
 
     def __repr__(self) -> str:  # a DSN may hold a password

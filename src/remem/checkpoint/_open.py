@@ -39,7 +39,7 @@ def checkpointer_from_url(url: str | Path, *, create: bool = True) -> Iterator[B
     if parsed.kind == "sqlite":
         from remem.checkpoint.sqlite import SqliteSaver
 
-        opened: Any = SqliteSaver.from_conn_string(parsed.target, read_only=not create)
+        opened: Any = SqliteSaver.from_conn_string(parsed.sqlite_path, read_only=not create)
     else:
         from remem.checkpoint.postgres import PostgresSaver
 
@@ -61,7 +61,7 @@ async def acheckpointer_from_url(
     if parsed.kind == "sqlite":
         from remem.checkpoint.sqlite import AsyncSqliteSaver
 
-        opened: Any = AsyncSqliteSaver.from_conn_string(parsed.target, read_only=not create)
+        opened: Any = AsyncSqliteSaver.from_conn_string(parsed.sqlite_path, read_only=not create)
     else:
         from remem.checkpoint.postgres import AsyncPostgresSaver
 

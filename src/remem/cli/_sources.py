@@ -194,26 +194,12 @@ def checkpoint_state(saver: BaseCheckpointSaver[Any], thread_id: str) -> tuple[l
     return list(values.get("messages") or []), summary if isinstance(summary, str) else ""
 
 
-def store_url(db: Database) -> str:
-    """``db``'s URL for the long-term store, which takes PostgreSQL only as a postgresql:// URL.
-
-    (A key=value DSN would be taken for a SQLite file name, and a file named after it created.)
-    """
-    if db.kind == "postgres" and not db.url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            "the memory store takes PostgreSQL as a postgresql:// URL, not a key=value DSN; "
-            "write the same user, host, port and database name as a URL"
-        )
-    return db.url
-
-
 @contextmanager
 def open_memory(db: Database, settings: Settings) -> Iterator[Memory | None]:
     """The memory client on ``db``'s store, or None when the database has no store tables."""
     if not db.has_store:
         yield None
         return
-    store_url(db)
     from remem.memory import Memory
 
     with Memory.from_url(db.url, settings=settings) as memory:

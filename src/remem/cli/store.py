@@ -63,7 +63,7 @@ def forget_command(
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
     from remem.cli._render import say, show_table
-    from remem.cli._sources import inspect_database, store_url
+    from remem.cli._sources import inspect_database
     from remem.erasure import erase, finish_erasures, unfinished_erasures
     from remem.errors import NotFoundError, RememUsageError
 
@@ -72,7 +72,6 @@ def forget_command(
         raise RememUsageError("give exactly one of --user, --thread or --namespace (or none, to finish)")
     url = _url(database_url)
     db = inspect_database(url, for_writing=True)  # a missing file is an error, not a new empty database
-    store_url(db)  # a DSN is refused before anything is erased
     if not given:
         reports = _run_reported(lambda: finish_erasures(url, wait=wait))
         if not reports:
@@ -126,7 +125,7 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
     """
     from remem._url import parse_database_url
     from remem.cli._render import emit_json, show_table
-    from remem.cli._sources import inspect_database, require_persistent, store_url
+    from remem.cli._sources import inspect_database, require_persistent
     from remem.errors import NotFoundError
     from remem.store import open_store
 
@@ -137,7 +136,7 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
         raise NotFoundError(
             f"{db.shown} holds no memory store; check --db (`remem threads` lists its threads)"
         )
-    with open_store(store_url(db), read_only=True) as store:
+    with open_store(db.url, read_only=True) as store:
         stats = store.stats()
     counts = {name: stats[name] for name in ("items", "namespaces", "vectors", "expiring items")}
     parsed = parse_database_url(target)
