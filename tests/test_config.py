@@ -45,6 +45,30 @@ def test_bad_values_name_the_setting_and_what_it_accepts(environ: dict[str, str]
         load_settings(environ=environ, config_file=None)
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"keep_messages": "lots"}, "keep_messages .*must be int"),
+        ({"strategy": "forget-everything"}, "must be one of filter, delete, trim, summary"),
+        ({"max_tokens": -1}, "must not be negative"),
+        ({"llm_timeout": True}, "llm_timeout .*must be float"),
+        ({"prices": {"m": {"input": "free"}}}, "prices for 'm'"),
+    ],
+)
+def test_settings_built_by_hand_are_checked_as_loaded_ones_are(
+    given: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Settings(**given)  # type: ignore[arg-type]
+
+
+def test_settings_built_by_hand_take_what_the_loader_takes() -> None:
+    assert Settings(keep_messages="4", llm_timeout=5) == load_settings(  # type: ignore[arg-type]
+        environ={}, config_file=None, keep_messages=4, llm_timeout=5.0
+    )
+    assert Settings(prices=(("m", 1, 2, None),)).prices == (("m", 1.0, 2.0, None),)
+
+
 def test_keys_are_refused_in_the_file(tmp_path: Path) -> None:
     config = tmp_path / "remem.toml"
     config.write_text('llm_api_key = "sk-123456789"\n')

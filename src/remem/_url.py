@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from remem._secrets import mask_secrets
-from remem.errors import ConfigError, MissingDependencyError
+from remem.errors import ArgumentTypeError, ConfigError, MissingDependencyError
 
 __all__ = ["ACCEPTED_URLS", "DatabaseURL", "describe_postgres", "display_url", "parse_database_url"]
 
@@ -54,6 +54,10 @@ def parse_database_url(url: str | Path) -> DatabaseURL:
     """
     if isinstance(url, Path):
         return DatabaseURL("sqlite", str(url))
+    if url is not None and not isinstance(url, str):
+        raise ArgumentTypeError(
+            f"a database URL is a str or a Path, got {type(url).__name__}; use {ACCEPTED_URLS}"
+        )
     text = (url or "").strip()
     if text in ("memory://", "memory:", "memory"):
         return DatabaseURL("memory", "")

@@ -35,7 +35,8 @@ def _setting(default: Any, help: str, *, choices: tuple[str, ...] = (), secret: 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every setting remem reads. Build one with :func:`load_settings`."""
+    """Every setting remem reads. Build one with :func:`load_settings` (which reads the environment and the
+    file); a ``Settings(...)`` built directly takes only its arguments and the defaults, checked the same way."""
 
     database_url: str = _setting(
         "sqlite:///.remem/remem.db", "where threads live: memory://, sqlite:///PATH or postgresql://..."
@@ -82,6 +83,13 @@ class Settings:
     rate_limit_max_wait: float = _setting(
         60.0, "longest a call waits for a rate limit or a provider's 429 before RateLimitError (seconds)"
     )
+
+    def __post_init__(self) -> None:
+        # Settings(...) built by hand is checked as load_settings checks its sources: a wrong type or choice
+        # is a ConfigError naming the setting now, not a TypeError deep in a turn later.
+        for f in fields(self):
+            value = _convert(f.name, getattr(self, f.name), _kind_of(f), f.metadata["choices"])
+            object.__setattr__(self, f.name, value)
 
     def describe(self) -> list[tuple[str, str, str]]:
         """(setting, value, source-independent help) rows, secrets masked.
