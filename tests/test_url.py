@@ -75,3 +75,23 @@ def test_a_parsed_sqlite_path_parses_back_to_itself(name: str) -> None:
     assert (parsed.kind, parsed.target) == ("sqlite", name)
     again = parse_database_url(parsed.sqlite_path)
     assert (again.kind, again.target) == ("sqlite", name)
+
+
+def test_erase_finds_the_checkpoints_in_the_file_a_tricky_url_names(in_tmp: Path) -> None:
+    """erase parses its URL in each part it opens (store, checkpointer, ledger): all must be the same file."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from remem.erasure import erase
+    from remem.layout import thread_messages
+
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    for name in ("memory", "host=x.db"):
+        url = f"sqlite:///{name}"
+        with checkpointer_from_url(url) as saver:
+            saver.put(config, empty_checkpoint(), {}, {})
+        with open_store(url) as store:
+            store.put(thread_messages("t"), "m", {"content": "hello"})
+        report = erase(url, thread_id="t")
+        assert (report.threads, report.checkpoints) == (1, 1), (name, report)
+        with checkpointer_from_url(url, create=False) as saver:
+            assert saver.get_tuple(config) is None
