@@ -1,10 +1,10 @@
 """One SQLite file, every part, many processes: zero errors, and every acknowledged write is there.
 
 The README's default is one file for everything: the checkpointer, the store (with its vector and
-keyword indexes), the memory client and the usage ledger. Here real processes (forked before any
-connection is opened, so they share nothing but the file) do all of that at once: agent turns (which
+keyword indexes), the memory client, extraction and the usage ledger. Here real processes (forked before
+any connection is opened, so they share nothing but the file) do all of that at once: agent turns (which
 also record each model call in the ledger), memory appends and searches, indexed store puts and
-searches, and ledger records. Each child reports what it was told succeeded and every error it saw.
+searches, extraction runs (turns indexed, watermark moved) and ledger records. Each child reports what it was told succeeded and every error it saw.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from langchain_core.messages import HumanMessage
 
 from remem import Memory, Settings, run_turn
 from remem.errors import StorageError
+from remem.layout import thread_messages
 from remem.testing import FakeEmbedder
 from tests.lease_workers import agent_for, replying_model
 
@@ -91,7 +92,23 @@ def _records(path: str, worker: int, rounds: int) -> list[str]:
     return acked
 
 
-_PARTS = {"turns": _turns, "appends": _appends, "puts": _puts, "records": _records}
+def _extracts(path: str, worker: int, rounds: int) -> list[str]:
+    """Extraction without a model: it indexes new turns for recall and moves its watermark."""
+    from remem.extraction import MemoryExtractor
+    from remem.store import SqliteStore
+
+    acked = []
+    messages: list[Any] = []
+    with SqliteStore.from_conn_string(path, index=_store_index()) as store:
+        extractor = MemoryExtractor(store)
+        for i in range(rounds):
+            messages.append(HumanMessage(f"e{worker} said {i} about boats", id=f"e{worker}-{i}"))
+            extractor.run(messages, user_id=f"u{worker}", thread_id=f"extract-{worker}")
+            acked.append(f"e{worker}-{i}")
+    return acked
+
+
+_PARTS = {"turns": _turns, "appends": _appends, "puts": _puts, "records": _records, "extracts": _extracts}
 
 
 def _child(part: str, path: str, worker: int, rounds: int, start: Any, out: Any) -> None:
@@ -146,6 +163,9 @@ def _missing(path: str, results: list[tuple[str, int, list[str], str]]) -> list[
             elif part == "appends":
                 stored = {m.id for m in memory.get_thread(f"memory-{worker}").messages()}
                 missing += [i for i in acked if i not in stored]
+            elif part == "extracts":
+                ns = thread_messages(f"extract-{worker}")
+                missing += [i for i in acked if store.get(ns, i) is None]
             elif part == "puts":
                 missing += [k for k in acked if store.get(("docs", f"s{worker}"), k) is None]
             else:
@@ -157,7 +177,7 @@ def _missing(path: str, results: list[tuple[str, int, list[str], str]]) -> list[
 @pytest.mark.slow
 def test_every_part_shares_one_file_across_processes(tmp_path: Path) -> None:
     path = str(tmp_path / "remem.db")
-    parts = [(part, w) for part in _PARTS for w in range(2)]  # eight processes, two of each part
+    parts = [(part, w) for part in _PARTS for w in range(2)]  # ten processes, two of each part
     results = _run(path, parts, ROUNDS)
     errors = [f"{part} {w}: {error}" for part, w, _, error in results if error]
     assert errors == [], "\n".join(errors[:3])
@@ -165,9 +185,9 @@ def test_every_part_shares_one_file_across_processes(tmp_path: Path) -> None:
     assert _missing(path, results) == []
 
 
-def test_eight_processes_set_up_a_fresh_file_with_every_part(tmp_path: Path) -> None:
+def test_processes_set_up_a_fresh_file_with_every_part_at_once(tmp_path: Path) -> None:
     path = str(tmp_path / "fresh" / "new.db")
-    results = _run(path, [(part, w) for part in _PARTS for w in range(2)], rounds=1)
+    results = _run(path, [(part, w) for part in _PARTS for w in range(2)], rounds=1)  # ten at once
     errors = [f"worker {w}: {error}" for _, w, _, error in results if error]
     assert errors == [], "\n".join(errors[:3])
     assert all(acked for *_, acked, _ in results)
