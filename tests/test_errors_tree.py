@@ -177,3 +177,35 @@ def test_a_database_url_of_the_wrong_type_is_an_argument_type_error(bad: object)
         parse_database_url(bad)  # type: ignore[arg-type]
     with pytest.raises(TypeError):  # also a TypeError, as Python's own functions raise
         checkpointer_from_url(bad).__enter__()  # type: ignore[arg-type]
+
+
+def test_wrong_arguments_to_erasure_and_the_marker_are_remem_errors(tmp_path: Path) -> None:
+    """Each raised a bare TypeError or AttributeError from deep inside, or (a text for a list) read the
+    text as a list of its characters."""
+    from langchain_core.messages import HumanMessage
+
+    from remem.erasure import erase, finish_erasures, register_user_data
+    from remem.messages import mark_derived
+    from remem.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with open_store(url) as store:
+        store.put(("docs",), "k", {"text": "tea"})
+    usage = remem.errors.RememUsageError
+    cases = [
+        (lambda: erase(url, user_id="u", wait="soon"), remem.errors.ArgumentTypeError, "a number"),
+        (lambda: erase(url, user_id="u", wait=-1), usage, "0 or more"),
+        (lambda: finish_erasures(url, wait=None), remem.errors.ArgumentTypeError, "a number"),
+        (
+            lambda: register_user_data(url, namespaces="crm.{user_id}"),
+            remem.errors.ArgumentTypeError,
+            "a list",
+        ),
+        (lambda: register_user_data(url, threads=[5]), remem.errors.ArgumentTypeError, "a list"),
+        (lambda: mark_derived("text", source="card"), remem.errors.ArgumentTypeError, "a LangChain message"),
+    ]
+    for call, error, words in cases:
+        with pytest.raises(error, match=words):
+            call()
+    register_user_data(url, namespaces=["crm.{user_id}"], threads=("support-{user_id}-*",))  # still taken
+    assert mark_derived(HumanMessage("x"), source="card").additional_kwargs["remem_derived"] == "card"

@@ -51,7 +51,7 @@ import glob
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +59,14 @@ from typing import Any
 from remem._clock import now_iso
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import checkpointer_from_url, list_threads
-from remem.errors import ConfigError, ErasureIncompleteError, NotFoundError, RememRuntimeError
+from remem.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    ErasureIncompleteError,
+    NotFoundError,
+    RememRuntimeError,
+    RememUsageError,
+)
 from remem.layout import thread_meta
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
@@ -418,6 +425,7 @@ def erase(
     rows. Raises :class:`~remem.errors.ErasureIncompleteError` (with ``.report``) when it could not finish.
     """
     scope = _scope(user_id, thread_id, namespace)
+    wait = _check_wait(wait)
     with _open(url) as store:
         digest = _digest(scope)
         entries = journal.run_journal(store, journal.journal_open_program, store.dialect)
@@ -430,6 +438,7 @@ def erase(
 
 def finish_erasures(url: str, *, wait: float = 30.0) -> list[ErasureReport]:
     """Finish every erasure left open in the database at ``url``, oldest first; their reports (none: [])."""
+    wait = _check_wait(wait)
     with _open(url) as store:
         entries = journal.run_journal(store, journal.journal_open_program, store.dialect)
         return [_Run(store, url, entry, wait).run() for entry in entries]
@@ -441,6 +450,22 @@ def unfinished_erasures(url: str) -> int:
         return len(journal.run_journal(store, journal.journal_open_program, store.dialect))
 
 
+def _templates(name: str, given: Sequence[str]) -> list[str]:
+    # One text where a list belongs would otherwise be read as a list of its characters.
+    items = None if isinstance(given, str) or not isinstance(given, Iterable) else list(given)
+    if items is None or not all(isinstance(t, str) for t in items):
+        raise ArgumentTypeError(f"{name} takes a list of texts, e.g. {name}=[...]; got {given!r}")
+    return items
+
+
+def _check_wait(wait: float) -> float:
+    if isinstance(wait, bool) or not isinstance(wait, int | float):
+        raise ArgumentTypeError(f"wait is how many seconds compaction may wait: a number, got {wait!r}")
+    if wait < 0:
+        raise RememUsageError(f"wait is how many seconds compaction may wait: 0 or more, got {wait!r}")
+    return float(wait)
+
+
 def register_user_data(url: str, *, namespaces: Sequence[str] = (), threads: Sequence[str] = ()) -> None:
     """Record where an app keeps per-user (or per-thread) data, so that every later erasure covers it.
 
@@ -448,6 +473,7 @@ def register_user_data(url: str, *, namespaces: Sequence[str] = (), threads: Seq
     ``"crm.{user_id}"``, ``"app.notes.{thread_id}"``. ``threads``: thread-id patterns with ``{user_id}``,
     e.g. ``"support-{user_id}-*"``. Kept in the database at ``url``.
     """
+    namespaces, threads = _templates("namespaces", namespaces), _templates("threads", threads)
     for template in namespaces:
         labels = template.split(".")
         if not any(label in ("{user_id}", "{thread_id}") for label in labels) or "" in labels:

@@ -19,7 +19,7 @@ from typing import Final, Literal, TypeVar, get_args
 
 from langchain_core.messages import BaseMessage
 
-from remem.errors import RememUsageError
+from remem.errors import ArgumentTypeError, RememUsageError
 
 __all__ = ["DERIVED_KEY", "DERIVED_SOURCES", "DerivedSource", "derived_source", "is_derived", "mark_derived"]
 
@@ -43,6 +43,8 @@ M = TypeVar("M", bound=BaseMessage)
 
 def mark_derived(message: M, *, source: DerivedSource) -> M:
     """A copy of ``message`` marked as derived from ``source`` (the original is left as it was)."""
+    if not isinstance(message, BaseMessage):
+        raise ArgumentTypeError(f"mark_derived takes a LangChain message, got {type(message).__name__}")
     if source not in DERIVED_SOURCES:
         raise RememUsageError(f"source must be one of {', '.join(DERIVED_SOURCES)}; got {source!r}")
     kwargs = {**message.additional_kwargs, DERIVED_KEY: source}
