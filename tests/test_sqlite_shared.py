@@ -270,11 +270,11 @@ def test_two_indexes_of_different_sizes_on_one_file_never_break_a_search(tmp_pat
     with Memory.from_url(f"sqlite:///{path}", settings=_SETTINGS) as memory:
         memory.thread("t", user_id="maya").add_messages([{"role": "user", "content": "tea by the river"}])
     other = {"dims": 8, "embed": FakeEmbedder(8, seed=1), "fields": ["text"]}
-    with SqliteStore.from_conn_string(path, index=other) as store:
-        try:
+    try:
+        with SqliteStore.from_conn_string(path, index=other) as store:
             store.put(("docs",), "k", {"text": "rivers and tea"})
             found = [item.key for item in store.search(("docs",), query="rivers")]
-        except ConfigError as exc:
-            assert "dims" in str(exc)
-        else:
-            assert found == ["k"]
+    except ConfigError as exc:  # refused when opened, put or searched: each is clear
+        assert "dims" in str(exc)
+    else:
+        assert found == ["k"]
