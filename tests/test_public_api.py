@@ -1,5 +1,6 @@
 """The public surface is deliberate: each package's ``__all__`` is exactly the names it binds, sorted, and
-equals the list pinned here (so a change of the API is a change of this file too); the error tree has one root, and every error knows its exit code; the extras that errors name exist."""
+equals the list pinned here (so a change of the API is a change of this file too); the error tree has one
+root, and every error knows its exit code; the extras that errors name exist."""
 
 from __future__ import annotations
 
