@@ -233,3 +233,33 @@ def test_pending_sends_of_old_checkpoints_are_not_moved(pg_url: str) -> None:
         second = saver.put(first, create_checkpoint(empty_checkpoint(), {}, 1), {}, {})
         tup = saver.get_tuple(second)
         assert tup is not None and TASKS not in tup.checkpoint["channel_values"]
+
+
+def _sessions(database_url: str) -> list[str]:
+    from tests.conftest import POSTGRES_URL
+
+    database = database_url.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = %s", [database]
+        ).fetchall()
+        names = [str(row[0]) for row in rows]
+        if not names:  # as after a stock saver: the database can be dropped without FORCE
+            admin.execute(f'DROP DATABASE "{database}"')
+    return names
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["pool", "pipeline"])
+def test_a_closed_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) -> None:
+    # A graph run takes the thread's lease on a connection of its own; closing the saver closes it too.
+    with PostgresSaver.from_conn_string(pg_url, pipeline=pipeline) as saver:
+        _restored(saver)
+    assert _sessions(pg_url) == []
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["pool", "pipeline"])
+async def test_a_closed_async_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) -> None:
+    async with AsyncPostgresSaver.from_conn_string(pg_url, pipeline=pipeline) as saver:
+        graph = _graph(saver)
+        await graph.ainvoke({"value": None}, {"configurable": {"thread_id": "t"}})
+    assert _sessions(pg_url) == []
