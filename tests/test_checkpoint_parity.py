@@ -263,3 +263,31 @@ async def test_a_closed_async_saver_leaves_no_session_behind(pg_url: str, pipeli
         graph = _graph(saver)
         await graph.ainvoke({"value": None}, {"configurable": {"thread_id": "t"}})
     assert _sessions(pg_url) == []
+
+
+def test_a_stored_none_is_a_delta_seed(tmp_path: Path, pg_url: str) -> None:
+    # The base class's contract: the walk stops at the nearest checkpoint that holds the channel, None too.
+    from langgraph.checkpoint.base.id import uuid6
+
+    def history(saver: Any) -> Any:
+        parent: Any = None
+        for step in range(3):
+            config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            if parent is not None:
+                config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = str(uuid6(clock_seq=step))
+            checkpoint["channel_versions"]["items"] = f"v{step}"
+            if step == 1:
+                checkpoint["channel_values"]["items"] = None
+            parent = saver.put(config, checkpoint, {"step": step}, {"items": "v1"} if step == 1 else {})
+            saver.put_writes(parent, [("items", f"w{step}")], f"task-{step}")
+        return saver.get_delta_channel_history(config=parent, channels=["items"])["items"]
+
+    stock = history(InMemorySaver())
+    assert stock == {"seed": None, "writes": [("task-1", "items", "w1")]}
+    with (
+        SqliteSaver.from_conn_string(tmp_path / "d.db") as lite,
+        PostgresSaver.from_conn_string(pg_url) as pg,
+    ):
+        assert history(lite) == history(pg) == stock
