@@ -16,6 +16,8 @@ import psycopg
 import pytest
 from hypothesis import settings
 
+from tests import matrix
+
 # In CI the property tests draw the same examples every run, so a red build is reproducible;
 # locally they keep exploring new ones.
 settings.register_profile("ci", derandomize=True, database=None)
@@ -108,3 +110,11 @@ def make_store(request: pytest.FixtureRequest, store_backend: str, tmp_path: Pat
 
     with stack:
         yield make
+
+
+@pytest.fixture(params=matrix.cells())
+def matrix_cell(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[matrix.Cell]:
+    """One cell of the backend matrix (component x flavour x backend, see ``tests/matrix.py``), open on a
+    fresh database; a cell that does not exist is skipped with its reason."""
+    with matrix.open_cell(request.param, request, tmp_path) as cell:
+        yield cell

@@ -1,4 +1,4 @@
-"""Opening one of remem's savers by backend name, for the checkpoint tests."""
+"""Opening one of remem's sync savers by backend name, for the checkpoint tests (through the matrix)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ from typing import Any
 
 import pytest
 
-from remem.checkpoint import PostgresSaver, SqliteSaver
+from tests import matrix
 
 
 @contextmanager
 def open_saver(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A saver on a fresh Postgres database (``kind="postgres"``) or a fresh SQLite file."""
-    if kind == "postgres":
-        with PostgresSaver.from_conn_string(request.getfixturevalue("pg_url")) as pg:
-            yield pg
-    else:
-        with SqliteSaver.from_conn_string(tmp_path / "cp.db") as saver:
-            yield saver
+    backend = "postgres" if kind == "postgres" else "sqlite_file"
+    with matrix.open_cell(("saver", "sync", backend), request, tmp_path) as cell:
+        yield cell.obj

@@ -1,5 +1,9 @@
 """LangGraph's own conformance suite (langgraph-checkpoint-conformance) against every remem saver:
-SQLite on a file and in memory, PostgreSQL, each sync and async; base and extended capabilities."""
+SQLite on a file and in memory, PostgreSQL (the machine's server, also in pipeline mode, and the embedded
+PostgreSQL 18: two major versions), each sync and async; base and extended capabilities.
+
+The suite drives only the ``a*`` methods; a sync saver serves them by running its sync methods in a worker
+thread, so its sync path is what runs here."""
 
 from __future__ import annotations
 
@@ -19,14 +23,22 @@ KINDS = [
     "async-sqlite-memory",
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("async-postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-pipeline", marks=pytest.mark.postgres),
+    pytest.param("async-postgres-pipeline", marks=pytest.mark.postgres),
+    pytest.param("postgres-18", marks=pytest.mark.pgvector),
+    pytest.param("async-postgres-18", marks=pytest.mark.pgvector),
 ]
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_conformance_full(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    target = request.getfixturevalue("pg_url") if "postgres" in kind else str(tmp_path / "cp.db")
-    if kind.endswith("memory"):
-        target = ":memory:"
+    if kind.endswith("-18"):
+        target = request.getfixturevalue("pgvector_url")
+    elif "postgres" in kind:
+        target = request.getfixturevalue("pg_url")
+    else:
+        target = ":memory:" if kind.endswith("memory") else str(tmp_path / "cp.db")
+    pipeline = kind.endswith("pipeline")
 
     async def factory() -> AsyncIterator[object]:
         if kind.startswith("async-sqlite"):
@@ -35,11 +47,11 @@ async def test_conformance_full(kind: str, tmp_path: Path, request: pytest.Fixtu
         elif kind.startswith("sqlite"):
             with SqliteSaver.from_conn_string(target) as saver:
                 yield saver
-        elif kind == "postgres":
-            with PostgresSaver.from_conn_string(target) as pg:
+        elif kind.startswith("postgres"):
+            with PostgresSaver.from_conn_string(target, pipeline=pipeline) as pg:
                 yield pg
         else:
-            async with AsyncPostgresSaver.from_conn_string(target) as apg:
+            async with AsyncPostgresSaver.from_conn_string(target, pipeline=pipeline) as apg:
                 yield apg
 
     registered = checkpointer_test(name=f"remem-{kind}")(factory)

@@ -233,3 +233,61 @@ def test_pending_sends_of_old_checkpoints_are_not_moved(pg_url: str) -> None:
         second = saver.put(first, create_checkpoint(empty_checkpoint(), {}, 1), {}, {})
         tup = saver.get_tuple(second)
         assert tup is not None and TASKS not in tup.checkpoint["channel_values"]
+
+
+def _sessions(database_url: str) -> list[str]:
+    from tests.conftest import POSTGRES_URL
+
+    database = database_url.partition("?")[0].rsplit("/", 1)[1]
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE datname = %s", [database]
+        ).fetchall()
+        names = [str(row[0]) for row in rows]
+        if not names:  # as after a stock saver: the database can be dropped without FORCE
+            admin.execute(f'DROP DATABASE "{database}"')
+    return names
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["pool", "pipeline"])
+def test_a_closed_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) -> None:
+    # A graph run takes the thread's lease on a connection of its own; closing the saver closes it too.
+    with PostgresSaver.from_conn_string(pg_url, pipeline=pipeline) as saver:
+        _restored(saver)
+    assert _sessions(pg_url) == []
+
+
+@pytest.mark.parametrize("pipeline", [False, True], ids=["pool", "pipeline"])
+async def test_a_closed_async_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) -> None:
+    async with AsyncPostgresSaver.from_conn_string(pg_url, pipeline=pipeline) as saver:
+        graph = _graph(saver)
+        await graph.ainvoke({"value": None}, {"configurable": {"thread_id": "t"}})
+    assert _sessions(pg_url) == []
+
+
+def test_a_stored_none_is_a_delta_seed(tmp_path: Path, pg_url: str) -> None:
+    # The base class's contract: the walk stops at the nearest checkpoint that holds the channel, None too.
+    from langgraph.checkpoint.base.id import uuid6
+
+    def history(saver: Any) -> Any:
+        parent: Any = None
+        for step in range(3):
+            config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            if parent is not None:
+                config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = str(uuid6(clock_seq=step))
+            checkpoint["channel_versions"]["items"] = f"v{step}"
+            if step == 1:
+                checkpoint["channel_values"]["items"] = None
+            parent = saver.put(config, checkpoint, {"step": step}, {"items": "v1"} if step == 1 else {})
+            saver.put_writes(parent, [("items", f"w{step}")], f"task-{step}")
+        return saver.get_delta_channel_history(config=parent, channels=["items"])["items"]
+
+    stock = history(InMemorySaver())
+    assert stock == {"seed": None, "writes": [("task-1", "items", "w1")]}
+    with (
+        SqliteSaver.from_conn_string(tmp_path / "d.db") as lite,
+        PostgresSaver.from_conn_string(pg_url) as pg,
+    ):
+        assert history(lite) == history(pg) == stock

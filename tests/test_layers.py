@@ -8,6 +8,7 @@ new module is placed on purpose.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import remem
@@ -43,6 +44,23 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("surfaces", ("remem.cli", "remem.server", "remem.demo")),
     ("package", ("remem",)),  # the package's __init__ re-exports the public API of every layer
 ]
+# DESIGN.md's "Layers" table as written there, lowest first: each layer and the modules it names.
+DESIGN_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("remem.errors", "remem.config", "remem._clock")),
+    ("messages", ("remem.messages",)),
+    ("models", ("remem.models", "remem.embeddings")),
+    ("layout", ("remem.layout",)),
+    ("strategies", ("remem.strategies",)),
+    ("summarisers", ("remem.summarize",)),
+    ("checkpointing", ("remem.checkpoint",)),
+    ("long-term store", ("remem.store",)),
+    ("extraction", ("remem.extraction",)),
+    ("memory client", ("remem.memory",)),
+    ("agent", ("remem.agent", "remem.middleware")),
+    ("surfaces", ("remem.cli", "remem.server")),
+]
+# The layers LAYERS adds to DESIGN.md's: the usage ledger (between store and extraction) and the package.
+EXTRA_LAYERS = ("usage ledger", "package")
 RANK = {prefix: rank for rank, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes}
 
 
@@ -127,3 +145,22 @@ def test_the_check_refuses_an_upward_import() -> None:
     assert upward("remem.agent", {"remem"}) == ["remem.agent (agent) imports remem (package)"]
     assert layer_of("remem.messages.derived") == layer_of("remem.messages")
     assert layer_of("rememx") is None and layer_of("remem.unknown") is None
+
+
+def test_the_table_keeps_the_order_of_design_md() -> None:
+    # LAYERS may add layers and modules, never reorder DESIGN.md's or move a module it names.
+    assert [name for name, _ in LAYERS if name not in EXTRA_LAYERS] == [name for name, _ in DESIGN_LAYERS]
+    ours = dict(LAYERS)
+    for name, modules in DESIGN_LAYERS:
+        assert set(modules) <= set(ours[name]), f"DESIGN.md places {modules} in {name!r}"
+
+
+def test_contributing_md_states_the_same_order() -> None:
+    text = (SRC.parent.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    line = re.search(r"- Layers: (.*?); a lower layer", text, re.S)
+    assert line is not None, "CONTRIBUTING.md lost its layer line"
+    steps = [step.strip() for step in " ".join(line.group(1).split()).split("<")]
+    ranks = [{layer_of(f"remem.{name}") for name in step.split("/")} for step in steps]
+    assert all(len(rank) == 1 and None not in rank for rank in ranks), dict(zip(steps, ranks, strict=True))
+    order = [rank.pop() for rank in ranks]
+    assert order == sorted(order) and len(set(order)) == len(order), dict(zip(steps, order, strict=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -14,16 +16,8 @@ from tests.histories import histories
 CARD = HumanMessage(content="<context_card></context_card>", name=CARD_MESSAGE_NAME, id="card")
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    history=histories(min_turns=0, max_turns=10),
-    kept=st.integers(0, 8),
-    pattern=st.sampled_from(["external_tail", "self_contained"]),
-    with_old_card=st.booleans(),
-)
-def test_compacted_histories_stay_valid_and_keep_the_question(
-    history: list, kept: int, pattern: str, with_old_card: bool
-) -> None:
+def check_compaction(history: list, kept: int, pattern: str, with_old_card: bool) -> set[str]:
+    """Check one plan against the spec; the names of the checks it reached."""
     prefix = system_prefix_length(history)
     if with_old_card:  # a card injected by an earlier compaction is not part of the conversation
         history = [*history[:prefix], CARD, *history[prefix:]]
@@ -42,7 +36,8 @@ def test_compacted_histories_stay_valid_and_keep_the_question(
     ]
     if plan is None:
         assert cuts == []
-        return
+        return {"no plan"}
+    reached = {"plan", pattern}
     start = len(body) - len(plan.tail)
     assert start == max(cuts)
     assert list(plan.system) == organic[:prefix]
@@ -51,32 +46,75 @@ def test_compacted_histories_stay_valid_and_keep_the_question(
     compacted = [*plan.system, CARD, *plan.after_card]
     assert is_provider_valid(compacted), compacted
     if question is not None:
+        reached.add("question kept")
         assert question >= start  # the latest user message is in the tail
+    if any(isinstance(m, ToolMessage) for m in body[:start]):
+        reached.add("tool results folded")
+    if with_old_card:
+        reached.add("old card dropped")
     stored_in_tail = [m for m in plan.tail if persistable(m) is not None]
     assert plan.except_last == len(stored_in_tail)
+    if stored_in_tail:
+        reached.add("stored tail")
     if pattern == "external_tail":
         assert plan.after_card == plan.tail and plan.max_recent == 0
     else:
         assert plan.max_recent == plan.except_last
         assert not any(persistable(m) is not None for m in plan.after_card)  # those are inside the card
+    return reached
 
 
-@settings(max_examples=100, deadline=None)
-@given(history=histories(min_turns=0, max_turns=6))
-def test_only_user_turns_and_final_replies_are_persisted(history: list) -> None:
-    for message in [*history, CARD]:
-        turn = persistable(message)
-        # Exactly the user's turns and the final replies: a persistable that refused everything fails here.
-        wanted = message is not CARD and bool(message.text.strip())
-        wanted = wanted and (
-            isinstance(message, HumanMessage) or (isinstance(message, AIMessage) and not message.tool_calls)
-        )
-        assert (turn is not None) == wanted, message
-        if turn is None:
-            continue
-        assert not isinstance(message, SystemMessage)
-        assert turn["role"] == ("user" if isinstance(message, HumanMessage) else "assistant")
-        assert turn["id"] == message.id
+def test_compacted_histories_stay_valid_and_keep_the_question() -> None:
+    reached: Counter[str] = Counter()
+
+    @settings(max_examples=150, deadline=None)
+    @given(
+        history=histories(min_turns=0, max_turns=10),
+        kept=st.integers(0, 8),
+        pattern=st.sampled_from(["external_tail", "self_contained"]),
+        with_old_card=st.booleans(),
+    )
+    def run(history: list, kept: int, pattern: str, with_old_card: bool) -> None:
+        reached["case"] += 1
+        reached.update(check_compaction(history, kept, pattern, with_old_card))
+
+    run()
+    # Each case alone also passes when no plan is made; the run must have made plans of every kind.
+    assert reached["case"] >= 75, reached
+    for check in ("plan", "external_tail", "self_contained", "question kept", "tool results folded"):
+        assert reached[check] >= reached["case"] // 10, (check, reached)
+    for check in ("no plan", "old card dropped", "stored tail"):
+        assert reached[check] > 0, (check, reached)
+
+
+def test_only_user_turns_and_final_replies_are_persisted() -> None:
+    seen: Counter[str] = Counter()
+
+    @settings(max_examples=100, deadline=None)
+    @given(history=histories(min_turns=0, max_turns=6))
+    def run(history: list) -> None:
+        for message in [*history, CARD]:
+            turn = persistable(message)
+            # Exactly the user's turns and the final replies: a persistable that refused everything fails.
+            wanted = message is not CARD and bool(message.text.strip())
+            wanted = wanted and (
+                isinstance(message, HumanMessage)
+                or (isinstance(message, AIMessage) and not message.tool_calls)
+            )
+            assert (turn is not None) == wanted, message
+            kind = "card" if message is CARD else type(message).__name__
+            seen[f"{kind} {'kept' if wanted else 'dropped'}"] += 1
+            if turn is None:
+                continue
+            assert not isinstance(message, SystemMessage)
+            assert turn["role"] == ("user" if isinstance(message, HumanMessage) else "assistant")
+            assert turn["id"] == message.id
+
+    run()
+    # Both answers were given, for every kind of message the histories hold.
+    for kind in ("HumanMessage kept", "AIMessage kept", "AIMessage dropped", "ToolMessage dropped"):
+        assert seen[kind] >= 20, (kind, seen)
+    assert seen["SystemMessage dropped"] > 0, seen
 
 
 def test_a_long_history_is_compacted() -> None:

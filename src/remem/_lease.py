@@ -56,6 +56,7 @@ __all__ = [
     "acheck_held",
     "athread_lease",
     "check_held",
+    "close_idle_connections",
     "lease_scratch",
     "lease_target",
     "thread_lease",
@@ -337,6 +338,17 @@ def _pg_give_back(conninfo: str, conn: Any) -> None:
             idle.append(conn)
             return
     conn.close()
+
+
+def close_idle_connections(target: LeaseTarget) -> None:
+    """Close the lease connections kept idle for ``target``'s server: once the saver or store that used them
+    is closed, nothing of remem's stays connected to its database (which can then be dropped)."""
+    if target.kind != "postgres":
+        return
+    with _state.mutex:
+        idle = _state.idle.pop(target.where, [])
+    for conn in idle:
+        conn.close()
 
 
 def _pg_try(conn: Any, key: int, wait: float) -> bool:

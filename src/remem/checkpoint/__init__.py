@@ -28,6 +28,9 @@ by a test in ``tests/test_checkpoint_parity.py``:
   ``PostgresSaver`` drops ``writes``);
 - pending sends written on a parent by LangGraph < 0.3 are not moved into the child's values (as
   ``InMemorySaver`` and ``SqliteSaver``; stock ``PostgresSaver`` moves them);
+- ``get_delta_channel_history`` returns a ``None`` stored in a channel as its seed, as the base class
+  says and ``InMemorySaver`` and ``SqliteSaver`` do (stock ``PostgresSaver`` cannot tell a stored JSON
+  null from no value, and walks on past it);
 - the stock savers' internals (``MIGRATIONS``, ``_load_checkpoint_tuple``, ``search_where``) do not exist.
 
 This module imports no database driver: each saver's backend module is imported on first use.

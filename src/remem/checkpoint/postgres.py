@@ -19,6 +19,7 @@ from contextlib import (
 )
 from typing import Any
 
+from remem._lease import close_idle_connections, lease_target
 from remem._secrets import mask_secrets
 from remem._url import describe_postgres, parse_database_url
 from remem.checkpoint import _ops as ops
@@ -167,7 +168,10 @@ class PostgresSaver(SyncSaver):
             with first, first.pipeline() as pipe:
                 saver = cls(first, pipe, read_only=read_only, **kwargs)
                 saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
-                yield saver
+                try:
+                    yield saver
+                finally:
+                    close_idle_connections(lease_target(saver))
             return
         first.close()
         pool = _Pool(
@@ -188,6 +192,8 @@ class PostgresSaver(SyncSaver):
             saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
             yield saver
         finally:
+            # Stock savers leave no session behind; the thread leases' idle connections go with the pool.
+            close_idle_connections(lease_target(pool))
             pool.close()
 
     def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
@@ -268,7 +274,10 @@ class AsyncPostgresSaver(AsyncSaver):
             async with first, first.pipeline() as pipe:
                 saver = cls(first, pipe, read_only=read_only, **kwargs)
                 saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
-                yield saver
+                try:
+                    yield saver
+                finally:
+                    await asyncio.to_thread(close_idle_connections, lease_target(saver))
             return
         await first.close()
         pool = _AsyncPool(
@@ -289,6 +298,7 @@ class AsyncPostgresSaver(AsyncSaver):
             saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
             yield saver
         finally:
+            await asyncio.to_thread(close_idle_connections, lease_target(pool))
             await pool.close()
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
