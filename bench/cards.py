@@ -86,11 +86,11 @@ def _embedder(name: str, cache: str | None = None) -> Any:
         return FakeEmbedder(384)
     if cache:  # the embeddings bench/retrieval.py keeps on disk (BEAM's long turns are slow to embed)
         sys.path.insert(0, str(Path(__file__).parent))
-        import retrieval
+        from _cache import DiskCache
 
         from remem.embeddings import OnnxEmbedder
 
-        return retrieval.DiskCache(OnnxEmbedder(), Path(cache), "minilm")
+        return DiskCache(OnnxEmbedder(), Path(cache), "minilm")
     from remem.embeddings import default_embedder
 
     return default_embedder()
