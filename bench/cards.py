@@ -49,15 +49,17 @@ SETS = {"generated": DEV_SET, "multilingual": Path(__file__).parent / "data" / "
 def load_dev_set(name: str = "generated", beam: str | None = None) -> dict[str, Any]:
     """A dev set of bench/retrieval.py: the generated sets are read as files (generated first if missing),
     so that ``--before`` can run an older checkout whose search code bench/retrieval.py no longer imports;
-    ``beam``: BEAM's chats/100K folder, read by bench/retrieval.py's loader."""
-    if name == "beam" or not SETS[name].exists():
-        sys.path.insert(0, str(Path(__file__).parent))
+    ``beam``: BEAM's chats/100K folder, read by the loader of bench/_shared.py."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    if name == "beam":
+        from _shared import load_beam
+
+        if not beam:
+            sys.exit("--set beam needs --beam PATH (BEAM's chats/100K folder)")
+        return load_beam(Path(beam))
+    if not SETS[name].exists():
         import retrieval
 
-        if name == "beam":
-            if not beam:
-                sys.exit("--set beam needs --beam PATH (BEAM's chats/100K folder)")
-            return retrieval.load_beam(Path(beam))
         make = retrieval.generate if name == "generated" else retrieval.generate_multilingual
         SETS[name].parent.mkdir(parents=True, exist_ok=True)
         SETS[name].write_text(json.dumps(make(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -86,7 +88,7 @@ def _embedder(name: str, cache: str | None = None) -> Any:
         return FakeEmbedder(384)
     if cache:  # the embeddings bench/retrieval.py keeps on disk (BEAM's long turns are slow to embed)
         sys.path.insert(0, str(Path(__file__).parent))
-        from _cache import DiskCache
+        from _shared import DiskCache
 
         from remem.embeddings import OnnxEmbedder
 

@@ -49,7 +49,7 @@ from remem.store import _fusion as fusion
 from remem.testing import FakeEmbedder
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _cache import DiskCache
+from _shared import DiskCache, load_beam
 
 MULTI = Path(__file__).parent / "data" / "retrieval_multilingual.json"
 KS = (1, 5, 10, 25)
@@ -535,54 +535,6 @@ def generate_multilingual(
 
 
 # ---------------------------------------------------------------- BEAM
-
-
-def _beam_ids(refs: Any) -> list[int]:
-    if isinstance(refs, dict):  # knowledge updates: the updated turn answers; else every listed turn
-        refs = refs.get(
-            "updated_info", [v for vs in refs.values() for v in (vs if isinstance(vs, list) else [vs])]
-        )
-    out: list[int] = []
-    for r in refs if isinstance(refs, list) else [refs]:
-        if isinstance(r, list):
-            out.extend(int(x) for x in r)
-        elif isinstance(r, int | str) and str(r).isdigit():
-            out.append(int(r))
-    return out
-
-
-def load_beam(path: Path) -> dict[str, Any]:
-    """BEAM chats (each folder holding ``chat.json`` and ``probing_questions/probing_questions.json``) as a
-    dev set: one conversation per chat, every turn by its id, questions with their source turns."""
-    convs = []
-    for chat in sorted(p for p in path.iterdir() if (p / "chat.json").is_file()):
-        cid = f"beam{chat.name}"
-        turns = []
-        for batch in json.loads((chat / "chat.json").read_text(encoding="utf-8")):
-            for group in batch.get("turns", []):
-                for m in group:
-                    text = m.get("content") or ""
-                    if text.strip():
-                        turns.append(
-                            {
-                                "id": f"{cid}-{m['id']}",
-                                "role": m["role"],
-                                "content": text,
-                                "date": m.get("time_anchor") or batch.get("time_anchor"),
-                            }
-                        )
-        questions = []
-        probing = chat / "probing_questions" / "probing_questions.json"
-        if probing.is_file():
-            for kind, asked in json.loads(probing.read_text(encoding="utf-8")).items():
-                for q in asked:
-                    answers = [f"{cid}-{i}" for i in _beam_ids(q.get("source_chat_ids", []))]
-                    if answers:  # abstention questions have no source turn
-                        questions.append({"question": q["question"], "type": kind, "answers": answers})
-        convs.append({"id": cid, "turns": turns, "questions": questions})
-    if not convs:
-        sys.exit(f"no BEAM chats (folders with chat.json) under {path}")
-    return {"name": "beam", "conversations": convs}
 
 
 # ---------------------------------------------------------------- embedders
