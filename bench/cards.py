@@ -18,7 +18,7 @@ chat's time anchor.
     python bench/cards.py                          # this checkout
     python bench/cards.py --before ../remem-old    # an older checkout first, then this one, side by side
     python bench/cards.py --embedder fake          # the seeded fake embedder (no model)
-    python bench/cards.py --set beam --beam path/to/chats/100K --cache /tmp/emb   # embeddings kept on disk
+    python bench/cards.py --set beam --beam path/to/chats/100K --cache emb-cache   # embeddings kept on disk
 
 Never run on LoCoMo: it is the held-out judge.
 """

@@ -1,8 +1,9 @@
 """Retrieval quality of remem's search on long multi-session conversations, before and after fusion.
 
 One run prints, for each dev set and each embedder it can load, recall@1/5/10/25 of keyword, vector, hybrid
-as it was (equal-weight reciprocal-rank fusion, "hybrid-rrf") and hybrid as it is (score fusion,
-``remem.store._fusion``, "hybrid"), overall and per question type; the fusion weight grid that chose the
+as it was first (equal-weight reciprocal-rank fusion, "hybrid-rrf"), with the last score rule
+(``fusion.LEADS``, "hybrid-leads") and as it is (``remem.store._fusion.DEFAULT``, "hybrid"), overall and
+per question type; the fusion weight grid that chose the
 default; the embedders' download size and speed; search p50/p95 at 100k items for every mode.
 
 Dev sets (tuning is allowed on these; LoCoMo is the held-out judge and is never read here):
@@ -23,7 +24,8 @@ Every turn is indexed as a raw turn (what remem keeps without an LLM), one names
 the ranking the store returned before; "hybrid" is the store's own answer.
 
     python bench/retrieval.py                          # generated + multilingual sets, every embedder
-    python bench/retrieval.py --beam path/to/chats/100K
+    python bench/retrieval.py --beam path/to/chats/100K --cache emb-cache   # embeddings kept on disk
+    python bench/retrieval.py --beam path/to/chats/100K --beam-chats 2    # a subset, to see the cost
     python bench/retrieval.py --regenerate             # write the generated sets again
     python bench/retrieval.py --quick                  # MiniLM and the fake embedder only, no 100k run
 """
