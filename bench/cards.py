@@ -1,7 +1,9 @@
-"""Context cards on the generated dev set: is the answer turn in the card, and how long does a card take?
+"""Context cards on the dev sets: is the answer turn in the card, and how long does a card take?
 
-For every question of ``bench/data/retrieval_dev.json`` (the set ``bench/retrieval.py`` generates: facts
-planted in one session, asked about sessions later, among distractors and small talk), the conversation is
+For every question of a dev set of ``bench/retrieval.py`` (``--set generated``, the default:
+``bench/data/retrieval_dev.json``, facts planted in one session, asked about sessions later, among
+distractors and small talk; ``--set multilingual``: the French, Chinese and Korean set; ``--set beam
+--beam PATH``: BEAM's 100K chats from a local copy, never committed), the conversation is
 added to a remem ``Memory`` over a SQLite store (each turn with its session's date), and the card is built
 with the question as its query at budgets of 500, 1,000 and 2,000 tokens, the client's defaults otherwise.
 
@@ -9,12 +11,14 @@ with the question as its query at budgets of 500, 1,000 and 2,000 tokens, the cl
 - **in card or summary**: ... or its text is in the card's summary;
 - **build p50 / p95**: the time ``get_context_card`` takes (the summary already made: a refresh).
 
-Dates: the set's turns carry a session number; session ``s`` is dated ``START + s * SESSION_GAP`` and its
-turns a minute apart, so every card can show when something was said.
+Dates: the generated sets' turns carry a session number; session ``s`` is dated ``START + s * SESSION_GAP``
+and its turns a minute apart, so every card can show when something was said; BEAM's turns carry their
+chat's time anchor.
 
     python bench/cards.py                          # this checkout
     python bench/cards.py --before ../remem-old    # an older checkout first, then this one, side by side
     python bench/cards.py --embedder fake          # the seeded fake embedder (no model)
+    python bench/cards.py --set beam --beam path/to/chats/100K --cache emb-cache   # embeddings kept on disk
 
 Never run on LoCoMo: it is the held-out judge.
 """
@@ -39,45 +43,71 @@ SESSION_GAP = dt.timedelta(days=11)
 
 
 DEV_SET = Path(__file__).parent / "data" / "retrieval_dev.json"
+SETS = {"generated": DEV_SET, "multilingual": Path(__file__).parent / "data" / "retrieval_multilingual.json"}
 
 
-def load_dev_set() -> dict[str, Any]:
-    """The dev set bench/retrieval.py generates and keeps (generated first if missing). Read as a file, so
-    that ``--before`` can run an older checkout whose search code bench/retrieval.py no longer imports."""
-    if not DEV_SET.exists():
-        sys.path.insert(0, str(Path(__file__).parent))
+def load_dev_set(name: str = "generated", beam: str | None = None) -> dict[str, Any]:
+    """A dev set of bench/retrieval.py: the generated sets are read as files (generated first if missing),
+    so that ``--before`` can run an older checkout whose search code bench/retrieval.py no longer imports;
+    ``beam``: BEAM's chats/100K folder, read by the loader of bench/_shared.py."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    if name == "beam":
+        from _shared import load_beam
+
+        if not beam:
+            sys.exit("--set beam needs --beam PATH (BEAM's chats/100K folder)")
+        return load_beam(Path(beam))
+    if not SETS[name].exists():
         import retrieval
 
-        DEV_SET.parent.mkdir(parents=True, exist_ok=True)
-        DEV_SET.write_text(json.dumps(retrieval.generate(), indent=1) + "\n", encoding="utf-8")
-    data: dict[str, Any] = json.loads(DEV_SET.read_text(encoding="utf-8"))
+        make = retrieval.generate if name == "generated" else retrieval.generate_multilingual
+        SETS[name].parent.mkdir(parents=True, exist_ok=True)
+        SETS[name].write_text(json.dumps(make(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    data: dict[str, Any] = json.loads(SETS[name].read_text(encoding="utf-8"))
     return data
 
 
 def _timestamp(turn: dict[str, Any], position: int) -> str:
     if turn.get("timestamp"):
         return str(turn["timestamp"])
-    when = START + int(turn.get("session", 0)) * SESSION_GAP + dt.timedelta(minutes=position)
+    if turn.get("date") and "session" not in turn:  # BEAM's time anchors, e.g. March-15-2024
+        try:
+            day = dt.datetime.strptime(str(turn["date"]), "%B-%d-%Y").replace(tzinfo=dt.UTC)
+        except ValueError:
+            day = START
+        when = day + dt.timedelta(minutes=position)
+    else:
+        when = START + int(turn.get("session", 0)) * SESSION_GAP + dt.timedelta(minutes=position)
     return when.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _embedder(name: str) -> Any:
+def _embedder(name: str, cache: str | None = None) -> Any:
     if name == "fake":
         from remem.testing import FakeEmbedder
 
         return FakeEmbedder(384)
+    if cache:  # the embeddings bench/retrieval.py keeps on disk (BEAM's long turns are slow to embed)
+        sys.path.insert(0, str(Path(__file__).parent))
+        from _shared import DiskCache
+
+        from remem.embeddings import OnnxEmbedder
+
+        return DiskCache(OnnxEmbedder(), Path(cache), "minilm")
     from remem.embeddings import default_embedder
 
     return default_embedder()
 
 
-def run(embedder_name: str, limit: int | None) -> dict[str, Any]:
+def run(
+    embedder_name: str, limit: int | None, set_name: str = "generated", beam: str | None = None,
+    cache: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
     from remem import Memory
     from remem.store import SqliteStore
 
-    dataset = load_dev_set()
+    dataset = load_dev_set(set_name, beam)
     conversations = dataset["conversations"][:limit] if limit else dataset["conversations"]
-    embedder = _embedder(embedder_name)
+    embedder = _embedder(embedder_name, cache)
     hits: dict[int, list[tuple[bool, bool]]] = {b: [] for b in BUDGETS}
     times: dict[int, list[float]] = {b: [] for b in BUDGETS}
     tokens: dict[int, list[int]] = {b: [] for b in BUDGETS}
@@ -115,6 +145,8 @@ def run(embedder_name: str, limit: int | None) -> dict[str, Any]:
                     summary_share[budget].append(
                         memory.count_text(card.summary) / card.token_count if card.token_count else 0.0
                     )
+    if hasattr(embedder, "save"):
+        embedder.save()
     rows = []
     for budget in BUDGETS:
         n = len(hits[budget])
@@ -131,11 +163,11 @@ def run(embedder_name: str, limit: int | None) -> dict[str, Any]:
                 "p95_ms": ordered[min(int(0.95 * n), n - 1)],
             }
         )
-    return {"embedder": embedder_name, "rows": rows}
+    return {"embedder": embedder_name, "set": set_name, "rows": rows}
 
 
 def _table(label: str, result: dict[str, Any]) -> None:
-    print(f"\n### Context cards, {label} (embedder: {result['embedder']})\n")
+    print(f"\n### Context cards, {label} (set: {result.get('set')}, embedder: {result['embedder']})\n")
     print(
         "| budget | questions | in card | in card or summary | tokens (mean) | summary share | p50 ms | p95 ms |"
     )
@@ -161,7 +193,9 @@ def compare(args: argparse.Namespace) -> None:
         subprocess.run([sys.executable, __file__, *argv, "--json", str(out), "--quiet"], env=env, check=True)
         results[label] = json.loads(out.read_text())
     before, after = results["before"], results["after"]
-    print(f"\n### Context cards, before and after (same run, embedder: {after['embedder']})\n")
+    print(
+        f"\n### Context cards, before and after (same run, set: {after.get('set')}, embedder: {after['embedder']})\n"
+    )
     print(
         "| budget | in card before | in card after | or summary before | or summary after | p50 ms before | p50 ms after |"
     )
@@ -181,6 +215,9 @@ def main() -> None:
     )
     parser.add_argument("--embedder", choices=("minilm", "fake"), default="minilm")
     parser.add_argument("--conversations", type=int, help="only the first N conversations")
+    parser.add_argument("--set", choices=("generated", "multilingual", "beam"), default="generated")
+    parser.add_argument("--beam", help="BEAM's chats/100K folder (a local copy, for --set beam)")
+    parser.add_argument("--cache", help="keep MiniLM's embeddings on disk in this folder")
     parser.add_argument("--before", help="an older checkout: run it first, then this one, side by side")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
@@ -188,7 +225,7 @@ def main() -> None:
     if args.before:
         compare(args)
         return
-    result = run(args.embedder, args.conversations)
+    result = run(args.embedder, args.conversations, args.set, args.beam, args.cache)
     if args.json:
         Path(args.json).write_text(json.dumps(result), encoding="utf-8")
     if not args.quiet:

