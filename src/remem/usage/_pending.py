@@ -63,7 +63,8 @@ def unrecorded_of(state: Any) -> list[UsageEvent]:
 def flush_unrecorded(ledger: Ledger, state: Any) -> bool:
     """Write the state's kept events to the ledger (a failure raises: nothing has been paid yet);
     True when there were any, so that the caller empties the key with its update."""
-    kept = unrecorded_of(state)
-    for event in kept:
+    if not isinstance(state, Mapping) or not state.get(UNRECORDED):
+        return False  # every call asks: normally nothing is kept
+    for event in unrecorded_of(state):
         ledger.record(event)
-    return bool(kept) or bool(isinstance(state, Mapping) and state.get(UNRECORDED))
+    return True
