@@ -319,3 +319,21 @@ def test_running_totals_match_the_rows_on_every_backend(url: str) -> None:
             "thread": ledger.spent(thread_id="t"),
             "user_day": day,
         }
+
+
+def test_a_budget_read_on_the_savers_file_does_not_wait_for_the_savers_lock(tmp_path: Path) -> None:
+    import threading
+
+    from remem import checkpointer_from_url
+    from remem.usage import UsageEvent, ledger_for
+
+    with checkpointer_from_url(f"sqlite:///{tmp_path / 'app.db'}") as saver, ledger_for(saver) as ledger:
+        ledger.record(UsageEvent("chat", "m", 10, 5, thread_id="t1", user_id="maya", turn=1, call_id="c1"))
+        read: list[int] = []
+        with saver.lock:  # as during a checkpoint write that runs beside the model call
+            reader = threading.Thread(target=lambda: read.append(ledger.spent(thread_id="t1").tokens))
+            reader.start()
+            reader.join(timeout=10)
+            assert read == [15]  # read while the lock was held: from the ledger's own WAL reader
+        ledger.record(UsageEvent("chat", "m", 1, 1, thread_id="t1", turn=1, call_id="c2"))
+        assert ledger.spent(thread_id="t1").tokens == 17  # and it sees the ledger's own writes at once
