@@ -39,9 +39,12 @@ class _Own:
         assert nodes is not None
         # The steps that run_turn's check and call_model take for the ledger and the budgets (the CPU
         # time of the thread that runs them: a wait for the checkpointer's lock or the server is not counted).
-        for name in ("check_budgets", "_record", "adopt_legacy", "flush"):
+        for name in ("check_budgets", "_record", "_check_after", "adopt_legacy", "flush"):
             if hasattr(nodes, name):  # flush: not in every version
                 setattr(nodes, name, self._timed(getattr(nodes, name)))
+        meter = nodes.meter  # pricing the reply's event is the ledger's work too
+        assert meter is not None
+        meter.reply_event = self._timed(meter.reply_event)  # type: ignore[method-assign]
 
     def _timed(self, step: Callable[..., Any]) -> Callable[..., Any]:
         depth = 0
