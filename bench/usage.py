@@ -2,16 +2,17 @@
 
     python bench/usage.py [--turns 1000] [--backends sqlite,postgres] [--pg-url URL]
 
-One run, per backend (SQLite file, PostgreSQL database): three agents on remem's checkpointer in the same
-database, played turn for turn, interleaved: ``stock`` (``create_agent`` with no middleware), ``budget``
-(``BudgetMiddleware`` with every budget scope set high enough never to trip, prices, and the ledger in that
-same database, so every call reads turn/thread/user-day spending and writes one row) and ``uncached``
-(the same middleware counting the whole prompt at every call, as it did before its per-message count
-cache: the "before" of the same run).
-The model is remem's ScriptedChatModel (no LLM). The table gives the median ms per turn over the turns
-ending at 10, 100 and 1,000 turns (windows of 10, 50, 50), the added share, and the middleware's own time
-per turn (its wrap_model_call minus the model call inside it: the estimate, the ledger's reads and its
-write), which a busy machine disturbs less than the difference of two totals. Target: at most 5% added.
+One run, per backend (SQLite file, PostgreSQL database): two agents on remem's checkpointer in the same
+database, played turn for turn, interleaved (their order alternates every turn): ``stock``
+(``create_agent`` with no middleware) and ``budget`` (``BudgetMiddleware`` with every budget scope set high
+enough never to trip, prices, and the ledger in that same database, ``ledger_for(saver)``, so every call
+reads the turn's, the thread's and the user's day spending and writes one row).
+The model is remem's ScriptedChatModel (no LLM). The table gives, per turn, the median over the turns
+ending at 10, 100 and 1,000 turns (windows of 10, 50, 50) of the wall time and of the process's CPU time
+(every thread: the checkpointer's background writes too; not the database server's), the added share of
+each, and the middleware's own CPU time (its wrap_model_call minus the model call inside it: the
+estimate, the ledger's read and its write), which a busy machine disturbs least. Target: at most 5% added.
+To compare with another version of remem, run this file with that version first on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from langchain_core.messages import HumanMessage
 from remem import ScriptedChatModel, checkpointer_from_url
 from remem.messages import approximate_token_count
 from remem.middleware import BudgetMiddleware
-from remem.usage import Budgets, Price, PriceTable, open_ledger
+from remem.usage import Budgets, Price, PriceTable, ledger_for
 
 DEFAULT_PG = os.environ.get("REMEM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 MARKS = (10, 100, 1000)
@@ -88,7 +89,8 @@ def _database(kind: str, pg_url: str) -> Iterator[str]:
 
 
 class TimedBudget(BudgetMiddleware):
-    """BudgetMiddleware that adds up its own time (its hook minus the model call it wraps)."""
+    """BudgetMiddleware that adds up its own CPU time (its hook minus the model call it wraps; the CPU
+    time of the thread that runs it, so a wait for the checkpointer's lock or the server is not counted)."""
 
     own = 0.0
 
@@ -97,49 +99,86 @@ class TimedBudget(BudgetMiddleware):
 
         def timed(req: Any) -> Any:
             nonlocal inner
-            started = time.perf_counter()
+            started = time.thread_time()
             try:
                 return handler(req)
             finally:
-                inner += time.perf_counter() - started
+                inner += time.thread_time() - started
 
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             return super().wrap_model_call(request, timed)
         finally:
-            self.own += (time.perf_counter() - started - inner) * 1000
+            self.own += (time.thread_time() - started - inner) * 1000
 
 
-def _uncached_count(messages: Any) -> int:
-    # Not remem's counter object, so the middleware counts the whole prompt each call (no cache).
-    return approximate_token_count(messages)
+def play(agents: dict[str, Any], turn: int, play_one: Any, times: dict[str, list[float]]) -> None:
+    """One turn of every agent, in an order that alternates every turn; wall and CPU ms of each."""
+    order = list(agents) if turn % 2 == 0 else list(reversed(agents))
+    for name in order:
+        started, cpu = time.perf_counter(), time.process_time()
+        play_one(name, agents[name])
+        times[name].append((time.perf_counter() - started) * 1000)
+        times[name + "_cpu"].append((time.process_time() - cpu) * 1000)
 
 
 def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {"stock": [], "budget": [], "uncached": [], "own": [], "own_uncached": []}
+    times: dict[str, list[float]] = {k: [] for k in ("stock", "stock_cpu", "budget", "budget_cpu", "own")}
     model = ScriptedChatModel(default=lambda msgs: "Noted: " + _text(len(msgs), 60))
     prices = PriceTable({"scripted": Price(0.15, 0.6, 0.075)})
-    with checkpointer_from_url(url) as saver, open_ledger(url) as ledger:
+    with checkpointer_from_url(url) as saver:
+        ledger = ledger_for(saver)
         timed = TimedBudget(ledger, budgets=HIGH, prices=prices)
-        uncached = TimedBudget(ledger, budgets=HIGH, prices=prices, token_counter=_uncached_count)
         agents: dict[str, Any] = {
             "stock": create_agent(model=model, tools=[], checkpointer=saver),
             "budget": create_agent(model=model, tools=[], checkpointer=saver, middleware=[timed]),
-            "uncached": create_agent(model=model, tools=[], checkpointer=saver, middleware=[uncached]),
         }
         for i in range(turns):
-            for name, agent in agents.items():
+            text = _text(i, 40)
+
+            def one(name: str, agent: Any, text: str = text) -> None:
                 config = {"configurable": {"thread_id": f"{name}-{kind}", "user_id": "maya"}}
-                started = time.perf_counter()
-                agent.invoke({"messages": [HumanMessage(content=_text(i, 40))]}, config)
-                times[name].append((time.perf_counter() - started) * 1000)
+                agent.invoke({"messages": [HumanMessage(content=text)]}, config)
+
+            play(agents, i, one, times)
             times["own"].append(timed.own)
-            times["own_uncached"].append(uncached.own)
-            timed.own = uncached.own = 0.0
+            timed.own = 0.0
             if (i + 1) % 100 == 0:
                 print(f"  {kind}: {i + 1} turns", file=sys.stderr)
         assert ledger.spent(thread_id=f"budget-{kind}").calls == turns
+        ledger.close()
     return times
+
+
+def median_rows(
+    kind: str, times: dict[str, list[float]], marks: list[int]
+) -> list[tuple[str, int, dict[str, float]]]:
+    """Per mark, the median of each series over the window of turns that ends there."""
+    rows = []
+    for mark in marks:
+        window = min(WINDOWS.get(mark, 10), mark)
+        med = {name: statistics.median(values[mark - window : mark]) for name, values in times.items()}
+        rows.append((kind, mark, med))
+        print(f"  {kind} @{mark}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), file=sys.stderr)
+    return rows
+
+
+def print_table(title: str, rows: list[tuple[str, int, dict[str, float]]], names: tuple[str, str]) -> None:
+    base, with_ledger = names
+    print(f"\n{title}\n")
+    print(
+        f"| backend | turns | {base} ms | {with_ledger} ms | added (wall) | {base} CPU ms | {with_ledger} CPU ms "
+        "| added (CPU) | own CPU ms | own / base CPU |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, mark, m in rows:
+        wall, ledger = m[base], m[with_ledger]
+        cpu, ledger_cpu = m[base + "_cpu"], m[with_ledger + "_cpu"]
+        print(
+            f"| {kind} | {mark:,} | {wall:.2f} | {ledger:.2f} | {(ledger - wall) / wall:+.1%} | {cpu:.2f} "
+            f"| {ledger_cpu:.2f} | {(ledger_cpu - cpu) / cpu:+.1%} | {m['own']:.3f} | {m['own'] / cpu:.1%} |"
+        )
+    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def _estimate_times(messages_per_prompt: int, repeats: int = 20) -> tuple[float, float]:
@@ -147,7 +186,10 @@ def _estimate_times(messages_per_prompt: int, repeats: int = 20) -> tuple[float,
     last call: the whole prompt each time (before) and the middleware's prefix reuse (after)."""
     from langchain_core.messages import AIMessage
 
-    from remem.middleware.budget import _PrefixCounter
+    try:
+        from remem.usage._prefix import PrefixCounter
+    except ImportError:  # an older remem, where the middleware kept it
+        from remem.middleware.budget import _PrefixCounter as PrefixCounter
 
     history: list[Any] = []
     for i in range(messages_per_prompt // 2 + repeats + 1):
@@ -160,7 +202,7 @@ def _estimate_times(messages_per_prompt: int, repeats: int = 20) -> tuple[float,
     for prompt in prompts[1:]:
         approximate_token_count(prompt)
     whole = (time.perf_counter() - started) * 1000 / repeats
-    counter = _PrefixCounter(approximate_token_count)
+    counter = PrefixCounter(approximate_token_count)
     counter("t", prompts[0])
     started = time.perf_counter()
     for prompt in prompts[1:]:
@@ -186,29 +228,14 @@ def main() -> None:
     for kind in args.backends.split(","):
         with _database(kind, args.pg_url) as url:
             times = _run(kind, url, args.turns)
-        for mark in marks:
-            window = min(WINDOWS.get(mark, 10), mark)
-            med = {
-                name: statistics.median(times[name][mark - window : mark])
-                for name in ("stock", "budget", "uncached", "own", "own_uncached")
-            }
-            rows.append((kind, mark, med))
-            print(f"  {kind} @{mark}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), file=sys.stderr)
-    print("\nms per turn, median of the turns ending at each mark (create_agent, ScriptedChatModel)\n")
-    print(
-        "| backend | turns | stock | + BudgetMiddleware & ledger | added | own | own / stock "
-        "| before (no count cache): turn | own | own / stock |"
+        rows += median_rows(kind, times, marks)
+    print_table(
+        "per turn, median of the turns ending at each mark (create_agent, ScriptedChatModel)",
+        rows,
+        ("stock", "budget"),
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for kind, mark, m in rows:
-        stock = m["stock"]
-        print(
-            f"| {kind} | {mark:,} | {stock:.2f} | {m['budget']:.2f} | {(m['budget'] - stock) / stock:+.1%} "
-            f"| {m['own']:.2f} | {m['own'] / stock:.1%} | {m['uncached']:.2f} | {m['own_uncached']:.2f} "
-            f"| {m['own_uncached'] / stock:.1%} |"
-        )
     print("\nThe estimate alone: ms to count a prompt one turn longer than the thread's last call\n")
-    print("| messages in the prompt | whole prompt (before) | prefix reused (after) |")
+    print("| messages in the prompt | whole prompt | prefix reused |")
     print("|---:|---:|---:|")
     for size in (20, 200, 2000):
         whole, reused = _estimate_times(size)

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langgraph.checkpoint.memory import InMemorySaver
 
 from remem import build_agent, run_turn
@@ -267,3 +269,110 @@ def test_budget_middleware_refuses_a_wait_over_the_maximum() -> None:
     assert len(model.calls) == 1
     messages = agent.get_state(config).values["messages"]
     assert [m.text for m in messages] == ["a", "OK.", "b"] and not isinstance(messages[-1], AIMessage)
+
+
+# -- streaming ------------------------------------------------------------------------------------------
+
+
+class _StreamingModel(BaseChatModel):
+    """A fake provider that streams its reply word by word, then a usage chunk (or none); a 429 before
+    the first chunk as many times as asked."""
+
+    reply: str = "It is sunny in Lyon today."
+    usage: bool = True
+    refusals: int = 0
+    streams: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "fake-streaming"
+
+    def _generate(
+        self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self.reply))])
+
+    def _chunks(self) -> list[ChatGenerationChunk]:
+        words = self.reply.split(" ")
+        chunks = [ChatGenerationChunk(message=AIMessageChunk(content=w + " ")) for w in words[:-1]]
+        chunks.append(ChatGenerationChunk(message=AIMessageChunk(content=words[-1])))
+        if self.usage:
+            meta = {"input_tokens": 40, "output_tokens": 7, "total_tokens": 47}
+            chunks.append(ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=meta)))
+        return chunks
+
+    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        self.streams += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise _TooMany("slow down")
+        for chunk in self._chunks():
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+    async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        self.streams += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise _TooMany("slow down")
+        for chunk in self._chunks():
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+
+def _streaming(inner: _StreamingModel, clock: FakeClock, tpm: int = 1200) -> tuple[Any, RateLimiter]:
+    limiter = RateLimiter({"fake": RateLimit(tokens_per_minute=tpm)}, clock=clock, sleep=clock.sleep)
+    backoff = Backoff(sleep=clock.sleep, rand=lambda: 1.0)
+    return RateLimitedChatModel(inner=inner, limiter=limiter, backoff=backoff, model_name="fake"), limiter
+
+
+def test_the_rate_limited_model_streams_the_providers_chunks_and_settles_from_its_usage() -> None:
+    clock = FakeClock()
+    inner = _StreamingModel()
+    model, limiter = _streaming(inner, clock)
+    chunks = [chunk.text for chunk in model.stream([HumanMessage(content="Weather in Lyon?")])]
+    assert [c for c in chunks if c] == ["It ", "is ", "sunny ", "in ", "Lyon ", "today."]  # as they came
+    assert inner.streams == 1
+    # The provider's 47 tokens were charged, not the counted estimate: 1200 - 47 are left this minute.
+    assert limiter.acquire("fake", tokens=1200 - 47) == 0.0
+    assert limiter.acquire("fake", tokens=20) == pytest.approx(1.0)  # 20 tokens at 20 a second
+
+
+def test_a_stream_without_usage_is_charged_its_counted_input_and_text() -> None:
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    clock = FakeClock()
+    inner = _StreamingModel(usage=False)
+    model, limiter = _streaming(inner, clock)
+    sent = [HumanMessage(content="Weather in Lyon?")]
+    assert "".join(c.text for c in model.stream(sent)) == inner.reply
+    used = count_tokens_approximately(sent) + count_tokens_approximately([AIMessage(content=inner.reply)])
+    assert limiter.acquire("fake", tokens=1200 - used) == 0.0
+    assert limiter.acquire("fake", tokens=1) > 0.0  # exactly what was used had been taken
+
+
+def test_the_async_stream_and_an_agents_messages_stream_go_through_the_limit() -> None:
+    import asyncio
+
+    clock = FakeClock()
+    inner = _StreamingModel(refusals=1)
+    model, _ = _streaming(inner, clock, tpm=100_000)
+
+    async def main() -> list[str]:
+        return [chunk.text async for chunk in model.astream([HumanMessage(content="Weather?")])]
+
+    assert "".join(asyncio.run(main())) == inner.reply
+    assert inner.streams == 2 and clock.slept == [pytest.approx(0.5)]  # the 429 was retried
+    # LangGraph's "messages" stream mode gets the provider's tokens one by one through the wrapper.
+    agent = create_agent(model=model, tools=[], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    tokens = [
+        message.text
+        for message, _ in agent.stream(
+            {"messages": [HumanMessage(content="Weather?")]}, config, stream_mode="messages"
+        )
+        if isinstance(message, AIMessageChunk)
+    ]
+    assert tokens[:3] == ["It ", "is ", "sunny "] and inner.streams == 3

@@ -319,3 +319,39 @@ def test_running_totals_match_the_rows_on_every_backend(url: str) -> None:
             "thread": ledger.spent(thread_id="t"),
             "user_day": day,
         }
+
+
+def test_a_budget_read_on_the_savers_file_does_not_wait_for_the_savers_lock(tmp_path: Path) -> None:
+    import threading
+
+    from remem import checkpointer_from_url
+    from remem.usage import UsageEvent, ledger_for
+
+    with checkpointer_from_url(f"sqlite:///{tmp_path / 'app.db'}") as saver, ledger_for(saver) as ledger:
+        ledger.record(UsageEvent("chat", "m", 10, 5, thread_id="t1", user_id="maya", turn=1, call_id="c1"))
+        read: list[int] = []
+        with saver.lock:  # as during a checkpoint write that runs beside the model call
+            reader = threading.Thread(target=lambda: read.append(ledger.spent(thread_id="t1").tokens))
+            reader.start()
+            reader.join(timeout=10)
+            assert read == [15]  # read while the lock was held: from the ledger's own WAL reader
+        ledger.record(UsageEvent("chat", "m", 1, 1, thread_id="t1", turn=1, call_id="c2"))
+        assert ledger.spent(thread_id="t1").tokens == 17  # and it sees the ledger's own writes at once
+
+
+@pytest.mark.postgres
+def test_a_postgres_ledger_whose_connection_the_server_dropped_opens_it_again(pg_url: str) -> None:
+    import psycopg
+
+    from remem.errors import StorageError
+    from remem.usage import UsageEvent
+
+    with open_ledger(pg_url) as ledger:
+        ledger.record(UsageEvent("chat", "m", 10, 5, thread_id="t1", call_id="c1"))
+        pid = ledger.conn.info.backend_pid  # type: ignore[attr-defined]
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StorageError):  # the call that finds it dropped says so (nothing half-written)
+            ledger.record(UsageEvent("chat", "m", 1, 1, thread_id="t1", call_id="c2"))
+        ledger.record(UsageEvent("chat", "m", 1, 1, thread_id="t1", call_id="c2"))  # the next one reconnects
+        assert ledger.spent(thread_id="t1").tokens == 17

@@ -49,6 +49,39 @@ def test_the_memory_clients_summaries_are_recorded_for_the_thread_and_user(url: 
     assert rows[0].input_tokens == approximate_token_count(model.calls[0])  # what the model reported
 
 
+def test_a_summary_rows_source_says_whether_the_provider_reported_its_numbers(url: str) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    from remem import build_agent, checkpointer_from_url, run_turn
+
+    summary = "Maya is migrating billing; the invoice export times out."
+    silent = GenericFakeChatModel(messages=iter([AIMessage(content=summary)] * 3))  # reports no usage
+    reporting = ScriptedChatModel(default=summary)
+    with Memory.from_url(url, settings=SETTINGS, summarizer=LLMSummarizer(silent)) as memory:
+        memory.thread("t1", user_id="maya").add_messages(TURNS)
+        memory.thread("t1", user_id="maya").get_summary()
+    with Memory.from_url(url, settings=SETTINGS, summarizer=LLMSummarizer(reporting)) as memory:
+        memory.thread("t2", user_id="maya").add_messages(TURNS)
+        memory.thread("t2", user_id="maya").get_summary()
+    # The agent's own summary step too: its chat model reports usage, its summariser does not.
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(
+            ScriptedChatModel(default="ok"),
+            strategy="summary",
+            checkpointer=saver,
+            summarizer=LLMSummarizer(silent),
+            settings=Settings(summary_trigger_messages=4, keep_messages=2),
+        )
+        for text in ("one", "two", "three"):
+            run_turn(agent, "t3", text, user_id="maya")
+    with open_ledger(url) as ledger:
+        sources = {(r.thread_id, r.kind, r.source) for r in ledger.events()}
+    assert ("t1", "summariser", "counted") in sources
+    assert ("t2", "summariser", "provider") in sources
+    assert ("t3", "summariser", "counted") in sources and ("t3", "chat", "provider") in sources
+    assert ("t1", "summariser", "provider") not in sources and ("t3", "summariser", "provider") not in sources
+
+
 def test_the_extractive_summariser_and_reads_record_nothing(url: str) -> None:
     with Memory.from_url(url, settings=SETTINGS) as memory:  # no model configured: extractive
         thread = memory.thread("t1", user_id="maya")

@@ -246,18 +246,20 @@ def test_the_prefix_count_equals_counting_everything_for_any_edit_sequence() -> 
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from remem.middleware.budget import _PrefixCounter
+    from remem.usage._prefix import PrefixCounter
 
     texts = st.text(alphabet="ab cdé1{}", max_size=30)
     ops = st.lists(
-        st.tuples(st.sampled_from(["append", "edit", "remove", "replace_id"]), st.integers(0, 50), texts),
+        st.tuples(
+            st.sampled_from(["append", "edit", "remove", "replace_id", "slide"]), st.integers(0, 50), texts
+        ),
         max_size=40,
     )
 
     @settings(max_examples=200, deadline=None)
     @given(ops)
     def check(steps: list[tuple[str, int, str]]) -> None:
-        counter = _PrefixCounter(approximate_token_count)
+        counter = PrefixCounter(approximate_token_count)
         messages: list[BaseMessage] = []
         for serial, (op, at, text) in enumerate(steps, 1):
             if op == "append" or not messages:
@@ -266,6 +268,10 @@ def test_the_prefix_count_equals_counting_everything_for_any_edit_sequence() -> 
             else:
                 i = at % len(messages)
                 old = messages[i]
+                if op == "slide":  # a window: the oldest messages drop out, a new one comes in
+                    messages = [*messages[i:], HumanMessage(content=text, id=f"s{serial}")]
+                    assert counter("thread", messages) == approximate_token_count(messages)
+                    continue
                 if op == "edit":  # same id, new content (LangGraph's replace by id)
                     changed = old.model_copy(update={"content": old.content + text + "x"})
                 elif op == "replace_id":

@@ -49,6 +49,7 @@ from langchain_core.messages import (
 )
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
@@ -57,7 +58,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
-from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
+from remem._lease import DEFAULT_LEASE_TIMEOUT, alease_target, athread_lease, thread_lease
 from remem.config import Settings, load_settings
 from remem.errors import (
     ApprovalPendingError,
@@ -71,6 +72,7 @@ from remem.errors import (
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
     TokenCounter,
+    approximate_token_count,
     check_can_append,
     check_provider_valid,
     coerce_messages,
@@ -94,6 +96,8 @@ from remem.usage import (
     ledger_for,
     ledger_from_url,
 )
+from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
+from remem.usage._prefix import PrefixCounter
 from remem.usage.approval import (
     Estimate,
     ask_approval,
@@ -136,12 +140,15 @@ class MemoryState(TypedDict, total=False):
     Every model call goes to the usage ledger (``remem.usage``) of the thread's database, not into the
     state. ``usage`` is only read: the list that checkpoints written before the ledger carry. The thread's
     next model call copies it into the ledger (once: each record has a call id) and empties it.
+    ``remem_unrecorded`` holds the paid calls whose ledger write failed, stored with their replies, until
+    the thread's next model call writes them (:mod:`remem.usage._pending`); normally it is absent.
     """
 
     messages: Annotated[list[AnyMessage], add_messages]
     summary: str
     remem_turn: int
     usage: list[UsageRecord]
+    remem_unrecorded: list[dict[str, Any]]
 
 
 def thread_config(thread_id: str, user_id: str | None = None) -> RunnableConfig:
@@ -197,7 +204,8 @@ class _Nodes:
     plus the tool schemas, counted once) added to what the ledger says the turn, the thread and the user's
     UTC day have spent; each call is recorded in the ledger after it. A breach that only the provider's
     numbers show (after the call) is logged, and the reply, already paid for, is kept: the ledger holds the
-    spending, so the next call is refused.
+    spending, so the next call is refused. A ledger that refuses a paid call's row does not lose it: the
+    row is kept in the state with the reply and written by the thread's next call, before its check.
     """
 
     def __init__(
@@ -212,8 +220,12 @@ class _Nodes:
         tool_tokens: int = 0,
         approve_tokens: int | None = None,
         approve_cost: float | None = None,
+        ledger_owner: Any = None,
     ) -> None:
         self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
+        # The view is counted once per thread: each call counts the messages added since the last one.
+        self._prefix = PrefixCounter(count) if count is approximate_token_count else None
+        self.ledger_owner = ledger_owner  # whose database the ledger is in, when it is found from it
         self.system_prompt, self.budgets, self.meter = system_prompt, budgets, meter
         self.tool_tokens = tool_tokens
         self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
@@ -232,8 +244,14 @@ class _Nodes:
         head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*head, *build_view(plan, summary)]
 
+    def tokens(self, view: list[BaseMessage], caller: _Caller) -> int:
+        """The counted input of a call that sends ``view``: the view and the tool schemas."""
+        if self._prefix is not None and caller.thread_id is not None:
+            return self._prefix(caller.thread_id, view) + self.tool_tokens
+        return self.count(view) + self.tool_tokens
+
     def _spent(self, caller: _Caller, turn: int) -> dict[Scope, Totals]:
-        """What the ledger says this call's scopes spent so far (read only for the budgets that are set)."""
+        """What the ledger says this call's scopes spent so far (one read, only of the budgets set)."""
         ledger = self.ledger
         if ledger is None:
             return {}
@@ -242,13 +260,13 @@ class _Nodes:
         return cast("dict[Scope, Totals]", found)
 
     def check_budgets(
-        self, view: list[BaseMessage], caller: _Caller, turn: int
+        self, view: list[BaseMessage], caller: _Caller, turn: int, tokens: int | None = None
     ) -> dict[Scope, Totals] | None:
-        """Check the call's counted estimate against every budget; returns what the scopes had spent
-        (None when no budget is set: then nothing is counted nor read)."""
+        """Check the call's counted estimate (``tokens``, when already counted) against every budget;
+        returns what the scopes had spent (None when no budget is set: then nothing is counted nor read)."""
         if not self.budgets.active:
             return None
-        tokens = self.count(view) + self.tool_tokens
+        tokens = self.tokens(view, caller) if tokens is None else tokens
         key = (caller.thread_id, turn, tokens)
         if caller.thread_id is not None:
             with self._lock:  # run_turn checked this very call just before: its reads are not repeated
@@ -266,7 +284,7 @@ class _Nodes:
         (:func:`~remem.usage.approval.ask_approval`): on resume the node runs again and gets the answer."""
         if self.approve_tokens is None and self.approve_cost is None:
             return None
-        tokens = self.count(view) + self.tool_tokens
+        tokens = self.tokens(view, caller)
         cost = None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
         estimate = Estimate(self.model_name, tokens, cost, caller.thread_id, caller.user_id, turn)
         if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
@@ -276,12 +294,14 @@ class _Nodes:
     def precheck(self, state: Mapping[str, Any], caller: _Caller) -> None:
         """:meth:`check_budgets` before the input is written (run_turn); the turn's first call then
         reuses what it read, since the thread's lease keeps anything else of the thread from spending.
-        A legacy usage list is copied into the ledger first (the state is emptied by the call)."""
+        A legacy usage list, and the rows a failed ledger write left, are written to the ledger first (the
+        state is emptied by the call)."""
         self.adopt_legacy(state, caller)
+        self.flush(state)
         view, turn = self.view(state), _call_turn(state)
-        spent = self.check_budgets(view, caller, turn)
+        tokens = self.tokens(view, caller) if self.budgets.active else 0
+        spent = self.check_budgets(view, caller, turn, tokens)
         if spent is not None and caller.thread_id is not None:
-            tokens = self.count(view) + self.tool_tokens
             with self._lock:
                 self._checked[caller.thread_id] = ((caller.thread_id, turn, tokens), spent)
 
@@ -315,14 +335,35 @@ class _Nodes:
                 self.meter.ledger.record(dataclasses.replace(event, at=_epoch(record.get("at"))))
         return {"usage": [], "remem_turn": _turn_before(state)}
 
-    def _record(self, event: UsageEvent) -> None:
-        """Record a paid call; a ledger that fails here loses the row, never the reply (no call is paid twice)."""
+    def flush(self, state: Mapping[str, Any]) -> bool:
+        """Write the paid calls a failed ledger write left in the state; True when the state held any."""
+        return False if self.meter is None else flush_unrecorded(self.meter.ledger, state)
+
+    def _record(self, event: UsageEvent, state: Mapping[str, Any], update: dict[str, Any]) -> None:
+        """Record a paid call; a ledger that refuses it keeps the row in ``update``, with the reply."""
         if self.meter is None:
             return
-        try:
-            self.meter.ledger.record(event)
-        except RememError as exc:
-            log.error("a model call could not be recorded in the usage ledger (%s); its reply was kept", exc)
+        kept = record_or_keep(self.meter.ledger, event)
+        if kept:
+            earlier = update.get(UNRECORDED, state.get(UNRECORDED) or [])
+            update[UNRECORDED] = [*earlier, *kept]
+
+    async def _afind_ledger(self) -> None:
+        # An aiosqlite saver's file can only be asked from async code: asked here, before a sync step opens
+        # the ledger (remem._lease remembers it), so that the ledger is in the saver's own database.
+        ledger = self.ledger
+        if self.ledger_owner is not None and isinstance(ledger, LazyLedger) and not ledger.opened:
+            await alease_target(self.ledger_owner)
+
+    async def acall_model(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
+        """Async version of :meth:`call_model`."""
+        await self._afind_ledger()
+        return await asyncio.to_thread(self.call_model, state, config)
+
+    async def acompact(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
+        """Async version of :meth:`compact`."""
+        await self._afind_ledger()
+        return await asyncio.to_thread(self.compact, state, config)
 
     def call_model(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
         caller = _Caller.of(config)
@@ -330,6 +371,8 @@ class _Nodes:
         check_provider_valid(view)
         turn = _call_turn(state)
         update = self.adopt_legacy(state, caller)
+        if self.flush(state):
+            update[UNRECORDED] = []
         spent = self.check_budgets(view, caller, turn)
         if turn != state.get("remem_turn"):
             update["remem_turn"] = turn
@@ -362,7 +405,7 @@ class _Nodes:
                 node="call_model",
                 call_id=f"{caller.thread_id}:{reply_id}" if reply_id and caller.thread_id else None,
             )
-            self._record(event)
+            self._record(event, state, update)
             if spent is not None:
                 self._check_after(event, spent)
         return update
@@ -400,7 +443,9 @@ class _Nodes:
                         turn=_turn_before(state),
                         node="summarize_conversation",
                         latency_ms=result.latency_ms,
-                    )
+                    ),
+                    state,
+                    update,
                 )
         return update
 
@@ -522,11 +567,14 @@ def build_agent(
         count([SystemMessage(content=tool_text)]) if tool_text else 0,
         approve_tokens if approve_tokens is not None else s.approval_token_threshold,
         approve_cost if approve_cost is not None else s.approval_cost_threshold,
+        checkpointer if ledger is True else None,
     )
     graph = StateGraph(MemoryState)
-    graph.add_node("call_model", nodes.call_model)
-    graph.add_node("summarize_conversation", nodes.compact)
-    graph.add_node("delete_messages", nodes.compact)
+    # Sync and async steps: an async run (ainvoke, arun_turn) finds the ledger of an async saver first.
+    graph.add_node("call_model", RunnableCallable(nodes.call_model, nodes.acall_model, trace=False))
+    compact = RunnableCallable(nodes.compact, nodes.acompact, trace=False)
+    graph.add_node("summarize_conversation", compact)
+    graph.add_node("delete_messages", compact)
     graph.add_edge(START, "call_model")
     after_model = ["summarize_conversation", "delete_messages", END]
     if tool_node is not None:

@@ -9,13 +9,13 @@ by its threads) and retries a provider's 429 with exponential backoff and jitter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableBinding
 from langchain_core.tools import BaseTool
 from pydantic import Field
@@ -170,6 +170,27 @@ class ScriptedChatModel(BaseChatModel):
         return self
 
 
+class _StreamTally:
+    """What a stream used: the provider's usage chunks summed (some send input and output apart), else
+    the counted input and the streamed text counted."""
+
+    def __init__(self, counted: int) -> None:
+        self.counted = counted
+        self.usage = 0
+        self.text: list[str] = []
+
+    def add(self, chunk: ChatGenerationChunk) -> None:
+        usage = getattr(chunk.message, "usage_metadata", None)
+        if usage:
+            self.usage += int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))
+        self.text.append(chunk.text)
+
+    def used(self) -> int:
+        if self.usage:
+            return self.usage
+        return self.counted + approximate_token_count([AIMessage(content="".join(self.text))])
+
+
 def _used_tokens(result: ChatResult) -> int | None:
     for generation in result.generations:
         usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
@@ -247,6 +268,81 @@ class RateLimitedChatModel(BaseChatModel):
         )
         self._settle(limiter, name, counted, result)
         return result
+
+    def _should_stream(
+        self,
+        *,
+        async_api: bool,
+        run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> bool:
+        # Streams when the inner model would (it may not implement streaming, or have it turned off).
+        return self.inner._should_stream(async_api=async_api, run_manager=run_manager, **kwargs)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        """The inner model's chunks, passed through once the limit allows the call; a 429 before the first
+        chunk is retried; the limiter is corrected with what the stream used when it ends."""
+        from remem.usage.ratelimit import call_with_retries
+
+        limiter, backoff = self._limits()
+        name, counted = self._name(), approximate_token_count(messages)
+        if limiter is not None:
+            limiter.acquire(name, counted)
+
+        def start() -> tuple[ChatGenerationChunk | None, Iterator[ChatGenerationChunk]]:
+            chunks = self.inner._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+            return next(chunks, None), chunks
+
+        first, rest = call_with_retries(start, model=name, backoff=backoff)
+        tally = _StreamTally(counted)
+        try:
+            if first is not None:
+                tally.add(first)
+                yield first
+            for chunk in rest:
+                tally.add(chunk)
+                yield chunk
+        finally:
+            if limiter is not None:
+                limiter.settle(name, counted, tally.used())
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """Async version of :meth:`_stream`."""
+        from remem.usage.ratelimit import acall_with_retries
+
+        limiter, backoff = self._limits()
+        name, counted = self._name(), approximate_token_count(messages)
+        if limiter is not None:
+            await limiter.aacquire(name, counted)
+
+        async def start() -> tuple[ChatGenerationChunk | None, AsyncIterator[ChatGenerationChunk]]:
+            chunks = self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs)
+            return await anext(chunks, None), chunks
+
+        first, rest = await acall_with_retries(start, model=name, backoff=backoff)
+        tally = _StreamTally(counted)
+        try:
+            if first is not None:
+                tally.add(first)
+                yield first
+            async for chunk in rest:
+                tally.add(chunk)
+                yield chunk
+        finally:
+            if limiter is not None:
+                limiter.settle(name, counted, tally.used())
 
     @staticmethod
     def _settle(limiter: RateLimiter | None, name: str, counted: int, result: ChatResult) -> None:

@@ -311,6 +311,12 @@ class LLMSummarizer:
             output_tokens=int(usage.get("output_tokens") or _tokens(text)),
             latency_ms=(time.perf_counter() - started) * 1000,
             model=model_name(self.model),
+            # What the ledger says of these numbers: the provider's, or counted here when it sent none.
+            extra={
+                "source": "provider"
+                if usage.get("input_tokens") and usage.get("output_tokens")
+                else "counted"
+            },
         )
 
     def _once(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
@@ -356,7 +362,10 @@ def _combined(results: Sequence[SummaryResult]) -> SummaryResult:
         output_tokens=sum(r.output_tokens for r in results),
         latency_ms=sum(r.latency_ms for r in results),
         model=last.model,
-        extra={"steps": len(results)},
+        extra={
+            "steps": len(results),
+            "source": "counted" if any(r.extra.get("source") == "counted" for r in results) else "provider",
+        },
     )
 
 

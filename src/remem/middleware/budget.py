@@ -43,13 +43,11 @@ a long thread's calls do not re-count the whole history; the total is the same a
 from __future__ import annotations
 
 import asyncio
-import operator
+import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, NotRequired
+from typing import Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -61,81 +59,27 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
+from remem.errors import BudgetExceededError
 from remem.messages import TokenCounter, approximate_token_count, counter_for_model
 from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
-from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check, day_of
+from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check
+from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
+from remem.usage._prefix import PrefixCounter, sums_per_message
 from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
 
-
-_PREFIXES_KEPT = 256  # threads whose last counted prompt a middleware remembers
-
-
-@dataclass
-class _Counted:
-    """The messages of a thread's last counted call: their signatures and running token totals."""
-
-    signatures: list[tuple[Any, ...]]
-    totals: list[int]
-
-
-# What a message's count is keyed on: its id and its content, read from the model's __dict__ in C (pydantic's
-# attribute lookup, and a Python function per message, cost about as much as counting the message).
-_SIGNATURE = operator.itemgetter("id", "content")
-_FIELDS = operator.attrgetter("__dict__")
-
-
-class _PrefixCounter:
-    """Counts a thread's prompt by reusing the count of the longest unchanged prefix of its last call.
-
-    A thread's prompt mostly grows at the end, so each call counts only its new messages; a message
-    removed, replaced or edited (same id, other content) has another signature, and everything from it on
-    is counted again (an edit that keeps the id and the text and changes only an AI message's tool calls
-    is not seen: its old count stands until the prompt changes before it). Only for counters that count each message on its own (a sum over messages), as
-    remem's approximate counter does, so the total is the same as counting the whole list.
-    """
-
-    def __init__(self, count: TokenCounter) -> None:
-        self.count = count
-        self._last: OrderedDict[Any, _Counted] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __call__(self, key: Any, messages: list[BaseMessage]) -> int:
-        signatures = list(map(_SIGNATURE, map(_FIELDS, messages)))
-        with self._lock:
-            last = self._last.pop(key, None)
-        same = 0
-        if last is not None:
-            same = min(len(last.signatures), len(signatures))
-            if signatures[:same] != last.signatures[:same]:
-                # Find where they part (rare: a compaction or an edit), halving the range each step.
-                low, high = 0, same
-                while low < high:
-                    middle = (low + high + 1) // 2
-                    if signatures[:middle] == last.signatures[:middle]:
-                        low = middle
-                    else:
-                        high = middle - 1
-                same = low
-        totals = last.totals[:same] if last is not None else []
-        running = totals[-1] if totals else 0
-        for message in messages[same:]:
-            running += self.count([message])
-            totals.append(running)
-        with self._lock:
-            self._last[key] = _Counted(signatures, totals)
-            while len(self._last) > _PREFIXES_KEPT:
-                self._last.popitem(last=False)
-        return running
+log = logging.getLogger("remem.middleware")
 
 
 class BudgetState(AgentState[Any]):
-    """The agent's state plus the turn number (one integer)."""
+    """The agent's state plus the turn number (one integer) and the paid calls the ledger has not taken
+    yet (normally none: :mod:`remem.usage._pending`)."""
 
     remem_turn: NotRequired[int]
+    remem_unrecorded: NotRequired[list[dict[str, Any]]]
 
 
 def _configurable() -> Mapping[str, Any]:
@@ -156,16 +100,21 @@ def _turn_of(state: Mapping[str, Any]) -> int:
     return turn + 1 if messages and isinstance(messages[-1], HumanMessage) else max(turn, 1)
 
 
-def _with_turn(
-    response: ModelResponse[Any], estimate: Estimate, state: Any
+def _with_update(
+    response: ModelResponse[Any], estimate: Estimate, state: Any, unrecorded: list[dict[str, Any]] | None
 ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    """``response`` with the turn number when it changed, and the kept ledger rows when they changed
+    (``unrecorded`` None: unchanged), riding on the model call's own update: no extra node, no extra
+    checkpoint; the rows are stored in the same checkpoint as the reply."""
+    update: dict[str, Any] = {}
     before = state.get("remem_turn") if isinstance(state, Mapping) else None
-    if estimate.turn is None or before == estimate.turn:
+    if estimate.turn is not None and before != estimate.turn:
+        update["remem_turn"] = estimate.turn
+    if unrecorded is not None:
+        update[UNRECORDED] = unrecorded
+    if not update:
         return response
-    # The turn number rides on the model call's own update: no extra node, no extra checkpoint.
-    return ExtendedModelResponse(
-        model_response=response, command=Command(update={"remem_turn": estimate.turn})
-    )
+    return ExtendedModelResponse(model_response=response, command=Command(update=update))
 
 
 def _reply(response: ModelResponse[Any]) -> BaseMessage | None:
@@ -222,7 +171,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             backoff = Backoff.from_settings(settings) if settings is not None else Backoff()
         self.rate_limiter, self.backoff = rate_limiter, backoff
         # Counting reuses the last call's prefix for counters that sum over messages (remem's own).
-        self._prefixes: dict[TokenCounter, _PrefixCounter] = {}
+        self._prefixes: dict[TokenCounter, PrefixCounter] = {}
         self._prefix_lock = threading.Lock()
 
     def counter_for(self, model: str) -> TokenCounter:
@@ -230,13 +179,13 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         (:func:`~remem.messages.counter_for_model`), else the approximate one."""
         return self._given_counter or counter_for_model(model) or approximate_token_count
 
-    def _prefix_for(self, counter: TokenCounter, model: str) -> _PrefixCounter | None:
-        if counter is not approximate_token_count and counter is not counter_for_model(model):
+    def _prefix_for(self, counter: TokenCounter, model: str) -> PrefixCounter | None:
+        if not sums_per_message(counter, model):
             return None  # a counter of the caller's: it may not be a sum over messages
         with self._prefix_lock:
             found = self._prefixes.get(counter)
             if found is None:
-                found = self._prefixes[counter] = _PrefixCounter(counter)
+                found = self._prefixes[counter] = PrefixCounter(counter)
             return found
 
     # -- the pure parts ------------------------------------------------------------------------------
@@ -268,18 +217,17 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             turn=turn,
         )
 
-    def _spent(self, estimate: Estimate) -> dict[Scope, Totals]:
-        spent: dict[Scope, Totals] = {}
+    def _spent(self, estimate: Estimate, state: Any) -> tuple[dict[Scope, Totals], bool]:
+        """What the call's scopes spent (one read, only of the scopes with a budget), after writing the
+        paid calls an earlier ledger failure left in the state; and whether there were any."""
         if self.ledger is None:
-            return spent
-        if estimate.thread_id is not None:
-            if self.budgets.needs("turn") and estimate.turn is not None:
-                spent["turn"] = self.ledger.spent(thread_id=estimate.thread_id, turn=estimate.turn)
-            if self.budgets.needs("thread"):
-                spent["thread"] = self.ledger.spent(thread_id=estimate.thread_id)
-        if estimate.user_id is not None and self.budgets.needs("user_day"):
-            spent["user_day"] = self.ledger.spent(user_id=estimate.user_id, day=day_of(time.time()))
-        return spent
+            return {}, False
+        flushed = flush_unrecorded(self.ledger, state)
+        scopes = [scope for scope in ("turn", "thread", "user_day") if self.budgets.needs(scope)]
+        found = self.ledger.spent_in(
+            scopes, thread_id=estimate.thread_id, turn=estimate.turn, user_id=estimate.user_id
+        )
+        return cast("dict[Scope, Totals]", found), flushed
 
     def _before(self, estimate: Estimate, spent: Mapping[Scope, Totals]) -> bool:
         """Check the estimate; True when the call may be sent (approval asked when above a threshold)."""
@@ -310,12 +258,25 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             call_id=f"{estimate.thread_id}:{reply_id}" if reply_id and estimate.thread_id else None,
         )
 
-    def _after(self, event: UsageEvent | None, spent: Mapping[Scope, Totals]) -> None:
+    def _after(
+        self, event: UsageEvent | None, spent: Mapping[Scope, Totals], flushed: bool
+    ) -> list[dict[str, Any]] | None:
+        """Record the paid call and check it; the state's kept rows when they change (else None).
+
+        A ledger that refuses the row does not fail the call (its reply would be lost, and a resume would
+        pay again): the row is kept in the state with the reply (:mod:`remem.usage._pending`). A breach
+        that only the provider's numbers show raises once the row is recorded; with the row only kept it is
+        logged, so that the reply it paid for is kept and the next call's check counts it."""
         if event is None:
-            return
-        if self.ledger is not None:
-            self.ledger.record(event)
-        check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
+            return [] if flushed else None
+        kept = [] if self.ledger is None else record_or_keep(self.ledger, event)
+        try:
+            check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
+        except BudgetExceededError as exc:
+            if not kept:
+                raise
+            log.warning("%s; the reply was kept (it was paid for) and the next model call is refused", exc)
+        return kept if kept or flushed else None
 
     def _limited(self, request: ModelRequest[Any]) -> bool:
         """Whether this middleware applies the rate limit (a model remem built applies it itself)."""
@@ -326,15 +287,23 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             self.rate_limiter.settle(estimate.model, estimate.input_tokens, event.tokens)
 
     # -- the hooks -----------------------------------------------------------------------------------
+    def _refused(self, estimate: Estimate, flushed: bool) -> AIMessage | ExtendedModelResponse[Any]:
+        message = refusal(estimate)
+        if not flushed:
+            return message
+        return ExtendedModelResponse(
+            model_response=ModelResponse(result=[message]), command=Command(update={UNRECORDED: []})
+        )
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         estimate = self.estimate(request)
-        spent = self._spent(estimate)
+        spent, flushed = self._spent(estimate, request.state)
         if not self._before(estimate, spent):
-            return refusal(estimate)
+            return self._refused(estimate, flushed)
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
             self.rate_limiter.acquire(estimate.model, estimate.input_tokens)
@@ -346,8 +315,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         event = self._event(request, estimate, response, started)
         if limited:
             self._settle(estimate, event)
-        self._after(event, spent)
-        return _with_turn(response, estimate, request.state)
+        kept = self._after(event, spent, flushed)
+        return _with_update(response, estimate, request.state, kept)
 
     async def awrap_model_call(
         self,
@@ -355,9 +324,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         estimate = self.estimate(request)
-        spent = await asyncio.to_thread(self._spent, estimate)
+        spent, flushed = await asyncio.to_thread(self._spent, estimate, request.state)
         if not self._before(estimate, spent):
-            return refusal(estimate)
+            return self._refused(estimate, flushed)
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
             await self.rate_limiter.aacquire(estimate.model, estimate.input_tokens)
@@ -371,8 +340,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         event = self._event(request, estimate, response, started)
         if limited:
             self._settle(estimate, event)
-        await asyncio.to_thread(self._after, event, spent)
-        return _with_turn(response, estimate, request.state)
+        kept = await asyncio.to_thread(self._after, event, spent, flushed)
+        return _with_update(response, estimate, request.state, kept)
 
 
 class _NoLedger(Ledger):

@@ -75,9 +75,11 @@ _LOCK = type(threading.Lock())
 
 
 def _sharing(owner: Any) -> Ledger | None:
-    """A ledger on ``owner``'s own connection or pool, when it can be shared safely: a ``sqlite3``
-    connection in autocommit mode with the owner's lock (remem's ``SqliteSaver``), or a ``psycopg_pool``
-    pool (remem's and the stock ``PostgresSaver`` on a pool). Then the ledger lives as long as the owner."""
+    """A ledger on ``owner``'s own connection, when it can be shared safely: a ``sqlite3`` connection in
+    autocommit mode with the owner's lock (remem's ``SqliteSaver``; then the ledger lives as long as the
+    owner); or, beside a ``psycopg_pool`` pool (remem's and the stock ``PostgresSaver`` on a pool), one
+    connection of its own with the pool's settings, kept for the ledger's life (a borrow per call costs
+    the pool's connection check, a round trip)."""
     conn = getattr(owner, "conn", None)
     lock = getattr(owner, "lock", None)
     if isinstance(conn, sqlite3.Connection) and conn.isolation_level is None and isinstance(lock, _LOCK):
@@ -89,14 +91,14 @@ def _sharing(owner: Any) -> Ledger | None:
     ):
         from remem.usage.postgres import PostgresLedger
 
-        return PostgresLedger.on_pool(conn)
+        return PostgresLedger.beside_pool(conn)
     return None
 
 
 def ledger_for(owner: Any) -> LazyLedger:
     """The ledger in ``owner``'s database (a checkpointer, a store, a connection or a pool), opened on first
-    use: the same SQLite file or PostgreSQL database as the threads, on the owner's own connection or pool
-    where that is safe (remem's savers), so it is closed with it. An owner with no database of its own
+    use: the same SQLite file or PostgreSQL database as the threads, on the owner's own connection where
+    that is safe (remem's ``SqliteSaver``), else on a connection of its own. An owner with no database of its own
     (``InMemorySaver``, None) gets a ledger in this process's memory. The caller closes it.
     """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 __all__ = ["KINDS", "SOURCES", "Kind", "Source", "Totals", "UsageEvent", "day_of", "usage_from_metadata"]
@@ -17,7 +18,12 @@ SOURCES: tuple[Source, ...] = ("provider", "counted")
 
 def day_of(at: float) -> str:
     """The UTC calendar day of an epoch time, ``YYYY-MM-DD``: the unit of the per-user daily budgets."""
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d")
+    return _day(int(at // 86400))
+
+
+@lru_cache(maxsize=64)
+def _day(days: int) -> str:  # every call of a day gives the same string: formatted once
+    return datetime.fromtimestamp(days * 86400, UTC).strftime("%Y-%m-%d")
 
 
 @dataclass(frozen=True)

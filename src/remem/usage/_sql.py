@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 from remem import _migrate
@@ -153,13 +154,31 @@ def _ph(dialect: str) -> str:
     return "?" if dialect == "sqlite" else "%s"
 
 
-def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
-    """The row's INSERT: it returns the new id, or nothing when a row with the same call id exists."""
+# The SQL text of a record and a budget read depends only on the dialect and how many scopes: built once.
+@lru_cache(maxsize=8)
+def _insert_sql(dialect: str) -> str:
     ph = _ph(dialect)
-    sql = (
+    return (
         f"INSERT INTO {USAGE_TABLE} ({', '.join(COLUMNS)}) VALUES ({', '.join([ph] * len(COLUMNS))}) "
         "ON CONFLICT (call_id) DO NOTHING RETURNING id"
     )
+
+
+@lru_cache(maxsize=16)
+def _upsert_sql(dialect: str, rows: int) -> str:
+    ph = _ph(dialect)
+    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+    row = f"({', '.join([ph] * (3 + len(_SUM_COLUMNS)))})"
+    return (
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
+        f"VALUES {', '.join([row] * rows)} "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
+    )
+
+
+def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
+    """The row's INSERT: it returns the new id, or nothing when a row with the same call id exists."""
+    sql = _insert_sql(dialect)
     values = (
         event.kind,
         event.thread_id,
@@ -181,8 +200,8 @@ def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
 
 
 def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any, ...]]]:
-    """The upserts that add ``event`` to its thread's, its turn's and its user's day totals."""
-    ph = _ph(dialect)
+    """The upsert that adds ``event`` to its thread's, its turn's and its user's day totals (one statement
+    of one row per scope; none when the event has no thread and no user)."""
     keys: list[tuple[str, str, str]] = []
     if event.thread_id is not None:
         keys.append(("thread", event.thread_id, ""))
@@ -190,12 +209,9 @@ def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any,
             keys.append(("turn", event.thread_id, str(event.turn)))
     if event.user_id is not None:
         keys.append(("user_day", event.user_id, day_of(event.at)))
-    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
-    sql = (
-        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
-        f"VALUES ({', '.join([ph] * (3 + len(_SUM_COLUMNS)))}) "
-        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
-    )
+    if not keys:
+        return []
+    sql = _upsert_sql(dialect, len(keys))
     sums = (
         1,
         event.input_tokens,
@@ -205,7 +221,11 @@ def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any,
         1 if event.cost is None else 0,
         event.latency_ms or 0.0,
     )
-    return [(sql, (*key, *sums)) for key in keys]
+    params: list[Any] = []
+    for key in keys:
+        params += key
+        params += sums
+    return [(sql, tuple(params))]
 
 
 _PG_TYPES = ("text", "text", "text", "bigint", "bigint", "bigint", "bigint", "double precision", "bigint")
@@ -218,17 +238,22 @@ def record_postgres(event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
     upserts = add_to_totals("postgres", event)
     if not upserts:
         return first, row
+    (_, sums), rows = upserts[0], len(upserts[0][1]) // (3 + len(_SUM_COLUMNS))
+    return _record_postgres_sql(rows), (*row, *sums)
+
+
+@lru_cache(maxsize=8)
+def _record_postgres_sql(rows: int) -> str:
     typed = ", ".join(f"%s::{t}" for t in (*_PG_TYPES[:3], "bigint", *_PG_TYPES[4:], "double precision"))
-    values = ", ".join(f"({typed})" for _ in upserts)
+    values = ", ".join(f"({typed})" for _ in range(rows))
     names = ("scope", "key1", "key2", *_SUM_COLUMNS)
     added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
-    sql = (
-        f"WITH new AS ({first}) "
+    return (
+        f"WITH new AS ({_insert_sql('postgres')}) "
         f"INSERT INTO {TOTALS_TABLE} ({', '.join(names)}) SELECT {', '.join('v.' + n for n in names)} "
         f"FROM (VALUES {values}) AS v ({', '.join(names)}) WHERE EXISTS (SELECT 1 FROM new) "
         f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
     )
-    return sql, (*row, *(value for _, params in upserts for value in params))
 
 
 def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[Any, ...]] | None:
@@ -252,12 +277,14 @@ def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[An
 
 def select_scopes(dialect: str, keys: Sequence[tuple[str, str, str]]) -> tuple[str, tuple[Any, ...]]:
     """One read of several running totals (scope, key1, key2): each found row starts with its scope."""
+    return _select_scopes_sql(dialect, len(keys)), tuple(value for key in keys for value in key)
+
+
+@lru_cache(maxsize=16)
+def _select_scopes_sql(dialect: str, n: int) -> str:
     ph = _ph(dialect)
     one = f"(scope = {ph} AND key1 = {ph} AND key2 = {ph})"
-    sql = f"SELECT scope, {', '.join(_SUM_COLUMNS)} FROM {TOTALS_TABLE} WHERE " + " OR ".join(
-        [one] * len(keys)
-    )
-    return sql, tuple(value for key in keys for value in key)
+    return f"SELECT scope, {', '.join(_SUM_COLUMNS)} FROM {TOTALS_TABLE} WHERE " + " OR ".join([one] * n)
 
 
 def select_events(dialect: str, filters: Filters, limit: int | None) -> tuple[str, tuple[Any, ...]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any, Literal
 
 from remem.errors import BudgetExceededError
@@ -69,11 +70,14 @@ class Budgets:
         }
         return cls(**{**values, **overrides})
 
-    def limit(self, scope: Scope, unit: str) -> float | None:
-        value = getattr(self, f"{scope}_{unit}")
-        return value or None
+    @cached_property
+    def _limits(self) -> dict[tuple[str, str], float | None]:  # read at every check: built once
+        return {(s, u): getattr(self, f"{s}_{u}") or None for s in SCOPES for u in ("tokens", "cost")}
 
-    @property
+    def limit(self, scope: Scope, unit: str) -> float | None:
+        return self._limits[(scope, unit)]
+
+    @cached_property
     def active(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
 

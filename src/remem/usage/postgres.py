@@ -24,8 +24,17 @@ def _error(exc: BaseException) -> StorageError:
     )
 
 
+# Driver options the ledger sets itself on its own connection (the rest of a pool's kwargs: how to reach
+# the server, are kept).
+_OWN_OPTIONS = frozenset({"autocommit", "row_factory", "cursor_factory", "prepare_threshold", "context"})
+
+
 class PostgresLedger(Ledger):
-    """A ledger on a ``psycopg`` connection (autocommit: each record is its own transaction)."""
+    """A ledger on a ``psycopg`` connection (autocommit: each record is one statement, its own transaction).
+
+    A ledger that opened its connection keeps it (one per ledger, used under a lock): no pool borrow and
+    no connection check per call; a connection the server dropped is opened again at the next call.
+    """
 
     dialect = "postgres"
 
@@ -34,6 +43,7 @@ class PostgresLedger(Ledger):
         self._owns = owns
         self._lock = threading.Lock()
         self._pool: Any = None
+        self._connect: Any = None  # how an owned connection is opened again
 
     @classmethod
     def on_pool(cls, pool: Any) -> PostgresLedger:
@@ -44,27 +54,45 @@ class PostgresLedger(Ledger):
         ledger.setup()
         return ledger
 
+    @classmethod
+    def beside_pool(cls, pool: Any) -> PostgresLedger:
+        """A ledger on its own connection to the database of ``pool`` (a ``psycopg_pool`` pool, such as
+        a checkpointer's), opened with the pool's connection settings; set up; :meth:`close` it."""
+        kwargs = {k: v for k, v in (getattr(pool, "kwargs", None) or {}).items() if k not in _OWN_OPTIONS}
+        return cls.open(str(pool.conninfo), **kwargs)
+
     @contextmanager
     def _connection(self) -> Iterator[Any]:
         if self._pool is None:
             with self._lock:
+                if self._connect is not None and (self.conn.closed or self.conn.broken):
+                    self.conn = self._connect()
                 yield self.conn
             return
         with self._pool.connection() as conn:
             yield conn
 
     @classmethod
-    def open(cls, dsn: str) -> PostgresLedger:
-        """Connect to ``dsn`` and set the schema up; :meth:`close` it."""
+    def open(cls, dsn: str, **kwargs: Any) -> PostgresLedger:
+        """Connect to ``dsn`` (``kwargs``: more connection parameters) and set the schema up; :meth:`close` it."""
         try:
             import psycopg
         except ImportError:  # pragma: no cover - psycopg is installed with the postgres extra
             raise MissingDependencyError.for_extra("psycopg", "postgres") from None
-        try:
-            conn = psycopg.connect(dsn, autocommit=True)
-        except psycopg.Error as exc:
-            raise _error(exc) from exc
-        ledger = cls(conn, owns=True)
+
+        def connect() -> Any:
+            try:
+                conn = psycopg.connect(dsn, autocommit=True, **kwargs)
+                # As the SQLite ledger (synchronous=NORMAL): a commit does not wait for the WAL to reach the
+                # disk, so a server crash may lose the last rows, never corrupt them, and a record is not a
+                # disk flush (several ms) added to every model call. Only this connection, the ledger's own.
+                conn.execute("SET synchronous_commit = off")
+            except psycopg.Error as exc:
+                raise _error(exc) from exc
+            return conn
+
+        ledger = cls(connect(), owns=True)
+        ledger._connect = connect
         try:
             ledger.setup()
         except BaseException:
@@ -122,14 +150,16 @@ class PostgresLedger(Ledger):
                 raise _error(exc) from exc
 
     def _record_event(self, event: UsageEvent) -> None:
-        # As the SQLite ledger (synchronous=NORMAL): the commit does not wait for the WAL to reach the
-        # disk, so a server crash may lose the last rows, never corrupt them, and a record is not a
-        # disk flush (several ms) added to every model call. Only this transaction is affected.
+        # The row and its running totals in one statement: one round trip, atomic in autocommit.
         import psycopg
 
         sql, params = _sql.record_postgres(event)
         with self._connection() as conn:
             try:
+                if self._pool is None:
+                    conn.execute(sql, params)
+                    return
+                # A borrowed connection is the pool's: the no-flush commit is set for this transaction only.
                 with conn.pipeline(), conn.transaction():
                     conn.execute("SET LOCAL synchronous_commit = off")
                     conn.execute(sql, params)

@@ -32,6 +32,8 @@ class SqliteLedger(Ledger):
         self.conn = conn
         self._owns = owns
         self._lock = lock if lock is not None else threading.Lock()
+        self._reader: sqlite3.Connection | None = None
+        self._reader_lock = threading.Lock()
         if lock is not None:  # a connection shared with its owner (a checkpointer): its settings stay
             return
         try:
@@ -47,6 +49,7 @@ class SqliteLedger(Ledger):
         lands inside the owner's transaction; set up; closed with the connection, by its owner."""
         ledger = cls(conn, lock=lock)
         ledger.setup()
+        ledger._reader = _wal_reader(conn, lock)
         return ledger
 
     @classmethod
@@ -157,12 +160,39 @@ class SqliteLedger(Ledger):
                 raise _error(exc, self.conn) from exc
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        with self._lock:
+        reader = self._reader
+        conn, lock = (self.conn, self._lock) if reader is None else (reader, self._reader_lock)
+        with lock:
             try:
-                return list(self.conn.execute(sql, params).fetchall())
+                return list(conn.execute(sql, params).fetchall())
             except sqlite3.Error as exc:
                 raise _error(exc, self.conn) from exc
 
     def close(self) -> None:
+        with self._reader_lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
         if self._owns:
             self.conn.close()
+
+
+def _wal_reader(conn: sqlite3.Connection, lock: Any) -> sqlite3.Connection | None:
+    """A connection of the ledger's own to read a shared WAL file: a budget read then never waits for the
+    owner's lock (held through a checkpoint write that may run beside the model call); None for a file not
+    in WAL mode (a reader would wait for a writer's commit there) or a database in memory."""
+    with lock:
+        try:
+            (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
+            path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+        except sqlite3.Error as exc:
+            raise _error(exc) from exc
+    if str(mode).lower() != "wal" or not path:
+        return None
+    try:
+        reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        reader.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        reader.execute("PRAGMA query_only = ON")
+    except sqlite3.Error as exc:
+        raise _error(exc) from exc
+    return reader
