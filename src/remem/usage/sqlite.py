@@ -191,7 +191,7 @@ def _wal_reader(conn: sqlite3.Connection, lock: Any) -> sqlite3.Connection | Non
         return None
     try:
         reader = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        reader.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        reader.execute(f"PRAGMA busy_timeout = {_sqlite.BUSY_TIMEOUT_MS}")
         reader.execute("PRAGMA query_only = ON")
     except sqlite3.Error as exc:
         raise _error(exc) from exc
