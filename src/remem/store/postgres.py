@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from langgraph.store.base import IndexConfig, TTLConfig
@@ -33,10 +33,12 @@ try:
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
+from remem.store import _exec
 from remem.store import _program as prog
 from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
-from remem.store._core import SearchMode
+from remem.store._core import IndexPlan, SearchMode
+from remem.store._exec import Hits, Program, Rows, Sql, Tx, Vector
 from remem.store._vectors import top_items
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
@@ -49,6 +51,8 @@ _PGVECTOR = {
 }
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class PostgresDialect(prog.Dialect):
@@ -197,7 +201,7 @@ class _PostgresBackend(RememStoreBase):
             self.dialect = PostgresDialect(
                 "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
             )
-            self._drive(prog.reindex_program(self.dialect))
+            _exec.run(prog.reindex_program(self.dialect), self._execute)
 
     def _vector_column(self) -> str:
         """The type of ``remem_vectors.embedding`` (``bytea`` or ``vector(n)``; empty if there is no table)."""
@@ -236,25 +240,31 @@ class _PostgresBackend(RememStoreBase):
             cur.execute(sql, list(params))
             return cur.fetchall() if rows else []
 
-    def _run(self, make: Callable[[], prog.Program], *, write: bool, snapshot: bool = True) -> Any:
+    def _run(
+        self,
+        make: Callable[[Tx], Program[T]],
+        *,
+        write: bool,
+        snapshot: bool = True,
+        ready: Mapping[bytes, Vector] | None = None,
+    ) -> T:
         if self._dsn is None and not isinstance(self.conn, ConnectionPool):
-            return super()._run(
-                make, write=write, snapshot=snapshot
-            )  # the caller's own connection: theirs to reopen
+            # the caller's own connection: theirs to reopen
+            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
         try:
-            return super()._run(make, write=write, snapshot=snapshot)
+            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
         except StorageError as exc:
             if not _connection_lost(exc):
                 raise
             logger.warning(
                 "the PostgreSQL connection was lost (%s); retrying once on a new one", exc.__cause__
             )
-            return super()._run(make, write=write, snapshot=snapshot)
+            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
 
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[None]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[_exec.Execute]:
         if not self._is_setup:
             self._setup_now()
         try:
@@ -264,7 +274,7 @@ class _PostgresBackend(RememStoreBase):
                 with contextlib.nullcontext() if alone else conn.transaction():
                     self._active = conn
                     try:
-                        yield
+                        yield self._execute
                     finally:
                         self._active = None
         except psycopg.Error as exc:
@@ -272,53 +282,27 @@ class _PostgresBackend(RememStoreBase):
                 f"PostgreSQL refused the work: {mask_secrets(str(exc))}; check the server and the database"
             ) from exc
 
-    def _execute(self, request: prog.Sql | prog.Many) -> Any:
+    def _execute(self, request: Sql) -> Rows:
         assert self._active is not None
         with self._active.cursor(row_factory=tuple_row) as cur:
-            if isinstance(request, prog.Many):
-                if len(request.rows) == 1:  # one row: a plain execute saves the pipeline's round trips
-                    cur.execute(request.sql, request.rows[0])
-                elif request.rows:
-                    cur.executemany(request.sql, request.rows)
-                return None
+            if request.fetch == "many":
+                if len(request.params) == 1:  # one row: a plain execute saves the pipeline's round trips
+                    cur.execute(request.sql, request.params[0])
+                elif request.params:
+                    cur.executemany(request.sql, request.params)
+                return []
             cur.execute(request.sql, list(request.params))
-            if request.fetch:
+            if request.fetch == "all":
                 return cur.fetchall()
+            if request.fetch == "none":
+                return []
             if self.pipe is not None:
                 self.pipe.sync()  # a row count is known once the pipeline has run the statement
-            return cur.rowcount
+            return [(cur.rowcount,)]
 
-    def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
-        assert self.plan is not None
-        where, params = [], list[Any]()
-        if request.ns_ids is not None:
-            where.append("ns_id = ANY(%s)")
-            params.append(request.ns_ids)
-        if request.item_ids is not None:
-            where.append("item_id = ANY(%s)")
-            params.append(request.item_ids)
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
-        if self.vector_kind == "exact":
-            rows = self._q(f"SELECT item_id, embedding FROM remem_vectors {clause}", params)
-            items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
-            norms = np.ones(len(rows), dtype=np.float32) if self.plan.distance == "cosine" else None
-            return top_items(items, vecs, request.query, request.k, self.plan.distance, norms)
-        k = request.k * 4
-        op, score, _, _ = _PGVECTOR[self.plan.distance]
-        self._q(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, k)))}", rows=False)
-        self._q("SET LOCAL hnsw.iterative_scan = relaxed_order", rows=False)
-        q = self.dialect.vector_param(request.query)
-        distance = f"embedding {op} %s::vector"
-        rows = self._q(
-            f"SELECT item_id, {score.format(d=distance)} FROM remem_vectors {clause} ORDER BY {distance} LIMIT %s",
-            [q, *params, q, k],
-        )
-        best: dict[int, float] = {}
-        for item_id, value in sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda p: -p[1]):
-            best.setdefault(item_id, value)
-        return list(best.items())[: request.k]
+    def _vectors(self) -> PostgresVectors:
+        assert isinstance(self.dialect, PostgresDialect)
+        return PostgresVectors(self.plan, self.dialect, self.ef_search)
 
     def _compact(self) -> bool:
         try:
@@ -330,6 +314,50 @@ class _PostgresBackend(RememStoreBase):
                 f"the data was deleted but VACUUM failed: {exc}; run VACUUM on the remem_ tables"
             ) from exc
         return True
+
+
+class PostgresVectors:
+    """Vector search on Postgres, as statements: pgvector's HNSW index, or the exact NumPy path over the
+    float32 rows of the namespaces asked for (the one :func:`remem.store._vectors.top_items` shared with
+    SQLite)."""
+
+    def __init__(self, plan: IndexPlan | None, dialect: PostgresDialect, ef_search: int) -> None:
+        self.plan, self.dialect, self.ef_search = plan, dialect, ef_search
+
+    def search(
+        self, query: Vector, k: int, ns_ids: list[int] | None, item_ids: list[int] | None
+    ) -> Program[Hits]:
+        plan = self.plan
+        assert plan is not None
+        where, params = [], list[Any]()
+        if ns_ids is not None:
+            where.append("ns_id = ANY(%s)")
+            params.append(ns_ids)
+        if item_ids is not None:
+            where.append("item_id = ANY(%s)")
+            params.append(item_ids)
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        if self.dialect.vector_kind == "exact":
+            rows = yield Sql(f"SELECT item_id, embedding FROM remem_vectors {clause}", params)
+            items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
+            # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
+            norms = np.ones(len(rows), dtype=np.float32) if plan.distance == "cosine" else None
+            return top_items(items, vecs, query, k, plan.distance, norms)
+        deep = k * 4
+        op, score, _, _ = _PGVECTOR[plan.distance]
+        yield Sql(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, deep)))}", (), "none")
+        yield Sql("SET LOCAL hnsw.iterative_scan = relaxed_order", (), "none")
+        q = self.dialect.vector_param(query)
+        distance = f"embedding {op} %s::vector"
+        rows = yield Sql(
+            f"SELECT item_id, {score.format(d=distance)} FROM remem_vectors {clause} ORDER BY {distance} LIMIT %s",
+            [q, *params, q, deep],
+        )
+        best: dict[int, float] = {}
+        for item_id, value in sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda p: -p[1]):
+            best.setdefault(item_id, value)
+        return list(best.items())[:k]
 
 
 def _connection_lost(exc: StorageError) -> bool:
