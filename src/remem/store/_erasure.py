@@ -18,6 +18,9 @@ from remem.layout import (
     thread_root,
     threads_root,
 )
+from remem.layout import STORE_ITEMS_TABLE as ITEMS
+from remem.layout import STORE_NS_TABLE as NS
+from remem.layout import STORE_VECTORS_TABLE as VECTORS
 from remem.store import _core as core
 from remem.store._exec import Program, Sql, Tx
 from remem.store._program import _CHUNK, Dialect, delete_ids
@@ -57,7 +60,7 @@ class ForgetReport:
 def _select(d: Dialect, where: str, params: list[Any]) -> Program[Found]:
     rows = yield Sql(
         d.q(
-            f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where}"
+            f"SELECT i.id, n.path, i.key, i.value FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE {where}"
         ),
         params,
     )
@@ -107,8 +110,8 @@ def forget_program(
         marks = ", ".join("?" for _ in chunk)
         deleted = yield Sql(
             d.q(
-                f"DELETE FROM remem_ns WHERE path IN ({marks}) AND NOT EXISTS "
-                "(SELECT 1 FROM remem_items i WHERE i.ns_id = remem_ns.id)"
+                f"DELETE FROM {NS} WHERE path IN ({marks}) AND NOT EXISTS "
+                f"(SELECT 1 FROM {ITEMS} i WHERE i.ns_id = {NS}.id)"
             ),
             chunk,
             "count",
@@ -118,9 +121,7 @@ def forget_program(
 
 
 def sweep_program(d: Dialect, tx: Tx, now: float) -> Program[int]:
-    rows = yield Sql(
-        d.q("SELECT id FROM remem_items WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now]
-    )
+    rows = yield Sql(d.q(f"SELECT id FROM {ITEMS} WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now])
     counts = yield from delete_ids(d, tx, [int(r[0]) for r in rows])
     return counts[0]
 
@@ -128,16 +129,14 @@ def sweep_program(d: Dialect, tx: Tx, now: float) -> Program[int]:
 def stats_program(d: Dialect) -> Program[dict[str, Any]]:
     out: dict[str, Any] = {}
     for name, sql in (
-        ("items", "SELECT count(*) FROM remem_items"),
-        ("namespaces", "SELECT count(*) FROM remem_ns"),
-        ("vectors", "SELECT count(*) FROM remem_vectors"),
-        ("expiring items", "SELECT count(*) FROM remem_items WHERE expires_at IS NOT NULL"),
+        ("items", f"SELECT count(*) FROM {ITEMS}"),
+        ("namespaces", f"SELECT count(*) FROM {NS}"),
+        ("vectors", f"SELECT count(*) FROM {VECTORS}"),
+        ("expiring items", f"SELECT count(*) FROM {ITEMS} WHERE expires_at IS NOT NULL"),
     ):
         out[name] = int((yield Sql(d.q(sql), []))[0][0])
     rows = yield Sql(
-        d.q(
-            "SELECT n.path, count(i.id) FROM remem_ns n JOIN remem_items i ON i.ns_id = n.id GROUP BY n.path"
-        ),
+        d.q(f"SELECT n.path, count(i.id) FROM {NS} n JOIN {ITEMS} i ON i.ns_id = n.id GROUP BY n.path"),
         [],
     )
     top: dict[str, int] = {}
@@ -270,7 +269,7 @@ def meta_threads_program(d: Dialect, user_id: str) -> Program[list[str]]:
     cond, extra = d.filter_condition("user_id", "str", user_id)
     rows = yield Sql(
         d.q(
-            "SELECT n.path FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT n.path FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE {where} AND {cond} AND i.key = ?"
         ),
         [*params, *extra, THREAD_META_KEY],

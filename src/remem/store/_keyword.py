@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from remem.layout import STORE_ITEMS_TABLE as ITEMS
 from remem.layout import STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store import _core as core
 from remem.store import _text
@@ -195,7 +196,7 @@ def _rank_sql(
             where.append("r.item_id > ?")
             params.append(lowest)
     if join:
-        source += " JOIN remem_items i ON i.id = p.item_id"
+        source += f" JOIN {ITEMS} i ON i.id = p.item_id"
         where.append("(i.expires_at IS NULL OR i.expires_at > ?)")
         params.append(now)
         if ns_ids is not None:
@@ -217,7 +218,7 @@ def _rank_sql(
 
 def _live(d: Dialect, ids: list[int], now: float, ns_ids: Sequence[int] | None) -> Program[set[int]]:
     cond, params = d.ids_condition("id", ids)
-    sql = f"SELECT id FROM remem_items WHERE {cond} AND (expires_at IS NULL OR expires_at > ?)"
+    sql = f"SELECT id FROM {ITEMS} WHERE {cond} AND (expires_at IS NULL OR expires_at > ?)"
     params.append(now)
     if ns_ids is not None:
         extra, more = d.ids_condition("ns_id", ns_ids)

@@ -16,6 +16,9 @@ import numpy.typing as npt
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, Op, PutOp, SearchOp, validate_op_namespace
 
 from remem.errors import ConfigError, RememUsageError
+from remem.layout import STORE_ITEMS_TABLE as ITEMS
+from remem.layout import STORE_NS_TABLE as NS
+from remem.layout import STORE_VECTORS_TABLE as VECTORS
 from remem.store import _core as core
 from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
@@ -60,14 +63,14 @@ class Dialect:
 
     def upsert(self) -> str:
         columns, values, conflict = self.upsert_parts()
-        return f"INSERT INTO remem_items ({columns}) VALUES ({', '.join(values)}) {conflict}"
+        return f"INSERT INTO {ITEMS} ({columns}) VALUES ({', '.join(values)}) {conflict}"
 
     def upsert_in_namespace(self) -> str:
         """The upsert with the namespace id looked up by path (the last parameter) in the same statement;
         it writes nothing when the namespace does not exist yet."""
         columns, values, conflict = self.upsert_parts()
         return (
-            f"INSERT INTO remem_items ({columns}) SELECT n.id, {', '.join(values[1:])} FROM remem_ns n "
+            f"INSERT INTO {ITEMS} ({columns}) SELECT n.id, {', '.join(values[1:])} FROM {NS} n "
             f"WHERE n.path = ? {conflict}"
         )
 
@@ -175,7 +178,7 @@ def refresh_program(d: Dialect, ids: list[int], now: float) -> Program[None]:
         cond, params = d.ids_condition("id", ids[start : start + _CHUNK])
         yield Sql(
             d.q(
-                f"UPDATE remem_items SET expires_at = ? + ttl_minutes * 60 WHERE ttl_minutes IS NOT NULL AND {cond}"
+                f"UPDATE {ITEMS} SET expires_at = ? + ttl_minutes * 60 WHERE ttl_minutes IS NOT NULL AND {cond}"
             ),
             [now, *params],
             "none",
@@ -185,7 +188,7 @@ def refresh_program(d: Dialect, ids: list[int], now: float) -> Program[None]:
 def get_program(d: Dialect, tx: Tx, op: GetOp, now: float) -> Program[Item | None]:
     rows = yield Sql(
         d.q(
-            f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE n.path = ? AND i.key = ? AND {_LIVE}"
         ),
         [core.ns_path(op.namespace), op.key, now],
@@ -206,8 +209,8 @@ def list_namespaces_program(d: Dialect, op: ListNamespacesOp, now: float) -> Pro
             where, params = d.ns_condition(tuple(cond.path))
     rows = yield Sql(
         d.q(
-            f"SELECT n.path FROM remem_ns n WHERE {where} AND EXISTS "
-            f"(SELECT 1 FROM remem_items i WHERE i.ns_id = n.id AND {_LIVE})"
+            f"SELECT n.path FROM {NS} n WHERE {where} AND EXISTS "
+            f"(SELECT 1 FROM {ITEMS} i WHERE i.ns_id = n.id AND {_LIVE})"
         ),
         [*params, now],
     )
@@ -246,7 +249,7 @@ def _filtered_rows(
         where.append(cond)
         params.extend(extra)
     sql = (
-        f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+        f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
         f"WHERE {' AND '.join(where)} ORDER BY n.id, i.id"
     )
     exact = push.exact and page is not None
@@ -293,10 +296,10 @@ def search_program(
     ns_ids: list[int] | None = None
     if prefix:
         ns_where, params = d.ns_condition(prefix, "path")
-        ns_ids = [int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM remem_ns WHERE {ns_where}"), params))]
+        ns_ids = [int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM {NS} WHERE {ns_where}"), params))]
         if not ns_ids:
             return []
-        if len(ns_ids) == int((yield Sql(d.q("SELECT count(*) FROM remem_ns"), []))[0][0]):
+        if len(ns_ids) == int((yield Sql(d.q(f"SELECT count(*) FROM {NS}"), []))[0][0]):
             ns_ids = None  # the prefix covers every namespace: no need to filter
     if mode in ("hybrid", "keyword"):
         terms = _text.query_terms(op.query)
@@ -368,9 +371,7 @@ def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program[dict[int, tup
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("i.id", ids[start : start + _CHUNK])
         rows = yield Sql(
-            d.q(
-                f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {cond} AND {_LIVE}"
-            ),
+            d.q(f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE {cond} AND {_LIVE}"),
             [*params, now],
         )
         out.update({int(r[0]): r for r in rows})
@@ -388,7 +389,7 @@ def _ns_ids(d: Dialect, paths: Iterable[str]) -> Program[dict[str, int]]:
     missing = [p for p in wanted if p not in ids]
     if missing:
         yield many(
-            d.q("INSERT INTO remem_ns (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
+            d.q(f"INSERT INTO {NS} (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
             [(p, p.count(core.SEP) + 1) for p in missing],
         )
         ids.update((yield from _known_ns_ids(d, missing)))
@@ -400,7 +401,7 @@ def _known_ns_ids(d: Dialect, paths: list[str]) -> Program[dict[str, int]]:
     for start in range(0, len(paths), _CHUNK):
         chunk = paths[start : start + _CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        rows = yield Sql(d.q(f"SELECT path, id FROM remem_ns WHERE path IN ({marks})"), chunk)
+        rows = yield Sql(d.q(f"SELECT path, id FROM {NS} WHERE path IN ({marks})"), chunk)
         ids.update({r[0]: int(r[1]) for r in rows})
     return ids
 
@@ -433,8 +434,8 @@ def _known_vectors(
         return known, False
     rows = yield Sql(
         d.q(
-            "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
-            "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM {VECTORS} v "
+            f"JOIN {ITEMS} i ON i.id = v.item_id JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
             f"AND i.key IN ({', '.join('?' for _ in keys)})"
         ),
@@ -494,7 +495,7 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
         for op in deletes:
             rows = yield Sql(
                 d.q(
-                    "SELECT i.id FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE n.path = ? AND i.key = ?"
+                    f"SELECT i.id FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE n.path = ? AND i.key = ?"
                 ),
                 [core.ns_path(op.namespace), op.key],
             )
@@ -570,13 +571,13 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
     # a new item, or one whose paths stay the same (nearly every put), needs no delete: the upsert below
     # replaces its rows in place
     if clear:
-        yield many(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), clear)
+        yield many(d.q(f"DELETE FROM {VECTORS} WHERE item_id = ?"), clear)
     if stale:
-        yield many(d.q("DELETE FROM remem_vectors WHERE item_id = ? AND path = ?"), stale)
+        yield many(d.q(f"DELETE FROM {VECTORS} WHERE item_id = ? AND path = ?"), stale)
     if new_rows:
         yield many(
             d.q(
-                "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
+                f"INSERT INTO {VECTORS} (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (item_id, path) DO UPDATE SET ns_id = excluded.ns_id, "
                 "text_hash = excluded.text_hash, embedding = excluded.embedding"
             ),
@@ -597,7 +598,7 @@ def _item_ids(d: Dialect, keys: list[tuple[int, str]]) -> Program[dict[tuple[int
             chunk = ns_keys[start : start + _CHUNK]
             marks = ", ".join("?" for _ in chunk)
             rows = yield Sql(
-                d.q(f"SELECT key, id FROM remem_items WHERE ns_id = ? AND key IN ({marks})"), [ns_id, *chunk]
+                d.q(f"SELECT key, id FROM {ITEMS} WHERE ns_id = ? AND key IN ({marks})"), [ns_id, *chunk]
             )
             out.update({(ns_id, r[0]): int(r[1]) for r in rows})
     return out
@@ -623,10 +624,10 @@ def delete_ids(d: Dialect, tx: Tx, ids: list[int]) -> Program[tuple[int, int, in
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         cond, params = d.ids_condition("item_id", chunk)
-        vectors += int((yield Sql(d.q(f"DELETE FROM remem_vectors WHERE {cond}"), params, "count"))[0][0])
+        vectors += int((yield Sql(d.q(f"DELETE FROM {VECTORS} WHERE {cond}"), params, "count"))[0][0])
         keyword_rows += yield from kw.delete_ops(d, chunk, d.keywords)
         cond, params = d.ids_condition("id", chunk)
-        items += int((yield Sql(d.q(f"DELETE FROM remem_items WHERE {cond}"), params, "count"))[0][0])
+        items += int((yield Sql(d.q(f"DELETE FROM {ITEMS} WHERE {cond}"), params, "count"))[0][0])
     if ids:
         tx.changes.append(VecChanged(ids, []))
     return items, vectors, keyword_rows
@@ -640,9 +641,7 @@ def reindex_program(d: Dialect) -> Program[int]:
     if not (yield Sql(d.q(_exists(d, REINDEX_TABLE)), [REINDEX_TABLE])):
         return 0
     rows = yield Sql(
-        d.q(
-            f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN remem_items i ON i.id = r.item_id"
-        )
+        d.q(f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN {ITEMS} i ON i.id = r.item_id")
     )
     texts = [
         (int(r[0]), r[1] if r[1] is not None else core.keyword_text(core.loads(r[2]), [("$", "$")]))

@@ -25,6 +25,7 @@ from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
 from remem.layout import STORE_TABLES
+from remem.layout import STORE_VECTORS_TABLE as VECTORS
 
 try:
     import psycopg
@@ -195,7 +196,7 @@ class _PostgresBackend(RememStoreBase):
             if kind.startswith("vector") and self.plan is not None:
                 _, _, ops, name = _PGVECTOR[self.plan.distance]
                 self._q(
-                    f"CREATE INDEX IF NOT EXISTS {name} ON remem_vectors USING hnsw (embedding {ops})",
+                    f"CREATE INDEX IF NOT EXISTS {name} ON {VECTORS} USING hnsw (embedding {ops})",
                     rows=False,
                 )
             self.dialect = PostgresDialect(
@@ -207,7 +208,7 @@ class _PostgresBackend(RememStoreBase):
         """The type of ``remem_vectors.embedding`` (``bytea`` or ``vector(n)``; empty if there is no table)."""
         row = self._q(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = to_regclass('remem_vectors') AND attname = 'embedding'"
+            f"WHERE attrelid = to_regclass('{VECTORS}') AND attname = 'embedding'"
         )
         return str(row[0][0]) if row else ""
 
@@ -338,7 +339,7 @@ class PostgresVectors:
             params.append(item_ids)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         if self.dialect.vector_kind == "exact":
-            rows = yield Sql(f"SELECT item_id, embedding FROM remem_vectors {clause}", params)
+            rows = yield Sql(f"SELECT item_id, embedding FROM {VECTORS} {clause}", params)
             items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
             # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
@@ -351,7 +352,7 @@ class PostgresVectors:
         q = self.dialect.vector_param(query)
         distance = f"embedding {op} %s::vector"
         rows = yield Sql(
-            f"SELECT item_id, {score.format(d=distance)} FROM remem_vectors {clause} ORDER BY {distance} LIMIT %s",
+            f"SELECT item_id, {score.format(d=distance)} FROM {VECTORS} {clause} ORDER BY {distance} LIMIT %s",
             [q, *params, q, deep],
         )
         best: dict[int, float] = {}

@@ -33,6 +33,7 @@ from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import sqlite as _checkpoint_sqlite
 from remem.errors import ConfigError, NotFoundError, StorageError
+from remem.layout import STORE_VECTORS_TABLE as VECTORS
 from remem.store import _core as core
 from remem.store import _exec
 from remem.store import _program as prog
@@ -386,7 +387,7 @@ class _MatrixSearch:
         version = (yield Sql("PRAGMA data_version"))[0][0]
         if store._matrix is None or version != store._data_version:
             matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance)
-            rows = yield Sql("SELECT item_id, ns_id, embedding FROM remem_vectors")
+            rows = yield Sql(f"SELECT item_id, ns_id, embedding FROM {VECTORS}")
             if rows:
                 items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
                 ns = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
