@@ -214,7 +214,7 @@ class RememStoreBase(BaseStore):
                 snapshot=False,
             )
         elif mode in ("hybrid", "vector"):  # searches only: their queries, no database needed
-            texts = _query_texts(ops)
+            texts = query_texts(ops)
         return self._embed_texts(texts)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
@@ -234,14 +234,7 @@ class RememStoreBase(BaseStore):
         refresh_ttl: bool | None = None,
     ) -> list[ScoredItem]:
         """Ranked items under ``namespace_prefix`` for ``query``: keyword, vector, or both fused (``_fusion``)."""
-        op = SearchOp(
-            tuple(namespace_prefix),
-            dict(filter) if filter else None,
-            limit,
-            offset,
-            query,
-            refresh_ttl if refresh_ttl is not None else self._refresh_default(),
-        )
+        op = self._search_op(namespace_prefix, query, filter, limit, offset, refresh_ttl)
         ready = self._embed_ahead([op], mode)
         return self._run(
             lambda tx: prog.search_program(self.dialect, tx, self.plan, op, mode, self.clock()),
@@ -254,6 +247,24 @@ class RememStoreBase(BaseStore):
     ) -> list[ScoredItem]:
         """Async version of :meth:`hybrid_search`."""
         return await asyncio.to_thread(self.hybrid_search, namespace_prefix, query, **kw)
+
+    def _search_op(
+        self,
+        namespace_prefix: tuple[str, ...],
+        query: str,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+    ) -> SearchOp:
+        return SearchOp(
+            tuple(namespace_prefix),
+            dict(filter) if filter else None,
+            limit,
+            offset,
+            query,
+            refresh_ttl if refresh_ttl is not None else self._refresh_default(),
+        )
 
     def _refresh_default(self) -> bool:
         return bool((self.ttl_config or {}).get("refresh_on_read", True))
@@ -271,16 +282,19 @@ class RememStoreBase(BaseStore):
         user (and the whole thread when no other user is named in it) and that user's queued extraction work; ``thread_id`` covers ``("threads", thread_id, ...)``, that thread's extraction
         state and memories extracted from it. Nothing outside the scope is touched.
         """
-        prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
-        owner = ("user_id", user_id) if user_id is not None else None
-        done = self._run(
-            lambda tx: _erasure.forget_program(self.dialect, tx, prefixes, matches, scopes, owner), write=True
-        )
-        report, values = done
+        report, values = self._run(self._forget_program(user_id, thread_id, namespace), write=True)
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()
         return report
+
+    def _forget_program(
+        self, user_id: str | None, thread_id: str | None, namespace: tuple[str, ...] | str | None
+    ) -> Callable[[Tx], Program[tuple[ForgetReport, list[str]]]]:
+        """What :meth:`forget` runs (the scope checked now, before any transaction)."""
+        prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
+        owner = ("user_id", user_id) if user_id is not None else None
+        return lambda tx: _erasure.forget_program(self.dialect, tx, prefixes, matches, scopes, owner)
 
     async def aforget(self, **scope: Any) -> ForgetReport:
         """Async version of :meth:`forget`."""
@@ -354,7 +368,7 @@ def check_read_only_schema(version: int, where: str) -> None:
         )
 
 
-def _query_texts(ops: Iterable[Op]) -> dict[bytes, str]:
+def query_texts(ops: Iterable[Op]) -> dict[bytes, str]:
     """The search queries of ``ops`` by text hash: what a search embeds."""
     return {prog.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query}
 
@@ -431,7 +445,7 @@ class AsyncStore(RememStoreBase):
                 size += len(taken[-1][0])
             combined = [op for ops, _ in taken for op in ops]
             try:
-                results = await asyncio.to_thread(self.batch, combined)
+                results = await self._abatch_now(combined)
             except BaseException as exc:
                 for _, done in taken:
                     if not done.done():
@@ -444,6 +458,10 @@ class AsyncStore(RememStoreBase):
                 if not done.done():
                     done.set_result(results[start : start + len(ops)])
                 start += len(ops)
+
+    async def _abatch_now(self, ops: list[Op]) -> list[Result]:
+        """Run one combined batch (in a worker thread unless the backend has an async driver)."""
+        return await asyncio.to_thread(self.batch, ops)
 
     async def setup(self) -> None:
         """Async version of :meth:`SyncStore.setup`."""

@@ -138,3 +138,13 @@ def run(program: Program[T], execute: Execute) -> T:
         result: T = done.value
         return result
     return drive(program, request, execute)
+
+
+async def arun(program: Program[T], execute: AExecute) -> T:
+    """Async version of :func:`run`."""
+    try:
+        request = next(program)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    return await adrive(program, request, execute)

@@ -108,13 +108,23 @@ def batch_program(
     for op in ops:
         validate_op(op)
     answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer
+    gets = [op for op in ops if isinstance(op, GetOp)]
+    for op in gets:
+        core.validate_key(op.key)
+    found: dict[tuple[str, str], tuple[Any, ...]] | None = None
+    if len(gets) > 1:  # every get of the batch in a few statements instead of one each
+        found = yield from _rows_by_key(d, [(core.ns_path(op.namespace), op.key) for op in gets], now)
     for i, op in enumerate(ops):
         same = None if isinstance(op, PutOp) else repr(op)
         if same is not None and same in answered:
             results[i] = answered[same]
             continue
-        if isinstance(op, GetOp):
-            core.validate_key(op.key)
+        if isinstance(op, GetOp) and found is not None:
+            row = found.get((core.ns_path(op.namespace), op.key))
+            if row is not None and op.refresh_ttl:
+                _touch(tx, [row])
+            results[i] = None if row is None else _item(row)
+        elif isinstance(op, GetOp):
             results[i] = yield from get_program(d, tx, op, now)
         elif isinstance(op, SearchOp):
             results[i] = yield from search_program(d, tx, plan, op, mode, now)
@@ -183,6 +193,29 @@ def refresh_program(d: Dialect, ids: list[int], now: float) -> Program[None]:
             [now, *params],
             "none",
         )
+
+
+def _rows_by_key(
+    d: Dialect, keys: Sequence[tuple[str, str]], now: float | None, cols: str = _ITEM_COLS
+) -> Program[dict[tuple[str, str], tuple[Any, ...]]]:
+    """Item rows by (namespace path, key), a few hundred pairs per statement (``now``: live ones only)."""
+    out: dict[tuple[str, str], tuple[Any, ...]] = {}
+    pairs = sorted(set(keys))
+    step = _CHUNK // 2
+    for start in range(0, len(pairs), step):
+        chunk = pairs[start : start + step]
+        values = ", ".join("(?, ?)" for _ in chunk)
+        live = f" WHERE {_LIVE}" if now is not None else ""
+        # the pairs as a table joined to the unique indexes (a row-value IN would scan every item on SQLite)
+        rows = yield Sql(
+            d.q(
+                f"SELECT n.path, i.key, {cols} FROM (VALUES {values}) w JOIN {NS} n ON n.path = w.column1 "
+                f"JOIN {ITEMS} i ON i.ns_id = n.id AND i.key = w.column2{live}"
+            ),
+            [x for pair in chunk for x in pair] + ([now] if now is not None else []),
+        )
+        out.update({(str(r[0]), str(r[1])): r[2:] for r in rows})
+    return out
 
 
 def get_program(d: Dialect, tx: Tx, op: GetOp, now: float) -> Program[Item | None]:
@@ -491,16 +524,10 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
     deletes = [p for p in puts if p.value is None]
     upserts = [p for p in puts if p.value is not None]
     if deletes:
-        ids: list[int] = []
-        for op in deletes:
-            rows = yield Sql(
-                d.q(
-                    f"SELECT i.id FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE n.path = ? AND i.key = ?"
-                ),
-                [core.ns_path(op.namespace), op.key],
-            )
-            ids.extend(int(r[0]) for r in rows)
-        yield from delete_ids(d, tx, ids)
+        doomed = yield from _rows_by_key(
+            d, [(core.ns_path(op.namespace), op.key) for op in deletes], None, "i.id"
+        )
+        yield from delete_ids(d, tx, sorted(int(r[0]) for r in doomed.values()))
     if not upserts:
         return None
     wanted = _wanted(plan, upserts)
