@@ -219,6 +219,10 @@ class _SqliteBackend(RememStoreBase):
         # keyword search joins each full-text match to its item row (namespace, TTL): with the default
         # 2 MB page cache those lookups mostly miss at 100k items, and cost several times more
         c.execute("PRAGMA cache_size = -32768")
+        # a put dirties ~18 pages (one per keyword's index leaf); checkpointing the WAL every 4,000 pages
+        # instead of SQLite's 1,000 costs a quarter of the checkpoints (each with its fsync) and rewrites the
+        # hot pages fewer times: single puts ran 20-30% faster; the WAL may reach 16 MB before it resets
+        c.execute("PRAGMA wal_autocheckpoint = 4000")
         # one BEGIN IMMEDIATE transaction: processes opening a fresh file together take turns
         c.execute("BEGIN IMMEDIATE")
         _migrate.drive(_migrate.upgrade(schema.COMPONENT, "sqlite"), self._statement)
@@ -310,6 +314,12 @@ class _SqliteBackend(RememStoreBase):
     def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[_exec.Execute]:
         if not self._is_setup:
             self._setup_now()
+        if not write and not snapshot:  # statements alone, each in its own implicit read: no BEGIN, COMMIT
+            try:
+                yield self._execute
+            except sqlite3.Error as exc:
+                raise _storage_error(self.conn, exc) from exc
+            return
         try:
             # A writer from the start: a deferred transaction that later writes cannot wait for the lock
             # (SQLite fails it at once to avoid a deadlock), BEGIN IMMEDIATE waits for the busy timeout.
