@@ -444,8 +444,9 @@ class SqliteStore(_SqliteBackend, SyncStore):
 class AsyncSqliteStore(_SqliteBackend, AsyncStore):
     """Async version of :class:`SqliteStore`: the same store, its calls run in a worker thread.
 
-    SQLite has no async protocol; like aiosqlite, this keeps the event loop free by running each batch in a
-    thread (one at a time, under the store's lock).
+    The stdlib ``sqlite3`` has no async driver, so (like aiosqlite) this keeps the event loop free by running
+    each batch in a worker thread, one at a time under the store's lock; concurrent ``abatch`` calls are
+    combined first, as on every async store.
     """
 
     @classmethod
