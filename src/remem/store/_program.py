@@ -13,7 +13,17 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from langgraph.store.base import GetOp, Item, ListNamespacesOp, Op, PutOp, SearchOp, validate_op_namespace
+from langgraph.store.base import (
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
 
 from remem.errors import ConfigError, RememUsageError
 from remem.layout import STORE_ITEMS_TABLE as ITEMS
@@ -97,17 +107,19 @@ def batch_program(
     ops: Iterable[Op],
     mode: SearchMode,
     now: float | None = None,
-) -> Program[list[Any]]:
+) -> Program[list[Result]]:
     """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
     ``tx.ready``: vectors embedded ahead (see :func:`texts_to_embed_program`); ``now``: the store's clock
     (default: the system's)."""
     ops = list(ops)
-    results: list[Any] = [None] * len(ops)
+    results: list[Result] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time() if now is None else now
     for op in ops:
         validate_op(op)
-    answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer
+    answered: dict[
+        str, Result
+    ] = {}  # every read sees the state before the puts: an identical read, one answer
     gets = [op for op in ops if isinstance(op, GetOp)]
     for op in gets:
         core.validate_key(op.key)
@@ -127,7 +139,7 @@ def batch_program(
         elif isinstance(op, GetOp):
             results[i] = yield from get_program(d, tx, op, now)
         elif isinstance(op, SearchOp):
-            results[i] = yield from search_program(d, tx, plan, op, mode, now)
+            results[i] = list[SearchItem]((yield from search_program(d, tx, plan, op, mode, now)))
         elif isinstance(op, ListNamespacesOp):
             results[i] = yield from list_namespaces_program(d, op, now)
         elif isinstance(op, PutOp):
