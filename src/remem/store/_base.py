@@ -26,7 +26,7 @@ from remem.store import _erasure, _exec
 from remem.store import _program as prog
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
-from remem.store._exec import Execute, Program, Tx, Unembedded, VecChanged, Vector, VectorSearch
+from remem.store._exec import Execute, Program, Tx, VecChanged, Vector, VectorSearch
 
 T = TypeVar("T")
 
@@ -158,12 +158,12 @@ class RememStoreBase(BaseStore):
                 except StopIteration as done:  # nothing to ask the database
                     result: T = done.value
                     break
-                try:
-                    with self._transaction(write, snapshot) as execute:
-                        result = _exec.drive(program, request, execute)
+                with self._transaction(write, snapshot) as execute:
+                    result = _exec.drive(program, request, execute)
+                if not tx.unembedded:
                     break
-                except Unembedded as missing:  # rolled back: embed outside the transaction, run again
-                    ready = {**tx.ready, **self._embed_texts(missing.texts)}
+                # it stopped before writing: embed outside the transaction, run it again
+                ready = {**tx.ready, **self._embed_texts(tx.unembedded)}
             self._after(tx)
         return result
 

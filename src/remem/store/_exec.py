@@ -65,16 +65,6 @@ class VecChanged:
     added: list[tuple[int, int, Vector]]
 
 
-class Unembedded(Exception):
-    """Raised inside a program that needs vectors nobody embedded ahead (another writer changed a text
-    between the look-up and the write): the driver rolls back, embeds them outside the transaction, and
-    runs the program again."""
-
-    def __init__(self, texts: Mapping[bytes, str]) -> None:
-        super().__init__(f"{len(texts)} text(s) to embed")
-        self.texts = dict(texts)
-
-
 @dataclass
 class Tx:
     """One run of a program: its inputs that are not SQL and what it leaves to do after the commit."""
@@ -86,12 +76,16 @@ class Tx:
     """Items read with ``refresh_ttl`` whose expiry to push back, after the read in a write transaction of
     its own (so that a read never upgrades itself to a writer, which cannot wait)."""
     changes: list[VecChanged] = field(default_factory=list)
+    unembedded: dict[bytes, str] = field(default_factory=dict)
+    """Texts the program needed and nobody embedded ahead (another writer changed an item between the
+    look-up and the write). A program that adds one stops before it writes anything; the driver embeds
+    them outside the transaction and runs the program again."""
 
-    def vector(self, text_hash: bytes, text: str) -> Vector:
-        """The vector embedded ahead for ``text`` (else :class:`Unembedded`)."""
+    def vector(self, text_hash: bytes, text: str) -> Vector | None:
+        """The vector embedded ahead for ``text``; None (and ``text`` noted in :attr:`unembedded`) if none."""
         vec = self.ready.get(text_hash)
         if vec is None:
-            raise Unembedded({text_hash: text})
+            self.unembedded[text_hash] = text
         return vec
 
 

@@ -34,7 +34,7 @@ from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
 from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-from remem.store._exec import Hits, Program, Rows, Sql, Tx, Unembedded, VecChanged, Vector, many
+from remem.store._exec import Hits, Program, Rows, Sql, Tx, VecChanged, Vector, many
 
 _ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
@@ -151,7 +151,7 @@ def batch_program(
             )
         if same is not None:
             answered[same] = results[i]
-    if puts:
+    if puts and not tx.unembedded:  # (a read missed its vector: no write before the batch runs again)
         yield from put_program(d, tx, plan, list(puts.values()), now)
     return results
 
@@ -355,6 +355,8 @@ def search_program(
     qvec: Vector | None = None
     if mode in ("hybrid", "vector") and plan is not None:
         qvec = tx.vector(core_hash(op.query), op.query)
+        if qvec is None:  # the driver embeds it and runs the program again
+            return []
         vector = yield from tx.vectors.search(qvec, fetch + 8, ns_ids, allowed)
     scores: dict[int, dict[str, float]] = {}
     for rank, (item_id, score) in enumerate(keyword, start=1):
@@ -535,6 +537,13 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
     """Write the puts (value None: delete); ``tx.ready`` holds the vectors embedded ahead."""
     deletes = [p for p in puts if p.value is None]
     upserts = [p for p in puts if p.value is not None]
+    wanted = _wanted(plan, upserts)
+    known, looked_up = yield from _known_vectors(d, plan, wanted)
+    to_embed = _to_embed(wanted, known)
+    late = {h: t for h, t in to_embed.items() if h not in tx.ready}
+    if late:  # changed since the texts were embedded ahead (another writer): nothing written, run again
+        tx.unembedded.update(late)
+        return None
     if deletes:
         doomed = yield from _rows_by_key(
             d, [(core.ns_path(op.namespace), op.key) for op in deletes], None, "i.id"
@@ -542,12 +551,6 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
         yield from delete_ids(d, tx, sorted(int(r[0]) for r in doomed.values()))
     if not upserts:
         return None
-    wanted = _wanted(plan, upserts)
-    known, looked_up = yield from _known_vectors(d, plan, wanted)
-    to_embed = _to_embed(wanted, known)
-    late = {h: t for h, t in to_embed.items() if h not in tx.ready}
-    if late:  # changed since the texts were embedded ahead (another writer): embed them, then again
-        raise Unembedded(late)
     vectors = {h: tx.ready[h] for h in to_embed}
     values: list[tuple[PutOp, dict[str, Any], str]] = []  # (op, value, keyword text)
     for op, _ in wanted:

@@ -41,7 +41,7 @@ from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema, query_texts
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
-from remem.store._exec import Hits, Program, Rows, Sql, Tx, Unembedded, Vector
+from remem.store._exec import Hits, Program, Rows, Sql, Tx, Vector
 from remem.store._vectors import top_items
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
@@ -689,12 +689,12 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
                 except StopIteration as done:  # nothing to ask the database
                     result: T = done.value
                     break
-                try:
-                    async with self._atransaction(write, snapshot) as execute:
-                        result = await _exec.adrive(program, request, execute)
+                async with self._atransaction(write, snapshot) as execute:
+                    result = await _exec.adrive(program, request, execute)
+                if not tx.unembedded:
                     break
-                except Unembedded as missing:  # rolled back: embed outside the transaction, run again
-                    ready = {**tx.ready, **(await asyncio.to_thread(self._embed_texts, missing.texts))}
+                # it stopped before writing: embed outside the transaction, run it again
+                ready = {**tx.ready, **(await asyncio.to_thread(self._embed_texts, tx.unembedded))}
         if tx.touched and not self.read_only:
             ids = sorted(set(tx.touched))
             await self._arun(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
