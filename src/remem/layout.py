@@ -105,11 +105,8 @@ CHECKPOINT_TABLES: Final = (
     "remem_cp_writes",
 )
 STORE_TABLES: Final = ("remem_ns", "remem_items", "remem_terms", "remem_vectors", "remem_term_docs")
-STORE_NS_TABLE: Final = STORE_TABLES[0]  # one row per namespace path
-STORE_ITEMS_TABLE: Final = STORE_TABLES[1]  # one row per item: its value, times and TTL
 STORE_TERMS_TABLE: Final = STORE_TABLES[2]  # the keyword index: one row per (word, item)
 STORE_TERM_DOCS_TABLE: Final = STORE_TABLES[4]  # one row per indexed item: its length and words
-STORE_VECTORS_TABLE: Final = STORE_TABLES[3]  # one row per (item, vector path): its embedding
 STORE_LEGACY_TABLES: Final = ("remem_fts", "remem_reindex")  # schema v1's FTS5 index; items queued by v3
 STOCK_CHECKPOINT_TABLES: Final = ("checkpoints", "writes")  # LangGraph's stock SqliteSaver (not remem's)
 SCHEMA_TABLE: Final = "remem_schema"  # the one migration record of every component (remem._migrate)

@@ -18,12 +18,10 @@ from remem.layout import (
     thread_root,
     threads_root,
 )
-from remem.layout import STORE_ITEMS_TABLE as ITEMS
-from remem.layout import STORE_NS_TABLE as NS
-from remem.layout import STORE_VECTORS_TABLE as VECTORS
 from remem.store import _core as core
 from remem.store._exec import Program, Sql, Tx
 from remem.store._program import _CHUNK, Dialect, delete_ids
+from remem.store._schema import ITEMS, NS, VECTORS
 
 if TYPE_CHECKING:
     from remem.store._base import RememStoreBase

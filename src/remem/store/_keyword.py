@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remem.layout import STORE_ITEMS_TABLE as ITEMS
 from remem.layout import STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store import _core as core
 from remem.store import _text
 from remem.store._exec import Hits, Program, Sql, many
+from remem.store._schema import ITEMS
 
 if TYPE_CHECKING:
     from remem.store._program import Dialect

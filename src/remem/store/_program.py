@@ -26,15 +26,13 @@ from langgraph.store.base import (
 )
 
 from remem.errors import ConfigError, RememUsageError
-from remem.layout import STORE_ITEMS_TABLE as ITEMS
-from remem.layout import STORE_NS_TABLE as NS
-from remem.layout import STORE_VECTORS_TABLE as VECTORS
 from remem.store import _core as core
 from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
 from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._exec import Hits, Program, Rows, Sql, Tx, VecChanged, Vector, many
+from remem.store._schema import ITEMS, NS, VECTORS
 
 _ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"

@@ -18,14 +18,15 @@ from remem.layout import (
     ERASURE_REGISTRY_TABLE,
     STORE_LEGACY_TABLES,
     STORE_MIGRATIONS_TABLE,
+    STORE_TABLES,
     STORE_TERM_DOCS_TABLE,
     STORE_TERMS_TABLE,
 )
-from remem.layout import STORE_ITEMS_TABLE as ITEMS
-from remem.layout import STORE_NS_TABLE as NS
-from remem.layout import STORE_VECTORS_TABLE as VECTORS
 
-__all__ = ["COMPONENT", "statements"]
+__all__ = ["COMPONENT", "ITEMS", "NS", "VECTORS", "statements"]
+
+NS, ITEMS, _TERMS, VECTORS, _DOCS = STORE_TABLES
+"""The store's table names, as remem.layout names them (every store module takes them from here)."""
 
 _SQLITE_V1 = (
     f"CREATE TABLE {NS} (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, depth INTEGER NOT NULL)",

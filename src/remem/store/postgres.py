@@ -26,7 +26,7 @@ from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
 from remem.layout import STORE_TABLES
-from remem.layout import STORE_VECTORS_TABLE as VECTORS
+from remem.store._schema import VECTORS
 
 try:
     import psycopg

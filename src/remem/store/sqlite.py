@@ -33,7 +33,6 @@ from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import sqlite as _checkpoint_sqlite
 from remem.errors import ConfigError, NotFoundError, StorageError
-from remem.layout import STORE_VECTORS_TABLE as VECTORS
 from remem.store import _core as core
 from remem.store import _exec
 from remem.store import _program as prog
@@ -41,6 +40,7 @@ from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._exec import Hits, Program, Rows, Sql, Tx, VecChanged, Vector
+from remem.store._schema import VECTORS
 from remem.store._vectors import VectorMatrix
 
 __all__ = ["AsyncSqliteStore", "SqliteStore"]
