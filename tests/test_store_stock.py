@@ -6,11 +6,13 @@ Each deliberate difference from LangGraph's own stores is pinned here too, next 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psycopg
+import psycopg_pool
 import pytest
 from langgraph.store.memory import InMemoryStore
 from psycopg.rows import dict_row
@@ -259,3 +261,22 @@ async def test_concurrent_async_calls_are_combined_and_each_gets_its_own_result(
             item = await store.aget(("c", str(i % 3)), f"k{i}")
             assert item is not None and item.value == {"n": i}
         assert await store.aget(("c",), "bad") is None
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("pool", [False, True])
+async def test_async_postgres_runs_on_an_async_connection_and_sync_calls_on_a_sync_one(
+    pg_url: str, pool: bool
+) -> None:
+    """Its async calls run on psycopg's async driver; sync calls, from other threads or from the loop's own
+    (which LangGraph's store refuses), run over a sync connection of their own to the same database."""
+    options: dict[str, Any] = {"pool_config": {"min_size": 1, "max_size": 2}} if pool else {}
+    async with AsyncPostgresStore.from_conn_string(pg_url, **options) as store:
+        assert isinstance(store.conn, psycopg.AsyncConnection | psycopg_pool.AsyncConnectionPool)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as threads:
+            futures = [threads.submit(store.put, ("t", str(i % 2)), f"k{i}", {"n": i}) for i in range(100)]
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        await store.aput(("t", "1"), "k7", {"n": "async"})
+        item = store.get(("t", "1"), "k7")  # on the loop's thread: sees the async write
+        assert item is not None and item.value == {"n": "async"}
+        assert len(await store.asearch(("t",), limit=500)) == 100

@@ -7,8 +7,10 @@ the stored rows after each kind of rewrite, on every backend.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
+import psycopg
 from langgraph.store.base import PutOp
 
 from remem.testing import FakeEmbedder
@@ -61,3 +63,48 @@ def test_vector_search_sees_rewritten_vectors(make_store: Any) -> None:
         ns,
         ("threads", "t2", "messages"),
     }
+
+
+class _Meddling(FakeEmbedder):
+    """Embeds as FakeEmbedder does, and records the texts; its first call runs ``meddle`` (another writer
+    that changes an item between the batch's look-up of stored vectors and its write transaction)."""
+
+    def __init__(self, meddle: Any = None) -> None:
+        super().__init__(16, seed=2)
+        self.meddle = meddle
+        self.seen: list[str] = []
+        self.store: Any = None
+        self.in_transaction: list[bool] = []
+
+    def embed_array(self, texts: list[str]) -> Any:
+        self.seen.extend(texts)
+        conn = self.store.conn
+        if isinstance(conn, sqlite3.Connection):
+            self.in_transaction.append(conn.in_transaction)
+        else:
+            self.in_transaction.append(conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE)
+        meddle, self.meddle = self.meddle, None
+        if meddle is not None:
+            meddle()
+        return super().embed_array(texts)
+
+
+def test_a_text_another_writer_changed_after_the_look_up_is_embedded_and_the_write_run_again(
+    make_store: Any,
+) -> None:
+    ns, text = ("d",), "the tea garden by the river"
+    embedder = _Meddling()
+    store = make_store(index={"dims": 16, "embed": embedder, "fields": ["text"]}, search_mode="vector")
+    embedder.store = store
+    other = make_store(index={"dims": 16, "embed": FakeEmbedder(16, seed=2), "fields": ["text"]})
+    store.put(ns, "k", {"text": text})
+    assert embedder.seen == [text]
+    # nothing of k needs embedding when the batch looks (its text is stored), but q does; while q embeds,
+    # the other writer stores another text under k
+    embedder.meddle = lambda: other.put(ns, "k", {"text": "coffee on a train"})
+    store.batch([PutOp(ns, "k", {"text": text}), PutOp(ns, "q", {"text": "query text here"})])
+    assert embedder.seen == [text, "query text here", text]  # the late text: embedded, then written
+    assert embedder.in_transaction == [False, False, False]  # never while a transaction holds locks
+    assert store.get(ns, "k").value == {"text": text}
+    top = store.search(ns, query=text, limit=1)[0]
+    assert top.key == "k" and top.score is not None and top.score > 0.99  # its vector is the text's own

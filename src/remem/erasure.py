@@ -70,7 +70,7 @@ from remem.errors import (
 from remem.layout import thread_meta
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
-from remem.store._program import Program, Sql
+from remem.store._exec import Program, Sql
 from remem.usage import UsageForgetting, forget_usage
 
 __all__ = [
@@ -215,12 +215,13 @@ def _checkpoints_per_thread(saver: Any, threads: list[str]) -> dict[str, int]:
     return {t: n for t, n in counts.items() if n}
 
 
-def _as_program(forgetting: UsageForgetting) -> Program:
+def _as_program(forgetting: UsageForgetting) -> Program[int]:
     """The ledger's statements run as a store program (in the store's transaction)."""
     try:
         sql, params, fetch = next(forgetting)
         while True:
-            sql, params, fetch = forgetting.send((yield Sql(sql, list(params), fetch=fetch)))
+            rows = yield Sql(sql, list(params), "all" if fetch else "count")
+            sql, params, fetch = forgetting.send(rows if fetch else rows[0][0])
     except StopIteration as done:
         return int(done.value)
 

@@ -1,7 +1,7 @@
 """The base every remem store shares: LangGraph's ``BaseStore`` plus hybrid search, erasure, TTL sweeping.
 
-A backend supplies a dialect and the few I/O hooks below (``_execute``, ``_transaction``, vector search);
-all store logic lives in :mod:`remem.store._program`.
+A backend supplies a dialect and the few I/O hooks below (``_transaction``, its vector search); all store
+logic lives in :mod:`remem.store._program` as programs (:mod:`remem.store._exec`) that ``_run`` drives.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,11 +22,13 @@ from remem.embeddings import embed_array
 from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
 from remem.layout import extraction_root, extraction_state, thread_root, threads_root, user_root, users_root
 from remem.store import _core as core
-from remem.store import _erasure
+from remem.store import _erasure, _exec
 from remem.store import _program as prog
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
-from remem.store._program import Program
+from remem.store._exec import Execute, Program, Tx, VecChanged, Vector, VectorSearch
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -111,19 +113,17 @@ class RememStoreBase(BaseStore):
         """The database, as messages name it."""
         return "the database"
 
-    def _execute(self, request: prog.Sql | prog.Many) -> Any:
+    def _transaction(self, write: bool, snapshot: bool = True) -> contextlib.AbstractContextManager[Execute]:
+        """One transaction and the function that runs a statement in it; ``write``: it may write, so it
+        starts as a writer (SQLite: BEGIN IMMEDIATE). ``snapshot=False``: a read whose statements need not
+        share one snapshot (a backend may save the round trips of BEGIN and COMMIT)."""
         raise NotImplementedError
 
-    def _transaction(self, write: bool, snapshot: bool = True) -> contextlib.AbstractContextManager[None]:
-        """One transaction; ``write``: it may write, so it starts as a writer (SQLite: BEGIN IMMEDIATE).
-        ``snapshot=False``: a read whose statements need not share one snapshot (a backend may save the
-        round trips of BEGIN and COMMIT)."""
+    def _vectors(self) -> VectorSearch:
+        """The vector search programs call (``Tx.vectors``)."""
         raise NotImplementedError
 
-    def _vector_search(self, request: prog.VecSearch) -> list[tuple[int, float]]:
-        raise NotImplementedError
-
-    def _vectors_changed(self, changes: list[prog.VecChanged]) -> None:
+    def _vectors_changed(self, changes: list[VecChanged]) -> None:
         """Called after a commit with the vector changes it made (the SQLite cache applies them)."""
 
     def _compact(self) -> bool:
@@ -132,54 +132,57 @@ class RememStoreBase(BaseStore):
 
     # -------------------------------------------------- driver
 
-    def _run(self, make: Callable[[], Program], *, write: bool, snapshot: bool = True) -> Any:
-        """Run the program ``make()`` builds in one transaction (a backend may build it again to retry)."""
+    def _check_writable(self, write: bool) -> None:
         if write and self.read_only:
             raise ConfigError(
                 f"this store opened {self._where()} read-only; open it without read_only=True to write"
             )
-        changes: list[prog.VecChanged] = []
-        touched: list[int] = []
+
+    def _run(
+        self,
+        make: Callable[[Tx], Program[T]],
+        *,
+        write: bool,
+        snapshot: bool = True,
+        ready: Mapping[bytes, Vector] | None = None,
+    ) -> T:
+        """Run the program ``make(tx)`` builds in one transaction (a backend may build it again to retry);
+        ``ready``: the vectors embedded ahead for it."""
+        self._check_writable(write)
         with self._lock:
-            program = make()
-            with self._transaction(write, snapshot):
-                result = self._drive(program, changes, touched)
-            if changes:
-                self._vectors_changed(changes)
-            if touched and not self.read_only:
-                ids = sorted(set(touched))
-                self._run(lambda: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
+            while True:
+                tx = Tx(self._vectors(), ready or {})
+                program = make(tx)
+                try:
+                    request = next(program)
+                except StopIteration as done:  # nothing to ask the database
+                    result: T = done.value
+                    break
+                with self._transaction(write, snapshot) as execute:
+                    result = _exec.drive(program, request, execute)
+                if not tx.unembedded:
+                    break
+                # it stopped before writing: embed outside the transaction, run it again
+                ready = {**tx.ready, **self._embed_texts(tx.unembedded)}
+            self._after(tx)
         return result
 
-    def _drive(
-        self,
-        program: Program,
-        changes: list[prog.VecChanged] | None = None,
-        touched: list[int] | None = None,
-    ) -> Any:
-        """Run ``program`` in the transaction that is open; its result."""
-        changes = [] if changes is None else changes
-        touched = [] if touched is None else touched
-        try:
-            request = next(program)
-            while True:
-                request = program.send(self._handle(request, changes, touched))
-        except StopIteration as stop:
-            return stop.value
+    def _after(self, tx: Tx) -> None:
+        """What a committed program left to do: vector cache changes, TTL refreshes (sync)."""
+        if tx.changes:
+            self._vectors_changed(tx.changes)
+        if tx.touched and not self.read_only:
+            ids = sorted(set(tx.touched))
+            self._run(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
 
-    def _handle(self, request: prog.Request, changes: list[prog.VecChanged], touched: list[int]) -> Any:
-        if isinstance(request, prog.Touch):
-            touched.extend(request.ids)
-            return None
-        if isinstance(request, prog.Sql | prog.Many):
-            return self._execute(request)
-        if isinstance(request, prog.Embed):
-            assert self.plan is not None
-            return _embed(self.plan, request.texts)
-        if isinstance(request, prog.VecSearch):
-            return self._vector_search(request)
-        changes.append(request)
-        return None
+    def _embed_texts(self, texts: Mapping[bytes, str]) -> dict[bytes, Vector]:
+        """Vectors for ``texts`` (by text hash), checked against the index's dims."""
+        if not texts:
+            return {}
+        assert self.plan is not None
+        matrix = _embed(self.plan, list(texts.values()))
+        prog.check_dims(self.plan, matrix)
+        return dict(zip(texts, matrix, strict=True))
 
     # -------------------------------------------------- BaseStore
 
@@ -192,12 +195,13 @@ class RememStoreBase(BaseStore):
             )
         ready = self._embed_ahead(ops, self.search_mode)
         results: list[Result] = self._run(
-            lambda: prog.batch_program(self.dialect, self.plan, ops, self.search_mode, ready, self.clock()),
+            lambda tx: prog.batch_program(self.dialect, tx, self.plan, ops, self.search_mode, self.clock()),
             write=write,
+            ready=ready,
         )
         return results
 
-    def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, npt.NDArray[np.float32]]:
+    def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, Vector]:
         """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""
         plan = self.plan
         if plan is None:
@@ -205,19 +209,13 @@ class RememStoreBase(BaseStore):
         texts: dict[bytes, str] = {}
         if any(isinstance(op, PutOp) for op in ops):  # puts: a look-up of what is stored already
             texts = self._run(
-                lambda: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
+                lambda _: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
                 write=False,
                 snapshot=False,
             )
         elif mode in ("hybrid", "vector"):  # searches only: their queries, no database needed
-            texts = {
-                prog.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query
-            }
-        if not texts:
-            return {}
-        matrix = _embed(plan, list(texts.values()))
-        prog.check_dims(plan, matrix)
-        return dict(zip(texts, matrix, strict=True))
+            texts = query_texts(ops)
+        return self._embed_texts(texts)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
@@ -236,7 +234,30 @@ class RememStoreBase(BaseStore):
         refresh_ttl: bool | None = None,
     ) -> list[ScoredItem]:
         """Ranked items under ``namespace_prefix`` for ``query``: keyword, vector, or both fused (``_fusion``)."""
-        op = SearchOp(
+        op = self._search_op(namespace_prefix, query, filter, limit, offset, refresh_ttl)
+        ready = self._embed_ahead([op], mode)
+        return self._run(
+            lambda tx: prog.search_program(self.dialect, tx, self.plan, op, mode, self.clock()),
+            write=False,
+            ready=ready,
+        )
+
+    async def ahybrid_search(
+        self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
+    ) -> list[ScoredItem]:
+        """Async version of :meth:`hybrid_search`."""
+        return await asyncio.to_thread(self.hybrid_search, namespace_prefix, query, **kw)
+
+    def _search_op(
+        self,
+        namespace_prefix: tuple[str, ...],
+        query: str,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+        refresh_ttl: bool | None = None,
+    ) -> SearchOp:
+        return SearchOp(
             tuple(namespace_prefix),
             dict(filter) if filter else None,
             limit,
@@ -244,17 +265,6 @@ class RememStoreBase(BaseStore):
             query,
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
-        ready = self._embed_ahead([op], mode)
-        hits: list[ScoredItem] = self._run(
-            lambda: prog.search_program(self.dialect, self.plan, op, mode, self.clock(), ready), write=False
-        )
-        return hits
-
-    async def ahybrid_search(
-        self, namespace_prefix: tuple[str, ...], query: str, **kw: Any
-    ) -> list[ScoredItem]:
-        """Async version of :meth:`hybrid_search`."""
-        return await asyncio.to_thread(self.hybrid_search, namespace_prefix, query, **kw)
 
     def _refresh_default(self) -> bool:
         return bool((self.ttl_config or {}).get("refresh_on_read", True))
@@ -272,16 +282,19 @@ class RememStoreBase(BaseStore):
         user (and the whole thread when no other user is named in it) and that user's queued extraction work; ``thread_id`` covers ``("threads", thread_id, ...)``, that thread's extraction
         state and memories extracted from it. Nothing outside the scope is touched.
         """
-        prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
-        owner = ("user_id", user_id) if user_id is not None else None
-        done: tuple[ForgetReport, list[str]] = self._run(
-            lambda: _erasure.forget_program(self.dialect, prefixes, matches, scopes, owner), write=True
-        )
-        report, values = done
+        report, values = self._run(self._forget_program(user_id, thread_id, namespace), write=True)
         self._evict_texts(values)
         with self._lock:
             report.compacted = self._compact()
         return report
+
+    def _forget_program(
+        self, user_id: str | None, thread_id: str | None, namespace: tuple[str, ...] | str | None
+    ) -> Callable[[Tx], Program[tuple[ForgetReport, list[str]]]]:
+        """What :meth:`forget` runs (the scope checked now, before any transaction)."""
+        prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
+        owner = ("user_id", user_id) if user_id is not None else None
+        return lambda tx: _erasure.forget_program(self.dialect, tx, prefixes, matches, scopes, owner)
 
     async def aforget(self, **scope: Any) -> ForgetReport:
         """Async version of :meth:`forget`."""
@@ -299,8 +312,7 @@ class RememStoreBase(BaseStore):
         raise NotImplementedError
 
     def _sweep_now(self) -> int:
-        swept: int = self._run(lambda: _erasure.sweep_program(self.dialect, self.clock()), write=True)
-        return swept
+        return self._run(lambda tx: _erasure.sweep_program(self.dialect, tx, self.clock()), write=True)
 
     async def asweep_ttl(self) -> int:
         """Delete expired items now; returns how many."""
@@ -337,8 +349,7 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        stats: dict[str, Any] = self._run(lambda: _erasure.stats_program(self.dialect), write=False)
-        return stats
+        return self._run(lambda _: _erasure.stats_program(self.dialect), write=False)
 
 
 def check_read_only_schema(version: int, where: str) -> None:
@@ -355,6 +366,11 @@ def check_read_only_schema(version: int, where: str) -> None:
             f"{where} holds remem's store tables at version {version}, this remem needs {COMPONENT.latest}; "
             "open it once for writing (setup()) to migrate it"
         )
+
+
+def query_texts(ops: Iterable[Op]) -> dict[bytes, str]:
+    """The search queries of ``ops`` by text hash: what a search embeds."""
+    return {prog.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query}
 
 
 def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
@@ -429,7 +445,7 @@ class AsyncStore(RememStoreBase):
                 size += len(taken[-1][0])
             combined = [op for ops, _ in taken for op in ops]
             try:
-                results = await asyncio.to_thread(self.batch, combined)
+                results = await self._abatch_now(combined)
             except BaseException as exc:
                 for _, done in taken:
                     if not done.done():
@@ -442,6 +458,10 @@ class AsyncStore(RememStoreBase):
                 if not done.done():
                     done.set_result(results[start : start + len(ops)])
                 start += len(ops)
+
+    async def _abatch_now(self, ops: list[Op]) -> list[Result]:
+        """Run one combined batch (in a worker thread unless the backend has an async driver)."""
+        return await asyncio.to_thread(self.batch, ops)
 
     async def setup(self) -> None:
         """Async version of :meth:`SyncStore.setup`."""

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from remem.errors import ErasureConflictError, StorageError
 from remem.layout import (
@@ -19,10 +19,15 @@ from remem.layout import (
     threads_root,
 )
 from remem.store import _core as core
-from remem.store._program import _CHUNK, Dialect, Program, Sql, delete_ids
+from remem.store._exec import Program, Sql, Tx
+from remem.store._program import _CHUNK, Dialect, delete_ids
+from remem.store._schema import ITEMS, NS, VECTORS
 
 if TYPE_CHECKING:
     from remem.store._base import RememStoreBase
+
+T = TypeVar("T")
+Found = dict[int, tuple[tuple[str, ...], str, str]]
 
 
 @dataclass
@@ -50,10 +55,10 @@ class ForgetReport:
         ]
 
 
-def _select(d: Dialect, where: str, params: list[Any]) -> Program:
+def _select(d: Dialect, where: str, params: list[Any]) -> Program[Found]:
     rows = yield Sql(
         d.q(
-            f"SELECT i.id, n.path, i.key, i.value FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {where}"
+            f"SELECT i.id, n.path, i.key, i.value FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE {where}"
         ),
         params,
     )
@@ -62,17 +67,18 @@ def _select(d: Dialect, where: str, params: list[Any]) -> Program:
 
 def forget_program(
     d: Dialect,
+    tx: Tx,
     prefixes: list[tuple[str, ...]],
     value_matches: list[tuple[tuple[str, ...], str, str]],
     scopes: list[str],
     owner: tuple[str, str] | None = None,
-) -> Program:
+) -> Program[tuple[ForgetReport, list[str]]]:
     """Delete every item under ``prefixes`` and every item under a prefix whose value[key] == value.
 
     With ``owner`` = (key, value), a thread ``("threads", T)`` in which a matched item sits is deleted whole
     when every item of it that names an owner names this one (a thread shared with another user is not).
     """
-    ids: dict[int, tuple[tuple[str, ...], str, str]] = {}
+    ids: Found = {}
     for prefix in prefixes:
         core.validate_namespace(prefix)
         where, params = d.ns_condition(prefix)
@@ -95,43 +101,40 @@ def forget_program(
     report = ForgetReport(scopes=scopes)
     report.item_keys = sorted((ns, key) for ns, key, _ in ids.values())
     report.queued = sum(1 for ns, _, _ in ids.values() if ns[:2] == extraction_root())
-    report.items, report.vectors, report.keyword_rows = yield from delete_ids(d, sorted(ids))
+    report.items, report.vectors, report.keyword_rows = yield from delete_ids(d, tx, sorted(ids))
     paths = sorted({core.ns_path(ns) for ns, _, _ in ids.values()})
     for start in range(0, len(paths), _CHUNK):
         chunk = paths[start : start + _CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        report.namespaces += yield Sql(
+        deleted = yield Sql(
             d.q(
-                f"DELETE FROM remem_ns WHERE path IN ({marks}) AND NOT EXISTS "
-                "(SELECT 1 FROM remem_items i WHERE i.ns_id = remem_ns.id)"
+                f"DELETE FROM {NS} WHERE path IN ({marks}) AND NOT EXISTS "
+                f"(SELECT 1 FROM {ITEMS} i WHERE i.ns_id = {NS}.id)"
             ),
             chunk,
-            fetch=False,
+            "count",
         )
+        report.namespaces += int(deleted[0][0])
     return report, [v for _, _, v in ids.values()]
 
 
-def sweep_program(d: Dialect, now: float) -> Program:
-    rows = yield Sql(
-        d.q("SELECT id FROM remem_items WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now]
-    )
-    counts = yield from delete_ids(d, [int(r[0]) for r in rows])
+def sweep_program(d: Dialect, tx: Tx, now: float) -> Program[int]:
+    rows = yield Sql(d.q(f"SELECT id FROM {ITEMS} WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now])
+    counts = yield from delete_ids(d, tx, [int(r[0]) for r in rows])
     return counts[0]
 
 
-def stats_program(d: Dialect) -> Program:
+def stats_program(d: Dialect) -> Program[dict[str, Any]]:
     out: dict[str, Any] = {}
     for name, sql in (
-        ("items", "SELECT count(*) FROM remem_items"),
-        ("namespaces", "SELECT count(*) FROM remem_ns"),
-        ("vectors", "SELECT count(*) FROM remem_vectors"),
-        ("expiring items", "SELECT count(*) FROM remem_items WHERE expires_at IS NOT NULL"),
+        ("items", f"SELECT count(*) FROM {ITEMS}"),
+        ("namespaces", f"SELECT count(*) FROM {NS}"),
+        ("vectors", f"SELECT count(*) FROM {VECTORS}"),
+        ("expiring items", f"SELECT count(*) FROM {ITEMS} WHERE expires_at IS NOT NULL"),
     ):
         out[name] = int((yield Sql(d.q(sql), []))[0][0])
     rows = yield Sql(
-        d.q(
-            "SELECT n.path, count(i.id) FROM remem_ns n JOIN remem_items i ON i.ns_id = n.id GROUP BY n.path"
-        ),
+        d.q(f"SELECT n.path, count(i.id) FROM {NS} n JOIN {ITEMS} i ON i.ns_id = n.id GROUP BY n.path"),
         [],
     )
     top: dict[str, int] = {}
@@ -200,21 +203,19 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
     )
 
 
-def journal_open_program(d: Dialect) -> Program:
+def journal_open_program(d: Dialect) -> Program[list[JournalEntry]]:
     rows = yield Sql(
         d.q(f"SELECT {_ENTRY_COLS} FROM {JOURNAL_TABLE} WHERE state <> 'closed' ORDER BY started_at, id"), []
     )
     return [_entry(r) for r in rows]
 
 
-def journal_save_program(d: Dialect, entry: JournalEntry) -> Program:
+def journal_save_program(d: Dialect, entry: JournalEntry) -> Program[None]:
     """Write ``entry`` as its next revision; refused when another run wrote it since it was read."""
     if entry.revision == 0:
         entry.revision = 1
         marks = ", ".join("?" for _ in range(9))
-        yield Sql(
-            d.q(f"INSERT INTO {JOURNAL_TABLE} ({_ENTRY_COLS}) VALUES ({marks})"), entry.row(), fetch=False
-        )
+        yield Sql(d.q(f"INSERT INTO {JOURNAL_TABLE} ({_ENTRY_COLS}) VALUES ({marks})"), entry.row(), "none")
         return
     read = entry.revision
     entry.revision += 1
@@ -224,9 +225,9 @@ def journal_save_program(d: Dialect, entry: JournalEntry) -> Program:
             f"UPDATE {JOURNAL_TABLE} SET {', '.join(f'{c} = ?' for c in columns)} WHERE id = ? AND revision = ?"
         ),
         [*entry.row()[1:], entry.id, read],
-        fetch=False,
+        "count",
     )
-    if changed != 1:
+    if int(changed[0][0]) != 1:
         entry.revision = read
         raise ErasureConflictError(
             f"another run of forget is working on erasure {entry.id}; let it finish, or run forget again"
@@ -235,22 +236,23 @@ def journal_save_program(d: Dialect, entry: JournalEntry) -> Program:
 
 def journaled_forget_program(
     d: Dialect,
+    tx: Tx,
     prefixes: list[tuple[str, ...]],
     value_matches: list[tuple[tuple[str, ...], str, str]],
     scopes: list[str],
     owner: tuple[str, str] | None,
     record: Callable[[ForgetReport], JournalEntry],
-) -> Program:
+) -> Program[tuple[ForgetReport, list[str]]]:
     """:func:`forget_program`, and the journal entry ``record`` makes of its report, in one transaction:
     a step is marked done exactly when its deletions commit."""
-    report, values = yield from forget_program(d, prefixes, value_matches, scopes, owner)
+    report, values = yield from forget_program(d, tx, prefixes, value_matches, scopes, owner)
     yield from journal_save_program(d, record(report))
     return report, values
 
 
 def journaled_program(
-    d: Dialect, make: Callable[[], Program], record: Callable[[Any], JournalEntry]
-) -> Program:
+    d: Dialect, make: Callable[[], Program[T]], record: Callable[[T], JournalEntry]
+) -> Program[T]:
     """The program ``make()`` builds (a higher layer's statements, such as the usage ledger's), and the
     journal entry ``record`` makes of its result, in one transaction: the step is marked done exactly when
     its deletions commit."""
@@ -259,13 +261,13 @@ def journaled_program(
     return result
 
 
-def meta_threads_program(d: Dialect, user_id: str) -> Program:
+def meta_threads_program(d: Dialect, user_id: str) -> Program[list[str]]:
     """Threads whose memory-client record ``("threads", T, "meta")`` names ``user_id`` as their user."""
     where, params = d.ns_condition(threads_root())
     cond, extra = d.filter_condition("user_id", "str", user_id)
     rows = yield Sql(
         d.q(
-            "SELECT n.path FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT n.path FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE {where} AND {cond} AND i.key = ?"
         ),
         [*params, *extra, THREAD_META_KEY],
@@ -274,19 +276,17 @@ def meta_threads_program(d: Dialect, user_id: str) -> Program:
     return sorted({ns[1] for ns in found if len(ns) == 3 and ns[2] == "meta"})
 
 
-def registry_add_program(d: Dialect, kind: str, templates: Sequence[str]) -> Program:
+def registry_add_program(d: Dialect, kind: str, templates: Sequence[str]) -> Program[None]:
     for template in templates:
         yield Sql(
-            d.q(f"DELETE FROM {REGISTRY_TABLE} WHERE kind = ? AND template = ?"),
-            [kind, template],
-            fetch=False,
+            d.q(f"DELETE FROM {REGISTRY_TABLE} WHERE kind = ? AND template = ?"), [kind, template], "none"
         )
         yield Sql(
-            d.q(f"INSERT INTO {REGISTRY_TABLE} (kind, template) VALUES (?, ?)"), [kind, template], fetch=False
+            d.q(f"INSERT INTO {REGISTRY_TABLE} (kind, template) VALUES (?, ?)"), [kind, template], "none"
         )
 
 
-def registry_program(d: Dialect) -> Program:
+def registry_program(d: Dialect) -> Program[list[tuple[str, str]]]:
     rows = yield Sql(d.q(f"SELECT kind, template FROM {REGISTRY_TABLE} ORDER BY kind, template"), [])
     return [(str(r[0]), str(r[1])) for r in rows]
 
@@ -294,10 +294,10 @@ def registry_program(d: Dialect) -> Program:
 # ---------------------------------------------------------------- journal and compaction, run on a store
 
 
-def run_journal(store: RememStoreBase, make: Callable[..., Program], *args: Any) -> Any:
+def run_journal(store: RememStoreBase, make: Callable[..., Program[T]], *args: Any) -> T:
     """Run the journal program ``make(*args)`` in one write transaction of ``store`` (whose setup created the
     journal's tables); the store may build it again to retry after a lost connection."""
-    return store._run(lambda: make(*args), write=True)
+    return store._run(lambda tx: make(*args), write=True)
 
 
 def check_scope(
@@ -322,8 +322,9 @@ def journaled_forget(
 
     prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
     owner = ("user_id", user_id) if user_id is not None else None
-    result: tuple[ForgetReport, list[str]] = run_journal(
-        store, journaled_forget_program, store.dialect, prefixes, matches, scopes, owner, record
+    result = store._run(
+        lambda tx: journaled_forget_program(store.dialect, tx, prefixes, matches, scopes, owner, record),
+        write=True,
     )
     store._evict_texts(result[1])
     return result[0]

@@ -12,14 +12,20 @@ read from the same tables, so both backends give the same hits in the same order
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remem.layout import STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store import _core as core
 from remem.store import _text
+from remem.store._exec import Hits, Program, Sql, many
+from remem.store._schema import ITEMS
+
+if TYPE_CHECKING:
+    from remem.store._program import Dialect
 
 __all__ = ["KeywordCache", "delete_ops", "search_ops", "write_ops"]
 
@@ -60,10 +66,8 @@ def _decode(text: str) -> list[str]:
 # ---------------------------------------------------------------- writes
 
 
-def write_ops(d: Any, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> Any:
+def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> Program[None]:
     """Index each (item id, keyword text), replacing what the item had; unchanged texts cost one read."""
-    from remem.store._program import Many, Sql
-
     if not rows:
         return None
     new = {item_id: dict(_text.index_terms(text)) for item_id, text in rows}
@@ -88,11 +92,11 @@ def write_ops(d: Any, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> A
         added.extend((t, item_id, n, length) for t, n in sorted(terms.items()))
         docs.append((item_id, length, encoded))
     if removed:
-        yield Many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
+        yield many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
     if added:
-        yield Many(d.q(f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?)"), added)
+        yield many(d.q(f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?)"), added)
     if docs:
-        yield Many(
+        yield many(
             d.q(
                 f"INSERT INTO {DOCS} (item_id, dl, terms) VALUES (?, ?, ?) ON CONFLICT (item_id) DO UPDATE "
                 "SET dl = excluded.dl, terms = excluded.terms"
@@ -103,17 +107,15 @@ def write_ops(d: Any, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> A
     return None
 
 
-def delete_ops(d: Any, ids: Sequence[int], cache: KeywordCache) -> Any:
+def delete_ops(d: Dialect, ids: Sequence[int], cache: KeywordCache) -> Program[int]:
     """Remove these items from the index; returns how many were indexed."""
-    from remem.store._program import Many, Sql
-
     cond, params = d.ids_condition("item_id", ids)
     found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
     removed = [(t, int(r[0])) for r in found for t in _decode(str(r[1]))]
     if removed:
-        yield Many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
+        yield many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
     if found:
-        yield Sql(d.q(f"DELETE FROM {DOCS} WHERE {cond}"), params, fetch=False)
+        yield Sql(d.q(f"DELETE FROM {DOCS} WHERE {cond}"), params, "none")
     cache.wrote(len(found))
     return len(found)
 
@@ -121,9 +123,7 @@ def delete_ops(d: Any, ids: Sequence[int], cache: KeywordCache) -> Any:
 # ---------------------------------------------------------------- search
 
 
-def _stats(d: Any, cache: KeywordCache) -> Any:
-    from remem.store._program import Sql
-
+def _stats(d: Dialect, cache: KeywordCache) -> Program[tuple[int, int]]:
     if not cache.fresh():
         rows = yield Sql(d.q(f"SELECT count(*), coalesce(sum(dl), 0) FROM {DOCS}"), [])
         docs, total = (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
@@ -133,9 +133,9 @@ def _stats(d: Any, cache: KeywordCache) -> Any:
     return cache.docs, cache.total
 
 
-def _doc_frequencies(d: Any, terms: Sequence[str], docs: int, cache: KeywordCache) -> Any:
-    from remem.store._program import Sql
-
+def _doc_frequencies(
+    d: Dialect, terms: Sequence[str], docs: int, cache: KeywordCache
+) -> Program[dict[str, int]]:
     out: dict[str, int] = {}
     missing: list[str] = []
     for term in terms:
@@ -160,13 +160,11 @@ def _doc_frequencies(d: Any, terms: Sequence[str], docs: int, cache: KeywordCach
 
 def idf(docs: int, df: int) -> float:
     """BM25's inverse document frequency, never negative (a word in most items weighs almost nothing)."""
-    import math
-
     return math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
 
 
 def _rank_sql(
-    d: Any,
+    d: Dialect,
     weights: dict[str, float],
     mean: float,
     *,
@@ -198,7 +196,7 @@ def _rank_sql(
             where.append("r.item_id > ?")
             params.append(lowest)
     if join:
-        source += " JOIN remem_items i ON i.id = p.item_id"
+        source += f" JOIN {ITEMS} i ON i.id = p.item_id"
         where.append("(i.expires_at IS NULL OR i.expires_at > ?)")
         params.append(now)
         if ns_ids is not None:
@@ -218,11 +216,9 @@ def _rank_sql(
     return d.q(sql), params
 
 
-def _live(d: Any, ids: list[int], now: float, ns_ids: Sequence[int] | None) -> Any:
-    from remem.store._program import Sql
-
+def _live(d: Dialect, ids: list[int], now: float, ns_ids: Sequence[int] | None) -> Program[set[int]]:
     cond, params = d.ids_condition("id", ids)
-    sql = f"SELECT id FROM remem_items WHERE {cond} AND (expires_at IS NULL OR expires_at > ?)"
+    sql = f"SELECT id FROM {ITEMS} WHERE {cond} AND (expires_at IS NULL OR expires_at > ?)"
     params.append(now)
     if ns_ids is not None:
         extra, more = d.ids_condition("ns_id", ns_ids)
@@ -233,7 +229,7 @@ def _live(d: Any, ids: list[int], now: float, ns_ids: Sequence[int] | None) -> A
 
 
 def _ranked(
-    d: Any,
+    d: Dialect,
     weights: dict[str, float],
     mean: float,
     every: bool,
@@ -242,11 +238,9 @@ def _ranked(
     now: float,
     ns_ids: Sequence[int] | None,
     item_ids: Sequence[int] | None,
-) -> Any:
+) -> Program[Hits]:
     """The ``k`` best live matches: filtered while ranking when a filter narrows the items, else the
     whole index ranked and the best few checked (ranking deeper until ``k`` pass or matches run out)."""
-    from remem.store._program import Sql
-
     if item_ids is not None or ns_ids is not None:
         sql, params = _rank_sql(
             d, weights, mean, every=every, lowest=lowest, join=True, now=now,
@@ -269,7 +263,7 @@ def _ranked(
 
 
 def search_ops(
-    d: Any,
+    d: Dialect,
     terms: Sequence[str],
     k: int,
     ns_ids: Sequence[int] | None,
@@ -277,11 +271,9 @@ def search_ops(
     now: float,
     cache: KeywordCache,
     budget: int,
-) -> Any:
+) -> Program[Hits]:
     """The ``k`` best (item id, BM25 score) pairs for ``terms`` among live items in ``ns_ids`` / ``item_ids``
     (None: any), best first. On a large index only the rarest terms are ranked (see ``core.plan_keyword``)."""
-    from remem.store._program import Sql
-
     if not terms or k <= 0:
         return []
     docs, total = yield from _stats(d, cache)

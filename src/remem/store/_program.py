@@ -1,4 +1,4 @@
-"""The stores' logic, written once as generators that yield requests (SQL, embed, vector search).
+"""The stores' logic, written once as programs: generators of SQL statements (see :mod:`remem.store._exec`).
 
 A sync driver runs a program with a sqlite3 or psycopg connection, an async driver with an async one; the
 programs never touch a connection. SQL is written with ``?`` placeholders; a dialect rewrites them.
@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from langgraph.store.base import GetOp, Item, ListNamespacesOp, Op, PutOp, SearchOp, validate_op_namespace
+from langgraph.store.base import (
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
 
 from remem.errors import ConfigError, RememUsageError
 from remem.store import _core as core
@@ -22,50 +31,8 @@ from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
 from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-
-
-@dataclass(frozen=True)
-class Sql:
-    sql: str
-    params: Sequence[Any] = ()
-    fetch: bool = True
-
-
-@dataclass(frozen=True)
-class Many:
-    sql: str
-    rows: Sequence[Sequence[Any]]
-
-
-@dataclass(frozen=True)
-class Embed:
-    texts: list[str]
-
-
-@dataclass(frozen=True)
-class VecSearch:
-    query: npt.NDArray[np.float32]
-    k: int
-    ns_ids: list[int] | None
-    item_ids: list[int] | None
-
-
-@dataclass(frozen=True)
-class Touch:
-    """Items read with ``refresh_ttl`` whose expiry to push back: done after the read, in a write
-    transaction of its own, so that a read never upgrades itself to a writer (which cannot wait)."""
-
-    ids: list[int]
-
-
-@dataclass(frozen=True)
-class VecChanged:
-    removed: list[int]
-    added: list[tuple[int, int, npt.NDArray[np.float32]]]
-
-
-Request = Sql | Many | Embed | VecSearch | Touch | VecChanged
-Program = Generator[Request, Any, Any]
+from remem.store._exec import Hits, Program, Rows, Sql, Tx, VecChanged, Vector, many
+from remem.store._schema import ITEMS, NS, VECTORS
 
 _ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
 _LIVE = "(i.expires_at IS NULL OR i.expires_at > ?)"
@@ -104,14 +71,14 @@ class Dialect:
 
     def upsert(self) -> str:
         columns, values, conflict = self.upsert_parts()
-        return f"INSERT INTO remem_items ({columns}) VALUES ({', '.join(values)}) {conflict}"
+        return f"INSERT INTO {ITEMS} ({columns}) VALUES ({', '.join(values)}) {conflict}"
 
     def upsert_in_namespace(self) -> str:
         """The upsert with the namespace id looked up by path (the last parameter) in the same statement;
         it writes nothing when the namespace does not exist yet."""
         columns, values, conflict = self.upsert_parts()
         return (
-            f"INSERT INTO remem_items ({columns}) SELECT n.id, {', '.join(values[1:])} FROM remem_ns n "
+            f"INSERT INTO {ITEMS} ({columns}) SELECT n.id, {', '.join(values[1:])} FROM {NS} n "
             f"WHERE n.path = ? {conflict}"
         )
 
@@ -124,7 +91,7 @@ class Dialect:
         """A keyword score mapped into [0, 1], higher is better (bm25 is unbounded: s / (1 + s))."""
         return max(raw, 0.0) / (1.0 + max(raw, 0.0))
 
-    def vector_param(self, vec: npt.NDArray[np.float32]) -> Any:
+    def vector_param(self, vec: Vector) -> Any:
         return np.asarray(vec, dtype=np.float32).tobytes()
 
 
@@ -133,32 +100,44 @@ class Dialect:
 
 def batch_program(
     d: Dialect,
+    tx: Tx,
     plan: IndexPlan | None,
     ops: Iterable[Op],
     mode: SearchMode,
-    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
     now: float | None = None,
-) -> Program:
+) -> Program[list[Result]]:
     """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
-    ``ready``: vectors embedded ahead (see :func:`texts_to_embed_program`), by text hash; ``now``: the
-    store's clock (default: the system's)."""
+    ``tx.ready``: vectors embedded ahead (see :func:`texts_to_embed_program`); ``now``: the store's clock
+    (default: the system's)."""
     ops = list(ops)
-    results: list[Any] = [None] * len(ops)
+    results: list[Result] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time() if now is None else now
     for op in ops:
         validate_op(op)
-    answered: dict[str, Any] = {}  # every read sees the state before the puts: an identical read, one answer
+    answered: dict[
+        str, Result
+    ] = {}  # every read sees the state before the puts: an identical read, one answer
+    gets = [op for op in ops if isinstance(op, GetOp)]
+    for op in gets:
+        core.validate_key(op.key)
+    found: dict[tuple[str, str], tuple[Any, ...]] | None = None
+    if len(gets) > 1:  # every get of the batch in a few statements instead of one each
+        found = yield from _rows_by_key(d, [(core.ns_path(op.namespace), op.key) for op in gets], now)
     for i, op in enumerate(ops):
         same = None if isinstance(op, PutOp) else repr(op)
         if same is not None and same in answered:
             results[i] = answered[same]
             continue
-        if isinstance(op, GetOp):
-            core.validate_key(op.key)
-            results[i] = yield from get_program(d, op, now)
+        if isinstance(op, GetOp) and found is not None:
+            row = found.get((core.ns_path(op.namespace), op.key))
+            if row is not None and op.refresh_ttl:
+                _touch(tx, [row])
+            results[i] = None if row is None else _item(row)
+        elif isinstance(op, GetOp):
+            results[i] = yield from get_program(d, tx, op, now)
         elif isinstance(op, SearchOp):
-            results[i] = yield from search_program(d, plan, op, mode, now, ready)
+            results[i] = list[SearchItem]((yield from search_program(d, tx, plan, op, mode, now)))
         elif isinstance(op, ListNamespacesOp):
             results[i] = yield from list_namespaces_program(d, op, now)
         elif isinstance(op, PutOp):
@@ -170,8 +149,8 @@ def batch_program(
             )
         if same is not None:
             answered[same] = results[i]
-    if puts:
-        yield from put_program(d, plan, list(puts.values()), now, ready)
+    if puts and not tx.unembedded:  # (a read missed its vector: no write before the batch runs again)
+        yield from put_program(d, tx, plan, list(puts.values()), now)
     return results
 
 
@@ -208,30 +187,51 @@ def _item(row: Sequence[Any], score: float | None = None) -> Item:
     )
 
 
-def _touch(rows: Iterable[Sequence[Any]]) -> Program:
+def _touch(tx: Tx, rows: Iterable[Sequence[Any]]) -> None:
     """Ask for the expiry of these item rows (those with a TTL) to be refreshed after the read."""
-    ids = [int(r[0]) for r in rows if r[6] is not None]
-    if ids:
-        yield Touch(ids)
+    tx.touched.extend(int(r[0]) for r in rows if r[6] is not None)
 
 
-def refresh_program(d: Dialect, ids: list[int], now: float) -> Program:
-    """Push back the expiry of items read with ``refresh_ttl`` (a write; see :class:`Touch`)."""
+def refresh_program(d: Dialect, ids: list[int], now: float) -> Program[None]:
+    """Push back the expiry of items read with ``refresh_ttl`` (a write; see :attr:`Tx.touched`)."""
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("id", ids[start : start + _CHUNK])
         yield Sql(
             d.q(
-                f"UPDATE remem_items SET expires_at = ? + ttl_minutes * 60 WHERE ttl_minutes IS NOT NULL AND {cond}"
+                f"UPDATE {ITEMS} SET expires_at = ? + ttl_minutes * 60 WHERE ttl_minutes IS NOT NULL AND {cond}"
             ),
             [now, *params],
-            fetch=False,
+            "none",
         )
 
 
-def get_program(d: Dialect, op: GetOp, now: float) -> Program:
+def _rows_by_key(
+    d: Dialect, keys: Sequence[tuple[str, str]], now: float | None, cols: str = _ITEM_COLS
+) -> Program[dict[tuple[str, str], tuple[Any, ...]]]:
+    """Item rows by (namespace path, key), a few hundred pairs per statement (``now``: live ones only)."""
+    out: dict[tuple[str, str], tuple[Any, ...]] = {}
+    pairs = sorted(set(keys))
+    step = _CHUNK // 2
+    for start in range(0, len(pairs), step):
+        chunk = pairs[start : start + step]
+        values = ", ".join("(?, ?)" for _ in chunk)
+        live = f" WHERE {_LIVE}" if now is not None else ""
+        # the pairs as a table joined to the unique indexes (a row-value IN would scan every item on SQLite)
+        rows = yield Sql(
+            d.q(
+                f"SELECT n.path, i.key, {cols} FROM (VALUES {values}) w JOIN {NS} n ON n.path = w.column1 "
+                f"JOIN {ITEMS} i ON i.ns_id = n.id AND i.key = w.column2{live}"
+            ),
+            [x for pair in chunk for x in pair] + ([now] if now is not None else []),
+        )
+        out.update({(str(r[0]), str(r[1])): r[2:] for r in rows})
+    return out
+
+
+def get_program(d: Dialect, tx: Tx, op: GetOp, now: float) -> Program[Item | None]:
     rows = yield Sql(
         d.q(
-            f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE n.path = ? AND i.key = ? AND {_LIVE}"
         ),
         [core.ns_path(op.namespace), op.key, now],
@@ -239,11 +239,11 @@ def get_program(d: Dialect, op: GetOp, now: float) -> Program:
     if not rows:
         return None
     if op.refresh_ttl:
-        yield from _touch(rows[:1])
+        _touch(tx, rows[:1])
     return _item(rows[0])
 
 
-def list_namespaces_program(d: Dialect, op: ListNamespacesOp, now: float) -> Program:
+def list_namespaces_program(d: Dialect, op: ListNamespacesOp, now: float) -> Program[list[tuple[str, ...]]]:
     where, params = "1=1", list[Any]()
     for cond in op.match_conditions or ():
         if cond.match_type not in ("prefix", "suffix"):
@@ -252,8 +252,8 @@ def list_namespaces_program(d: Dialect, op: ListNamespacesOp, now: float) -> Pro
             where, params = d.ns_condition(tuple(cond.path))
     rows = yield Sql(
         d.q(
-            f"SELECT n.path FROM remem_ns n WHERE {where} AND EXISTS "
-            f"(SELECT 1 FROM remem_items i WHERE i.ns_id = n.id AND {_LIVE})"
+            f"SELECT n.path FROM {NS} n WHERE {where} AND EXISTS "
+            f"(SELECT 1 FROM {ITEMS} i WHERE i.ns_id = n.id AND {_LIVE})"
         ),
         [*params, now],
     )
@@ -281,7 +281,7 @@ def _matches(kind: str, path: tuple[str, ...], ns: tuple[str, ...]) -> bool:
 
 def _filtered_rows(
     d: Dialect, prefix: Sequence[str], filt: dict[str, Any], now: float, page: tuple[int, int] | None
-) -> Program:
+) -> Program[Rows]:
     """Live items under ``prefix`` matching ``filt``, in insertion order; ``page`` = (offset, limit)."""
     ns_where, params = d.ns_condition(prefix)
     where = [ns_where, _LIVE]
@@ -292,7 +292,7 @@ def _filtered_rows(
         where.append(cond)
         params.extend(extra)
     sql = (
-        f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id "
+        f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
         f"WHERE {' AND '.join(where)} ORDER BY n.id, i.id"
     )
     exact = push.exact and page is not None
@@ -308,13 +308,8 @@ def _filtered_rows(
 
 
 def search_program(
-    d: Dialect,
-    plan: IndexPlan | None,
-    op: SearchOp,
-    mode: SearchMode,
-    now: float,
-    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
-) -> Program:
+    d: Dialect, tx: Tx, plan: IndexPlan | None, op: SearchOp, mode: SearchMode, now: float
+) -> Program[list[ScoredItem]]:
     if mode not in core.SEARCH_MODES:
         raise RememUsageError(f"unknown search mode {mode!r}; use one of {', '.join(core.SEARCH_MODES)}")
     filt = core.validate_filter(op.filter)
@@ -325,7 +320,7 @@ def search_program(
         rows = yield from _filtered_rows(d, prefix, filt, now, (offset, limit))
         items = [_search_item(r, None, "list", {}) for r in rows]
         if op.refresh_ttl:
-            yield from _touch(rows)
+            _touch(tx, rows)
         return items
     if mode == "vector" and plan is None:
         raise ConfigError(
@@ -334,20 +329,20 @@ def search_program(
     allowed: list[int] | None = None
     if filt:
         rows = yield from _filtered_rows(d, prefix, filt, now, None)
-        allowed = [r[0] for r in rows]
+        allowed = [int(r[0]) for r in rows]
         if not allowed:
             return []
     depth = offset + limit
     fetch = max(depth, 50) if mode == "hybrid" else depth
-    keyword: list[tuple[int, float]] = []
-    vector: list[tuple[int, float]] = []
+    keyword: Hits = []
+    vector: Hits = []
     ns_ids: list[int] | None = None
     if prefix:
         ns_where, params = d.ns_condition(prefix, "path")
-        ns_ids = [int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM remem_ns WHERE {ns_where}"), params))]
+        ns_ids = [int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM {NS} WHERE {ns_where}"), params))]
         if not ns_ids:
             return []
-        if len(ns_ids) == (yield Sql(d.q("SELECT count(*) FROM remem_ns"), []))[0][0]:
+        if len(ns_ids) == int((yield Sql(d.q(f"SELECT count(*) FROM {NS}"), []))[0][0]):
             ns_ids = None  # the prefix covers every namespace: no need to filter
     if mode in ("hybrid", "keyword"):
         terms = _text.query_terms(op.query)
@@ -355,12 +350,12 @@ def search_program(
             keyword = yield from kw.search_ops(
                 d, terms, fetch, ns_ids, allowed, now, d.keywords, d.keyword_budget
             )
-    qvec: npt.NDArray[np.float32] | None = None
+    qvec: Vector | None = None
     if mode in ("hybrid", "vector") and plan is not None:
-        qvec = (ready or {}).get(core_hash(op.query))
-        if qvec is None:
-            qvec = (yield Embed([op.query]))[0]
-        vector = yield VecSearch(qvec, fetch + 8, ns_ids, allowed)
+        qvec = tx.vector(core_hash(op.query), op.query)
+        if qvec is None:  # the driver embeds it and runs the program again
+            return []
+        vector = yield from tx.vectors.search(qvec, fetch + 8, ns_ids, allowed)
     scores: dict[int, dict[str, float]] = {}
     for rank, (item_id, score) in enumerate(keyword, start=1):
         scores.setdefault(item_id, {}).update(keyword=score, keyword_rank=rank)
@@ -374,8 +369,9 @@ def search_program(
     else:
         if fusion.DEFAULT.needs_scores and qvec is not None:  # keyword-only candidates: their similarity too
             unscored = [i for i, s in scores.items() if "vector" not in s]
-            for item_id, score in (yield VecSearch(qvec, len(unscored), None, unscored)) if unscored else ():
-                scores[item_id]["vector"] = score
+            if unscored:
+                for item_id, score in (yield from tx.vectors.search(qvec, len(unscored), None, unscored)):
+                    scores[item_id]["vector"] = score
         fused = fusion.fuse(scores)
         ranked = sorted(fused.items(), key=lambda kv: -kv[1])
         for item_id, value in fused.items():
@@ -386,10 +382,10 @@ def search_program(
         # hits found by keyword alone get their similarity too: a hybrid hit's score is its vector score
         unscored = [i for i in live if "vector" not in scores[i]]
         if unscored:
-            for item_id, score in (yield VecSearch(qvec, len(unscored), None, unscored)):
+            for item_id, score in (yield from tx.vectors.search(qvec, len(unscored), None, unscored)):
                 scores[item_id]["vector"] = score
     if op.refresh_ttl:
-        yield from _touch(rows_by_id[i] for i in live)
+        _touch(tx, (rows_by_id[i] for i in live))
     return [_search_item(rows_by_id[i], relevance(d, scores[i]), used, scores[i]) for i in live]
 
 
@@ -415,14 +411,12 @@ def _search_item(row: Sequence[Any], score: float | None, mode: str, scores: dic
     )
 
 
-def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program:
-    out: dict[int, Any] = {}
+def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program[dict[int, tuple[Any, ...]]]:
+    out: dict[int, tuple[Any, ...]] = {}
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("i.id", ids[start : start + _CHUNK])
         rows = yield Sql(
-            d.q(
-                f"SELECT {_ITEM_COLS} FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE {cond} AND {_LIVE}"
-            ),
+            d.q(f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE {cond} AND {_LIVE}"),
             [*params, now],
         )
         out.update({int(r[0]): r for r in rows})
@@ -432,27 +426,27 @@ def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program:
 # ---------------------------------------------------------------- writes
 
 
-def _ns_ids(d: Dialect, paths: Iterable[str]) -> Program:
+def _ns_ids(d: Dialect, paths: Iterable[str]) -> Program[dict[str, int]]:
     """Ids of namespace paths, creating the missing ones. Namespaces are nearly always there already, so
     they are looked up first: one statement per put instead of an insert and a lookup."""
-    paths = sorted(set(paths))
-    ids = yield from _known_ns_ids(d, paths)
-    missing = [p for p in paths if p not in ids]
+    wanted = sorted(set(paths))
+    ids = yield from _known_ns_ids(d, wanted)
+    missing = [p for p in wanted if p not in ids]
     if missing:
-        yield Many(
-            d.q("INSERT INTO remem_ns (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
+        yield many(
+            d.q(f"INSERT INTO {NS} (path, depth) VALUES (?, ?) ON CONFLICT (path) DO NOTHING"),
             [(p, p.count(core.SEP) + 1) for p in missing],
         )
         ids.update((yield from _known_ns_ids(d, missing)))
     return ids
 
 
-def _known_ns_ids(d: Dialect, paths: list[str]) -> Program:
+def _known_ns_ids(d: Dialect, paths: list[str]) -> Program[dict[str, int]]:
     ids: dict[str, int] = {}
     for start in range(0, len(paths), _CHUNK):
         chunk = paths[start : start + _CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        rows = yield Sql(d.q(f"SELECT path, id FROM remem_ns WHERE path IN ({marks})"), chunk)
+        rows = yield Sql(d.q(f"SELECT path, id FROM {NS} WHERE path IN ({marks})"), chunk)
         ids.update({r[0]: int(r[1]) for r in rows})
     return ids
 
@@ -467,12 +461,16 @@ def _wanted(plan: IndexPlan | None, upserts: list[PutOp]) -> list[tuple[PutOp, l
     return wanted
 
 
+Known = dict[tuple[str, str, str], tuple[bytes, Any]]
+"""Stored vectors by (namespace path, key, vector path): (text hash, embedding as the driver reads it)."""
+
+
 def _known_vectors(
     d: Dialect, plan: IndexPlan | None, wanted: list[tuple[PutOp, list[tuple[str, str]]]]
-) -> Program:
-    """Stored vectors of these items by (namespace path, key, vector path) -> (text hash, embedding), and
-    whether that holds every stored vector of them: the texts not to embed again."""
-    known: dict[tuple[str, str, str], tuple[bytes, Any]] = {}
+) -> Program[tuple[Known, bool]]:
+    """Stored vectors of these items, and whether that holds every stored vector of them: the texts not to
+    embed again."""
+    known: Known = {}
     if plan is None or not any(t for _, t in wanted):
         return known, False
     paths = sorted({core.ns_path(op.namespace) for op, _ in wanted})
@@ -481,8 +479,8 @@ def _known_vectors(
         return known, False
     rows = yield Sql(
         d.q(
-            "SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM remem_vectors v "
-            "JOIN remem_items i ON i.id = v.item_id JOIN remem_ns n ON n.id = i.ns_id "
+            f"SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM {VECTORS} v "
+            f"JOIN {ITEMS} i ON i.id = v.item_id JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE n.path IN ({', '.join('?' for _ in paths)}) "
             f"AND i.key IN ({', '.join('?' for _ in keys)})"
         ),
@@ -491,9 +489,7 @@ def _known_vectors(
     return {(r[0], r[1], r[2]): (bytes(r[3]), r[4]) for r in rows}, True
 
 
-def _to_embed(
-    wanted: list[tuple[PutOp, list[tuple[str, str]]]], known: dict[tuple[str, str, str], tuple[bytes, Any]]
-) -> dict[bytes, str]:
+def _to_embed(wanted: list[tuple[PutOp, list[tuple[str, str]]]], known: Known) -> dict[bytes, str]:
     to_embed: dict[bytes, str] = {}
     for op, texts in wanted:
         for path, text in texts:
@@ -513,7 +509,7 @@ def check_dims(plan: IndexPlan, matrix: npt.NDArray[np.float32]) -> None:
 
 def texts_to_embed_program(
     d: Dialect, plan: IndexPlan | None, ops: Sequence[Op], mode: SearchMode
-) -> Program:
+) -> Program[dict[bytes, str]]:
     """The texts a batch will need embedded (by text hash): its search queries and the put texts whose
     stored vectors differ. A read, run before the write transaction, so that the model (the slow part)
     never runs while the database's write lock is held; the write embeds only what changed since."""
@@ -535,40 +531,25 @@ def texts_to_embed_program(
     return texts
 
 
-def put_program(
-    d: Dialect,
-    plan: IndexPlan | None,
-    puts: list[PutOp],
-    now: float,
-    ready: Mapping[bytes, npt.NDArray[np.float32]] | None = None,
-) -> Program:
-    """Write the puts (value None: delete); ``ready`` holds vectors embedded ahead, by text hash."""
-    ready = ready or {}
+def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], now: float) -> Program[None]:
+    """Write the puts (value None: delete); ``tx.ready`` holds the vectors embedded ahead."""
     deletes = [p for p in puts if p.value is None]
     upserts = [p for p in puts if p.value is not None]
-    if deletes:
-        ids: list[int] = []
-        for op in deletes:
-            rows = yield Sql(
-                d.q(
-                    "SELECT i.id FROM remem_items i JOIN remem_ns n ON n.id = i.ns_id WHERE n.path = ? AND i.key = ?"
-                ),
-                [core.ns_path(op.namespace), op.key],
-            )
-            ids.extend(int(r[0]) for r in rows)
-        yield from delete_ids(d, ids)
-    if not upserts:
-        return None
     wanted = _wanted(plan, upserts)
     known, looked_up = yield from _known_vectors(d, plan, wanted)
     to_embed = _to_embed(wanted, known)
-    vectors = {h: ready[h] for h in to_embed if h in ready}
-    late = {h: t for h, t in to_embed.items() if h not in ready}
-    if late:  # changed since the texts were embedded ahead (another writer): embed them now
-        assert plan is not None
-        matrix = yield Embed(list(late.values()))
-        check_dims(plan, matrix)
-        vectors.update(zip(late, matrix, strict=True))
+    late = {h: t for h, t in to_embed.items() if h not in tx.ready}
+    if late:  # changed since the texts were embedded ahead (another writer): nothing written, run again
+        tx.unembedded.update(late)
+        return None
+    if deletes:
+        doomed = yield from _rows_by_key(
+            d, [(core.ns_path(op.namespace), op.key) for op in deletes], None, "i.id"
+        )
+        yield from delete_ids(d, tx, sorted(int(r[0]) for r in doomed.values()))
+    if not upserts:
+        return None
+    vectors = {h: tx.ready[h] for h in to_embed}
     values: list[tuple[PutOp, dict[str, Any], str]] = []  # (op, value, keyword text)
     for op, _ in wanted:
         assert op.value is not None
@@ -597,14 +578,14 @@ def put_program(
             rows = yield Sql(d.q(d.upsert() + " RETURNING id"), upsert_rows[0])
             item_ids = {(int(upsert_rows[0][0]), values[0][0].key): int(rows[0][0])}
         else:
-            yield Many(d.q(d.upsert()), upsert_rows)
+            yield many(d.q(d.upsert()), upsert_rows)
             item_ids = yield from _item_ids(d, [(int(r[0]), str(r[1])) for r in upsert_rows])
     kw_texts = {(ns_ids[core.ns_path(op.namespace)], op.key): text for op, _, text in values}
     yield from kw.write_ops(d, [(item_ids[k], text) for k, text in kw_texts.items()], d.keywords)
     if plan is None:
         return None
-    added: list[tuple[int, int, npt.NDArray[np.float32]]] = []
-    new_rows = []
+    added: list[tuple[int, int, Vector]] = []
+    new_rows: list[tuple[int, int, str, bytes, Any]] = []
     stored_paths: dict[tuple[str, str], set[str]] = {}
     for ns_path, key, path in known:
         stored_paths.setdefault((ns_path, key), set()).add(path)
@@ -630,23 +611,23 @@ def put_program(
     # a new item, or one whose paths stay the same (nearly every put), needs no delete: the upsert below
     # replaces its rows in place
     if clear:
-        yield Many(d.q("DELETE FROM remem_vectors WHERE item_id = ?"), clear)
+        yield many(d.q(f"DELETE FROM {VECTORS} WHERE item_id = ?"), clear)
     if stale:
-        yield Many(d.q("DELETE FROM remem_vectors WHERE item_id = ? AND path = ?"), stale)
+        yield many(d.q(f"DELETE FROM {VECTORS} WHERE item_id = ? AND path = ?"), stale)
     if new_rows:
-        yield Many(
+        yield many(
             d.q(
-                "INSERT INTO remem_vectors (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
+                f"INSERT INTO {VECTORS} (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (item_id, path) DO UPDATE SET ns_id = excluded.ns_id, "
                 "text_hash = excluded.text_hash, embedding = excluded.embedding"
             ),
             new_rows,
         )
-    yield VecChanged(changed, added)
+    tx.changes.append(VecChanged(changed, added))
     return None
 
 
-def _item_ids(d: Dialect, keys: list[tuple[int, str]]) -> Program:
+def _item_ids(d: Dialect, keys: list[tuple[int, str]]) -> Program[dict[tuple[int, str], int]]:
     """Item ids of (ns_id, key) pairs, looked up after an upsert."""
     by_ns: dict[int, list[str]] = {}
     for ns_id, key in keys:
@@ -657,7 +638,7 @@ def _item_ids(d: Dialect, keys: list[tuple[int, str]]) -> Program:
             chunk = ns_keys[start : start + _CHUNK]
             marks = ", ".join("?" for _ in chunk)
             rows = yield Sql(
-                d.q(f"SELECT key, id FROM remem_items WHERE ns_id = ? AND key IN ({marks})"), [ns_id, *chunk]
+                d.q(f"SELECT key, id FROM {ITEMS} WHERE ns_id = ? AND key IN ({marks})"), [ns_id, *chunk]
             )
             out.update({(ns_id, r[0]): int(r[1]) for r in rows})
     return out
@@ -669,7 +650,7 @@ def core_hash(text: str) -> bytes:
     return text_hash(text)
 
 
-def _decode_vector(d: Dialect, raw: Any) -> npt.NDArray[np.float32]:
+def _decode_vector(d: Dialect, raw: Any) -> Vector:
     if isinstance(raw, bytes | bytearray | memoryview):
         return np.frombuffer(bytes(raw), dtype=np.float32)
     if isinstance(raw, str):
@@ -677,22 +658,22 @@ def _decode_vector(d: Dialect, raw: Any) -> npt.NDArray[np.float32]:
     return np.asarray(raw, dtype=np.float32)
 
 
-def delete_ids(d: Dialect, ids: list[int]) -> Program:
-    """Delete items with their vectors and keyword rows; returns [items, vectors, keyword rows]."""
-    counts = [0, 0, 0]
+def delete_ids(d: Dialect, tx: Tx, ids: list[int]) -> Program[tuple[int, int, int]]:
+    """Delete items with their vectors and keyword rows; returns (items, vectors, keyword rows)."""
+    items = vectors = keyword_rows = 0
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         cond, params = d.ids_condition("item_id", chunk)
-        counts[1] += yield Sql(d.q(f"DELETE FROM remem_vectors WHERE {cond}"), params, fetch=False)
-        counts[2] += yield from kw.delete_ops(d, chunk, d.keywords)
+        vectors += int((yield Sql(d.q(f"DELETE FROM {VECTORS} WHERE {cond}"), params, "count"))[0][0])
+        keyword_rows += yield from kw.delete_ops(d, chunk, d.keywords)
         cond, params = d.ids_condition("id", chunk)
-        counts[0] += yield Sql(d.q(f"DELETE FROM remem_items WHERE {cond}"), params, fetch=False)
+        items += int((yield Sql(d.q(f"DELETE FROM {ITEMS} WHERE {cond}"), params, "count"))[0][0])
     if ids:
-        yield VecChanged(ids, [])
-    return counts
+        tx.changes.append(VecChanged(ids, []))
+    return items, vectors, keyword_rows
 
 
-def reindex_program(d: Dialect) -> Program:
+def reindex_program(d: Dialect) -> Program[int]:
     """Index the items schema v3 queued (``remem_reindex``) and drop the queue: run by setup() in the
     migration's transaction. An item queued without its text is indexed on all its strings."""
     from remem.store._schema import REINDEX_TABLE
@@ -700,9 +681,7 @@ def reindex_program(d: Dialect) -> Program:
     if not (yield Sql(d.q(_exists(d, REINDEX_TABLE)), [REINDEX_TABLE])):
         return 0
     rows = yield Sql(
-        d.q(
-            f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN remem_items i ON i.id = r.item_id"
-        )
+        d.q(f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN {ITEMS} i ON i.id = r.item_id")
     )
     texts = [
         (int(r[0]), r[1] if r[1] is not None else core.keyword_text(core.loads(r[2]), [("$", "$")]))
@@ -710,7 +689,7 @@ def reindex_program(d: Dialect) -> Program:
     ]
     for start in range(0, len(texts), _CHUNK):
         yield from kw.write_ops(d, texts[start : start + _CHUNK], d.keywords)
-    yield Sql(d.q(f"DROP TABLE {REINDEX_TABLE}"), fetch=False)
+    yield Sql(d.q(f"DROP TABLE {REINDEX_TABLE}"), (), "none")
     return len(texts)
 
 

@@ -18,31 +18,35 @@ from remem.layout import (
     ERASURE_REGISTRY_TABLE,
     STORE_LEGACY_TABLES,
     STORE_MIGRATIONS_TABLE,
+    STORE_TABLES,
     STORE_TERM_DOCS_TABLE,
     STORE_TERMS_TABLE,
 )
 
-__all__ = ["COMPONENT", "statements"]
+__all__ = ["COMPONENT", "ITEMS", "NS", "VECTORS", "statements"]
+
+NS, ITEMS, _TERMS, VECTORS, _DOCS = STORE_TABLES
+"""The store's table names, as remem.layout names them (every store module takes them from here)."""
 
 _SQLITE_V1 = (
-    "CREATE TABLE remem_ns (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, depth INTEGER NOT NULL)",
-    "CREATE TABLE remem_items (id INTEGER PRIMARY KEY, ns_id INTEGER NOT NULL, key TEXT NOT NULL, "
+    f"CREATE TABLE {NS} (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, depth INTEGER NOT NULL)",
+    f"CREATE TABLE {ITEMS} (id INTEGER PRIMARY KEY, ns_id INTEGER NOT NULL, key TEXT NOT NULL, "
     "value TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL, "
     "ttl_minutes REAL, UNIQUE (ns_id, key))",
-    "CREATE INDEX remem_items_expires ON remem_items (expires_at) WHERE expires_at IS NOT NULL",
+    f"CREATE INDEX remem_items_expires ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
     "CREATE VIRTUAL TABLE remem_fts USING fts5 (text, tokenize = 'porter unicode61')",
-    "CREATE TABLE remem_vectors (item_id INTEGER NOT NULL, ns_id INTEGER NOT NULL, path TEXT NOT NULL, "
+    f"CREATE TABLE {VECTORS} (item_id INTEGER NOT NULL, ns_id INTEGER NOT NULL, path TEXT NOT NULL, "
     "text_hash BLOB NOT NULL, embedding BLOB NOT NULL, PRIMARY KEY (item_id, path))",
 )
 
 _POSTGRES_V1 = (
-    'CREATE TABLE remem_ns (id bigserial PRIMARY KEY, path text COLLATE "C" NOT NULL UNIQUE, depth int NOT NULL)',
-    "CREATE TABLE remem_items (id bigserial PRIMARY KEY, ns_id bigint NOT NULL, key text NOT NULL, "
+    f'CREATE TABLE {NS} (id bigserial PRIMARY KEY, path text COLLATE "C" NOT NULL UNIQUE, depth int NOT NULL)',
+    f"CREATE TABLE {ITEMS} (id bigserial PRIMARY KEY, ns_id bigint NOT NULL, key text NOT NULL, "
     "value text NOT NULL, doc jsonb NOT NULL, tsv tsvector NOT NULL, created_at double precision NOT NULL, "
     "updated_at double precision NOT NULL, expires_at double precision, ttl_minutes double precision, "
     "UNIQUE (ns_id, key))",
-    "CREATE INDEX remem_items_tsv ON remem_items USING gin (tsv)",
-    "CREATE INDEX remem_items_expires ON remem_items (expires_at) WHERE expires_at IS NOT NULL",
+    f"CREATE INDEX remem_items_tsv ON {ITEMS} USING gin (tsv)",
+    f"CREATE INDEX remem_items_expires ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
 )
 
 # the same text in both dialects
@@ -74,18 +78,18 @@ _POSTGRES_V3 = (
     f"CREATE TABLE {STORE_TERM_DOCS_TABLE} (item_id bigint PRIMARY KEY, dl int NOT NULL, terms text NOT NULL)",
     f"CREATE INDEX remem_term_docs_dl ON {STORE_TERM_DOCS_TABLE} (dl)",
     f"CREATE TABLE {REINDEX_TABLE} (item_id bigint PRIMARY KEY, text text)",
-    f"INSERT INTO {REINDEX_TABLE} (item_id, text) SELECT id, NULL FROM remem_items",
+    f"INSERT INTO {REINDEX_TABLE} (item_id, text) SELECT id, NULL FROM {ITEMS}",
     "DROP INDEX remem_items_tsv",
-    "ALTER TABLE remem_items DROP COLUMN tsv",
+    f"ALTER TABLE {ITEMS} DROP COLUMN tsv",
 )
 
 # v4: PostgreSQL's vector table, which setup() created itself before (IF NOT EXISTS: such databases have it).
 # Its embeddings are float32 bytea, searched exactly; on a server with pgvector, PGVECTOR's migration turns
 # the column of a still empty table into vector(dims) (a table holding bytea vectors keeps them).
 _POSTGRES_V4 = (
-    "CREATE TABLE IF NOT EXISTS remem_vectors (item_id bigint NOT NULL, ns_id bigint NOT NULL, "
+    f"CREATE TABLE IF NOT EXISTS {VECTORS} (item_id bigint NOT NULL, ns_id bigint NOT NULL, "
     "path text NOT NULL, text_hash bytea NOT NULL, embedding bytea NOT NULL, PRIMARY KEY (item_id, path))",
-    "CREATE INDEX IF NOT EXISTS remem_vectors_ns ON remem_vectors (ns_id)",
+    f"CREATE INDEX IF NOT EXISTS remem_vectors_ns ON {VECTORS} (ns_id)",
 )
 
 COMPONENT = _migrate.Component(
@@ -106,8 +110,8 @@ def pgvector(dims: int) -> _migrate.Component:
     SQLite has nothing to do). A table that already holds vectors, or a vector column, is left as it is."""
     convert = (
         "DO $$ BEGIN IF (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
-        "'remem_vectors'::regclass AND attname = 'embedding') = 'bytea' AND NOT EXISTS "
-        f"(SELECT 1 FROM remem_vectors) THEN ALTER TABLE remem_vectors ALTER COLUMN embedding TYPE vector({int(dims)}) "
+        f"'{VECTORS}'::regclass AND attname = 'embedding') = 'bytea' AND NOT EXISTS "
+        f"(SELECT 1 FROM {VECTORS}) THEN ALTER TABLE {VECTORS} ALTER COLUMN embedding TYPE vector({int(dims)}) "
         "USING NULL; END IF; END $$"
     )
     return _migrate.Component("store_pgvector", sqlite=((),), postgres=((convert,),))
