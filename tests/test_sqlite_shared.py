@@ -259,7 +259,6 @@ def test_a_busy_file_is_named_busy_by_the_saver_and_the_ledger(tmp_path: Path) -
         assert saver.get_tuple(config) is not None
 
 
-@pytest.mark.xfail(strict=True, reason="store: vectors of two sizes in one file break every vector search")
 def test_two_indexes_of_different_sizes_on_one_file_never_break_a_search(tmp_path: Path) -> None:
     """The memory client (its embedder's size) and an application's own indexed store on the same file:
     a search from either finds its own items, or says clearly that the sizes differ; never a numpy error."""

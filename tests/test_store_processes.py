@@ -133,10 +133,10 @@ def test_eight_processes_set_up_a_fresh_file_at_once(tmp_path: Path) -> None:
 
 def test_a_busy_file_waits_then_says_what_holds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A write lock held past the busy timeout fails with a message naming the file and the cause."""
-    from remem.store import sqlite as store_sqlite
+    from remem import _sqlite
 
     path = tmp_path / "busy.db"
-    monkeypatch.setattr(store_sqlite, "BUSY_TIMEOUT_MS", 200)
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT_MS", 200)  # every part of a shared file waits this long
     with SqliteStore.from_conn_string(path) as store:
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")

@@ -125,3 +125,13 @@ def test_sign_bit_prefilter_keeps_recall_at_10() -> None:
         in_ns = [i for i, _ in matrix.search(q, 10, ns_ids=[1])]
         assert all(i % 3 == 1 for i in in_ns) and len(in_ns) == 10
     assert hits / (10 * len(queries)) >= 0.95
+
+
+def test_vector_search_with_no_vector_stored_finds_the_keyword_hits(make_store: Any) -> None:
+    """An indexed store whose only item was put with ``index=False`` (so no vector exists): the exact
+    path's empty matrix gives no vector hits instead of failing, and the keyword side still answers."""
+    index = {"dims": 16, "embed": FakeEmbedder(16, seed=2), "fields": ["text"]}
+    store = make_store(index=index)
+    store.put(("docs",), "plain", {"text": "green tea by the river"}, index=False)
+    assert [it.key for it in store.search(("docs",), query="green tea")] == ["plain"]
+    assert make_store(index=index, search_mode="vector").search(("docs",), query="green tea") == []

@@ -331,7 +331,13 @@ class PostgresVectors:
             params.append(item_ids)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         if self.dialect.vector_kind == "exact":
-            rows = yield Sql(f"SELECT item_id, embedding FROM {VECTORS} {clause}", params)
+            # another part of the database may index with another model: only vectors of this size are ours
+            mine = " AND ".join([*where, "octet_length(embedding) = %s"])
+            rows = yield Sql(
+                f"SELECT item_id, embedding FROM {VECTORS} WHERE {mine}", [*params, plan.dims * 4]
+            )
+            if not rows:
+                return []
             items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
             # cosine: stored and query vectors are unit length (normalised when embedded), so no norms

@@ -28,10 +28,9 @@ import numpy as np
 import numpy.typing as npt
 from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
-from remem import _migrate
+from remem import _migrate, _sqlite
 from remem._files import make_private_file
 from remem._url import display_url, parse_database_url
-from remem.checkpoint import sqlite as _checkpoint_sqlite
 from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.store import _core as core
 from remem.store import _exec
@@ -48,9 +47,6 @@ __all__ = ["AsyncSqliteStore", "SqliteStore"]
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# The checkpointers' busy timeout: every part sharing a file waits as long for its write lock.
-BUSY_TIMEOUT_MS = _checkpoint_sqlite.BUSY_TIMEOUT_MS
 
 
 class SqliteDialect(prog.Dialect):
@@ -99,7 +95,7 @@ def connect(conn_string: str | Path, *, read_only: bool = False) -> sqlite3.Conn
         if not uri:
             make_private_file(Path(target))
         conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, uri=uri)
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(_sqlite.BUSY_TIMEOUT_MS)}")
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(
             f"cannot open SQLite database {target!r}: {exc}; check that its folder exists and is writable"
@@ -107,40 +103,14 @@ def connect(conn_string: str | Path, *, read_only: bool = False) -> sqlite3.Conn
     return conn
 
 
-def _database_file(conn: sqlite3.Connection) -> str:
-    try:
-        row = conn.execute("PRAGMA database_list").fetchone()
-    except sqlite3.Error:
-        return "the SQLite database"
-    return repr(row[2]) if row and row[2] else "the in-memory SQLite database"
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(exc) or "busy" in str(exc)
-
-
 def _storage_error(conn: sqlite3.Connection, exc: sqlite3.Error) -> StorageError:
-    """What went wrong, in words that say what to do: a busy file is not a permission problem."""
-    where = _database_file(conn)
-    if _is_busy(exc):
-        return StorageError(
-            f"{where} is busy: another process (or connection) holds its write lock and kept it past the "
-            f"{BUSY_TIMEOUT_MS / 1000:g} s busy timeout ({exc}); retry, and look for a process that keeps a "
-            "write transaction open (a long import, a crashed tool holding the file, a `sqlite3` shell)"
-        )
-    return StorageError(
-        f"SQLite refused the work on {where}: {exc}; check that the file is a remem database, not "
-        "corrupt, on a disk with space, and writable"
-    )
+    return _sqlite.storage_error(exc, where=_sqlite.database_file(conn), doing="the store operation")
 
 
 def _enable_wal(conn: sqlite3.Connection) -> None:
     """Switch the file to WAL (readers never wait for the writer). Changing the journal mode needs the file
     to itself and does not wait on the busy timeout, so processes opening a fresh file at once retry."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + _sqlite.BUSY_TIMEOUT_MS / 1000
     delay = 0.005
     while True:
         try:
@@ -148,7 +118,7 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             if row and str(row[0]).lower() in ("wal", "memory"):
                 return
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
+            if not _sqlite.is_busy(exc):
                 raise
         if time.monotonic() > deadline:
             raise sqlite3.OperationalError("database is locked")
@@ -204,10 +174,10 @@ class _SqliteBackend(RememStoreBase):
             self._is_setup = True
 
     def _where(self) -> str:
-        return _database_file(self.conn)
+        return _sqlite.database_file(self.conn)
 
     def _setup_locked(self, c: sqlite3.Connection) -> None:
-        c.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+        c.execute(f"PRAGMA busy_timeout = {int(_sqlite.BUSY_TIMEOUT_MS)}")
         if self.read_only:  # check, create nothing
             check_read_only_schema(
                 _migrate.drive(_migrate.check(schema.COMPONENT, "sqlite"), self._statement), self._where()
@@ -397,7 +367,11 @@ class _MatrixSearch:
         version = (yield Sql("PRAGMA data_version"))[0][0]
         if store._matrix is None or version != store._data_version:
             matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance)
-            rows = yield Sql(f"SELECT item_id, ns_id, embedding FROM {VECTORS}")
+            # another part of the file may index with another model: only vectors of this size are ours
+            rows = yield Sql(
+                f"SELECT item_id, ns_id, embedding FROM {VECTORS} WHERE length(embedding) = ?",
+                (store.plan.dims * 4,),
+            )
             if rows:
                 items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
                 ns = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
