@@ -280,3 +280,16 @@ async def test_async_postgres_runs_on_an_async_connection_and_sync_calls_on_a_sy
         item = store.get(("t", "1"), "k7")  # on the loop's thread: sees the async write
         assert item is not None and item.value == {"n": "async"}
         assert len(await store.asearch(("t",), limit=500)) == 100
+
+
+def test_a_closed_memory_client_on_postgres_leaves_no_session_behind(pg_url: str) -> None:
+    """Appends take the thread's lease on a connection of its own (as a graph run does on a saver): closing
+    the memory client, and with it its PostgresStore, closes that session too, as stock stores leave none."""
+    from remem import Memory
+    from remem.config import Settings
+    from tests.test_checkpoint_parity import _sessions
+
+    with Memory.from_url(pg_url, settings=Settings(embedder="fake")) as memory:
+        memory.thread("t", user_id="maya").add_messages([{"role": "user", "content": "tea by the river"}])
+        assert [m.content for m in memory.thread("t").messages()] == ["tea by the river"]
+    assert _sessions(pg_url) == []

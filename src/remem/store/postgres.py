@@ -22,6 +22,7 @@ import numpy as np
 from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem import _migrate
+from remem._lease import close_idle_connections, lease_target
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
@@ -496,6 +497,7 @@ class PostgresStore(_PostgresBackend, SyncStore):
                 yield store
             finally:
                 store.stop_ttl_sweeper(1)
+                close_idle_connections(lease_target(store))  # the memory client's thread leases
 
 
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -819,3 +821,4 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
             finally:
                 await store.stop_ttl_sweeper(1)
                 await asyncio.to_thread(store._close_sync)
+                await asyncio.to_thread(close_idle_connections, lease_target(store))
