@@ -28,10 +28,12 @@ from langgraph.store.base import BaseStore
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
+from remem.memory._args import check_ids, check_number, check_text, check_whole
 from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
 from remem.memory._effects import Plan, arun, run
 from remem.memory._plans import (
+    FREQUENCY_MEANING,
     MESSAGE_FIELDS,
     add_messages_plan,
     context_card_plan,
@@ -80,8 +82,18 @@ class Memory:
         self.store = store
         self.summarizer: Summarizer = summarizer or summarizer_for(None)
         self.token_counter: TokenCounter = token_counter or approximate_token_count
-        self.context_summary_update_frequency = context_summary_update_frequency
-        self.thread_lease_timeout = thread_lease_timeout
+        self.context_summary_update_frequency = check_whole(
+            context_summary_update_frequency,
+            "context_summary_update_frequency",
+            least=1,
+            meaning=FREQUENCY_MEANING,
+            example=DEFAULT_UPDATE_FREQUENCY,
+        )
+        self.thread_lease_timeout = check_number(
+            thread_lease_timeout,
+            "thread_lease_timeout",
+            meaning="how many seconds a write waits for the thread",
+        )
         self.meter = meter
         self._owned: list[Any] = []
         # Each message's speaker and date are indexed with it, but for a store that fails on a text given
@@ -144,7 +156,7 @@ class Memory:
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` sent as one message, by this memory's counter."""
-        return self.token_counter([HumanMessage(content=text)])
+        return self.token_counter([HumanMessage(content=check_text(text, "text"))])
 
     def _lease(self, thread_id: str) -> AbstractContextManager[None]:
         return thread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
@@ -417,7 +429,7 @@ class Thread:
             self.thread_id,
             query,
             k=k,
-            exclude=frozenset(exclude_ids),
+            exclude=check_ids(exclude_ids, "exclude_ids"),
             types=types,
             token_budget=token_budget,
             count=self.memory.count_text,
