@@ -13,17 +13,41 @@ tokens are counted (``source="counted"``). The cost comes from the price table (
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
+from remem.errors import ArgumentTypeError, RememUsageError
 from remem.messages import TokenCounter, approximate_token_count
 from remem.usage._base import Ledger
-from remem.usage._records import Kind, Source, UsageEvent, usage_from_metadata
+from remem.usage._records import KINDS, SOURCES, Kind, Source, UsageEvent, usage_from_metadata
 from remem.usage.prices import PriceTable
 
 __all__ = ["Meter"]
+
+
+def _check_tokens(value: object, name: str) -> None:
+    # A bool is an int to Python but a slip here; a negative count would lower every total it joins.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(
+            f"{name} is a count of tokens: a whole number such as {name}=120; got {value!r}"
+        )
+    if value < 0:
+        raise RememUsageError(f"{name} is a count of tokens: 0 or more; got {value}")
+
+
+def _check_event(kind: object, model: object, source: object, tokens: Mapping[str, object]) -> None:
+    """Refuse what would write a wrong row into the ledger: an unknown kind or source, a model that is
+    not a text, a token count that is not a whole number of 0 or more."""
+    if kind not in KINDS:
+        raise RememUsageError(f"usage kind {kind!r} is unknown; use one of {', '.join(KINDS)}")
+    if source not in SOURCES:
+        raise RememUsageError(f"usage source {source!r} is unknown; use one of {', '.join(SOURCES)}")
+    if not isinstance(model, str):
+        raise ArgumentTypeError(f"model is the model's name, a str such as 'gpt-4o-mini'; got {model!r}")
+    for name, value in tokens.items():
+        _check_tokens(value, name)
 
 
 class Meter:
@@ -52,7 +76,14 @@ class Meter:
         latency_ms: float | None = None,
         call_id: str | None = None,
     ) -> UsageEvent:
-        """A priced event (not recorded)."""
+        """A priced event (not recorded); a :class:`~remem.errors.RememUsageError` for an unknown ``kind`` or
+        ``source`` or a token count that is not a whole number of 0 or more."""
+        tokens = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cached_tokens": cached_tokens,
+        }
+        _check_event(kind, model, source, tokens)
         return UsageEvent(
             kind=kind,
             model=model,
