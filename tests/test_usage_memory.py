@@ -148,13 +148,19 @@ _WRONG_RECORDS: dict[str, tuple[tuple[object, object], dict[str, object], type[E
         ("chat", "m"),
         {"input_tokens": -1},
         _VALUE,
-        "input_tokens is a count of tokens: 0 or",
+        "input_tokens must be 0 or more",
     ),
-    "negative output": (("chat", "m"), {"output_tokens": -5}, _VALUE, "output_tokens is a count"),
-    "negative cached": (("chat", "m"), {"cached_tokens": -1}, _VALUE, "cached_tokens is a count"),
+    "negative output": (("chat", "m"), {"output_tokens": -5}, _VALUE, "output_tokens must be 0 or more"),
+    "negative cached": (("chat", "m"), {"cached_tokens": -1}, _VALUE, "cached_tokens must be 0 or more"),
     "tokens as text": (("chat", "m"), {"input_tokens": "12"}, _TYPE, r"a whole number such as input_tokens="),
     "tokens as float": (("chat", "m"), {"output_tokens": 1.5}, _TYPE, "a whole number"),
     "tokens as bool": (("chat", "m"), {"input_tokens": True}, _TYPE, "a whole number"),
+    "turn as text": (("chat", "m"), {"turn": "3"}, _TYPE, r"turn is a whole number such as turn=3"),
+    "negative turn": (("chat", "m"), {"turn": -1}, _VALUE, "turn must be 0 or more"),
+    "thread id not a text": (("chat", "m"), {"thread_id": 3}, _TYPE, r"thread_id is a text \(str\) or None"),
+    "user id not a text": (("chat", "m"), {"user_id": ["maya"]}, _TYPE, "user_id is a text"),
+    "latency as text": (("chat", "m"), {"latency_ms": "5"}, _TYPE, "latency_ms is a number"),
+    "negative latency": (("chat", "m"), {"latency_ms": -2.0}, _VALUE, "latency_ms must be 0 or more"),
 }
 
 
@@ -170,5 +176,15 @@ def test_the_meter_refuses_an_unknown_kind_and_wrong_token_counts(tmp_path: Path
         with pytest.raises(error, match=words):  # the unrecorded event is checked the same way
             meter.event(*args, **fields)  # type: ignore[arg-type]
         assert ledger.events() == []
-        meter.record("chat", "m", input_tokens=0, output_tokens=0, cached_tokens=0)  # zero is a count
-        assert [(e.kind, e.input_tokens) for e in ledger.events()] == [("chat", 0)]
+        meter.record("chat", "m", input_tokens=0, output_tokens=0, turn=0, latency_ms=0)  # zero is a count
+        assert [(e.kind, e.input_tokens, e.turn) for e in ledger.events()] == [("chat", 0, 0)]
+
+
+def test_the_meter_counts_a_batch_of_texts_not_a_texts_characters(tmp_path: Path) -> None:
+    with open_ledger(f"sqlite:///{tmp_path / 'x.db'}") as ledger:
+        meter = Meter(ledger)
+        with pytest.raises(ArgumentTypeError, match=r"a list of the texts embedded"):
+            meter.record_texts("embedder", "e5", "green tea")  # type: ignore[arg-type]
+        assert ledger.events() == []
+        event = meter.record_texts("embedder", "e5", ["green tea"])
+        assert (event.input_tokens, [e.kind for e in ledger.events()]) == (3, ["embedder"])
