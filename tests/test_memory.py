@@ -222,6 +222,11 @@ _WRONG_ARGUMENTS: dict[str, tuple[Callable[[Thread], object], type[Exception], s
     ),
     "Memory lease text": (lambda t: Memory(t.memory.store, thread_lease_timeout="5"), _TYPE, "a number"),
     "Memory lease negative": (lambda t: Memory(t.memory.store, thread_lease_timeout=-1), _VALUE, "0 or more"),
+    "Memory store not a store": (lambda t: Memory("sqlite:///x.db"), _TYPE, r"Memory\.from_url\(url\)"),
+    "Memory summarizer": (lambda t: Memory(t.memory.store, summarizer="llm"), _TYPE, "a remem Summarizer"),
+    "Memory token counter": (lambda t: Memory(t.memory.store, token_counter=4), _TYPE, "token_counter takes"),
+    "Memory meter": (lambda t: Memory(t.memory.store, meter="ledger"), _TYPE, "remem.usage.Meter"),
+    "from_url settings": (lambda t: Memory.from_url("memory://", settings={}), _TYPE, "remem.Settings"),
 }
 
 

@@ -28,6 +28,7 @@ from langgraph.store.base import BaseStore
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
+from remem.errors import ArgumentTypeError
 from remem.memory._args import check_ids, check_number, check_text, check_whole
 from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
@@ -56,6 +57,23 @@ DEFAULT_CARD_TOKEN_BUDGET = 1500
 DEFAULT_UPDATE_FREQUENCY = 4
 
 
+def _check_parts(store: object, summarizer: object, counter: object, meter: object) -> None:
+    """Refuse a part of the wrong kind at once (it would fail at the first call, as a storage error)."""
+    if not isinstance(store, BaseStore):
+        raise ArgumentTypeError(
+            f"store takes a LangGraph BaseStore (remem.store's, or InMemoryStore); got {type(store).__name__}; "
+            "or open one with Memory.from_url(url)"
+        )
+    if summarizer is not None and not isinstance(summarizer, Summarizer):
+        raise ArgumentTypeError(
+            f"summarizer takes a remem Summarizer (summarize and asummarize); got {type(summarizer).__name__}"
+        )
+    if counter is not None and not callable(counter):
+        raise ArgumentTypeError(f"token_counter takes a function of messages to tokens; got {counter!r}")
+    if meter is not None and not isinstance(meter, Meter):
+        raise ArgumentTypeError(f"meter takes a remem.usage.Meter or None; got {type(meter).__name__}")
+
+
 class Memory:
     """Threads, summaries, context cards and search over one LangGraph ``BaseStore``.
 
@@ -79,6 +97,7 @@ class Memory:
     ) -> None:
         from remem.messages import approximate_token_count
 
+        _check_parts(store, summarizer, token_counter, meter)
         self.store = store
         self.summarizer: Summarizer = summarizer or summarizer_for(None)
         self.token_counter: TokenCounter = token_counter or approximate_token_count
@@ -118,6 +137,10 @@ class Memory:
         """
         from remem.memory._backends import open_store
 
+        if settings is not None and not isinstance(settings, Settings):
+            raise ArgumentTypeError(
+                f"settings takes a remem.Settings (or None: load_settings()); got {settings!r}"
+            )
         settings = settings or load_settings()
         meter = usage_meter(url, settings)
         store, owned = open_store(url, settings, meter=meter if meter_embeddings else None)
