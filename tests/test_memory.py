@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
@@ -144,6 +146,7 @@ _WRONG_ARGUMENTS: dict[str, tuple[Callable[[Thread], object], type[Exception], s
         r"k takes a whole number",
     ),
     "search k float": (lambda t: t.memory.search("tea", user_id="maya", k=1.5), _TYPE, r"e\.g\. k=5"),
+    "search k None": (lambda t: t.memory.search("tea", user_id="maya", k=None), _TYPE, "whole number"),
     "search k bool": (lambda t: t.memory.search("tea", user_id="maya", k=True), _TYPE, "whole number"),
     "search k negative": (
         lambda t: t.memory.search("tea", user_id="maya", k=-1),
@@ -250,6 +253,32 @@ async def test_the_async_twins_check_their_arguments_too(sqlite_thread: Thread) 
         await sqlite_thread.aadd_messages([{"role": "bot", "content": "x"}])
     with pytest.raises(ArgumentTypeError, match="max_relevant_results"):
         await sqlite_thread.aget_context_card(max_relevant_results="a")  # type: ignore[arg-type]
+
+
+_NOT_A_COUNT = st.one_of(
+    st.integers(max_value=-1),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.text(max_size=5),
+    st.lists(st.integers(min_value=0, max_value=9), max_size=2),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(k=_NOT_A_COUNT, query=st.one_of(st.none(), st.integers(), st.binary(max_size=4), st.lists(st.text())))
+def test_any_wrong_count_or_query_is_a_usage_error_never_a_bare_builtin(
+    sqlite_thread: Thread, k: object, query: object
+) -> None:
+    memory = sqlite_thread.memory
+    with pytest.raises(RememUsageError, match=r"^k (takes a whole number|must be 0 or more)"):
+        memory.search("green tea", thread_id="t1", k=k)  # type: ignore[arg-type]
+    with pytest.raises(RememUsageError, match=r"^last (takes a whole number|must be 0 or more)"):
+        sqlite_thread.messages(last=k)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"^query takes a text"):
+        memory.search(query, thread_id="t1")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"^query takes a text"):
+        sqlite_thread.recall(query)  # type: ignore[arg-type]
 
 
 def test_right_arguments_of_other_int_types_are_still_taken(sqlite_thread: Thread) -> None:
