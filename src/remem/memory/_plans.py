@@ -254,7 +254,7 @@ def _append_new(
 def list_messages_plan(thread_id: str, last: int | None = None) -> Plan[list[StoredMessage]]:
     """The thread's messages in order (the last ``last`` when given)."""
     if last is not None:
-        check_whole(last, "last", meaning="how many of the latest messages; None: all")
+        last = check_whole(last, "last", meaning="how many of the latest messages; None: all")
     info = yield from thread_info_plan(thread_id)
     start = 0 if last is None else info.message_count - last
     ids = yield from _ids_between(thread_id, start, info.message_count)
@@ -438,7 +438,7 @@ def search_plan(
     by maximal marginal relevance among twice as many candidates, the rest in rank order (for cards
     and recall, where near-copies waste the budget)."""
     check_text(query, "query")
-    check_whole(k, "k", meaning="how many records to return")
+    k = check_whole(k, "k", meaning="how many records to return")
     if user_id is None and thread_id is None:
         raise RememUsageError("search needs user_id=..., thread_id=... or both: say whose memory to search")
     for label, name in ((user_id, "user_id"), (thread_id, "thread_id")):
@@ -647,7 +647,7 @@ def recall_plan(
 ) -> Plan[Recall]:
     """The records of this thread and its user that match ``query``, except ``exclude`` (already seen)."""
     check_text(query, "query")
-    check_whole(k, "k", meaning="how many records to recall")
+    k = check_whole(k, "k", meaning="how many records to recall")
     check_whole(
         token_budget, "token_budget", least=1, meaning="the most tokens the recall may take", example=400
     )
