@@ -4,15 +4,18 @@ PostgreSQL (real databases; only the embedder is a deterministic fake)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
 from remem import Memory, NotFoundError, RememUsageError, load_settings
-from remem.memory import MemoryRecord, StoredMessage
+from remem.errors import ArgumentTypeError, InvalidMessagesError
+from remem.memory import MemoryRecord, StoredMessage, Thread
 
 SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
 
@@ -122,6 +125,171 @@ def test_bad_messages_say_what_to_send(memory: Memory) -> None:
     with pytest.raises(RememUsageError, match="list"):
         thread.add_messages({"role": "user", "content": "x"})  # type: ignore[arg-type]
     assert thread.messages() == []
+
+
+@pytest.fixture(scope="module")
+def sqlite_thread(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Thread]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('args') / 'memory.db'}"
+    with Memory.from_url(url, settings=SETTINGS) as mem:
+        thread = mem.thread("t1", user_id="maya")
+        thread.add_messages([{"role": "user", "content": "I like green tea", "id": "m1"}])
+        yield thread
+
+
+_TYPE, _VALUE, _MESSAGES = ArgumentTypeError, RememUsageError, InvalidMessagesError
+# (call on a thread, the error, words its message must hold): each raised a bare TypeError or
+# AttributeError from deep inside a plan, read a text as a list of its characters, or stored a wrong value.
+_WRONG_ARGUMENTS: dict[str, tuple[Callable[[Thread], object], type[Exception], str]] = {
+    "search k text": (
+        lambda t: t.memory.search("tea", user_id="maya", k="a"),
+        _TYPE,
+        r"k takes a whole number",
+    ),
+    "search k float": (lambda t: t.memory.search("tea", user_id="maya", k=1.5), _TYPE, r"e\.g\. k=5"),
+    "search k None": (lambda t: t.memory.search("tea", user_id="maya", k=None), _TYPE, "whole number"),
+    "search k bool": (lambda t: t.memory.search("tea", user_id="maya", k=True), _TYPE, "whole number"),
+    "search k negative": (
+        lambda t: t.memory.search("tea", user_id="maya", k=-1),
+        _VALUE,
+        "k must be 0 or more",
+    ),
+    "search query None": (lambda t: t.memory.search(None, user_id="maya"), _TYPE, r"query takes a text"),
+    "search query int": (lambda t: t.memory.search(3, user_id="maya"), _TYPE, r"query takes a text"),
+    "search types int": (lambda t: t.memory.search("tea", user_id="maya", types=3), _TYPE, r"types=\['fact'"),
+    "search user int": (lambda t: t.memory.search("tea", user_id=3), _TYPE, "user_id takes a text"),
+    "search thread int": (lambda t: t.memory.search("tea", thread_id=3), _TYPE, "thread_id takes a text"),
+    "search nobody": (lambda t: t.memory.search("tea"), _VALUE, "say whose memory"),
+    "thread id int": (lambda t: t.memory.thread(3), _TYPE, "thread_id takes a text"),
+    "thread agent int": (lambda t: t.memory.thread("t2", agent_id=3), _TYPE, "agent_id takes a text"),
+    "thread frequency text": (
+        lambda t: t.memory.thread("t2", context_summary_update_frequency="a"),
+        _TYPE,
+        "context_summary_update_frequency takes a whole number",
+    ),
+    "thread frequency 0": (
+        lambda t: t.memory.thread("t2", context_summary_update_frequency=0),
+        _VALUE,
+        "must be 1 or more",
+    ),
+    "get_thread int": (lambda t: t.memory.get_thread(3), _TYPE, "thread_id takes a text"),
+    "add role unknown": (
+        lambda t: t.add_messages([{"role": "bot", "content": "x"}]),
+        _MESSAGES,
+        "use one of user",
+    ),
+    "add role int": (lambda t: t.add_messages([{"role": 3, "content": "x"}]), _MESSAGES, "use one of user"),
+    "add one message": (lambda t: t.add_messages({"role": "user", "content": "x"}), _VALUE, "wrap a single"),
+    "add None": (lambda t: t.add_messages(None), _VALUE, "a list of messages"),
+    "add an int": (lambda t: t.add_messages([3]), _MESSAGES, "send a dict"),
+    "add id list": (
+        lambda t: t.add_messages([{"role": "user", "content": "x", "id": ["a"]}]),
+        _MESSAGES,
+        "give a text such as 'm1'",
+    ),
+    "add timestamp int": (
+        lambda t: t.add_messages([{"role": "user", "content": "x", "timestamp": 3}]),
+        _MESSAGES,
+        "ISO 8601",
+    ),
+    "messages last text": (lambda t: t.messages(last="a"), _TYPE, "last takes a whole number"),
+    "messages last float": (lambda t: t.messages(last=1.5), _TYPE, "last takes a whole number"),
+    "summary except_last text": (lambda t: t.get_summary(except_last="a"), _TYPE, "except_last takes"),
+    "summary budget text": (lambda t: t.get_summary(token_budget="a"), _TYPE, "token_budget=1000"),
+    "summary budget 0": (lambda t: t.get_summary(token_budget=0), _VALUE, "token_budget must be 1 or more"),
+    "card except text": (
+        lambda t: t.get_context_card(except_last_messages="a"),
+        _TYPE,
+        "except_last_messages",
+    ),
+    "card recent text": (lambda t: t.get_context_card(max_recent_messages="a"), _TYPE, "max_recent_messages"),
+    "card results text": (
+        lambda t: t.get_context_card(max_relevant_results="a"),
+        _TYPE,
+        "max_relevant_results",
+    ),
+    "card budget text": (lambda t: t.get_context_card(token_budget="a"), _TYPE, "token_budget=1500"),
+    "card types int": (lambda t: t.get_context_card(types=3, query="tea"), _TYPE, "types takes a list"),
+    "card filter int": (lambda t: t.get_context_card(metadata_filter=3, query="tea"), _TYPE, "a dict"),
+    "card query int": (lambda t: t.get_context_card(query=3), _TYPE, r"a text \(str\) or None"),
+    "recall query int": (lambda t: t.recall(3), _TYPE, "query takes a text"),
+    "recall k text": (lambda t: t.recall("tea", k="a"), _TYPE, "how many records to recall"),
+    "recall k negative": (lambda t: t.recall("tea", k=-1), _VALUE, "k must be 0 or more"),
+    "recall exclude text": (lambda t: t.recall("tea", exclude_ids="m1"), _TYPE, r"exclude_ids=\['m1'"),
+    "recall exclude int": (lambda t: t.recall("tea", exclude_ids=3), _TYPE, "a list of message ids"),
+    "recall budget 0": (lambda t: t.recall("tea", token_budget=0), _VALUE, "token_budget must be 1 or more"),
+    "count_text int": (lambda t: t.memory.count_text(3), _TYPE, "takes a text"),
+    "Memory frequency 0": (
+        lambda t: Memory(t.memory.store, context_summary_update_frequency=0),
+        _VALUE,
+        "must be 1 or more",
+    ),
+    "Memory lease text": (lambda t: Memory(t.memory.store, thread_lease_timeout="5"), _TYPE, "a number"),
+    "Memory lease negative": (lambda t: Memory(t.memory.store, thread_lease_timeout=-1), _VALUE, "0 or more"),
+    "Memory store not a store": (lambda t: Memory("sqlite:///x.db"), _TYPE, r"Memory\.from_url\(url\)"),
+    "Memory summarizer": (lambda t: Memory(t.memory.store, summarizer="llm"), _TYPE, "a remem Summarizer"),
+    "Memory token counter": (lambda t: Memory(t.memory.store, token_counter=4), _TYPE, "token_counter takes"),
+    "Memory meter": (lambda t: Memory(t.memory.store, meter="ledger"), _TYPE, "remem.usage.Meter"),
+    "from_url settings": (lambda t: Memory.from_url("memory://", settings={}), _TYPE, "remem.Settings"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_WRONG_ARGUMENTS))
+def test_wrong_arguments_are_remem_errors_that_say_what_to_pass(sqlite_thread: Thread, case: str) -> None:
+    call, error, words = _WRONG_ARGUMENTS[case]
+    with pytest.raises(error, match=words) as raised:
+        call(sqlite_thread)
+    assert isinstance(raised.value, RememUsageError)  # a ValueError too; a wrong type is also a TypeError
+    assert not isinstance(raised.value, TypeError) or error is ArgumentTypeError
+    assert [m.id for m in sqlite_thread.messages()] == ["m1"]  # nothing was written
+
+
+async def test_the_async_twins_check_their_arguments_too(sqlite_thread: Thread) -> None:
+    memory = sqlite_thread.memory
+    with pytest.raises(ArgumentTypeError, match="k takes a whole number"):
+        await memory.asearch("tea", user_id="maya", k="a")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="exclude_ids"):
+        await sqlite_thread.arecall("tea", exclude_ids="m1")
+    with pytest.raises(InvalidMessagesError, match="use one of user"):
+        await sqlite_thread.aadd_messages([{"role": "bot", "content": "x"}])
+    with pytest.raises(ArgumentTypeError, match="max_relevant_results"):
+        await sqlite_thread.aget_context_card(max_relevant_results="a")  # type: ignore[arg-type]
+
+
+_NOT_A_COUNT = st.one_of(
+    st.integers(max_value=-1),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.text(max_size=5),
+    st.lists(st.integers(min_value=0, max_value=9), max_size=2),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(k=_NOT_A_COUNT, query=st.one_of(st.none(), st.integers(), st.binary(max_size=4), st.lists(st.text())))
+def test_any_wrong_count_or_query_is_a_usage_error_never_a_bare_builtin(
+    sqlite_thread: Thread, k: object, query: object
+) -> None:
+    memory = sqlite_thread.memory
+    with pytest.raises(RememUsageError, match=r"^k (takes a whole number|must be 0 or more)"):
+        memory.search("green tea", thread_id="t1", k=k)  # type: ignore[arg-type]
+    with pytest.raises(RememUsageError, match=r"^last (takes a whole number|must be 0 or more)"):
+        sqlite_thread.messages(last=k)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"^query takes a text"):
+        memory.search(query, thread_id="t1")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"^query takes a text"):
+        sqlite_thread.recall(query)  # type: ignore[arg-type]
+
+
+def test_right_arguments_of_other_int_types_are_still_taken(sqlite_thread: Thread) -> None:
+    np = pytest.importorskip("numpy")
+    found = sqlite_thread.memory.search("green tea", thread_id="t1", k=np.int64(2))
+    assert [r.id for r in found] == ["m1"]
+    assert (
+        sqlite_thread.memory.search("green tea", thread_id="t1", k=0) == []
+    )  # 0: nothing, as the CLI's -k 0
+    assert [m.id for m in sqlite_thread.messages(last=np.int32(1))] == ["m1"]
+    assert sqlite_thread.recall("green tea", exclude_ids=("m1",)).records == ()
 
 
 def test_search_returns_typed_records_from_messages_and_memories(memory: Memory) -> None:

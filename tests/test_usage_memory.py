@@ -11,6 +11,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from remem import LLMSummarizer, Memory, ScriptedChatModel, Settings
+from remem.errors import ArgumentTypeError, RememUsageError
 from remem.extraction import MemoryExtractor
 from remem.messages import approximate_token_count
 from remem.store import SqliteStore
@@ -133,3 +134,57 @@ def test_the_extractors_model_calls_are_recorded(tmp_path: Path) -> None:
         ("extractor", "extract", "t1", "maya", "provider")
     ]
     assert rows[0].input_tokens == approximate_token_count(model.calls[0])
+
+
+_TYPE, _VALUE = ArgumentTypeError, RememUsageError
+# Meter.record(kind, model, **fields) that would have written a wrong row (a kind no report groups by,
+# tokens that lower every total) or failed inside the ledger's driver.
+_WRONG_RECORDS: dict[str, tuple[tuple[object, object], dict[str, object], type[Exception], str]] = {
+    "unknown kind": (("reranker", "m"), {}, _VALUE, "use one of chat, summariser, extractor, embedder"),
+    "kind None": ((None, "m"), {}, _VALUE, "usage kind None is unknown"),
+    "unknown source": (("chat", "m"), {"source": "guessed"}, _VALUE, "use one of provider, counted"),
+    "model not a text": (("chat", 4), {}, _TYPE, "model's name"),
+    "negative input": (
+        ("chat", "m"),
+        {"input_tokens": -1},
+        _VALUE,
+        "input_tokens must be 0 or more",
+    ),
+    "negative output": (("chat", "m"), {"output_tokens": -5}, _VALUE, "output_tokens must be 0 or more"),
+    "negative cached": (("chat", "m"), {"cached_tokens": -1}, _VALUE, "cached_tokens must be 0 or more"),
+    "tokens as text": (("chat", "m"), {"input_tokens": "12"}, _TYPE, r"a whole number such as input_tokens="),
+    "tokens as float": (("chat", "m"), {"output_tokens": 1.5}, _TYPE, "a whole number"),
+    "tokens as bool": (("chat", "m"), {"input_tokens": True}, _TYPE, "a whole number"),
+    "turn as text": (("chat", "m"), {"turn": "3"}, _TYPE, r"turn is a whole number such as turn=3"),
+    "negative turn": (("chat", "m"), {"turn": -1}, _VALUE, "turn must be 0 or more"),
+    "thread id not a text": (("chat", "m"), {"thread_id": 3}, _TYPE, r"thread_id is a text \(str\) or None"),
+    "user id not a text": (("chat", "m"), {"user_id": ["maya"]}, _TYPE, "user_id is a text"),
+    "latency as text": (("chat", "m"), {"latency_ms": "5"}, _TYPE, "latency_ms is a number"),
+    "negative latency": (("chat", "m"), {"latency_ms": -2.0}, _VALUE, "latency_ms must be 0 or more"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_WRONG_RECORDS))
+def test_the_meter_refuses_an_unknown_kind_and_wrong_token_counts(tmp_path: Path, case: str) -> None:
+    args, changed, error, words = _WRONG_RECORDS[case]
+    fields: dict[str, object] = {"input_tokens": 10, "output_tokens": 2, **changed}
+    with open_ledger(f"sqlite:///{tmp_path / 'x.db'}") as ledger:
+        meter = Meter(ledger)
+        with pytest.raises(error, match=words) as raised:
+            meter.record(*args, **fields)  # type: ignore[arg-type]
+        assert isinstance(raised.value, RememUsageError)
+        with pytest.raises(error, match=words):  # the unrecorded event is checked the same way
+            meter.event(*args, **fields)  # type: ignore[arg-type]
+        assert ledger.events() == []
+        meter.record("chat", "m", input_tokens=0, output_tokens=0, turn=0, latency_ms=0)  # zero is a count
+        assert [(e.kind, e.input_tokens, e.turn) for e in ledger.events()] == [("chat", 0, 0)]
+
+
+def test_the_meter_counts_a_batch_of_texts_not_a_texts_characters(tmp_path: Path) -> None:
+    with open_ledger(f"sqlite:///{tmp_path / 'x.db'}") as ledger:
+        meter = Meter(ledger)
+        with pytest.raises(ArgumentTypeError, match=r"a list of the texts embedded"):
+            meter.record_texts("embedder", "e5", "green tea")  # type: ignore[arg-type]
+        assert ledger.events() == []
+        event = meter.record_texts("embedder", "e5", ["green tea"])
+        assert (event.input_tokens, [e.kind for e in ledger.events()]) == (3, ["embedder"])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remem import _migrate
+from remem.layout import CHECKPOINT_MIGRATIONS_TABLE, CHECKPOINT_TABLES
 
 __all__ = ["POSTGRES", "SCHEMA", "SQLITE", "Dialect"]
 
@@ -84,7 +85,8 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
 )
 
-TABLES = ("remem_cp_writes", "remem_cp_checkpoints", "remem_cp_lists", "remem_cp_items")
+_THREADS, _ITEMS, _LISTS, _CHECKPOINTS, _WRITES = CHECKPOINT_TABLES  # the names live in remem.layout
+TABLES = (_WRITES, _CHECKPOINTS, _LISTS, _ITEMS)
 """The per-thread tables, children first."""
 
 SCHEMA = _migrate.Component(
@@ -92,7 +94,7 @@ SCHEMA = _migrate.Component(
     sqlite=_SQLITE_MIGRATIONS,
     postgres=_POSTGRES_MIGRATIONS,
     # remem 0.1 recorded its versions here (1-based, as now)
-    legacy=_migrate.Legacy("remem_cp_migrations", "version"),
+    legacy=_migrate.Legacy(CHECKPOINT_MIGRATIONS_TABLE, "version"),
 )
 """The checkpoint tables, as the one migration runner (:mod:`remem._migrate`) applies them."""
 

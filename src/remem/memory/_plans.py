@@ -18,6 +18,7 @@ from typing import Any
 from langgraph.store.base import GetOp, PutOp, SearchItem, SearchOp
 
 from remem.errors import NotFoundError, RememUsageError
+from remem.memory._args import check_filter, check_text, check_types, check_whole
 from remem.memory._card import (
     CardParts,
     ContextCard,
@@ -38,6 +39,7 @@ from remem.memory._records import (
     StoredMessage,
     Summary,
     ThreadInfo,
+    check_label,
     chunk_key,
     memories_ns,
     messages_ns,
@@ -57,6 +59,7 @@ from remem.messages.words import is_chit_chat, query_text
 from remem.summarize import SummaryResult
 
 __all__ = [
+    "FREQUENCY_MEANING",
     "MESSAGE_FIELDS",
     "add_messages_plan",
     "context_card_plan",
@@ -75,6 +78,7 @@ SUMMARY_PAGE = 512
 summariser's step, so paging does not change its result)."""
 MESSAGE_FIELDS = ("content", CONTEXT_FIELD)
 """What the index holds of a message: its text, and who said it when (``_records.index_context``)."""
+FREQUENCY_MEANING = "new messages a thread gathers before its card's summary is extended; 1: at every card"
 DIVERSE_TOP = 16
 """How many of a diverse search's first records are picked by maximal marginal relevance."""
 _HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
@@ -97,8 +101,12 @@ def open_thread_plan(
     thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None, default_frequency: int
 ) -> Plan[ThreadInfo]:
     """Create the thread, or open it and check that it belongs to ``user_id``."""
-    if frequency is not None and frequency < 1:
-        raise RememUsageError("context_summary_update_frequency must be at least 1 (1: at every card)")
+    if agent_id is not None:
+        check_text(agent_id, "agent_id")
+    if frequency is not None:
+        check_whole(
+            frequency, "context_summary_update_frequency", least=1, meaning=FREQUENCY_MEANING, example=4
+        )
     info: ThreadInfo = yield Leased(
         thread_id, _open_thread(thread_id, user_id, agent_id, frequency, default_frequency)
     )
@@ -245,8 +253,8 @@ def _append_new(
 
 def list_messages_plan(thread_id: str, last: int | None = None) -> Plan[list[StoredMessage]]:
     """The thread's messages in order (the last ``last`` when given)."""
-    if last is not None and last < 0:
-        raise RememUsageError("last must be non-negative")
+    if last is not None:
+        last = check_whole(last, "last", meaning="how many of the latest messages; None: all")
     info = yield from thread_info_plan(thread_id)
     start = 0 if last is None else info.message_count - last
     ids = yield from _ids_between(thread_id, start, info.message_count)
@@ -330,10 +338,10 @@ def _save_summary(
 
 def summary_plan(thread_id: str, except_last: int, token_budget: int, count: TextCounter) -> Plan[Summary]:
     """The thread's summary of all but the last ``except_last`` messages, brought up to date."""
-    if except_last < 0:
-        raise RememUsageError("except_last must be non-negative.")
-    if token_budget <= 0:
-        raise RememUsageError("token_budget must be positive; give the most tokens the summary may take.")
+    check_whole(except_last, "except_last", meaning="how many of the latest messages to leave out")
+    check_whole(
+        token_budget, "token_budget", least=1, meaning="the most tokens the summary may take", example=1000
+    )
     info = yield from thread_info_plan(thread_id)
     summary = yield from _summary_at(thread_id, info, max(info.message_count - except_last, 0), 1)
     text, truncated = _truncate(summary.text, token_budget, count)
@@ -429,12 +437,15 @@ def search_plan(
     dates up the vector ranking, the question's subject lost.) ``diverse`` picks the first ``DIVERSE_TOP`` records
     by maximal marginal relevance among twice as many candidates, the rest in rank order (for cards
     and recall, where near-copies waste the budget)."""
-    if k < 0:
-        raise RememUsageError("k must be non-negative")
+    check_text(query, "query")
+    k = check_whole(k, "k", meaning="how many records to return")
     if user_id is None and thread_id is None:
         raise RememUsageError("search needs user_id=..., thread_id=... or both: say whose memory to search")
-    if types is not None and isinstance(types, str):
-        types = [types]
+    for label, name in ((user_id, "user_id"), (thread_id, "thread_id")):
+        if label is not None:
+            check_label(label, name)
+    types = check_types(types)
+    metadata_filter = check_filter(metadata_filter)
     if k == 0 or not query.strip():
         return []
     when = yield from _time_of(query, thread_id, exclude)
@@ -571,6 +582,8 @@ def context_card_plan(
 ) -> Plan[ContextCard]:
     """Build the thread's context card (see ``_card`` for the rules and the layout)."""
     check_card_arguments(except_last_messages, max_recent_messages, max_relevant_results, token_budget)
+    check_text(query, "query", optional=True)
+    types, metadata_filter = check_types(types), check_filter(metadata_filter)
     info = yield from thread_info_plan(thread_id)
     n = info.message_count
     boundary = max(n - max(except_last_messages, max_recent_messages), 0)
@@ -633,8 +646,11 @@ def recall_plan(
     count: TextCounter,
 ) -> Plan[Recall]:
     """The records of this thread and its user that match ``query``, except ``exclude`` (already seen)."""
-    if token_budget <= 0:
-        raise RememUsageError("token_budget must be positive; give the most tokens the recall may take.")
+    check_text(query, "query")
+    k = check_whole(k, "k", meaning="how many records to recall")
+    check_whole(
+        token_budget, "token_budget", least=1, meaning="the most tokens the recall may take", example=400
+    )
     info = yield from thread_info_plan(thread_id)
     records = yield from search_plan(
         query, user_id=info.user_id, thread_id=thread_id, types=types, k=k, exclude=exclude, diverse=True

@@ -20,7 +20,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from remem._clock import now_iso
-from remem.errors import InvalidMessagesError, RememUsageError
+from remem.errors import ArgumentTypeError, InvalidMessagesError, RememUsageError
 
 # The memory client's short names for the layout's namespaces and keys (imported, never redefined).
 from remem.layout import THREAD_META_KEY as META_KEY
@@ -73,7 +73,11 @@ _ROLE_ALIASES |= {"system": "system", "tool": "tool", "developer": "system"}
 
 def check_label(value: str, what: str) -> str:
     """A thread or user id becomes a namespace label: it must be a non-empty text without ``.``."""
-    if not isinstance(value, str) or not value or "." in value or "\x00" in value:
+    if not isinstance(value, str):
+        raise ArgumentTypeError(
+            f"{what} takes a text (str), e.g. {what}='support-42'; got {type(value).__name__} {value!r}"
+        )
+    if not value or "." in value or "\x00" in value:
         raise RememUsageError(
             f"{what} {value!r} cannot be used: give a non-empty text without '.' (e.g. 'support-42')"
         )
@@ -246,11 +250,18 @@ def stored_message_from_input(item: Any, position: int) -> StoredMessage:
         if isinstance(item.get(key), str) and item[key].strip() and key not in metadata:
             metadata[key] = item[key]
     timestamp = item.get("timestamp")
+    if timestamp is not None and not isinstance(timestamp, str | dt.datetime):
+        raise InvalidMessagesError(
+            f"message {position} has timestamp {timestamp!r}; give an ISO 8601 text "
+            "('2026-11-29T12:00:00Z') or a datetime"
+        )
     if isinstance(timestamp, dt.datetime):
         timestamp = (
             timestamp.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         )  # as now_iso
     message_id = item.get("id")
+    if message_id is not None and (isinstance(message_id, bool) or not isinstance(message_id, str | int)):
+        raise InvalidMessagesError(f"message {position} has id {message_id!r}; give a text such as 'm1'")
     return StoredMessage(
         id=str(message_id) if message_id else str(uuid.uuid4()),
         role=role,

@@ -28,10 +28,13 @@ from langgraph.store.base import BaseStore
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
 from remem.config import Settings, load_settings
+from remem.errors import ArgumentTypeError
+from remem.memory._args import check_ids, check_number, check_text, check_whole
 from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
 from remem.memory._effects import Plan, arun, run
 from remem.memory._plans import (
+    FREQUENCY_MEANING,
     MESSAGE_FIELDS,
     add_messages_plan,
     context_card_plan,
@@ -52,6 +55,23 @@ __all__ = ["DEFAULT_CARD_TOKEN_BUDGET", "Memory", "Thread"]
 
 DEFAULT_CARD_TOKEN_BUDGET = 1500
 DEFAULT_UPDATE_FREQUENCY = 4
+
+
+def _check_parts(store: object, summarizer: object, counter: object, meter: object) -> None:
+    """Refuse a part of the wrong kind at once (it would fail at the first call, as a storage error)."""
+    if not isinstance(store, BaseStore):
+        raise ArgumentTypeError(
+            f"store takes a LangGraph BaseStore (remem.store's, or InMemoryStore); got {type(store).__name__}; "
+            "or open one with Memory.from_url(url)"
+        )
+    if summarizer is not None and not isinstance(summarizer, Summarizer):
+        raise ArgumentTypeError(
+            f"summarizer takes a remem Summarizer (summarize and asummarize); got {type(summarizer).__name__}"
+        )
+    if counter is not None and not callable(counter):
+        raise ArgumentTypeError(f"token_counter takes a function of messages to tokens; got {counter!r}")
+    if meter is not None and not isinstance(meter, Meter):
+        raise ArgumentTypeError(f"meter takes a remem.usage.Meter or None; got {type(meter).__name__}")
 
 
 class Memory:
@@ -77,11 +97,22 @@ class Memory:
     ) -> None:
         from remem.messages import approximate_token_count
 
+        _check_parts(store, summarizer, token_counter, meter)
         self.store = store
         self.summarizer: Summarizer = summarizer or summarizer_for(None)
         self.token_counter: TokenCounter = token_counter or approximate_token_count
-        self.context_summary_update_frequency = context_summary_update_frequency
-        self.thread_lease_timeout = thread_lease_timeout
+        self.context_summary_update_frequency = check_whole(
+            context_summary_update_frequency,
+            "context_summary_update_frequency",
+            least=1,
+            meaning=FREQUENCY_MEANING,
+            example=DEFAULT_UPDATE_FREQUENCY,
+        )
+        self.thread_lease_timeout = check_number(
+            thread_lease_timeout,
+            "thread_lease_timeout",
+            meaning="how many seconds a write waits for the thread",
+        )
         self.meter = meter
         self._owned: list[Any] = []
         # Each message's speaker and date are indexed with it, but for a store that fails on a text given
@@ -106,6 +137,10 @@ class Memory:
         """
         from remem.memory._backends import open_store
 
+        if settings is not None and not isinstance(settings, Settings):
+            raise ArgumentTypeError(
+                f"settings takes a remem.Settings (or None: load_settings()); got {settings!r}"
+            )
         settings = settings or load_settings()
         meter = usage_meter(url, settings)
         store, owned = open_store(url, settings, meter=meter if meter_embeddings else None)
@@ -144,7 +179,7 @@ class Memory:
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` sent as one message, by this memory's counter."""
-        return self.token_counter([HumanMessage(content=text)])
+        return self.token_counter([HumanMessage(content=check_text(text, "text"))])
 
     def _lease(self, thread_id: str) -> AbstractContextManager[None]:
         return thread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
@@ -417,7 +452,7 @@ class Thread:
             self.thread_id,
             query,
             k=k,
-            exclude=frozenset(exclude_ids),
+            exclude=check_ids(exclude_ids, "exclude_ids"),
             types=types,
             token_budget=token_budget,
             count=self.memory.count_text,
