@@ -132,6 +132,7 @@ def _totals_trigger() -> tuple[str, ...]:
         f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}; END",
     )
 
+
 LEDGER = _migrate.Component(
     "usage",
     sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"), _totals("REAL"), _totals_trigger()),
