@@ -24,12 +24,13 @@ from remem.usage import (
     PriceTable,
     Totals,
     UsageEvent,
+    _sql,
     check,
     day_of,
     ledger_from_url,
     open_ledger,
 )
-from remem.usage._sql import TOTALS_TABLE
+from remem.usage._sql import TOTALS_TABLE, TOTALS_TRIGGER
 from remem.usage.embeddings import MeteredEmbedder
 
 
@@ -95,7 +96,7 @@ def test_the_schema_is_one_migration_component_and_setup_is_idempotent(tmp_path:
         ledger_from_url(f"sqlite:///{path}").close()
     conn = sqlite3.connect(path)
     rows = conn.execute(f"SELECT component, version FROM {_migrate.TABLE}").fetchall()
-    assert rows == [("usage", 1), ("usage", 2)]
+    assert rows == [("usage", 1), ("usage", 2), ("usage", 3)]
     assert (path.stat().st_mode & 0o777) == 0o600
 
 
@@ -160,8 +161,9 @@ def test_a_version_1_ledger_gets_its_running_totals_from_its_rows(tmp_path: Path
     path = tmp_path / "old.db"
     ledger_from_url(f"sqlite:///{path}").close()
     conn = sqlite3.connect(path, isolation_level=None)  # back to version 1: no running totals
+    conn.execute(f"DROP TRIGGER {TOTALS_TRIGGER}")
     conn.execute(f"DROP TABLE {TOTALS_TABLE}")
-    conn.execute(f"DELETE FROM {_migrate.TABLE} WHERE component = 'usage' AND version = 2")
+    conn.execute(f"DELETE FROM {_migrate.TABLE} WHERE component = 'usage' AND version > 1")
     for n in range(5):
         conn.execute(
             f"INSERT INTO {USAGE_TABLE} (kind, thread_id, user_id, turn, model, input_tokens, output_tokens, "
@@ -174,6 +176,91 @@ def test_a_version_1_ledger_gets_its_running_totals_from_its_rows(tmp_path: Path
         assert ledger.spent(thread_id="t").calls == 5 and ledger.spent(thread_id="t").cost == 2.5
         assert ledger.spent(thread_id="t", turn=1).tokens == 330
         assert ledger.user_day("maya", 1_700_000_000.0).calls == 5
+
+
+def test_a_version_2_ledger_keeps_its_totals_and_its_trigger_adds_each_new_row_once(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "v2.db"
+    ledger_from_url(f"sqlite:///{path}").close()
+    conn = sqlite3.connect(path, isolation_level=None)  # back to version 2: totals kept by the writer
+    conn.execute(f"DROP TRIGGER {TOTALS_TRIGGER}")
+    conn.execute(f"DELETE FROM {_migrate.TABLE} WHERE component = 'usage' AND version = 3")
+    for n in range(4):  # as remem wrote a call at version 2: the row, then its totals
+        event = _event(thread_id="t", user_id="maya", turn=1 + n % 2, cost=0.5, call_id=f"c{n}")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(*_sql.insert("sqlite", event))
+        for statement in _sql.add_to_totals("sqlite", event):
+            conn.execute(*statement)
+        conn.execute("COMMIT")
+    conn.close()
+    with open_ledger(f"sqlite:///{path}") as ledger:  # migration 3: the trigger, the totals as they were
+        assert ledger.spent(thread_id="t").calls == 4
+        ledger.record(_event(thread_id="t", user_id="maya", turn=2, cost=0.25, call_id="c4"))
+        ledger.record(_event(thread_id="t", user_id="maya", turn=2, cost=0.25, call_id="c3"))  # known: none
+        for turn in (None, 1, 2):
+            assert ledger.spent(thread_id="t", turn=turn) == _summed(ledger, thread_id="t", turn=turn)
+        assert ledger.user_day("maya") == _summed(ledger, user_id="maya", day=day_of(time.time()))
+        assert ledger.spent(thread_id="t").calls == 5 and ledger.spent(thread_id="t", turn=2).cost == 1.25
+
+
+def test_a_row_whose_totals_cannot_be_written_is_not_kept(tmp_path: Path) -> None:
+    import sqlite3
+
+    from remem.errors import StorageError
+
+    path = tmp_path / "u.db"
+    with open_ledger(f"sqlite:///{path}") as ledger:
+        ledger.record(_event(thread_id="t", user_id="maya", turn=1, call_id="c1"))
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute(
+            f"CREATE TRIGGER refuse_totals BEFORE UPDATE ON {TOTALS_TABLE} "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+        with pytest.raises(StorageError):
+            ledger.record(_event(thread_id="t", user_id="maya", turn=1, call_id="c2"))
+        conn.execute("DROP TRIGGER refuse_totals")
+        conn.close()
+        assert [e.call_id for e in ledger.events()] == ["c1"]  # the row went with its totals
+        ledger.record(_event(thread_id="t", user_id="maya", turn=1, call_id="c2"))  # the retry counts
+        assert ledger.spent(thread_id="t", turn=1) == _summed(ledger, thread_id="t", turn=1)
+        assert ledger.spent(thread_id="t").calls == 2
+
+
+_WRITER = """
+import sys
+from remem.usage import UsageEvent, open_ledger
+
+url, name, first, last = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+with open_ledger(url) as ledger:
+    for n in range(first, last):
+        # call ids first..last: the two processes share some (a call both recorded counts once)
+        ledger.record(UsageEvent("chat", "m", 10 + n, 1, thread_id=name, user_id="maya", turn=n % 3,
+                                 cost=0.01, at=1_700_000_000.0, call_id=f"call-{n}"))
+"""
+
+
+def test_two_processes_recording_in_one_file_keep_the_totals_exact(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    with open_ledger(url):  # the schema first, so the writers only record
+        pass
+    writers = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, url, thread, str(first), str(first + 150)])
+        for thread, first in (("a", 0), ("b", 100))
+    ]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    with open_ledger(url) as ledger:
+        assert len(ledger.events()) == 250  # call-100..149 came from both: once
+        for thread in ("a", "b"):
+            for turn in (None, 0, 1, 2):
+                assert ledger.spent(thread_id=thread, turn=turn) == _summed(
+                    ledger, thread_id=thread, turn=turn
+                )
+        day = ledger.user_day("maya", 1_700_000_000.0)  # one user's day, spent from two processes
+        assert day == _summed(ledger, user_id="maya", day=day_of(1_700_000_000.0)) and day.calls == 250
 
 
 def test_grouping_by_an_unknown_column_never_reaches_sql(ledger: object) -> None:

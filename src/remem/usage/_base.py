@@ -110,12 +110,7 @@ class Ledger(ABC):
         if running is None:
             return self.totals(thread_id=thread_id, user_id=user_id, turn=turn, day=day)[0]
         rows = self._read(*running)
-        if not rows:
-            return Totals()
-        calls, inp, out, cached, cost, unpriced, latency = rows[0]
-        return Totals(
-            None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
-        )
+        return _running(rows[0], 0) if rows else _NONE
 
     def spent_in(
         self,
@@ -138,18 +133,24 @@ class Ledger(ABC):
             keys.append(("user_day", user_id, day_of(time.time() if at is None else at)))
         if not keys:
             return {}
-        found = {row[0]: row[1:] for row in self._read(*_sql.select_scopes(self._dialect(), keys))}
-        spent: dict[str, Totals] = {}
-        for scope, _, _ in keys:
-            calls, inp, out, cached, cost, unpriced, latency = found.get(scope, (0, 0, 0, 0, 0.0, 0, 0.0))
-            spent[scope] = Totals(
-                None, int(calls), int(inp), int(out), int(cached), float(cost), int(unpriced), float(latency)
-            )
-        return spent
+        found = {row[0]: row for row in self._read(*_sql.select_scopes(self._dialect(), keys))}
+        # Read at every model call: a scope with no row yet is the shared empty Totals (frozen).
+        return {
+            scope: _NONE if (row := found.get(scope)) is None else _running(row, 1) for scope, _, _ in keys
+        }
 
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
         return self.spent(user_id=user_id, day=day_of(time.time() if at is None else at))
+
+
+_NONE = Totals()
+
+
+def _running(row: Sequence[Any], at: int) -> Totals:
+    """The Totals of a running-totals row whose sums start at ``at`` (its columns are typed INTEGER and
+    REAL / DOUBLE PRECISION NOT NULL, so the driver already gives ints and floats)."""
+    return Totals(None, *row[at:])
 
 
 class LazyLedger(Ledger):

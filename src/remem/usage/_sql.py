@@ -17,6 +17,7 @@ __all__ = [
     "COLUMNS",
     "LEDGER",
     "TOTALS_TABLE",
+    "TOTALS_TRIGGER",
     "USAGE_TABLE",
     "Filters",
     "Statement",
@@ -25,6 +26,7 @@ __all__ = [
     "forget_usage",
     "insert",
     "record_postgres",
+    "record_sqlite",
     "select_events",
     "select_running_totals",
     "select_scopes",
@@ -101,10 +103,41 @@ def _totals(real: str) -> tuple[str, ...]:
     return (create, *backfill)
 
 
+TOTALS_TRIGGER = f"{TOTALS_TABLE}_add"
+
+
+def _totals_trigger() -> tuple[str, ...]:
+    """SQLite: a trigger adds each new row to its running totals, so a record is one INSERT (one statement
+    and its implicit transaction instead of BEGIN, INSERT, upsert, COMMIT). It fires only for a row that
+    was inserted: a call id already there (ON CONFLICT DO NOTHING) adds nothing."""
+    sums = (
+        "1, NEW.input_tokens, NEW.output_tokens, NEW.cached_tokens, coalesce(NEW.cost, 0), "
+        "NEW.cost IS NULL, coalesce(NEW.latency_ms, 0)"
+    )
+    scopes = (  # scope, key1, key2, when; as add_to_totals keys them
+        ("thread", "NEW.thread_id", "''", "NEW.thread_id IS NOT NULL"),
+        (
+            "turn",
+            "NEW.thread_id",
+            "CAST(NEW.turn AS TEXT)",
+            "NEW.thread_id IS NOT NULL AND NEW.turn IS NOT NULL",
+        ),
+        ("user_day", "NEW.user_id", "NEW.day", "NEW.user_id IS NOT NULL"),
+    )
+    rows = " UNION ALL ".join(f"SELECT '{s}', {k1}, {k2}, {sums} WHERE {when}" for s, k1, k2, when in scopes)
+    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+    return (
+        f"CREATE TRIGGER {TOTALS_TRIGGER} AFTER INSERT ON {USAGE_TABLE} BEGIN "
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) {rows} "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}; END",
+    )
+
+
 LEDGER = _migrate.Component(
     "usage",
-    sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"), _totals("REAL")),
-    postgres=(_create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"), _totals("DOUBLE PRECISION")),
+    sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"), _totals("REAL"), _totals_trigger()),
+    # PostgreSQL writes the row and its totals in one statement already (record_postgres): v3 is empty.
+    postgres=(_create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"), _totals("DOUBLE PRECISION"), ()),
 )
 
 By = Literal["turn", "thread", "model", "day", "user", "kind"]
@@ -197,6 +230,18 @@ def insert(dialect: str, event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
         event.call_id,
     )
     return sql, values
+
+
+@lru_cache(maxsize=1)
+def _record_sqlite_sql() -> str:
+    return _insert_sql("sqlite").removesuffix(" RETURNING id")
+
+
+def record_sqlite(event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
+    """The row's INSERT on SQLite (schema v3): its trigger adds it to the running totals in the same
+    statement; a row with the same call id adds nothing. The text never changes, so sqlite3's statement
+    cache prepares it once per connection."""
+    return _record_sqlite_sql(), insert("sqlite", event)[1]
 
 
 def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any, ...]]]:

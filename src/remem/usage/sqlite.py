@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,8 @@ from remem import _migrate, _sqlite
 from remem._files import make_private_file
 from remem.errors import StorageError
 from remem.usage._base import Ledger
-from remem.usage._sql import LEDGER
+from remem.usage._records import UsageEvent
+from remem.usage._sql import LEDGER, record_sqlite
 
 __all__ = ["SqliteLedger"]
 
@@ -142,20 +143,13 @@ class SqliteLedger(Ledger):
             except sqlite3.Error as exc:
                 raise _error(exc, self.conn) from exc
 
-    def _write_if_new(
-        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
-    ) -> None:
+    def _record_event(self, event: UsageEvent) -> None:
+        # One INSERT in autocommit: the schema's trigger adds the row to its running totals inside it, so
+        # the row and its totals commit together (or neither), and a repeated call id adds nothing.
+        sql, params = record_sqlite(event)
         with self._lock:
             try:
-                self.conn.execute("BEGIN IMMEDIATE")
-                try:
-                    if self.conn.execute(*first).fetchall():
-                        for statement in then:
-                            self.conn.execute(*statement)
-                except BaseException:
-                    self.conn.execute("ROLLBACK")
-                    raise
-                self.conn.execute("COMMIT")
+                self.conn.execute(sql, params)
             except sqlite3.Error as exc:
                 raise _error(exc, self.conn) from exc
 
