@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from remem import _migrate
 from remem.config import load_settings
-from remem.errors import BudgetExceededError, ConfigError
+from remem.errors import ArgumentTypeError, BudgetExceededError, ConfigError, RememUsageError
 from remem.testing import FakeEmbedder
 from remem.usage import (
     USAGE_TABLE,
@@ -442,3 +442,55 @@ def test_a_postgres_ledger_whose_connection_the_server_dropped_opens_it_again(pg
             ledger.record(UsageEvent("chat", "m", 1, 1, thread_id="t1", call_id="c2"))
         ledger.record(UsageEvent("chat", "m", 1, 1, thread_id="t1", call_id="c2"))  # the next one reconnects
         assert ledger.spent(thread_id="t1").tokens == 17
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("a", 1), "input"),
+        ((-1, 1), "input"),
+        ((1, None), "output"),
+        ((1, True), "output"),
+        ((1, 1, -0.5), "cached"),
+        ((1, 1, float("nan")), "cached"),
+        ((float("inf"), 1), "input"),
+    ],
+)
+def test_a_price_that_is_not_a_number_of_0_or_more_is_refused_when_made(
+    args: tuple[Any, ...], named: str
+) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"price's {named} is a number >= 0 per million tokens, e\.g\. Price\("
+    ):
+        Price(*args)
+
+
+def test_a_price_of_zero_and_no_cached_rate_are_accepted() -> None:
+    assert Price(0, 0).cost(1_000_000, 1_000_000) == 0.0
+    assert Price(1, 2).cost(1_000_000, 0, 500_000) == 1.0  # cached charged as input when no rate is given
+
+
+@pytest.mark.parametrize("priced", [True, False])
+@pytest.mark.parametrize(
+    ("counts", "error"),
+    [
+        (("a", 1, 0), ArgumentTypeError),
+        ((1, 1.5, 0), ArgumentTypeError),
+        ((1, 1, True), ArgumentTypeError),
+        ((-1, 1, 0), RememUsageError),
+    ],
+)
+def test_a_cost_of_token_counts_that_are_not_whole_numbers_is_a_remem_error(
+    priced: bool, counts: tuple[Any, ...], error: type[Exception]
+) -> None:
+    table = PriceTable({"m": Price(1.0, 2.0)})
+    with pytest.raises(error, match="tokens"):
+        table.cost("m" if priced else "unpriced", *counts)
+    if priced:
+        with pytest.raises(error, match="tokens"):
+            Price(1.0, 2.0).cost(*counts)
+
+
+def test_a_price_table_holds_only_prices() -> None:
+    with pytest.raises(ConfigError, match=r"map a model name to a Price"):
+        PriceTable({"m": (0.15, 0.6)})  # type: ignore[dict-item]

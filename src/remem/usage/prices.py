@@ -11,9 +11,12 @@ A model with no price gets a cost of None and one warning per process, never a g
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from remem.errors import ArgumentTypeError, ConfigError, RememUsageError
 
 __all__ = ["Price", "PriceTable"]
 
@@ -29,7 +32,26 @@ class Price:
     output: float
     cached: float | None = None
 
+    def __post_init__(self) -> None:
+        # Refused here, not at the first call's cost: a wrong price would otherwise fail (or price wrong) mid-turn.
+        for name in ("input", "output", "cached"):
+            value = getattr(self, name)
+            if value is None and name == "cached":
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConfigError(
+                    f"a price's {name} is a number >= 0 per million tokens, e.g. Price(input=0.15, "
+                    f"output=0.60, cached=0.075){' (or None: charged as input)' if name == 'cached' else ''}; "
+                    f"got {value!r}"
+                )
+
     def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
+        _check_tokens(input_tokens, output_tokens, cached_tokens)
         cached = min(max(cached_tokens, 0), input_tokens)
         cached_rate = self.input if self.cached is None else self.cached
         return (
@@ -37,11 +59,30 @@ class Price:
         ) / _MILLION
 
 
+def _check_tokens(input_tokens: object, output_tokens: object, cached_tokens: object) -> None:
+    # Whole numbers only: a bool is an int to Python but a slip, and a text would fail deep in the sum.
+    for name, value in (
+        ("input_tokens", input_tokens),
+        ("output_tokens", output_tokens),
+        ("cached_tokens", cached_tokens),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"{name} is a whole number of tokens such as {name}=120; got {value!r}")
+        if value < 0:
+            raise RememUsageError(f"{name} must be 0 or more; got {value}")
+
+
 class PriceTable:
     """Model name to :class:`Price`; :meth:`cost` warns once per unpriced model and returns None."""
 
     def __init__(self, prices: Mapping[str, Price] | None = None) -> None:
         self.prices = dict(prices or {})
+        for model, price in self.prices.items():
+            if not isinstance(model, str) or not isinstance(price, Price):
+                raise ConfigError(
+                    "prices map a model name to a Price, e.g. PriceTable({'gpt-4o-mini': Price(0.15, 0.60, "
+                    f"0.075)}}); got {model!r}: {price!r}"
+                )
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -56,6 +97,7 @@ class PriceTable:
     def cost(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float | None:
         price = self.prices.get(model)
         if price is None:
+            _check_tokens(input_tokens, output_tokens, cached_tokens)
             self._warn(model)
             return None
         return price.cost(input_tokens, output_tokens, cached_tokens)
