@@ -97,7 +97,7 @@ from remem.usage import (
     ledger_from_url,
 )
 from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
-from remem.usage._prefix import PrefixCounter
+from remem.usage._prefix import PrefixCounter, signatures
 from remem.usage.approval import (
     Estimate,
     ask_approval,
@@ -230,7 +230,8 @@ class _Nodes:
         self.tool_tokens = tool_tokens
         self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
         self.model_name = model_name(model)
-        self._checked: dict[str, tuple[tuple[str | None, int, int], dict[Scope, Totals]]] = {}
+        # Per thread, the call run_turn checked: its turn, its messages' signatures, its count, its spending.
+        self._checked: dict[str, tuple[int, list[Any], int, dict[Scope, Totals]]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -255,55 +256,63 @@ class _Nodes:
         ledger = self.ledger
         if ledger is None:
             return {}
-        scopes = [scope for scope in ("turn", "thread", "user_day") if self.budgets.needs(scope)]
-        found = ledger.spent_in(scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id)
+        found = ledger.spent_in(
+            self.budgets.read_scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id
+        )
         return cast("dict[Scope, Totals]", found)
 
     def check_budgets(
-        self, view: list[BaseMessage], caller: _Caller, turn: int, tokens: int | None = None
-    ) -> dict[Scope, Totals] | None:
-        """Check the call's counted estimate (``tokens``, when already counted) against every budget;
-        returns what the scopes had spent (None when no budget is set: then nothing is counted nor read)."""
+        self, view: list[BaseMessage], caller: _Caller, turn: int
+    ) -> tuple[dict[Scope, Totals] | None, int | None]:
+        """Check the call's counted estimate against every budget; returns what the scopes had spent and
+        the estimate (None, None when no budget is set: then nothing is counted nor read)."""
         if not self.budgets.active:
-            return None
-        tokens = self.tokens(view, caller) if tokens is None else tokens
-        key = (caller.thread_id, turn, tokens)
+            return None, None
         if caller.thread_id is not None:
-            with self._lock:  # run_turn checked this very call just before: its reads are not repeated
+            with self._lock:  # run_turn checked this very call just before: its count and reads are reused
                 checked = self._checked.pop(caller.thread_id, None)
-            if checked is not None and checked[0] == key:
-                return checked[1]
-        cost = None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
+            # The same turn and the same messages (ids and texts, what the count is keyed on): the same call.
+            if checked is not None and checked[0] == turn and checked[1] == signatures(view):
+                return checked[3], checked[2]
+        tokens = self.tokens(view, caller)
         spent = self._spent(caller, turn)
-        check(self.budgets, tokens=tokens, cost=cost, spent=spent, estimated=True)
-        return spent
+        check(self.budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
+        return spent, tokens
 
-    def refused(self, view: list[BaseMessage], caller: _Caller, turn: int) -> Estimate | None:
+    def _cost(self, tokens: int) -> float | None:
+        return None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
+
+    def refused(
+        self, view: list[BaseMessage], caller: _Caller, turn: int, tokens: int | None = None
+    ) -> Estimate | None:
         """The estimate of a call above an approval threshold that was refused; None when it may be sent
         (below the thresholds, or approved). Above one, the run pauses here
-        (:func:`~remem.usage.approval.ask_approval`): on resume the node runs again and gets the answer."""
+        (:func:`~remem.usage.approval.ask_approval`): on resume the node runs again and gets the answer.
+        ``tokens``: the estimate when the budget check counted it already."""
         if self.approve_tokens is None and self.approve_cost is None:
             return None
-        tokens = self.tokens(view, caller)
-        cost = None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
-        estimate = Estimate(self.model_name, tokens, cost, caller.thread_id, caller.user_id, turn)
+        tokens = self.tokens(view, caller) if tokens is None else tokens
+        estimate = Estimate(
+            self.model_name, tokens, self._cost(tokens), caller.thread_id, caller.user_id, turn
+        )
         if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
             return None
         return estimate
 
     def precheck(self, state: Mapping[str, Any], caller: _Caller) -> None:
         """:meth:`check_budgets` before the input is written (run_turn); the turn's first call then
-        reuses what it read, since the thread's lease keeps anything else of the thread from spending.
-        A legacy usage list, and the rows a failed ledger write left, are written to the ledger first (the
-        state is emptied by the call)."""
+        reuses its count and what it read, since the thread's lease keeps anything else of the thread from
+        spending or writing. A legacy usage list, and the rows a failed ledger write left, are written to
+        the ledger first (the state is emptied by the call)."""
         self.adopt_legacy(state, caller)
         self.flush(state)
+        if not self.budgets.active:
+            return  # nothing to check: the view is not even built
         view, turn = self.view(state), _call_turn(state)
-        tokens = self.tokens(view, caller) if self.budgets.active else 0
-        spent = self.check_budgets(view, caller, turn, tokens)
-        if spent is not None and caller.thread_id is not None:
+        spent, tokens = self.check_budgets(view, caller, turn)
+        if spent is not None and tokens is not None and caller.thread_id is not None:
             with self._lock:
-                self._checked[caller.thread_id] = ((caller.thread_id, turn, tokens), spent)
+                self._checked[caller.thread_id] = (turn, signatures(view), tokens, spent)
 
     def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals]) -> None:
         try:
@@ -373,10 +382,10 @@ class _Nodes:
         update = self.adopt_legacy(state, caller)
         if self.flush(state):
             update[UNRECORDED] = []
-        spent = self.check_budgets(view, caller, turn)
+        spent, tokens = self.check_budgets(view, caller, turn)
         if turn != state.get("remem_turn"):
             update["remem_turn"] = turn
-        refused = self.refused(view, caller, turn)
+        refused = self.refused(view, caller, turn, tokens)
         if refused is not None:  # nothing is sent: the turn ends with a message saying so
             update["messages"] = [refusal(refused)]
             return update

@@ -72,6 +72,7 @@ from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
 
 log = logging.getLogger("remem.middleware")
+_KEPT = 64  # models, and system prompt + tools sets, whose counters and counts a middleware keeps
 
 
 class BudgetState(AgentState[Any]):
@@ -115,6 +116,15 @@ def _with_update(
     if not update:
         return response
     return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+def _head(system: SystemMessage | None, tools: list[Any]) -> list[BaseMessage]:
+    """What a call sends besides its messages: the system prompt and the tool schemas (as one message)."""
+    head: list[BaseMessage] = [] if system is None else [system]
+    schema = tool_schema_text(tools)
+    if schema:
+        head.append(SystemMessage(content=schema))
+    return head
 
 
 def _reply(response: ModelResponse[Any]) -> BaseMessage | None:
@@ -172,40 +182,65 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         self.rate_limiter, self.backoff = rate_limiter, backoff
         # Counting reuses the last call's prefix for counters that sum over messages (remem's own).
         self._prefixes: dict[TokenCounter, PrefixCounter] = {}
+        self._counters: dict[str, tuple[TokenCounter, PrefixCounter | None]] = {}
+        self._heads: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
         self._prefix_lock = threading.Lock()
 
     def counter_for(self, model: str) -> TokenCounter:
         """The counter of ``model``'s estimates: the one given, else its exact encoding when known
         (:func:`~remem.messages.counter_for_model`), else the approximate one."""
-        return self._given_counter or counter_for_model(model) or approximate_token_count
+        return self._counter_and_prefix(model)[0]
 
-    def _prefix_for(self, counter: TokenCounter, model: str) -> PrefixCounter | None:
-        if not sums_per_message(counter, model):
-            return None  # a counter of the caller's: it may not be a sum over messages
-        with self._prefix_lock:
-            found = self._prefixes.get(counter)
-            if found is None:
-                found = self._prefixes[counter] = PrefixCounter(counter)
+    def _counter_and_prefix(self, model: str) -> tuple[TokenCounter, PrefixCounter | None]:
+        # Found once per model (every call asks): the counter, and its prefix counter when it sums over
+        # messages (remem's own; a counter of the caller's may not, and is given the whole prompt).
+        found = self._counters.get(model)
+        if found is not None:
             return found
+        count = self._given_counter or counter_for_model(model) or approximate_token_count
+        with self._prefix_lock:
+            prefix = self._prefixes.get(count)
+            if prefix is None and sums_per_message(count, model):
+                prefix = self._prefixes[count] = PrefixCounter(count)
+            if len(self._counters) >= _KEPT:
+                self._counters.clear()
+            found = self._counters[model] = (count, prefix)
+        return found
+
+    def _head_tokens(self, count: TokenCounter, system: SystemMessage | None, tools: list[Any]) -> int:
+        """The counted system prompt and tool schemas, for a counter that sums over messages: once per
+        counter, prompt and tools (the schemas' JSON is costly to build, and the same at every call)."""
+        content = None if system is None else system.content
+        if not isinstance(content, str | None):  # content blocks: not a key, counted every time
+            return self._count_head(count, system, tools)
+        key = (count, content, None if system is None else system.name, tuple(map(id, tools)))
+        found = self._heads.get(key)
+        if found is None:
+            # The tools are kept with their count, so that no other object can take their ids meanwhile.
+            found = (tuple(tools), self._count_head(count, system, tools))
+            with self._prefix_lock:
+                if len(self._heads) >= _KEPT:
+                    self._heads.clear()
+                self._heads[key] = found
+        return found[1]
+
+    @staticmethod
+    def _count_head(count: TokenCounter, system: SystemMessage | None, tools: list[Any]) -> int:
+        counted = _head(system, tools)
+        return count(counted) if counted else 0
 
     # -- the pure parts ------------------------------------------------------------------------------
     def estimate(self, request: ModelRequest[Any]) -> Estimate:
         """The counted input of ``request``: system prompt, tool schemas and messages."""
-        counted: list[BaseMessage] = []
-        if request.system_message is not None:
-            counted.append(request.system_message)
-        schema = tool_schema_text(request.tools)
-        if schema:
-            counted.append(SystemMessage(content=schema))
         conf = _configurable()
         thread = self.thread_id or conf.get("thread_id")
         model = model_name(request.model)
-        count = self.counter_for(model)
-        prefix = self._prefix_for(count, model) if thread is not None else None
-        if prefix is not None:
-            tokens = count(counted) + prefix(thread, list(request.messages))
+        count, prefix = self._counter_and_prefix(model)
+        if prefix is None:  # a counter of the caller's: given the whole prompt at once
+            tokens = count([*_head(request.system_message, request.tools), *request.messages])
         else:
-            tokens = count([*counted, *request.messages])
+            head = self._head_tokens(count, request.system_message, request.tools)
+            tokens = head + (count(request.messages) if thread is None else prefix(thread, request.messages))
         state = request.state or {}
         turn = _turn_of(state) if isinstance(state, Mapping) else None
         return Estimate(
@@ -223,9 +258,11 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         if self.ledger is None:
             return {}, False
         flushed = flush_unrecorded(self.ledger, state)
-        scopes = [scope for scope in ("turn", "thread", "user_day") if self.budgets.needs(scope)]
         found = self.ledger.spent_in(
-            scopes, thread_id=estimate.thread_id, turn=estimate.turn, user_id=estimate.user_id
+            self.budgets.read_scopes,
+            thread_id=estimate.thread_id,
+            turn=estimate.turn,
+            user_id=estimate.user_id,
         )
         return cast("dict[Scope, Totals]", found), flushed
 

@@ -17,7 +17,7 @@ from langchain_core.messages import BaseMessage
 
 from remem.messages import TokenCounter, approximate_token_count, counter_for_model
 
-__all__ = ["PrefixCounter", "sums_per_message"]
+__all__ = ["PrefixCounter", "signatures", "sums_per_message"]
 
 _PREFIXES_KEPT = 256  # threads whose last counted prompt a counter remembers
 
@@ -34,6 +34,11 @@ class _Counted:
 # attribute lookup, and a Python function per message, cost about as much as counting the message).
 _SIGNATURE = operator.itemgetter("id", "content")
 _FIELDS = operator.attrgetter("__dict__")
+
+
+def signatures(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
+    """What each message's count is keyed on (its id and content): equal lists count the same."""
+    return list(map(_SIGNATURE, map(_FIELDS, messages)))
 
 
 def sums_per_message(counter: TokenCounter, model: str | None = None) -> bool:
@@ -59,18 +64,18 @@ class PrefixCounter:
         self._lock = threading.Lock()
 
     def __call__(self, key: Hashable, messages: Sequence[BaseMessage]) -> int:
-        signatures = list(map(_SIGNATURE, map(_FIELDS, messages)))
+        signed = signatures(messages)
         with self._lock:
             last = self._last.pop(key, None)
         same = 0
         if last is not None:
-            same = min(len(last.signatures), len(signatures))
-            if signatures[:same] != last.signatures[:same]:
+            same = min(len(last.signatures), len(signed))
+            if signed[:same] != last.signatures[:same]:
                 # Find where they part (rare: a compaction or an edit), halving the range each step.
                 low, high = 0, same
                 while low < high:
                     middle = (low + high + 1) // 2
-                    if signatures[:middle] == last.signatures[:middle]:
+                    if signed[:middle] == last.signatures[:middle]:
                         low = middle
                     else:
                         high = middle - 1
@@ -88,12 +93,12 @@ class PrefixCounter:
                 if i >= same
             }
         )
-        for signature, message in zip(signatures[same:], messages[same:], strict=True):
+        for signature, message in zip(signed[same:], messages[same:], strict=True):
             counted = before.get(signature)
             running += self.count([message]) if counted is None else counted
             totals.append(running)
         with self._lock:
-            self._last[key] = _Counted(signatures, totals)
+            self._last[key] = _Counted(signed, totals)
             while len(self._last) > _PREFIXES_KEPT:
                 self._last.popitem(last=False)
         return running

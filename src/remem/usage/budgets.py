@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from remem.errors import BudgetExceededError
 from remem.usage._records import Totals
@@ -81,6 +81,15 @@ class Budgets:
     def active(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
 
+    @cached_property
+    def _set(self) -> tuple[tuple[Scope, str, float], ...]:  # the limits a check compares: built once
+        return tuple((cast("Scope", s), u, limit) for (s, u), limit in self._limits.items() if limit)
+
+    @cached_property
+    def read_scopes(self) -> tuple[Scope, ...]:
+        """The scopes whose spending a check needs from the ledger (read only when it matters)."""
+        return tuple(scope for scope in SCOPES if scope != "call" and self.needs(scope))
+
     def needs(self, scope: Scope) -> bool:
         """Whether a check needs what ``scope`` spent (so the ledger is read only when it matters)."""
         return bool(self.limit(scope, "tokens") or self.limit(scope, "cost"))
@@ -103,32 +112,28 @@ def check(
     ``cost`` None (an unpriced model) passes the cost budgets of the call, and its scopes count only the
     priced calls: the one-time price warning says so, and nothing is guessed.
     """
-    for scope in SCOPES:
+    for scope, unit, limit in budgets._set:  # only the budgets set: run twice per model call
+        mine: float | None = float(tokens) if unit == "tokens" else cost
+        if mine is None:
+            continue
         before = spent.get(scope) if scope != "call" else None
-        for unit in ("tokens", "cost"):
-            limit = budgets.limit(scope, unit)
-            if not limit:
-                continue
-            mine: float | None = float(tokens) if unit == "tokens" else cost
-            if mine is None:
-                continue
-            earlier = 0.0 if before is None else (before.tokens if unit == "tokens" else before.cost)
-            total = earlier + mine
-            if total <= limit:
-                continue
-            setting = _SETTING[(scope, unit)]
-            how = "would need" if estimated else "used"
-            detail = (
-                f"{_amount(unit, mine)} for this call"
-                if scope == "call"
-                else f"{_amount(unit, earlier)} spent and {_amount(unit, mine)} for this call"
-            )
-            counted = "counted before the call" if estimated else "as the provider reported it"
-            raise BudgetExceededError(
-                f"{_WHAT[scope]} {how} {_amount(unit, total)} ({detail}, {counted}), over the {setting} of "
-                f"{_amount(unit, limit)} (REMEM_{setting.upper()}); {_ADVICE[scope]}",
-                budget=setting,
-                limit=float(limit),
-                amount=float(total),
-                unit=unit,
-            )
+        earlier = 0.0 if before is None else (before.tokens if unit == "tokens" else before.cost)
+        total = earlier + mine
+        if total <= limit:
+            continue
+        setting = _SETTING[(scope, unit)]
+        how = "would need" if estimated else "used"
+        detail = (
+            f"{_amount(unit, mine)} for this call"
+            if scope == "call"
+            else f"{_amount(unit, earlier)} spent and {_amount(unit, mine)} for this call"
+        )
+        counted = "counted before the call" if estimated else "as the provider reported it"
+        raise BudgetExceededError(
+            f"{_WHAT[scope]} {how} {_amount(unit, total)} ({detail}, {counted}), over the {setting} of "
+            f"{_amount(unit, limit)} (REMEM_{setting.upper()}); {_ADVICE[scope]}",
+            budget=setting,
+            limit=float(limit),
+            amount=float(total),
+            unit=unit,
+        )

@@ -114,7 +114,7 @@ class Meter:
             turn=turn,
             node=node,
             latency_ms=None if latency_ms is None else round(latency_ms, 3),
-            cost=self.prices.cost(model, input_tokens, output_tokens, cached_tokens),
+            cost=self.prices._cost(model, input_tokens, output_tokens, cached_tokens),  # counts checked above
             call_id=call_id,
         )
 

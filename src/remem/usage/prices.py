@@ -52,6 +52,9 @@ class Price:
 
     def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         _check_tokens(input_tokens, output_tokens, cached_tokens)
+        return self._cost(input_tokens, output_tokens, cached_tokens)
+
+    def _cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float:
         cached = min(max(cached_tokens, 0), input_tokens)
         cached_rate = self.input if self.cached is None else self.cached
         return (
@@ -95,12 +98,16 @@ class PriceTable:
         return self.prices.get(model)
 
     def cost(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float | None:
+        _check_tokens(input_tokens, output_tokens, cached_tokens)
+        return self._cost(model, input_tokens, output_tokens, cached_tokens)
+
+    def _cost(self, model: str, input_tokens: int, output_tokens: int, cached_tokens: int) -> float | None:
+        """:meth:`cost` of counts already checked (the meter checks every event's counts first)."""
         price = self.prices.get(model)
         if price is None:
-            _check_tokens(input_tokens, output_tokens, cached_tokens)
             self._warn(model)
             return None
-        return price.cost(input_tokens, output_tokens, cached_tokens)
+        return price._cost(input_tokens, output_tokens, cached_tokens)
 
     def _warn(self, model: str) -> None:
         with self._lock:
