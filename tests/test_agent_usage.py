@@ -29,6 +29,7 @@ from remem import (
     run_turn,
 )
 from remem.agent import ledger_of, thread_config
+from remem.messages import approximate_token_count
 from remem.usage import open_ledger
 
 
@@ -350,6 +351,34 @@ def test_run_turns_check_is_not_read_again_by_the_turns_first_call(saver: Any) -
     inner._read = counted
     run_turn(agent, "t", "one read of the thread's spending for this turn")
     assert len(reads) == 1 and "remem_usage_totals" in reads[0]  # one row, not a sum over the thread
+
+
+@pytest.mark.parametrize("approval", [False, True])
+def test_run_turns_count_is_the_one_the_first_call_checks(saver: Any, approval: bool) -> None:
+    """A counter of the caller's is given the whole view: once per turn (run_turn's check), not again by
+    the call it checked, nor by the approval step (a threshold never reached)."""
+    views: list[list[str]] = []
+
+    def counter(messages: Any) -> int:
+        views.append([str(m.content) for m in messages])
+        return approximate_token_count(messages)
+
+    agent = build_agent(
+        echo(),
+        strategy="filter",
+        checkpointer=saver,
+        token_counter=counter,
+        settings=Settings(session_token_budget=10**6, approval_token_threshold=10**6 if approval else 0),
+    )
+    run_turn(agent, "t", "warm up")
+    views.clear()
+    run_turn(agent, "t", "counted once")
+    estimates = [view for view in views if view and view[-1] == "counted once"]
+    assert len(estimates) == 1 and estimates[0][-3:] == ["warm up", "noted (1 messages)", "counted once"]
+    # A direct invoke (no run_turn check before it) still counts and checks its call.
+    views.clear()
+    agent.invoke({"messages": [HumanMessage(content="not checked before")]}, thread_config("t", None))
+    assert len([view for view in views if view and view[-1] == "not checked before"]) == 1
 
 
 def test_arun_turn_records_in_the_async_savers_database(tmp_path: Path) -> None:
