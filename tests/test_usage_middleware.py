@@ -284,3 +284,45 @@ def test_the_prefix_count_equals_counting_everything_for_any_edit_sequence() -> 
             assert counter("thread", messages) == approximate_token_count(messages)
 
     check()
+
+
+def test_a_system_prompt_that_changes_per_call_is_counted_as_sent_and_the_schemas_are_built_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain.agents.middleware import dynamic_prompt
+    from langchain_core.messages import SystemMessage
+
+    import remem.middleware.budget as budget_module
+    from remem.middleware._compaction import tool_schema_text
+
+    built: list[int] = []
+
+    def counted_schema(tools: Any) -> str:
+        built.append(len(tools))
+        return tool_schema_text(tools)
+
+    monkeypatch.setattr(budget_module, "tool_schema_text", counted_schema)
+
+    @dynamic_prompt
+    def longer_each_call(request: Any) -> str:
+        return "Be brief. " * (1 + 5 * len(request.messages))
+
+    call = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}])
+    model = ScriptedChatModel(replies=[call, "It is sunny.", "Bye."])
+    budget = _Recording()
+    agent = create_agent(
+        model=model, tools=[lookup], middleware=[longer_each_call, budget], checkpointer=InMemorySaver()
+    )
+    _say(agent, "Weather in Lyon?")
+    _say(agent, "Thanks")
+    schema = [SystemMessage(content=tool_schema_text([lookup]))]
+    assert len(model.calls) == 3 and len({len(sent[0].content) for sent in model.calls}) == 3
+    assert budget.seen == [approximate_token_count([*sent, *schema]) for sent in model.calls]
+    assert built == [1, 1, 1]  # one schema text per system prompt and tools: each call's prompt differs here
+    budget.seen.clear()
+    repeated = _Recording()
+    same = create_agent(model=ScriptedChatModel(default="OK."), tools=[lookup], middleware=[repeated])
+    built.clear()
+    for text in ("one", "two", "three"):
+        same.invoke({"messages": [HumanMessage(content=text)]}, _config("same"))
+    assert len(repeated.seen) == 3 and built == [1]  # the same prompt and tools: built and counted once
