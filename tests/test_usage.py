@@ -494,3 +494,30 @@ def test_a_cost_of_token_counts_that_are_not_whole_numbers_is_a_remem_error(
 def test_a_price_table_holds_only_prices() -> None:
     with pytest.raises(ConfigError, match=r"map a model name to a Price"):
         PriceTable({"m": (0.15, 0.6)})  # type: ignore[dict-item]
+
+
+_ANY_VALUE = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-10, 10**9),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    _ANY_VALUE, _ANY_VALUE, _ANY_VALUE, st.integers(0, 10**7), st.integers(0, 10**7), st.integers(0, 10**7)
+)
+def test_a_price_is_made_only_of_numbers_of_0_or_more_and_its_cost_is_never_negative(
+    inp: Any, out: Any, cached: Any, input_tokens: int, output_tokens: int, cached_tokens: int
+) -> None:
+    try:
+        price = Price(inp, out, cached)
+    except ConfigError:
+        return  # the only error a wrong price gives
+    for value in (price.input, price.output, *(() if price.cached is None else (price.cached,))):
+        assert not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value < float("inf")
+    cost = price.cost(input_tokens, output_tokens, cached_tokens)
+    assert cost >= 0.0
+    assert cost == PriceTable({"m": price}).cost("m", input_tokens, output_tokens, cached_tokens)
