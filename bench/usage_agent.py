@@ -35,11 +35,12 @@ class _Own:
 
     def __init__(self, graph: Any) -> None:
         self.ms = 0.0
+        self.depth = 0  # shared by the wrappers: a step inside another (precheck's check) is counted once
         nodes = _TURN_RULES[graph].nodes
         assert nodes is not None
         # The steps that run_turn's check and call_model take for the ledger and the budgets (the CPU
         # time of the thread that runs them: a wait for the checkpointer's lock or the server is not counted).
-        for name in ("check_budgets", "_record", "_check_after", "adopt_legacy", "flush"):
+        for name in ("precheck", "check_budgets", "_record", "_check_after", "adopt_legacy", "flush"):
             if hasattr(nodes, name):  # flush: not in every version
                 setattr(nodes, name, self._timed(getattr(nodes, name)))
         meter = nodes.meter  # pricing the reply's event is the ledger's work too
@@ -47,17 +48,14 @@ class _Own:
         meter.reply_event = self._timed(meter.reply_event)  # type: ignore[method-assign]
 
     def _timed(self, step: Callable[..., Any]) -> Callable[..., Any]:
-        depth = 0
-
         def timed(*args: Any, **kwargs: Any) -> Any:
-            nonlocal depth
-            depth += 1
+            self.depth += 1
             started = time.thread_time()
             try:
                 return step(*args, **kwargs)
             finally:
-                depth -= 1
-                if depth == 0:
+                self.depth -= 1
+                if self.depth == 0:
                     self.ms += (time.thread_time() - started) * 1000
 
         return timed
