@@ -11,6 +11,7 @@ import sqlite3
 from typing import Any
 
 import psycopg
+import pytest
 from langgraph.store.base import PutOp
 
 from remem.testing import FakeEmbedder
@@ -108,3 +109,28 @@ def test_a_text_another_writer_changed_after_the_look_up_is_embedded_and_the_wri
     assert store.get(ns, "k").value == {"text": text}
     top = store.search(ns, query=text, limit=1)[0]
     assert top.key == "k" and top.score is not None and top.score > 0.99  # its vector is the text's own
+
+
+@pytest.mark.postgres
+def test_a_single_put_on_postgres_is_two_statements_and_keeps_the_old_words_out(pg_url: str) -> None:
+    """The old words' read rides on the upsert (a CTE) and the keyword writes are one statement: a put
+    into an existing namespace costs BEGIN, two statements and COMMIT, and still replaces the words."""
+    from remem.store import PostgresStore
+
+    with PostgresStore.from_conn_string(pg_url, search_mode="keyword") as store:
+        ns = ("users", "u1", "memories")
+        store.put(ns, "first", {"text": "the namespace exists after this put"})
+        sent: list[str] = []
+        execute = store._execute
+
+        def counting(request: Any) -> Any:
+            sent.append(request.sql)
+            return execute(request)
+
+        store._execute = counting
+        store.put(ns, "a", {"text": "green tea by the river"})
+        store.put(ns, "a", {"text": "green bread"})  # a rewrite: "tea" and "river" go, "green" stays
+        store.put(ns, "a", {"text": "green bread"})  # unchanged: nothing to write but the item
+        assert len(sent) == 5
+        assert [h.key for h in store.search(ns, query="bread green")] == ["a"]
+        assert store.search(ns, query="river") == [] and store.search(ns, query="tea") == []

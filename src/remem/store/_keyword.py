@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from remem.store._schema import ITEMS
 if TYPE_CHECKING:
     from remem.store._program import Dialect
 
-__all__ = ["KeywordCache", "delete_ops", "search_ops", "write_ops"]
+__all__ = ["KeywordCache", "delete_ops", "search_ops", "write_ops", "write_statements"]
 
 TERMS = STORE_TERMS_TABLE
 DOCS = STORE_TERM_DOCS_TABLE
@@ -66,17 +66,25 @@ def _decode(text: str) -> list[str]:
 # ---------------------------------------------------------------- writes
 
 
-def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> Program[None]:
-    """Index each (item id, keyword text), replacing what the item had; unchanged texts cost one read."""
+def write_ops(
+    d: Dialect,
+    rows: Sequence[tuple[int, str]],
+    cache: KeywordCache,
+    old: Mapping[int, str] | None = None,
+) -> Program[None]:
+    """Index each (item id, keyword text), replacing what the item had; unchanged texts cost one read.
+    ``old``: the items' indexed terms already read (every item id missing from it has none): no read."""
     if not rows:
         return None
     new = {item_id: dict(_text.index_terms(text)) for item_id, text in rows}
     ids = sorted(new)
-    old: dict[int, str] = {}
-    for start in range(0, len(ids), core.CHUNK):
-        cond, params = d.ids_condition("item_id", ids[start : start + core.CHUNK])
-        found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
-        old.update({int(r[0]): str(r[1]) for r in found})
+    if old is None:
+        found_terms: dict[int, str] = {}
+        for start in range(0, len(ids), core.CHUNK):
+            cond, params = d.ids_condition("item_id", ids[start : start + core.CHUNK])
+            found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
+            found_terms.update({int(r[0]): str(r[1]) for r in found})
+        old = found_terms
     removed: list[tuple[str, int]] = []
     added: list[tuple[str, int, int, int]] = []
     docs: list[tuple[int, int, str]] = []
@@ -86,25 +94,50 @@ def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) 
         before = old.get(item_id)
         if before == encoded:
             continue
-        if before is not None:
-            removed.extend((t, item_id) for t in _decode(before))
+        if before is not None:  # the words it no longer has; those it keeps are overwritten below
+            removed.extend((t, item_id) for t in _decode(before) if t not in terms)
         length = sum(terms.values())
         added.extend((t, item_id, n, length) for t, n in sorted(terms.items()))
         docs.append((item_id, length, encoded))
-    if removed:
-        yield many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
-    if added:
-        yield many(d.q(f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?)"), added)
-    if docs:
-        yield many(
-            d.q(
-                f"INSERT INTO {DOCS} (item_id, dl, terms) VALUES (?, ?, ?) ON CONFLICT (item_id) DO UPDATE "
-                "SET dl = excluded.dl, terms = excluded.terms"
-            ),
-            docs,
-        )
+    # a loop, not ``yield from`` a list: the driver sends each statement's rows back
+    for statement in d.keyword_writes(removed, added, docs) if docs else ():  # noqa: UP028
+        yield statement
     cache.wrote(len(docs))
     return None
+
+
+def write_statements(
+    d: Dialect,
+    removed: Sequence[tuple[str, int]],
+    added: Sequence[tuple[str, int, int, int]],
+    docs: Sequence[tuple[int, int, str]],
+) -> list[Sql]:
+    """The statements of :func:`write_ops`: (term, item) rows removed, (term, item, tf, dl) rows upserted,
+    (item, dl, terms) documents upserted (a dialect may send them as one statement)."""
+    out = []
+    if removed:
+        out.append(many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed))
+    if added:
+        out.append(
+            many(
+                d.q(
+                    f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?) ON CONFLICT (term, item_id) "
+                    "DO UPDATE SET tf = excluded.tf, dl = excluded.dl"
+                ),
+                added,
+            )
+        )
+    if docs:
+        out.append(
+            many(
+                d.q(
+                    f"INSERT INTO {DOCS} (item_id, dl, terms) VALUES (?, ?, ?) ON CONFLICT (item_id) DO UPDATE "
+                    "SET dl = excluded.dl, terms = excluded.terms"
+                ),
+                docs,
+            )
+        )
+    return out
 
 
 def delete_ops(d: Dialect, ids: Sequence[int], cache: KeywordCache) -> Program[int]:

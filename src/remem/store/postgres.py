@@ -26,7 +26,7 @@ from remem._lease import close_idle_connections, lease_target
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
-from remem.layout import STORE_TABLES
+from remem.layout import STORE_TABLES, STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store._schema import VECTORS
 
 try:
@@ -88,6 +88,36 @@ class PostgresDialect(prog.Dialect):
             "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, "
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
+
+    def upsert_in_namespace_with_terms(self) -> str:
+        # the outer SELECT reads the keyword row as it was before the statement (the CTE does not touch it)
+        return (
+            f"WITH up AS ({self.upsert_in_namespace()} RETURNING id, ns_id) "
+            f"SELECT up.id, up.ns_id, d.terms FROM up LEFT JOIN {STORE_TERM_DOCS_TABLE} d ON d.item_id = up.id"
+        )
+
+    def keyword_writes(
+        self,
+        removed: Sequence[tuple[str, int]],
+        added: Sequence[tuple[str, int, int, int]],
+        docs: Sequence[tuple[int, int, str]],
+    ) -> list[Sql]:
+        # one statement, one round trip: the rows as arrays, each write a CTE (the removed and the upserted
+        # (term, item) pairs never overlap, so the CTEs cannot touch one row twice)
+        terms, docs_table = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
+        sql = (
+            f"WITH gone AS (DELETE FROM {terms} t USING unnest(?::text[], ?::bigint[]) g(term, item_id) "
+            'WHERE t.term = g.term COLLATE "C" AND t.item_id = g.item_id), '
+            f"put AS (INSERT INTO {terms} (term, item_id, tf, dl) "
+            "SELECT * FROM unnest(?::text[], ?::bigint[], ?::int[], ?::int[]) "
+            "ON CONFLICT (term, item_id) DO UPDATE SET tf = excluded.tf, dl = excluded.dl) "
+            f"INSERT INTO {docs_table} (item_id, dl, terms) SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[]) "
+            "ON CONFLICT (item_id) DO UPDATE SET dl = excluded.dl, terms = excluded.terms"
+        )
+        columns = [list(c) for c in zip(*removed, strict=True)] if removed else [[], []]
+        columns += [list(c) for c in zip(*added, strict=True)] if added else [[], [], [], []]
+        columns += [list(c) for c in zip(*docs, strict=True)] if docs else [[], [], []]
+        return [Sql(self.q(sql), columns, "none")]
 
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
