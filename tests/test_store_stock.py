@@ -320,3 +320,27 @@ def test_a_closed_memory_client_on_postgres_leaves_no_session_behind(pg_url: str
         memory.thread("t", user_id="maya").add_messages([{"role": "user", "content": "tea by the river"}])
         assert [m.content for m in memory.thread("t").messages()] == ["tea by the river"]
     assert _sessions(pg_url) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("pool", [False, True])
+async def test_async_postgres_cursor_is_a_context_manager_both_ways(pg_url: str, pool: bool) -> None:
+    """LangGraph's async store test helpers run ``async with store._cursor()`` (stock AsyncPostgresStore's
+    is async); remem's own helpers use ``with``: both work, on the async and the sync connection."""
+    options: dict[str, Any] = {"pool_config": {"min_size": 1, "max_size": 2}} if pool else {}
+    async with AsyncPostgresStore.from_conn_string(pg_url, **options) as store:
+        await store.aput(("c",), "k", {"text": "seen both ways"})
+        cursors = store._cursor(pipeline=True)
+        async with cursors as acur:
+            assert isinstance(acur, psycopg.AsyncCursor)
+            await acur.execute("SELECT key FROM remem_items")
+            assert await acur.fetchall() == [("k",)]
+            with cursors as cur:  # the same object, entered the other way inside: its own cursor
+                assert isinstance(cur, psycopg.Cursor)
+                cur.execute("SELECT count(*) FROM remem_items")
+                assert cur.fetchone() == (1,)
+            assert not acur.closed
+        assert acur.closed and cur.closed
+        with store._cursor() as cur:
+            cur.execute("DELETE FROM remem_items WHERE key = 'k'")
+        assert await store.aget(("c",), "k") is None

@@ -257,10 +257,14 @@ class _PostgresBackend(RememStoreBase):
             source = self._sync_conn = _connect(self._sync_dsn(), self.read_only)
         yield source
 
-    @contextlib.contextmanager
-    def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+    def _cursor(self, *, pipeline: bool = False) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
         """A cursor on the store's connection, as LangGraph's store has one (its test helpers use it); the
-        tables are remem's (``remem_items``, ``remem_ns``, ``remem_vectors``), not LangGraph's ``store``."""
+        tables are remem's (``remem_items``, ``remem_ns``, ``remem_vectors``), not LangGraph's ``store``.
+        ``pipeline`` is accepted as LangGraph spells it; the cursor runs each statement as it comes."""
+        return self._sync_cursor()
+
+    @contextlib.contextmanager
+    def _sync_cursor(self) -> Iterator[psycopg.Cursor[Any]]:
         with self._lock, self._connection() as conn, conn.cursor() as cur:
             yield cur
 
@@ -597,6 +601,35 @@ async def _aopened(
         await conn.close()
 
 
+class _Cursors:
+    """What :meth:`AsyncPostgresStore._cursor` returns: a context manager both ways, since stock code uses
+    ``async with`` and remem's own helpers (shared with the sync store) use ``with``. Each entry opens its
+    own cursor, so one object entered both ways at once still closes each."""
+
+    def __init__(self, store: AsyncPostgresStore) -> None:
+        self._store = store
+        self._sync: list[contextlib.AbstractContextManager[psycopg.Cursor[Any]]] = []
+        self._async: list[contextlib.AbstractAsyncContextManager[psycopg.AsyncCursor[Any]]] = []
+
+    def __enter__(self) -> psycopg.Cursor[Any]:
+        opened = self._store._sync_cursor()
+        cur = opened.__enter__()
+        self._sync.append(opened)
+        return cur
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._sync.pop().__exit__(*exc)
+
+    async def __aenter__(self) -> psycopg.AsyncCursor[Any]:
+        opened = self._store._async_cursor()
+        cur = await opened.__aenter__()
+        self._async.append(opened)
+        return cur
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._async.pop().__aexit__(*exc)
+
+
 class AsyncPostgresStore(_PostgresBackend, AsyncStore):
     """Async version of :class:`PostgresStore`, on psycopg's ``AsyncConnection`` or ``AsyncConnectionPool``.
 
@@ -634,6 +667,17 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         source, self._sync_conn = self._sync_conn, None
         if source is not None:
             source.close()
+
+    def _cursor(self, *, pipeline: bool = False) -> _Cursors:
+        """A cursor as stock ``AsyncPostgresStore._cursor`` gives one (LangGraph's async test helpers run
+        ``async with store._cursor()``): ``async with`` gives an async cursor on the store's async
+        connection, ``with`` a sync cursor on its sync one (as :meth:`PostgresStore._cursor`)."""
+        return _Cursors(self)
+
+    @contextlib.asynccontextmanager
+    async def _async_cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
+        async with self._async_lock(), self._aconnection() as conn, conn.cursor() as cur:
+            yield cur
 
     # -------------------------------------------------- the async driver
 
