@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,25 +66,26 @@ def _decode(text: str) -> list[str]:
 # ---------------------------------------------------------------- writes
 
 
-def write_ops(
-    d: Dialect,
-    rows: Sequence[tuple[int, str]],
-    cache: KeywordCache,
-    old: Mapping[int, str] | None = None,
-) -> Program[None]:
+def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> Program[None]:
     """Index each (item id, keyword text), replacing what the item had; unchanged texts cost one read.
-    ``old``: the items' indexed terms already read (every item id missing from it has none): no read."""
+
+    Never fold this read into the items' upsert: the upsert waits for the row lock of a concurrent writer
+    of the same item, but a statement reads with the snapshot it started with, so it would miss the words
+    that writer committed. A statement of its own, after the upsert, sees them."""
     if not rows:
         return None
     new = {item_id: dict(_text.index_terms(text)) for item_id, text in rows}
     ids = sorted(new)
-    if old is None:
-        found_terms: dict[int, str] = {}
-        for start in range(0, len(ids), core.CHUNK):
-            cond, params = d.ids_condition("item_id", ids[start : start + core.CHUNK])
-            found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
-            found_terms.update({int(r[0]): str(r[1]) for r in found})
-        old = found_terms
+    replace = d.keyword_replace([(i, new[i], _encode(new[i])) for i in ids])
+    if replace is not None:  # the read, the comparison and the writes in one statement
+        written = yield replace
+        cache.wrote(int(written[0][0]) if written else 0)
+        return None
+    old: dict[int, str] = {}
+    for start in range(0, len(ids), core.CHUNK):
+        cond, params = d.ids_condition("item_id", ids[start : start + core.CHUNK])
+        found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
+        old.update({int(r[0]): str(r[1]) for r in found})
     removed: list[tuple[str, int]] = []
     added: list[tuple[str, int, int, int]] = []
     docs: list[tuple[int, int, str]] = []
@@ -100,7 +101,7 @@ def write_ops(
         added.extend((t, item_id, n, length) for t, n in sorted(terms.items()))
         docs.append((item_id, length, encoded))
     # a loop, not ``yield from`` a list: the driver sends each statement's rows back
-    for statement in d.keyword_writes(removed, added, docs) if docs else ():  # noqa: UP028
+    for statement in write_statements(d, removed, added, docs):  # noqa: UP028
         yield statement
     cache.wrote(len(docs))
     return None
@@ -113,7 +114,7 @@ def write_statements(
     docs: Sequence[tuple[int, int, str]],
 ) -> list[Sql]:
     """The statements of :func:`write_ops`: (term, item) rows removed, (term, item, tf, dl) rows upserted,
-    (item, dl, terms) documents upserted (a dialect may send them as one statement)."""
+    (item, dl, terms) documents upserted."""
     out = []
     if removed:
         out.append(many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed))

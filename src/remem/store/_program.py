@@ -82,24 +82,16 @@ class Dialect:
             f"WHERE n.path = ? {conflict}"
         )
 
-    def upsert_in_namespace_with_terms(self) -> str | None:
-        """:meth:`upsert_in_namespace` returning (id, ns_id, the item's indexed keyword terms or NULL) in one
-        statement, where the database can (a write in a CTE); None: the terms are read on their own."""
-        return None
-
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
     ) -> list[Any]:
         raise NotImplementedError
 
-    def keyword_writes(
-        self,
-        removed: Sequence[tuple[str, int]],
-        added: Sequence[tuple[str, int, int, int]],
-        docs: Sequence[tuple[int, int, str]],
-    ) -> list[Sql]:
-        """The keyword index's writes (see :func:`remem.store._keyword.write_statements`)."""
-        return kw.write_statements(self, removed, added, docs)
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int], str]]) -> Sql | None:
+        """One statement that replaces the keyword rows of (item id, words, encoded words) where they
+        changed and returns one row with how many items it rewrote; None: ``_keyword.write_ops`` reads the
+        old words, compares them and writes."""
+        return None
 
     def keyword_relevance(self, raw: float) -> float:
         """A keyword score mapped into [0, 1], higher is better (bm25 is unbounded: s / (1 + s))."""
@@ -571,20 +563,17 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
         values.append((op, dict(op.value), core.keyword_text(op.value, fields)))
     ns_ids: dict[str, int] = {}
     item_ids: dict[tuple[int, str], int] = {}
-    old_terms: dict[int, str] | None = None
     if len(values) == 1:
         # one put: namespace lookup, upsert and id in one statement; only a namespace that does not exist
         # yet needs more (it is created below and the upsert runs again)
         op, value, text = values[0]
         params = d.upsert_params(0, op.key, value, text, now, op.ttl)[1:]
-        with_terms = d.upsert_in_namespace_with_terms()
-        sql = with_terms or d.upsert_in_namespace() + " RETURNING id, ns_id"
-        rows = yield Sql(d.q(sql), [*params, core.ns_path(op.namespace)])
+        rows = yield Sql(
+            d.q(d.upsert_in_namespace() + " RETURNING id, ns_id"), [*params, core.ns_path(op.namespace)]
+        )
         if rows:
             ns_ids[core.ns_path(op.namespace)] = int(rows[0][1])
             item_ids[(int(rows[0][1]), op.key)] = int(rows[0][0])
-            if with_terms is not None:  # the keyword terms came back with the upsert: no read for them
-                old_terms = {int(rows[0][0]): str(rows[0][2])} if rows[0][2] is not None else {}
     if not item_ids:
         ns_ids = yield from _ns_ids(d, (core.ns_path(op.namespace) for op in upserts))
         upsert_rows = [
@@ -598,7 +587,7 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
             yield many(d.q(d.upsert()), upsert_rows)
             item_ids = yield from _item_ids(d, [(int(r[0]), str(r[1])) for r in upsert_rows])
     kw_texts = {(ns_ids[core.ns_path(op.namespace)], op.key): text for op, _, text in values}
-    yield from kw.write_ops(d, [(item_ids[k], text) for k, text in kw_texts.items()], d.keywords, old_terms)
+    yield from kw.write_ops(d, [(item_ids[k], text) for k, text in kw_texts.items()], d.keywords)
     if plan is None:
         return None
     added: list[tuple[int, int, Vector]] = []

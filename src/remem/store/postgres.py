@@ -89,35 +89,32 @@ class PostgresDialect(prog.Dialect):
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
 
-    def upsert_in_namespace_with_terms(self) -> str:
-        # the outer SELECT reads the keyword row as it was before the statement (the CTE does not touch it)
-        return (
-            f"WITH up AS ({self.upsert_in_namespace()} RETURNING id, ns_id) "
-            f"SELECT up.id, up.ns_id, d.terms FROM up LEFT JOIN {STORE_TERM_DOCS_TABLE} d ON d.item_id = up.id"
-        )
-
-    def keyword_writes(
-        self,
-        removed: Sequence[tuple[str, int]],
-        added: Sequence[tuple[str, int, int, int]],
-        docs: Sequence[tuple[int, int, str]],
-    ) -> list[Sql]:
-        # one statement, one round trip: the rows as arrays, each write a CTE (the removed and the upserted
-        # (term, item) pairs never overlap, so the CTEs cannot touch one row twice)
-        terms, docs_table = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int], str]]) -> Sql:
+        # the new rows as arrays; "changed": items whose stored words differ (read after their upsert took
+        # the row lock, see write_ops); the removed and the upserted (term, item) pairs never overlap
+        terms, docs = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
+        rows = [(i, t, n, sum(words.values())) for i, words, _ in items for t, n in sorted(words.items())]
         sql = (
-            f"WITH gone AS (DELETE FROM {terms} t USING unnest(?::text[], ?::bigint[]) g(term, item_id) "
-            'WHERE t.term = g.term COLLATE "C" AND t.item_id = g.item_id), '
-            f"put AS (INSERT INTO {terms} (term, item_id, tf, dl) "
-            "SELECT * FROM unnest(?::text[], ?::bigint[], ?::int[], ?::int[]) "
-            "ON CONFLICT (term, item_id) DO UPDATE SET tf = excluded.tf, dl = excluded.dl) "
-            f"INSERT INTO {docs_table} (item_id, dl, terms) SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[]) "
-            "ON CONFLICT (item_id) DO UPDATE SET dl = excluded.dl, terms = excluded.terms"
+            "WITH w(item_id, term, tf, dl) AS (SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[], ?::int[])), "
+            "n(item_id, dl, terms) AS (SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[])), "
+            f"changed AS (SELECT n.* FROM n LEFT JOIN {docs} d ON d.item_id = n.item_id "
+            "WHERE d.terms IS DISTINCT FROM n.terms), "
+            f"gone AS (DELETE FROM {terms} t USING changed c WHERE t.item_id = c.item_id AND NOT EXISTS "
+            '(SELECT 1 FROM w WHERE w.item_id = t.item_id AND t.term COLLATE "C" = w.term)), '
+            f"put AS (INSERT INTO {terms} (term, item_id, tf, dl) SELECT w.term, w.item_id, w.tf, w.dl "
+            "FROM w JOIN changed c ON c.item_id = w.item_id "
+            "ON CONFLICT (term, item_id) DO UPDATE SET tf = excluded.tf, dl = excluded.dl), "
+            f"doc AS (INSERT INTO {docs} (item_id, dl, terms) SELECT item_id, dl, terms FROM changed "
+            "ON CONFLICT (item_id) DO UPDATE SET dl = excluded.dl, terms = excluded.terms RETURNING 1) "
+            "SELECT count(*) FROM doc"
         )
-        columns = [list(c) for c in zip(*removed, strict=True)] if removed else [[], []]
-        columns += [list(c) for c in zip(*added, strict=True)] if added else [[], [], [], []]
-        columns += [list(c) for c in zip(*docs, strict=True)] if docs else [[], [], []]
-        return [Sql(self.q(sql), columns, "none")]
+        columns: list[Any] = [list(c) for c in zip(*rows, strict=True)] if rows else [[], [], [], []]
+        columns += [
+            [i for i, _, _ in items],
+            [sum(words.values()) for _, words, _ in items],
+            [encoded for _, _, encoded in items],
+        ]
+        return Sql(self.q(sql), columns)
 
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
