@@ -27,7 +27,7 @@ from remem.store._schema import ITEMS
 if TYPE_CHECKING:
     from remem.store._program import Dialect
 
-__all__ = ["KeywordCache", "delete_ops", "search_ops", "write_ops", "write_statements"]
+__all__ = ["KeywordCache", "delete_ops", "encode", "search_ops", "write_ops", "write_statements"]
 
 TERMS = STORE_TERMS_TABLE
 DOCS = STORE_TERM_DOCS_TABLE
@@ -54,7 +54,8 @@ class KeywordCache:
         return self.writes <= max(self.docs // 10, 0)
 
 
-def _encode(terms: dict[str, int]) -> str:
+def encode(terms: dict[str, int]) -> str:
+    """An item's words as ``remem_term_docs.terms`` holds them."""
     return " ".join(f"{t} {n}" for t, n in sorted(terms.items()))
 
 
@@ -76,7 +77,7 @@ def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) 
         return None
     new = {item_id: dict(_text.index_terms(text)) for item_id, text in rows}
     ids = sorted(new)
-    replace = d.keyword_replace([(i, new[i], _encode(new[i])) for i in ids])
+    replace = d.keyword_replace([(i, new[i]) for i in ids])
     if replace is not None:  # the read, the comparison and the writes in one statement
         written = yield replace
         cache.wrote(int(written[0][0]) if written else 0)
@@ -87,21 +88,24 @@ def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) 
         found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
         old.update({int(r[0]): str(r[1]) for r in found})
     removed: list[tuple[str, int]] = []
-    added: list[tuple[str, int, int, int]] = []
+    added: list[tuple[str, int, int, int]] = []  # of items indexed before (upserted), then of new ones
+    fresh: list[tuple[str, int, int, int]] = []
     docs: list[tuple[int, int, str]] = []
     for item_id in ids:
         terms = new[item_id]
-        encoded = _encode(terms)
+        encoded = encode(terms)
         before = old.get(item_id)
         if before == encoded:
             continue
         if before is not None:  # the words it no longer has; those it keeps are overwritten below
             removed.extend((t, item_id) for t in _decode(before) if t not in terms)
         length = sum(terms.values())
-        added.extend((t, item_id, n, length) for t, n in sorted(terms.items()))
+        (added if before is not None else fresh).extend(
+            (t, item_id, n, length) for t, n in sorted(terms.items())
+        )
         docs.append((item_id, length, encoded))
     # a loop, not ``yield from`` a list: the driver sends each statement's rows back
-    for statement in write_statements(d, removed, added, docs):  # noqa: UP028
+    for statement in write_statements(d, removed, added, fresh, docs):  # noqa: UP028
         yield statement
     cache.wrote(len(docs))
     return None
@@ -111,10 +115,12 @@ def write_statements(
     d: Dialect,
     removed: Sequence[tuple[str, int]],
     added: Sequence[tuple[str, int, int, int]],
+    fresh: Sequence[tuple[str, int, int, int]],
     docs: Sequence[tuple[int, int, str]],
 ) -> list[Sql]:
-    """The statements of :func:`write_ops`: (term, item) rows removed, (term, item, tf, dl) rows upserted,
-    (item, dl, terms) documents upserted."""
+    """The statements of :func:`write_ops`: (term, item) rows removed, (term, item, tf, dl) rows upserted
+    (``added``) or inserted (``fresh``: items not indexed before; a plain insert costs less), (item, dl,
+    terms) documents upserted."""
     out = []
     if removed:
         out.append(many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed))
@@ -128,6 +134,8 @@ def write_statements(
                 added,
             )
         )
+    if fresh:
+        out.append(many(d.q(f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?)"), fresh))
     if docs:
         out.append(
             many(

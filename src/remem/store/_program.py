@@ -87,8 +87,8 @@ class Dialect:
     ) -> list[Any]:
         raise NotImplementedError
 
-    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int], str]]) -> Sql | None:
-        """One statement that replaces the keyword rows of (item id, words, encoded words) where they
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Sql | None:
+        """One statement that replaces the keyword rows of (item id, {word: count}) where they
         changed and returns one row with how many items it rewrote; None: ``_keyword.write_ops`` reads the
         old words, compares them and writes."""
         return None

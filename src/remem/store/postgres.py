@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
 from remem.store import _erasure, _exec
+from remem.store import _keyword as kw
 from remem.store import _program as prog
 from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema, query_texts
@@ -89,11 +90,11 @@ class PostgresDialect(prog.Dialect):
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
 
-    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int], str]]) -> Sql:
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Sql:
         # the new rows as arrays; "changed": items whose stored words differ (read after their upsert took
         # the row lock, see write_ops); the removed and the upserted (term, item) pairs never overlap
         terms, docs = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
-        rows = [(i, t, n, sum(words.values())) for i, words, _ in items for t, n in sorted(words.items())]
+        rows = [(i, t, n, sum(words.values())) for i, words in items for t, n in sorted(words.items())]
         sql = (
             "WITH w(item_id, term, tf, dl) AS (SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[], ?::int[])), "
             "n(item_id, dl, terms) AS (SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[])), "
@@ -110,9 +111,9 @@ class PostgresDialect(prog.Dialect):
         )
         columns: list[Any] = [list(c) for c in zip(*rows, strict=True)] if rows else [[], [], [], []]
         columns += [
-            [i for i, _, _ in items],
-            [sum(words.values()) for _, words, _ in items],
-            [encoded for _, _, encoded in items],
+            [i for i, _ in items],
+            [sum(words.values()) for _, words in items],
+            [kw.encode(words) for _, words in items],
         ]
         return Sql(self.q(sql), columns)
 
