@@ -108,6 +108,28 @@ def time_puts(store: Any, texts: list[str], batch: int) -> float:
     return len(texts) / (time.perf_counter() - start)
 
 
+def round_trips_per_put(store: Any, texts: list[str]) -> float | None:
+    """Round trips to the server per single put on a Postgres store (None elsewhere), counted in libpq's
+    protocol trace: each time the client sends after the server answered, it waited for one."""
+    conn = getattr(store, "conn", None)
+    if not isinstance(conn, psycopg.Connection) or not texts:
+        return None
+    ns = ("users", "trips-" + uuid.uuid4().hex[:6], "memories")
+    store.put(ns, "first", {"content": "the namespace exists"})
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            for i, text in enumerate(texts):
+                store.put(ns, f"k{i}", {"content": text, "n": i})
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        sides = [line[:1] for line in trace if line[:1] in ("F", "B")]
+    trips = sum(1 for before, now in zip(["B", *sides], sides, strict=False) if now == "F" and before == "B")
+    return trips / len(texts)
+
+
 @contextlib.contextmanager
 def fresh_database(admin_url: str, vector: bool = False) -> Iterator[str]:
     name = "remem_bench_" + uuid.uuid4().hex[:8]
@@ -146,14 +168,16 @@ def index(embedder: FakeEmbedder) -> dict[str, Any]:
 # ---------------------------------------------------------------- puts
 
 
-def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple[str, float, float]]:
+def bench_puts(
+    args: argparse.Namespace, pgvector_url: str | None
+) -> list[tuple[str, float, float, float | None]]:
     from langgraph.store.postgres import PostgresStore as StockPostgresStore
     from langgraph.store.sqlite import SqliteStore as StockSqliteStore
 
     words = vocabulary()
     texts = sentences(args.puts, 1, words)
     slow = texts[: args.stock_sqlite_puts]
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, float, float, float | None]] = []
     tmp = Path(tempfile.mkdtemp(prefix="remem-bench-"))
 
     def run(name: str, opener: Callable[[], Any], sample: list[str]) -> None:
@@ -161,8 +185,10 @@ def bench_puts(args: argparse.Namespace, pgvector_url: str | None) -> list[tuple
             if hasattr(store, "setup"):
                 store.setup()
             single, batched = time_puts(store, sample, 1), time_puts(store, texts, 100)
-        rows.append((name, single, batched))
-        print(f"  {name}: {single:,.0f} puts/s single, {batched:,.0f} batched", flush=True)
+            trips = round_trips_per_put(store, sample[:50])
+        rows.append((name, single, batched, trips))
+        more = f", {trips:.1f} round trips per put" if trips is not None else ""
+        print(f"  {name}: {single:,.0f} puts/s single, {batched:,.0f} batched{more}", flush=True)
 
     run("InMemoryStore (no index)", lambda: contextlib.nullcontext(InMemoryStore()), texts)
     run(
@@ -345,6 +371,7 @@ def main() -> None:
     parser.add_argument("--pgvector-max-size", type=int, default=100_000, help="skip pgvector past this size")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--only-sqlite", action="store_true", help="skip every Postgres measurement")
+    parser.add_argument("--only-puts", action="store_true", help="skip the search measurements")
     parser.add_argument(
         "--before", help="a checkout of an older remem: run it first, then this one, side by side"
     )
@@ -357,17 +384,19 @@ def main() -> None:
         print("puts ...", flush=True)
         puts = bench_puts(args, pgvector_url)
         print("search ...", flush=True)
-        searches, notes = bench_searches(args, pgvector_url)
-    minilm = minilm_query_latency()
+        searches, notes = ([], []) if args.only_puts else bench_searches(args, pgvector_url)
+    minilm = None if args.only_puts else minilm_query_latency()
     if args.json:
         Path(args.json).write_text(json.dumps({"puts": puts, "searches": searches, "notes": notes}))
 
-    stock = next(single for name, single, _ in puts if name.startswith("stock SqliteStore"))
+    stock = next(single for name, single, *_ in puts if name.startswith("stock SqliteStore"))
     print("\n### Puts per second\n")
-    print("| store | single put/s | batched (100) put/s | single vs stock SqliteStore |")
-    print("|---|---:|---:|---:|")
-    for name, single, batched in puts:
-        print(f"| {name} | {single:,.0f} | {batched:,.0f} | {single / stock:,.1f}x |")
+    print(
+        "| store | single put/s | batched (100) put/s | single vs stock SqliteStore | round trips per put |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for name, single, batched, trips in puts:
+        print(f"| {name} | {single:,.0f} | {batched:,.0f} | {single / stock:,.1f}x | {_trips(trips)} |")
     print("\n### Search latency (limit 10, prefix covering every item, fake 384-d embeddings)\n")
     print("| store | items | mode | p50 ms | p95 ms | queries |")
     print("|---|---:|---|---:|---:|---:|")
@@ -381,11 +410,15 @@ def main() -> None:
             f"- a real MiniLM int8 query embedding adds p50 {minilm[0]:.2f} ms, p95 {minilm[1]:.2f} ms per search"
         )
     hybrid = [r for r in searches if r[0] == "remem SqliteStore" and r[2] == "hybrid"]
-    for name, single, _ in puts:
+    for name, single, *_ in puts:
         if name.startswith("remem SqliteStore"):
             print(f"- target puts >= 30x stock SqliteStore: {single / stock:,.1f}x for {name}")
     for _, size, _, p50, _, _ in hybrid:
         print(f"- target hybrid p50 <= 15 ms on SQLite: {p50:.2f} ms at {size:,} items")
+
+
+def _trips(trips: float | None) -> str:
+    return "" if trips is None else f"{trips:.1f}"
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -406,12 +439,16 @@ def compare(args: argparse.Namespace) -> None:
     stock = next(r[1] for r in after["puts"] if r[0].startswith("stock SqliteStore"))
     old = {r[0]: r for r in before["puts"]}
     print("\n### Puts per second, before and after (same run)\n")
-    print("| store | single before | single after | batched before | batched after | single after vs stock |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, single, batched in after["puts"]:
-        b = old.get(name, [name, float("nan"), float("nan")])
+    print(
+        "| store | single before | single after | batched before | batched after | single after vs stock "
+        "| round trips per put before | after |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, single, batched, trips in after["puts"]:
+        b = old.get(name, [name, float("nan"), float("nan"), None])
         print(
-            f"| {name} | {b[1]:,.0f} | {single:,.0f} | {b[2]:,.0f} | {batched:,.0f} | {single / stock:,.1f}x |"
+            f"| {name} | {b[1]:,.0f} | {single:,.0f} | {b[2]:,.0f} | {batched:,.0f} | {single / stock:,.1f}x "
+            f"| {_trips(b[3])} | {_trips(trips)} |"
         )
     olds = {(r[0], r[1], r[2]): r for r in before["searches"]}
     print("\n### Search latency, before and after (limit 10, fake 384-d embeddings)\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any, TypedDict
 
@@ -31,14 +32,15 @@ def _index(**extra: Any) -> dict[str, Any]:
 
 
 def test_put_get_update_delete(make_store: Any) -> None:
-    store = make_store()
+    clock = Clock()
+    store = make_store(clock=clock)
     ns = ("users", "u1", "memories")
     assert store.get(ns, "a") is None
     store.put(ns, "a", {"text": "first", "n": 1})
     item = store.get(ns, "a")
     assert item is not None and item.value == {"text": "first", "n": 1} and item.namespace == ns
     created = item.created_at
-    time.sleep(0.01)
+    clock.advance(0.01)
     store.put(ns, "a", {"text": "second"})
     again = store.get(ns, "a")
     assert again is not None and again.value == {"text": "second"}
@@ -231,13 +233,25 @@ def test_ttl_expiry_refresh_and_sweep(make_store: Any) -> None:
 
 
 def test_ttl_sweeper_thread(make_store: Any) -> None:
-    store = make_store()
-    store.put(("t",), "k", {"v": 1}, ttl=0.001)
-    thread = store.start_ttl_sweeper(sweep_interval_minutes=0.005)  # every 0.3 s
-    deadline = time.time() + 5
-    while store.stats()["items"] and time.time() < deadline:
-        time.sleep(0.1)
-    assert store.stats()["items"] == 0
+    clock = Clock()
+    store = make_store(clock=clock)
+    store.put(("t",), "k", {"v": 1}, ttl=1)
+    store.put(("t",), "kept", {"v": 2})
+    deleted = threading.Event()
+    sweep = store._sweep_now
+
+    def counting() -> int:  # the test waits for the sweeper's deletion, not on the clock
+        n: int = sweep()
+        if n:
+            deleted.set()
+        return n
+
+    store._sweep_now = counting
+    thread = store.start_ttl_sweeper(sweep_interval_minutes=1e-4)  # every 6 ms
+    assert store.start_ttl_sweeper() is thread
+    clock.advance(61)
+    assert deleted.wait(10)
+    assert store.get(("t",), "k") is None and store.stats()["items"] == 1
     assert store.stop_ttl_sweeper(timeout=2) and not thread.is_alive()
 
 

@@ -13,10 +13,12 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langgraph.store.base import PutOp
 
 from remem.store import PostgresStore, SqliteStore, hybrid_search
+from remem.store import _core as core
 from remem.store import _schema as schema
-from remem.store._text import words
+from remem.store._text import index_terms, words
 
 NS = ("users", "u1", "memories")
 
@@ -229,3 +231,56 @@ def test_a_schema_2_database_is_reindexed_by_migration_3(
     conn.close()
     assert versions[:3] == [1, 2, 3]
     assert "remem_reindex" not in tables and "remem_fts" not in tables and "remem_terms" in tables
+
+
+# ---------------------------------------------------------------- rewrites keep the index exact
+
+_WORDS = st.sampled_from(["tea", "river", "garden", "bread", "cat", "Porto", "miso", "dawn"])
+_REWRITE = st.tuples(st.integers(0, 3), st.lists(_WORDS, max_size=6).map(" ".join), st.booleans())
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_keyword_rows_after_any_rewrites_are_those_of_the_final_texts(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Property: a put replaces only the words an item lost and rewrites those it kept (single puts fold
+    the old words' read into the upsert on Postgres); whatever the order of rewrites, single or batched,
+    the index holds exactly the final texts' (word, count, length) rows."""
+    if backend == "sqlite":
+        opened: Any = SqliteStore.from_conn_string(tmp_path / "rewrite.db")
+    else:
+        opened = PostgresStore.from_conn_string(request.getfixturevalue("pg_url"))
+    runs = [0]
+    with opened as store:
+
+        @settings(
+            max_examples=60 if backend == "sqlite" else 25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
+        @given(st.lists(_REWRITE, min_size=1, max_size=12))
+        def check(rewrites: list[tuple[int, str, bool]]) -> None:
+            runs[0] += 1
+            ns = ("rewrite", str(runs[0]))
+            final: dict[str, str] = {}
+            for n, text, batched in rewrites:
+                key = f"k{n}"
+                if batched:  # the batch path, with a second item so that it is not a single put
+                    store.batch([PutOp(ns, key, {"text": text}), PutOp(ns, "other", {"text": "dawn"})])
+                    final["other"] = "dawn"
+                else:
+                    store.put(ns, key, {"text": text})
+                final[key] = text
+            rows = store.conn.execute(
+                "SELECT i.key, t.term, t.tf, t.dl FROM remem_terms t JOIN remem_items i ON i.id = t.item_id "
+                "JOIN remem_ns n ON n.id = i.ns_id WHERE n.path = " + ("?" if backend == "sqlite" else "%s"),
+                [".".join(ns)],
+            ).fetchall()
+            expected = set()
+            for key, text in final.items():
+                terms = dict(index_terms(core.keyword_text({"text": text}, [])))
+                expected |= {(key, t, n, sum(terms.values())) for t, n in terms.items()}
+            assert {tuple(r) for r in rows} == expected
+
+        check()
+    assert runs[0] > 0

@@ -25,6 +25,7 @@ from remem.store import (
     hybrid_search,
 )
 from remem.testing import FakeEmbedder
+from tests.test_store import Clock
 
 DIMS = 16
 TEXTS = {
@@ -158,37 +159,63 @@ def test_sync_calls_work_on_the_event_loop_thread(tmp_path: Path) -> None:
     assert item is not None and item.value == {"v": 1}
 
 
+def _count_sweeps(store: Any) -> asyncio.Event:
+    """Wrap the store's sweep so the test awaits the sweeper's first deletion instead of polling the clock."""
+    deleted = asyncio.Event()
+    sweep = store.asweep_ttl
+
+    async def counting() -> int:
+        n: int = await sweep()
+        if n:
+            deleted.set()
+        return n
+
+    store.asweep_ttl = counting
+    return deleted
+
+
 async def test_async_sqlite_lifecycle_is_awaitable(tmp_path: Path) -> None:
-    ttl = {"default_ttl": 1 / 60, "sweep_interval_minutes": 1 / 600}  # 1 s items, a sweep every 0.1 s
-    async with AsyncSqliteStore.from_conn_string(tmp_path / "a.db", ttl=ttl) as store:  # type: ignore[arg-type]
+    clock = Clock()
+    ttl = {"default_ttl": 1.0, "sweep_interval_minutes": 1e-4}  # 60 s items, a sweep every 6 ms
+    async with AsyncSqliteStore.from_conn_string(tmp_path / "a.db", ttl=ttl, clock=clock) as store:  # type: ignore[arg-type]
         await store.setup()  # idempotent, awaitable as in LangGraph
         await store.aput(("a",), "k", {"v": 1}, ttl=None)
-        await store.aput(("a",), "gone", {"v": 2}, ttl=0.0001)
-        await asyncio.sleep(0.05)
+        await store.aput(("a",), "gone", {"v": 2})
+        clock.advance(59)
+        assert await store.sweep_ttl() == 0  # not yet expired
+        clock.advance(2)
         assert await store.sweep_ttl() == 1
+        deleted = _count_sweeps(store)
         task = await store.start_ttl_sweeper()
         assert isinstance(task, asyncio.Task) and await store.start_ttl_sweeper() is task
-        await store.aput(("a",), "soon", {"v": 3}, ttl=0.0001)
-        rows = 2
-        for _ in range(100):  # the sweeper deletes the expired row itself (it runs every 0.1 s)
-            await asyncio.sleep(0.05)
-            rows = store.conn.execute("SELECT count(*) FROM remem_items").fetchone()[0]
-            if rows == 1:
-                break
-        assert rows == 1 and not task.done()
+        await store.aput(("a",), "soon", {"v": 3})
+        clock.advance(61)
+        await asyncio.wait_for(deleted.wait(), timeout=10)  # the sweeper deletes the expired row itself
+        assert store.conn.execute("SELECT count(*) FROM remem_items").fetchone()[0] == 1
+        assert await store.aget(("a",), "k") is not None and not task.done()
         assert await store.stop_ttl_sweeper(timeout=5) is True and task.done()
 
 
 @pytest.mark.postgres
 async def test_async_postgres_lifecycle_is_awaitable(pg_url: str) -> None:
+    clock = Clock()
     async with AsyncPostgresStore.from_conn_string(
-        pg_url, pool_config={"min_size": 1, "max_size": 2}
+        pg_url, pool_config={"min_size": 1, "max_size": 2}, clock=clock
     ) as store:
         await store.setup()
-        await store.aput(("a",), "gone", {"v": 2}, ttl=0.0001)
-        await asyncio.sleep(0.05)
+        await store.aput(("a",), "kept", {"v": 1})
+        await store.aput(("a",), "gone", {"v": 2}, ttl=1)
+        clock.advance(59)
+        assert await store.sweep_ttl() == 0
+        clock.advance(2)
         assert await store.sweep_ttl() == 1
-        task = await store.start_ttl_sweeper(sweep_interval_minutes=1)
+        assert await store.aget(("a",), "kept") is not None
+        deleted = _count_sweeps(store)
+        task = await store.start_ttl_sweeper(sweep_interval_minutes=1e-4)
+        await store.aput(("a",), "soon", {"v": 3}, ttl=1)
+        clock.advance(61)
+        await asyncio.wait_for(deleted.wait(), timeout=10)
+        assert await store.aget(("a",), "soon") is None and await store.aget(("a",), "kept") is not None
         assert await store.stop_ttl_sweeper() is True and task.done()
 
 
@@ -293,3 +320,27 @@ def test_a_closed_memory_client_on_postgres_leaves_no_session_behind(pg_url: str
         memory.thread("t", user_id="maya").add_messages([{"role": "user", "content": "tea by the river"}])
         assert [m.content for m in memory.thread("t").messages()] == ["tea by the river"]
     assert _sessions(pg_url) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("pool", [False, True])
+async def test_async_postgres_cursor_is_a_context_manager_both_ways(pg_url: str, pool: bool) -> None:
+    """LangGraph's async store test helpers run ``async with store._cursor()`` (stock AsyncPostgresStore's
+    is async); remem's own helpers use ``with``: both work, on the async and the sync connection."""
+    options: dict[str, Any] = {"pool_config": {"min_size": 1, "max_size": 2}} if pool else {}
+    async with AsyncPostgresStore.from_conn_string(pg_url, **options) as store:
+        await store.aput(("c",), "k", {"text": "seen both ways"})
+        cursors = store._cursor(pipeline=True)
+        async with cursors as acur:
+            assert isinstance(acur, psycopg.AsyncCursor)
+            await acur.execute("SELECT key FROM remem_items")
+            assert await acur.fetchall() == [("k",)]
+            with cursors as cur:  # the same object, entered the other way inside: its own cursor
+                assert isinstance(cur, psycopg.Cursor)
+                cur.execute("SELECT count(*) FROM remem_items")
+                assert cur.fetchone() == (1,)
+            assert not acur.closed
+        assert acur.closed and cur.closed
+        with store._cursor() as cur:
+            cur.execute("DELETE FROM remem_items WHERE key = 'k'")
+        assert await store.aget(("c",), "k") is None

@@ -27,7 +27,7 @@ from remem.store._schema import ITEMS
 if TYPE_CHECKING:
     from remem.store._program import Dialect
 
-__all__ = ["KeywordCache", "delete_ops", "search_ops", "write_ops"]
+__all__ = ["KeywordCache", "delete_ops", "encode", "search_ops", "write_ops", "write_statements"]
 
 TERMS = STORE_TERMS_TABLE
 DOCS = STORE_TERM_DOCS_TABLE
@@ -54,7 +54,8 @@ class KeywordCache:
         return self.writes <= max(self.docs // 10, 0)
 
 
-def _encode(terms: dict[str, int]) -> str:
+def encode(terms: dict[str, int]) -> str:
+    """An item's words as ``remem_term_docs.terms`` holds them."""
     return " ".join(f"{t} {n}" for t, n in sorted(terms.items()))
 
 
@@ -67,44 +68,85 @@ def _decode(text: str) -> list[str]:
 
 
 def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) -> Program[None]:
-    """Index each (item id, keyword text), replacing what the item had; unchanged texts cost one read."""
+    """Index each (item id, keyword text), replacing what the item had; unchanged texts cost one read.
+
+    Never fold this read into the items' upsert: the upsert waits for the row lock of a concurrent writer
+    of the same item, but a statement reads with the snapshot it started with, so it would miss the words
+    that writer committed. A statement of its own, after the upsert, sees them."""
     if not rows:
         return None
     new = {item_id: dict(_text.index_terms(text)) for item_id, text in rows}
     ids = sorted(new)
+    replace = d.keyword_replace([(i, new[i]) for i in ids])
+    if replace is not None:  # the read, the comparison and the writes in one statement
+        written = yield replace
+        cache.wrote(int(written[0][0]) if written else 0)
+        return None
     old: dict[int, str] = {}
     for start in range(0, len(ids), core.CHUNK):
         cond, params = d.ids_condition("item_id", ids[start : start + core.CHUNK])
         found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
         old.update({int(r[0]): str(r[1]) for r in found})
     removed: list[tuple[str, int]] = []
-    added: list[tuple[str, int, int, int]] = []
+    added: list[tuple[str, int, int, int]] = []  # of items indexed before (upserted), then of new ones
+    fresh: list[tuple[str, int, int, int]] = []
     docs: list[tuple[int, int, str]] = []
     for item_id in ids:
         terms = new[item_id]
-        encoded = _encode(terms)
+        encoded = encode(terms)
         before = old.get(item_id)
         if before == encoded:
             continue
-        if before is not None:
-            removed.extend((t, item_id) for t in _decode(before))
+        if before is not None:  # the words it no longer has; those it keeps are overwritten below
+            removed.extend((t, item_id) for t in _decode(before) if t not in terms)
         length = sum(terms.values())
-        added.extend((t, item_id, n, length) for t, n in sorted(terms.items()))
-        docs.append((item_id, length, encoded))
-    if removed:
-        yield many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
-    if added:
-        yield many(d.q(f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?)"), added)
-    if docs:
-        yield many(
-            d.q(
-                f"INSERT INTO {DOCS} (item_id, dl, terms) VALUES (?, ?, ?) ON CONFLICT (item_id) DO UPDATE "
-                "SET dl = excluded.dl, terms = excluded.terms"
-            ),
-            docs,
+        (added if before is not None else fresh).extend(
+            (t, item_id, n, length) for t, n in sorted(terms.items())
         )
+        docs.append((item_id, length, encoded))
+    # a loop, not ``yield from`` a list: the driver sends each statement's rows back
+    for statement in write_statements(d, removed, added, fresh, docs):  # noqa: UP028
+        yield statement
     cache.wrote(len(docs))
     return None
+
+
+def write_statements(
+    d: Dialect,
+    removed: Sequence[tuple[str, int]],
+    added: Sequence[tuple[str, int, int, int]],
+    fresh: Sequence[tuple[str, int, int, int]],
+    docs: Sequence[tuple[int, int, str]],
+) -> list[Sql]:
+    """The statements of :func:`write_ops`: (term, item) rows removed, (term, item, tf, dl) rows upserted
+    (``added``) or inserted (``fresh``: items not indexed before; a plain insert costs less), (item, dl,
+    terms) documents upserted."""
+    out = []
+    if removed:
+        out.append(many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed))
+    if added:
+        out.append(
+            many(
+                d.q(
+                    f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?) ON CONFLICT (term, item_id) "
+                    "DO UPDATE SET tf = excluded.tf, dl = excluded.dl"
+                ),
+                added,
+            )
+        )
+    if fresh:
+        out.append(many(d.q(f"INSERT INTO {TERMS} (term, item_id, tf, dl) VALUES (?, ?, ?, ?)"), fresh))
+    if docs:
+        out.append(
+            many(
+                d.q(
+                    f"INSERT INTO {DOCS} (item_id, dl, terms) VALUES (?, ?, ?) ON CONFLICT (item_id) DO UPDATE "
+                    "SET dl = excluded.dl, terms = excluded.terms"
+                ),
+                docs,
+            )
+        )
+    return out
 
 
 def delete_ops(d: Dialect, ids: Sequence[int], cache: KeywordCache) -> Program[int]:

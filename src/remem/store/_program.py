@@ -87,6 +87,12 @@ class Dialect:
     ) -> list[Any]:
         raise NotImplementedError
 
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Sql | None:
+        """One statement that replaces the keyword rows of (item id, {word: count}) where they
+        changed and returns one row with how many items it rewrote; None: ``_keyword.write_ops`` reads the
+        old words, compares them and writes."""
+        return None
+
     def keyword_relevance(self, raw: float) -> float:
         """A keyword score mapped into [0, 1], higher is better (bm25 is unbounded: s / (1 + s))."""
         return max(raw, 0.0) / (1.0 + max(raw, 0.0))

@@ -26,7 +26,7 @@ from remem._lease import close_idle_connections, lease_target
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
-from remem.layout import STORE_TABLES
+from remem.layout import STORE_TABLES, STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store._schema import VECTORS
 
 try:
@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
 from remem.store import _erasure, _exec
+from remem.store import _keyword as kw
 from remem.store import _program as prog
 from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema, query_texts
@@ -88,6 +89,33 @@ class PostgresDialect(prog.Dialect):
             "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, "
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
+
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Sql:
+        # the new rows as arrays; "changed": items whose stored words differ (read after their upsert took
+        # the row lock, see write_ops); the removed and the upserted (term, item) pairs never overlap
+        terms, docs = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
+        rows = [(i, t, n, sum(words.values())) for i, words in items for t, n in sorted(words.items())]
+        sql = (
+            "WITH w(item_id, term, tf, dl) AS (SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[], ?::int[])), "
+            "n(item_id, dl, terms) AS (SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[])), "
+            f"changed AS (SELECT n.* FROM n LEFT JOIN {docs} d ON d.item_id = n.item_id "
+            "WHERE d.terms IS DISTINCT FROM n.terms), "
+            f"gone AS (DELETE FROM {terms} t USING changed c WHERE t.item_id = c.item_id AND NOT EXISTS "
+            '(SELECT 1 FROM w WHERE w.item_id = t.item_id AND t.term COLLATE "C" = w.term)), '
+            f"put AS (INSERT INTO {terms} (term, item_id, tf, dl) SELECT w.term, w.item_id, w.tf, w.dl "
+            "FROM w JOIN changed c ON c.item_id = w.item_id "
+            "ON CONFLICT (term, item_id) DO UPDATE SET tf = excluded.tf, dl = excluded.dl), "
+            f"doc AS (INSERT INTO {docs} (item_id, dl, terms) SELECT item_id, dl, terms FROM changed "
+            "ON CONFLICT (item_id) DO UPDATE SET dl = excluded.dl, terms = excluded.terms RETURNING 1) "
+            "SELECT count(*) FROM doc"
+        )
+        columns: list[Any] = [list(c) for c in zip(*rows, strict=True)] if rows else [[], [], [], []]
+        columns += [
+            [i for i, _ in items],
+            [sum(words.values()) for _, words in items],
+            [kw.encode(words) for _, words in items],
+        ]
+        return Sql(self.q(sql), columns)
 
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
@@ -227,10 +255,14 @@ class _PostgresBackend(RememStoreBase):
             source = self._sync_conn = _connect(self._sync_dsn(), self.read_only)
         yield source
 
-    @contextlib.contextmanager
-    def _cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+    def _cursor(self, *, pipeline: bool = False) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
         """A cursor on the store's connection, as LangGraph's store has one (its test helpers use it); the
-        tables are remem's (``remem_items``, ``remem_ns``, ``remem_vectors``), not LangGraph's ``store``."""
+        tables are remem's (``remem_items``, ``remem_ns``, ``remem_vectors``), not LangGraph's ``store``.
+        ``pipeline`` is accepted as LangGraph spells it; the cursor runs each statement as it comes."""
+        return self._sync_cursor()
+
+    @contextlib.contextmanager
+    def _sync_cursor(self) -> Iterator[psycopg.Cursor[Any]]:
         with self._lock, self._connection() as conn, conn.cursor() as cur:
             yield cur
 
@@ -567,6 +599,35 @@ async def _aopened(
         await conn.close()
 
 
+class _Cursors:
+    """What :meth:`AsyncPostgresStore._cursor` returns: a context manager both ways, since stock code uses
+    ``async with`` and remem's own helpers (shared with the sync store) use ``with``. Each entry opens its
+    own cursor, so one object entered both ways at once still closes each."""
+
+    def __init__(self, store: AsyncPostgresStore) -> None:
+        self._store = store
+        self._sync: list[contextlib.AbstractContextManager[psycopg.Cursor[Any]]] = []
+        self._async: list[contextlib.AbstractAsyncContextManager[psycopg.AsyncCursor[Any]]] = []
+
+    def __enter__(self) -> psycopg.Cursor[Any]:
+        opened = self._store._sync_cursor()
+        cur = opened.__enter__()
+        self._sync.append(opened)
+        return cur
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._sync.pop().__exit__(*exc)
+
+    async def __aenter__(self) -> psycopg.AsyncCursor[Any]:
+        opened = self._store._async_cursor()
+        cur = await opened.__aenter__()
+        self._async.append(opened)
+        return cur
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._async.pop().__aexit__(*exc)
+
+
 class AsyncPostgresStore(_PostgresBackend, AsyncStore):
     """Async version of :class:`PostgresStore`, on psycopg's ``AsyncConnection`` or ``AsyncConnectionPool``.
 
@@ -604,6 +665,17 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         source, self._sync_conn = self._sync_conn, None
         if source is not None:
             source.close()
+
+    def _cursor(self, *, pipeline: bool = False) -> _Cursors:
+        """A cursor as stock ``AsyncPostgresStore._cursor`` gives one (LangGraph's async test helpers run
+        ``async with store._cursor()``): ``async with`` gives an async cursor on the store's async
+        connection, ``with`` a sync cursor on its sync one (as :meth:`PostgresStore._cursor`)."""
+        return _Cursors(self)
+
+    @contextlib.asynccontextmanager
+    async def _async_cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
+        async with self._async_lock(), self._aconnection() as conn, conn.cursor() as cur:
+            yield cur
 
     # -------------------------------------------------- the async driver
 
