@@ -430,37 +430,50 @@ def _dsn(conn_string: str) -> str:
 _READ_ONLY = "-c default_transaction_read_only=on"  # the server refuses every write of the session
 
 
+def _unreachable(exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
+    )
+
+
+def _session_options(read_only: bool) -> dict[str, Any]:
+    """What every connection of a store is opened with (directly or by a pool)."""
+    options: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
+    if read_only:
+        options["options"] = _READ_ONLY
+    return options
+
+
+def _pool_options(pool_config: Mapping[str, Any], read_only: bool) -> dict[str, Any]:
+    """A pool's size and connection options as LangGraph's ``PoolConfig`` describes them (a read-only
+    session stays read-only whatever the caller's ``kwargs`` say)."""
+    kwargs = {**_session_options(False), **dict(pool_config.get("kwargs") or {})}
+    if read_only:
+        kwargs["options"] = _READ_ONLY
+    return {
+        "min_size": int(pool_config.get("min_size", 1)),
+        "max_size": pool_config.get("max_size"),
+        "kwargs": kwargs,
+    }
+
+
 def _connect(dsn: str, read_only: bool = False) -> psycopg.Connection[Any]:
     try:
-        if read_only:
-            return psycopg.connect(dsn, autocommit=True, connect_timeout=10, options=_READ_ONLY)
-        return psycopg.connect(dsn, autocommit=True, connect_timeout=10)
+        return psycopg.connect(dsn, **_session_options(read_only))
     except psycopg.Error as exc:
-        raise StorageError(
-            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
-        ) from exc
+        raise _unreachable(exc) from exc
 
 
 def _pool(dsn: str, pool_config: Mapping[str, Any], read_only: bool = False) -> ConnectionPool[Any]:
     """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``), each
     connection checked before it is handed out so that a restarted server costs no failed call."""
-    kwargs = {"autocommit": True, "connect_timeout": 10, **dict(pool_config.get("kwargs") or {})}
-    if read_only:
-        kwargs["options"] = _READ_ONLY
     try:
         pool: ConnectionPool[Any] = ConnectionPool(
-            dsn,
-            min_size=int(pool_config.get("min_size", 1)),
-            max_size=pool_config.get("max_size"),
-            kwargs=kwargs,
-            check=ConnectionPool.check_connection,
-            open=True,
+            dsn, **_pool_options(pool_config, read_only), check=ConnectionPool.check_connection, open=True
         )
         pool.wait(timeout=10)
     except Exception as exc:
-        raise StorageError(
-            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
-        ) from exc
+        raise _unreachable(exc) from exc
     return pool
 
 
@@ -538,38 +551,25 @@ AsyncConn = psycopg.AsyncConnection[Any]
 async def _aconnect(dsn: str, read_only: bool = False) -> AsyncConn:
     """Async version of :func:`_connect`."""
     try:
-        if read_only:
-            return await psycopg.AsyncConnection.connect(
-                dsn, autocommit=True, connect_timeout=10, options=_READ_ONLY
-            )
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=True, connect_timeout=10)
+        return await psycopg.AsyncConnection.connect(dsn, **_session_options(read_only))
     except psycopg.Error as exc:
-        raise StorageError(
-            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
-        ) from exc
+        raise _unreachable(exc) from exc
 
 
 async def _apool(
     dsn: str, pool_config: Mapping[str, Any], read_only: bool = False
 ) -> AsyncConnectionPool[Any]:
     """Async version of :func:`_pool`."""
-    kwargs = {"autocommit": True, "connect_timeout": 10, **dict(pool_config.get("kwargs") or {})}
-    if read_only:
-        kwargs["options"] = _READ_ONLY
     try:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
-            min_size=int(pool_config.get("min_size", 1)),
-            max_size=pool_config.get("max_size"),
-            kwargs=kwargs,
+            **_pool_options(pool_config, read_only),
             check=AsyncConnectionPool.check_connection,
             open=False,
         )
         await pool.open(wait=True, timeout=10)
     except Exception as exc:
-        raise StorageError(
-            f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
-        ) from exc
+        raise _unreachable(exc) from exc
     return pool
 
 
