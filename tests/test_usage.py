@@ -51,6 +51,20 @@ def _event(**kw: Any) -> UsageEvent:
     return UsageEvent(**{"kind": "chat", "model": "m", "input_tokens": 100, "output_tokens": 10, **kw})
 
 
+def test_events_limit_is_checked_and_kept(url: str) -> None:
+    with open_ledger(url) as ledger:
+        for n in range(3):
+            ledger.record(_event(thread_id="a", call_id=f"c{n}", at=1_700_000_000.0 + n))
+        assert [e.call_id for e in ledger.events(limit=2)] == ["c0", "c1"]
+        assert ledger.events(limit=0) == []
+        assert len(ledger.events(limit=None)) == 3
+        for wrong in ("a", 1.5, True):
+            with pytest.raises(ArgumentTypeError, match="limit is a whole number"):
+                ledger.events(limit=wrong)  # type: ignore[arg-type]
+        with pytest.raises(RememUsageError, match="0 or more"):
+            ledger.events(limit=-1)
+
+
 def test_one_row_per_call_queryable_across_threads_users_and_days(url: str) -> None:
     day1, day2 = 1_700_000_000.0, 1_700_000_000.0 + 86_400
     with open_ledger(url) as ledger:

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from remem.errors import RememUsageError
+from remem.errors import ArgumentTypeError, RememUsageError
 from remem.usage import _sql
 from remem.usage._records import Totals, UsageEvent, day_of
 from remem.usage._sql import Filters
@@ -74,7 +74,13 @@ class Ledger(ABC):
         kind: str | None = None,
         limit: int | None = None,
     ) -> list[UsageEvent]:
-        """The recorded calls, oldest first."""
+        """The recorded calls, oldest first; at most ``limit`` of them (None: all)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise ArgumentTypeError(
+                f"limit is a whole number of calls such as limit=50, or None; got {limit!r}"
+            )
+        if limit is not None and limit < 0:
+            raise RememUsageError(f"limit must be 0 or more (None: all the calls); got {limit}")
         filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, since=since, kind=kind)
         rows = self._read(*_sql.select_events(self._dialect(), filters, limit))
         return [_sql.event_of(row) for row in rows]
