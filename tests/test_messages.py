@@ -84,6 +84,46 @@ def test_exact_counters_count_real_tokens_offline() -> None:
     assert 0 < exact < approx  # the approximation errs high, as documented
 
 
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [
+        ("gpt-4o-mini", "o200k_base"),
+        ("GPT-4o-2024-08-06", "o200k_base"),
+        ("ft:gpt-4o-mini:acme::x1", "o200k_base"),
+        ("openai/gpt-4.1-nano", "o200k_base"),
+        ("o1", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo-0125", "cl100k_base"),
+        ("text-embedding-3-small", "cl100k_base"),
+        ("gpt-4omega", None),  # a family's name must end where a variant starts
+        ("o10", None),
+        ("llama3.1:8b", None),
+        ("scripted", None),
+    ],
+)
+def test_a_models_encoding_is_found_from_its_name(model: str, encoding: str | None) -> None:
+    from remem.messages import encoding_for_model
+
+    assert encoding_for_model(model) == encoding
+
+
+def test_an_unknown_model_never_loads_the_tokenizer() -> None:
+    # The tokenizer's import loads every encoding (about a second): a model with no known encoding, the
+    # case of every local model, must not pay it at its first call.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from remem.messages import counter_for_model; "
+        "assert counter_for_model('llama3.1:8b') is None; "
+        "assert 'bpe_openai' not in sys.modules, 'imported'; "
+        "assert counter_for_model('gpt-4o-mini') is not None; "
+        "assert 'bpe_openai' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_unknown_counter_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="approximate, o200k or cl100k"):
         token_counter("gpt2")

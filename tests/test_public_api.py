@@ -140,6 +140,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "coerce_messages",
         "counter_for_model",
         "derived_source",
+        "encoding_for_model",
         "escape_attribute",
         "escape_text",
         "exact_token_counter",

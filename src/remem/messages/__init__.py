@@ -25,6 +25,7 @@ from remem.messages.tokens import (
     approximate_token_count,
     chat_token_counter,
     counter_for_model,
+    encoding_for_model,
     exact_token_counter,
     token_counter,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "coerce_messages",
     "counter_for_model",
     "derived_source",
+    "encoding_for_model",
     "escape_attribute",
     "escape_text",
     "exact_token_counter",

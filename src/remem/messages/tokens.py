@@ -16,6 +16,7 @@ __all__ = [
     "approximate_token_count",
     "chat_token_counter",
     "counter_for_model",
+    "encoding_for_model",
     "exact_token_counter",
     "token_counter",
 ]
@@ -93,19 +94,50 @@ def chat_token_counter(encoding: str = "o200k_base") -> TokenCounter:
     return count
 
 
+# OpenAI's chat and embedding models by name, longer names first: the encoding each one counts in. A dated
+# or sized variant ("gpt-4o-mini-2024-07-18") counts as its family, a fine tune ("ft:gpt-4o-mini:org::id")
+# as its base, "openai/gpt-4o" as "gpt-4o". Other names are counted approximately, and the tokenizer
+# package (its import loads every encoding: about a second) is never imported for them.
+_ENCODING_BY_PREFIX = (
+    ("gpt-4o", "o200k_base"),
+    ("chatgpt-4o", "o200k_base"),
+    ("gpt-4.1", "o200k_base"),
+    ("gpt-4.5", "o200k_base"),
+    ("gpt-5", "o200k_base"),
+    ("o1", "o200k_base"),
+    ("o3", "o200k_base"),
+    ("o4-mini", "o200k_base"),
+    ("gpt-4", "cl100k_base"),
+    ("gpt-3.5-turbo", "cl100k_base"),
+    ("gpt-35-turbo", "cl100k_base"),  # Azure's spelling
+    ("text-embedding-3-small", "cl100k_base"),
+    ("text-embedding-3-large", "cl100k_base"),
+    ("text-embedding-ada-002", "cl100k_base"),
+)
+
+
+def encoding_for_model(model: str) -> str | None:
+    """The encoding ``model`` counts its tokens in (``o200k_base`` for ``gpt-4o-mini``), None when unknown."""
+    name = model.lower().rsplit("/", 1)[-1].removeprefix("openai:").removeprefix("ft:")
+    for prefix, encoding in _ENCODING_BY_PREFIX:
+        # The family's name whole, or followed by a variant: "o1" and "o1-mini", not "o1x".
+        if name == prefix or (name.startswith(prefix) and name[len(prefix)] in "-:."):
+            return encoding
+    return None
+
+
 @cache
 def counter_for_model(model: str) -> TokenCounter | None:
-    """:func:`chat_token_counter` in ``model``'s encoding when it is known (OpenAI's models, with the
-    ``tokens`` extra installed), else None (count approximately)."""
+    """:func:`chat_token_counter` in ``model``'s encoding when it is known (OpenAI's models,
+    :func:`encoding_for_model`, with the ``tokens`` extra installed), else None (count approximately)."""
+    encoding = encoding_for_model(model)
+    if encoding is None:
+        return None
     try:
-        import bpe_openai
+        import bpe_openai  # noqa: F401  (the extra: its absence means approximate counts)
     except ImportError:
         return None
-    try:
-        name = bpe_openai.encoding_name_for_model(model)
-    except Exception:  # bpe-openai raises KeyError (or its own error) for a model it does not know
-        return None
-    return chat_token_counter(str(name))
+    return chat_token_counter(encoding)
 
 
 def token_counter(name: str) -> TokenCounter:
