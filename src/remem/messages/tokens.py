@@ -108,7 +108,7 @@ _ENCODING_BY_PREFIX = (
     ("o3", "o200k_base"),
     ("o4-mini", "o200k_base"),
     ("gpt-4", "cl100k_base"),
-    ("gpt-3.5-turbo", "cl100k_base"),
+    ("gpt-3.5", "cl100k_base"),
     ("gpt-35-turbo", "cl100k_base"),  # Azure's spelling
     ("text-embedding-3-small", "cl100k_base"),
     ("text-embedding-3-large", "cl100k_base"),
