@@ -151,15 +151,30 @@ def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
 
 
 def median_rows(
-    kind: str, times: dict[str, list[float]], marks: list[int]
+    kind: str, times: dict[str, list[float]], marks: list[int], names: tuple[str, str]
 ) -> list[tuple[str, int, dict[str, float]]]:
-    """Per mark, the median of each series over the window of turns that ends there."""
-    rows = []
+    """Per mark, the median of each series over the window of turns that ends there; and the paired CPU
+    difference over all the turns since the previous mark: per turn, (with ledger - without) CPU ms of
+    the two agents' turns played side by side; its median (a whole-turn median moves by more than the
+    ledger costs from one run to the next; the median of many paired differences much less), and its mean
+    with twice its standard error (a rare slow turn, such as a WAL checkpoint, moves the mean)."""
+    base, with_ledger = names
+    rows, start = [], 0
     for mark in marks:
         window = min(WINDOWS.get(mark, 10), mark)
         med = {name: statistics.median(values[mark - window : mark]) for name, values in times.items()}
+        without, with_ = times[base][start:mark], times[with_ledger][start:mark]
+        walls = [b - a for a, b in zip(without, with_, strict=True)]
+        med["paired_wall"] = statistics.median(walls) / statistics.median(without)
+        without, with_ = times[base + "_cpu"][start:mark], times[with_ledger + "_cpu"][start:mark]
+        pairs = [b - a for a, b in zip(without, with_, strict=True)]
+        med["paired"] = statistics.median(pairs)
+        med["paired_mean"] = statistics.fmean(pairs)
+        med["paired_se2"] = 2 * statistics.stdev(pairs) / len(pairs) ** 0.5 if len(pairs) > 1 else 0.0
+        med["paired_base"] = statistics.median(without)
         rows.append((kind, mark, med))
         print(f"  {kind} @{mark}: " + ", ".join(f"{k} {v:.2f}" for k, v in med.items()), file=sys.stderr)
+        start = mark
     return rows
 
 
@@ -168,15 +183,17 @@ def print_table(title: str, rows: list[tuple[str, int, dict[str, float]]], names
     print(f"\n{title}\n")
     print(
         f"| backend | turns | {base} ms | {with_ledger} ms | added (wall) | {base} CPU ms | {with_ledger} CPU ms "
-        "| added (CPU) | own CPU ms | own / base CPU |"
+        "| added (CPU) | own CPU ms | own / base CPU | added CPU, paired mean ± 2 SE |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, mark, m in rows:
         wall, ledger = m[base], m[with_ledger]
         cpu, ledger_cpu = m[base + "_cpu"], m[with_ledger + "_cpu"]
         print(
             f"| {kind} | {mark:,} | {wall:.2f} | {ledger:.2f} | {(ledger - wall) / wall:+.1%} | {cpu:.2f} "
-            f"| {ledger_cpu:.2f} | {(ledger_cpu - cpu) / cpu:+.1%} | {m['own']:.3f} | {m['own'] / cpu:.1%} |"
+            f"| {ledger_cpu:.2f} | {(ledger_cpu - cpu) / cpu:+.1%} | {m['own']:.3f} | {m['own'] / cpu:.1%} "
+            f"| {m['paired']:+.3f} ms, {m['paired'] / m['paired_base']:+.1%} "
+            f"({m['paired_mean']:+.3f} ± {m['paired_se2']:.3f}) | {m['paired_wall']:+.1%} |"
         )
     print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
@@ -228,7 +245,7 @@ def main() -> None:
     for kind in args.backends.split(","):
         with _database(kind, args.pg_url) as url:
             times = _run(kind, url, args.turns)
-        rows += median_rows(kind, times, marks)
+        rows += median_rows(kind, times, marks, ("stock", "budget"))
     print_table(
         "per turn, median of the turns ending at each mark (create_agent, ScriptedChatModel)",
         rows,

@@ -99,7 +99,7 @@ def main() -> None:
     for kind in args.backends.split(","):
         with _database(kind, args.pg_url) as url:
             times = _run(kind, url, args.turns)
-        rows += median_rows(kind, times, marks)
+        rows += median_rows(kind, times, marks, ("plain", "ledger"))
     print_table(
         "per turn, median of the turns ending at each mark (build_agent + run_turn, ScriptedChatModel)",
         rows,
