@@ -106,30 +106,41 @@ def _totals(real: str) -> tuple[str, ...]:
 TOTALS_TRIGGER = f"{TOTALS_TABLE}_add"
 
 
+def _scope_rows(row: str, unpriced: str, source: str = "") -> str:
+    """The running totals a new ledger row adds to, one SELECT per scope it has a key for (as
+    add_to_totals keys them): ``row`` names the new row (a trigger's NEW, a CTE), ``unpriced`` says 1 when
+    it has no cost, ``source`` is where the row is read from (none in a trigger)."""
+    sums = (
+        f"1, {row}.input_tokens, {row}.output_tokens, {row}.cached_tokens, coalesce({row}.cost, 0), "
+        f"{unpriced}, coalesce({row}.latency_ms, 0)"
+    )
+    scopes = (  # scope, key1, key2, when
+        ("thread", f"{row}.thread_id", "''", f"{row}.thread_id IS NOT NULL"),
+        (
+            "turn",
+            f"{row}.thread_id",
+            f"CAST({row}.turn AS TEXT)",
+            f"{row}.thread_id IS NOT NULL AND {row}.turn IS NOT NULL",
+        ),
+        ("user_day", f"{row}.user_id", f"{row}.day", f"{row}.user_id IS NOT NULL"),
+    )
+    return " UNION ALL ".join(
+        f"SELECT '{s}', {k1}, {k2}, {sums}{source} WHERE {when}" for s, k1, k2, when in scopes
+    )
+
+
+_ADDED = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+
+
 def _totals_trigger() -> tuple[str, ...]:
     """SQLite: a trigger adds each new row to its running totals, so a record is one INSERT (one statement
     and its implicit transaction instead of BEGIN, INSERT, upsert, COMMIT). It fires only for a row that
     was inserted: a call id already there (ON CONFLICT DO NOTHING) adds nothing."""
-    sums = (
-        "1, NEW.input_tokens, NEW.output_tokens, NEW.cached_tokens, coalesce(NEW.cost, 0), "
-        "NEW.cost IS NULL, coalesce(NEW.latency_ms, 0)"
-    )
-    scopes = (  # scope, key1, key2, when; as add_to_totals keys them
-        ("thread", "NEW.thread_id", "''", "NEW.thread_id IS NOT NULL"),
-        (
-            "turn",
-            "NEW.thread_id",
-            "CAST(NEW.turn AS TEXT)",
-            "NEW.thread_id IS NOT NULL AND NEW.turn IS NOT NULL",
-        ),
-        ("user_day", "NEW.user_id", "NEW.day", "NEW.user_id IS NOT NULL"),
-    )
-    rows = " UNION ALL ".join(f"SELECT '{s}', {k1}, {k2}, {sums} WHERE {when}" for s, k1, k2, when in scopes)
-    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
     return (
         f"CREATE TRIGGER {TOTALS_TRIGGER} AFTER INSERT ON {USAGE_TABLE} BEGIN "
-        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) {rows} "
-        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}; END",
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
+        f"{_scope_rows('NEW', 'NEW.cost IS NULL')} "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {_ADDED}; END",
     )
 
 
@@ -200,12 +211,11 @@ def _insert_sql(dialect: str) -> str:
 @lru_cache(maxsize=16)
 def _upsert_sql(dialect: str, rows: int) -> str:
     ph = _ph(dialect)
-    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
     row = f"({', '.join([ph] * (3 + len(_SUM_COLUMNS)))})"
     return (
         f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
         f"VALUES {', '.join([row] * rows)} "
-        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {_ADDED}"
     )
 
 
@@ -273,31 +283,21 @@ def add_to_totals(dialect: str, event: UsageEvent) -> list[tuple[str, tuple[Any,
     return [(sql, tuple(params))]
 
 
-_PG_TYPES = ("text", "text", "text", "bigint", "bigint", "bigint", "bigint", "double precision", "bigint")
-
-
 def record_postgres(event: UsageEvent) -> tuple[str, tuple[Any, ...]]:
     """The row's INSERT and its running totals' upserts as one PostgreSQL statement (one round trip;
-    atomic, and the totals move only when the row was new)."""
-    first, row = insert("postgres", event)
-    upserts = add_to_totals("postgres", event)
-    if not upserts:
-        return first, row
-    (_, sums), rows = upserts[0], len(upserts[0][1]) // (3 + len(_SUM_COLUMNS))
-    return _record_postgres_sql(rows), (*row, *sums)
+    atomic, and the totals move only when the row was new: they are read from the inserted row, so the
+    statement's text and its 15 parameters are the same for every call, and the server plans it once)."""
+    return _record_postgres_sql(), insert("postgres", event)[1]
 
 
-@lru_cache(maxsize=8)
-def _record_postgres_sql(rows: int) -> str:
-    typed = ", ".join(f"%s::{t}" for t in (*_PG_TYPES[:3], "bigint", *_PG_TYPES[4:], "double precision"))
-    values = ", ".join(f"({typed})" for _ in range(rows))
-    names = ("scope", "key1", "key2", *_SUM_COLUMNS)
-    added = ", ".join(f"{c} = {TOTALS_TABLE}.{c} + excluded.{c}" for c in _SUM_COLUMNS)
+@lru_cache(maxsize=1)
+def _record_postgres_sql() -> str:
+    new_row = "thread_id, user_id, turn, day, input_tokens, output_tokens, cached_tokens, cost, latency_ms"
+    rows = _scope_rows("new", "CASE WHEN new.cost IS NULL THEN 1 ELSE 0 END", " FROM new")
     return (
-        f"WITH new AS ({_insert_sql('postgres')}) "
-        f"INSERT INTO {TOTALS_TABLE} ({', '.join(names)}) SELECT {', '.join('v.' + n for n in names)} "
-        f"FROM (VALUES {values}) AS v ({', '.join(names)}) WHERE EXISTS (SELECT 1 FROM new) "
-        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {added}"
+        f"WITH new AS ({_insert_sql('postgres').removesuffix(' RETURNING id')} RETURNING {new_row}) "
+        f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) {rows} "
+        f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {_ADDED}"
     )
 
 
