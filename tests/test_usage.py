@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remem import _migrate
@@ -114,7 +114,20 @@ def test_the_schema_is_one_migration_component_and_setup_is_idempotent(tmp_path:
     assert (path.stat().st_mode & 0o777) == 0o600
 
 
-@settings(max_examples=25, deadline=None)
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory://"
+    return (
+        f"sqlite:///{tmp_path / 'usage.db'}"
+        if request.param == "sqlite"
+        else str(request.getfixturevalue("pg_url"))
+    )
+
+
+# One ledger for every example of a backend (the database outlives them): the totals must still equal the
+# sums of all its rows, and a call id an earlier example recorded still adds nothing.
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(
         st.tuples(
@@ -129,9 +142,9 @@ def test_the_schema_is_one_migration_component_and_setup_is_idempotent(tmp_path:
         max_size=30,
     )
 )
-def test_running_totals_equal_the_sums_of_the_rows(rows: list[tuple[Any, ...]]) -> None:
+def test_running_totals_equal_the_sums_of_the_rows(any_url: str, rows: list[tuple[Any, ...]]) -> None:
     day0 = 1_700_000_000.0
-    with open_ledger("memory://") as ledger:
+    with open_ledger(any_url) as ledger:
         for thread, user, turn, day, tokens, cost, call_id in rows:
             ledger.record(
                 _event(
