@@ -16,7 +16,7 @@ from remem.usage import open_ledger
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _chat(url: str, stdin: str) -> subprocess.CompletedProcess[str]:
+def _chat(url: str, stdin: str, agent: str = "approval_agent") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "REMEM_DATABASE_URL": url, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
     env.pop("REMEM_CONFIG", None)
     return subprocess.run(
@@ -28,7 +28,7 @@ def _chat(url: str, stdin: str) -> subprocess.CompletedProcess[str]:
             "--thread",
             "t",
             "--agent",
-            "tests.chat_agents:approval_agent",
+            f"tests.chat_agents:{agent}",
         ],
         input=stdin,
         capture_output=True,
@@ -85,3 +85,14 @@ def test_a_question_left_unanswered_is_asked_again_by_the_next_chat(tmp_path: Pa
         (HumanMessage.__name__, "remember me"),
         (AIMessage.__name__, "Reply to: remember me"),
     ]
+
+
+def test_a_call_over_a_budget_asks_naming_the_budget(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    done = _chat(url, "hello there\ny\nsecond question\nn\n/exit\n", agent="over_budget_agent")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("over the call_token_budget of 1 tokens") == 2
+    assert (
+        "assistant> Reply to: hello there" in done.stdout and "Reply to: second question" not in done.stdout
+    )
+    assert _calls(url) == 1  # the approved call only

@@ -106,6 +106,7 @@ from remem.usage.approval import (
     pending_approval,
     refusal,
 )
+from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens
 
 __all__ = [
     "MemoryState",
@@ -221,6 +222,7 @@ class _Nodes:
         approve_tokens: int | None = None,
         approve_cost: float | None = None,
         ledger_owner: Any = None,
+        budget_action: str = "error",
     ) -> None:
         self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
         # The view is counted once per thread: each call counts the messages added since the last one.
@@ -229,6 +231,7 @@ class _Nodes:
         self.system_prompt, self.budgets, self.meter = system_prompt, budgets, meter
         self.tool_tokens = tool_tokens
         self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
+        self.budget_action = check_budget_action(budget_action)
         self.model_name = model_name(model)
         # Per thread, the call run_turn checked: its turn, its messages' signatures, its count, its spending.
         self._checked: dict[str, tuple[int, list[Any], int, dict[Scope, Totals]]] = {}
@@ -309,10 +312,48 @@ class _Nodes:
         if not self.budgets.active:
             return  # nothing to check: the view is not even built
         view, turn = self.view(state), _call_turn(state)
-        spent, tokens = self.check_budgets(view, caller, turn)
+        try:
+            spent, tokens = self.check_budgets(view, caller, turn)
+        except BudgetExceededError:
+            if self.budget_action == "error":
+                raise
+            return  # the call acts on it (refuse, approve, compact) once the input is stored
         if spent is not None and tokens is not None and caller.thread_id is not None:
             with self._lock:
                 self._checked[caller.thread_id] = (turn, signatures(view), tokens, spent)
+
+    def _on_breach(
+        self, breach: BudgetExceededError, view: list[BaseMessage], caller: _Caller, turn: int
+    ) -> tuple[list[BaseMessage], dict[Scope, Totals], int, AIMessage | None]:
+        """What ``budget_action`` makes of a call over a budget (:mod:`remem.usage.breach`): the view to
+        send, what its scopes spent, its estimate, and the message that ends the turn instead (None: send)."""
+        if self.budget_action == "error":
+            raise breach
+        spent = self._spent(caller, turn)
+        if self.budget_action == "compact":
+            price = None if self.meter is None else self.meter.prices.price(self.model_name)
+            room = fitting_tokens(self.budgets, spent, price) - self.tool_tokens
+            fitted = fit_messages(view, room, self.count)
+            if fitted is None:
+                raise cannot_fit(breach) from breach
+            tokens = self.tokens(fitted, caller)
+            check(self.budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
+            refused = self.refused(fitted, caller, turn, tokens)
+            return fitted, spent, tokens, None if refused is None else refusal(refused)
+        tokens = self.tokens(view, caller)
+        estimate = Estimate(
+            self.model_name,
+            tokens,
+            self._cost(tokens),
+            caller.thread_id,
+            caller.user_id,
+            turn,
+            over_budget=str(breach),
+        )
+        if self.budget_action == "approve" and ask_approval(estimate):
+            return view, spent, tokens, None  # approved over the budget: no threshold asks again
+        reason = str(breach) if self.budget_action == "refuse" else None
+        return view, spent, tokens, refusal(estimate, over_budget=reason)
 
     def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals]) -> None:
         try:
@@ -382,12 +423,16 @@ class _Nodes:
         update = self.adopt_legacy(state, caller)
         if self.flush(state):
             update[UNRECORDED] = []
-        spent, tokens = self.check_budgets(view, caller, turn)
         if turn != state.get("remem_turn"):
             update["remem_turn"] = turn
-        refused = self.refused(view, caller, turn, tokens)
-        if refused is not None:  # nothing is sent: the turn ends with a message saying so
-            update["messages"] = [refusal(refused)]
+        try:
+            spent, tokens = self.check_budgets(view, caller, turn)
+            refused = self.refused(view, caller, turn, tokens)
+            not_sent = None if refused is None else refusal(refused)
+        except BudgetExceededError as breach:
+            view, spent, tokens, not_sent = self._on_breach(breach, view, caller, turn)
+        if not_sent is not None:  # nothing is sent: the turn ends with a message saying so
+            update["messages"] = [not_sent]
             return update
         started = time.perf_counter()
         try:
@@ -517,6 +562,7 @@ def build_agent(
     budgets: Budgets | None = None,
     approve_tokens: int | None = None,
     approve_cost: float | None = None,
+    budget_action: str | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The seeds' complete template, compiled: messages + summary, ``call_model``, compaction, routing.
 
@@ -542,7 +588,10 @@ def build_agent(
     0: never) pauses before it is sent, as ``BudgetMiddleware`` does (:mod:`remem.usage.approval`):
     :func:`run_turn` raises :class:`~remem.errors.ApprovalPendingError` with the estimate, and
     :func:`resume_turn` answers (True sends the call; False ends the turn with a message saying it was not
-    approved). A checkpointer is needed to pause.
+    approved). A checkpointer is needed to pause. ``budget_action`` (default: the settings') is what a call
+    that would pass a budget does: ``error`` (:class:`~remem.errors.BudgetExceededError`; ``run_turn``
+    raises it before the input is stored), ``refuse``, ``approve`` or ``compact``
+    (:mod:`remem.usage.breach`).
     """
     s = settings or load_settings()
     chat = check_chat_model(model, s)
@@ -577,6 +626,7 @@ def build_agent(
         approve_tokens if approve_tokens is not None else s.approval_token_threshold,
         approve_cost if approve_cost is not None else s.approval_cost_threshold,
         checkpointer if ledger is True else None,
+        budget_action or s.budget_action,
     )
     graph = StateGraph(MemoryState)
     # Sync and async steps: an async run (ainvoke, arun_turn) finds the ledger of an async saver first.

@@ -23,6 +23,7 @@ __all__ = ["STRATEGY_NAMES", "Settings", "environment_warnings", "load_settings"
 STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
 TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
 EMBEDDERS = ("minilm", "fake")
+BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage.breach says what each does
 DEFAULT_CONFIG_FILE = "remem.toml"
 # REMEM_* names that are not settings: the config file's path, and the project's own test and benchmark knobs.
 _OTHER_ENV_NAMES = ("REMEM_CONFIG",)
@@ -72,6 +73,12 @@ class Settings:
         0, "ask for approval before a call above this many tokens (0: never)"
     )
     approval_cost_threshold: float = _setting(0.0, "ask for approval before a call costing more (0: never)")
+    budget_action: str = _setting(
+        "error",
+        "what a call that would pass a budget does: error (BudgetExceededError), refuse (end the turn with "
+        "a message), approve (ask, as above a threshold), compact (send the newest messages that fit)",
+        choices=BUDGET_ACTIONS,
+    )
     prices: tuple[tuple[str, float, float, float | None], ...] = _setting(
         (), "[remem.prices.MODEL] input, output, cached: price per million tokens (REMEM_PRICES: JSON)"
     )

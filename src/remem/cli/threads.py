@@ -297,9 +297,11 @@ def _approval_question(estimate: dict[str, Any]) -> str:
     cost = estimate.get("cost")
     spend = "unknown cost (no price)" if cost is None else f"a cost of about {cost:.6g}"
     model = estimate.get("model") or "the model"
+    over = estimate.get("over_budget")
+    why = f" ({over})" if over else ""  # budget_action=approve: the budget it would pass
     return (
         f"the next call to {model} needs approval: about {estimate.get('input_tokens', 0):,} input tokens, "
-        f"{spend}. Send it?"
+        f"{spend}{why}. Send it?"
     )
 
 

@@ -43,6 +43,7 @@ a long thread's calls do not re-count the whole history; the total is the same a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -56,7 +57,7 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
 )
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
 from remem.errors import BudgetExceededError
@@ -67,6 +68,7 @@ from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, Usage
 from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
 from remem.usage._prefix import PrefixCounter, sums_per_message
 from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
+from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
@@ -159,6 +161,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         node: str = "model",
         rate_limiter: RateLimiter | None = None,
         backoff: Backoff | None = None,
+        budget_action: str | None = None,
     ) -> None:
         super().__init__()
         self.ledger = ledger
@@ -174,6 +177,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             approve_tokens = approve_tokens or settings.approval_token_threshold or None
             approve_cost = approve_cost or settings.approval_cost_threshold or None
         self.approve_tokens, self.approve_cost = approve_tokens, approve_cost
+        if budget_action is None:
+            budget_action = settings.budget_action if settings is not None else "error"
+        self.budget_action = check_budget_action(budget_action)
         self.thread_id, self.user_id, self.node = thread_id, user_id, node
         if rate_limiter is None and settings is not None:
             rate_limiter = shared_limiter(settings)
@@ -266,12 +272,47 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         )
         return cast("dict[Scope, Totals]", found), flushed
 
-    def _before(self, estimate: Estimate, spent: Mapping[Scope, Totals]) -> bool:
-        """Check the estimate; True when the call may be sent (approval asked when above a threshold)."""
+    def _before(
+        self, request: ModelRequest[Any], estimate: Estimate, spent: Mapping[Scope, Totals]
+    ) -> tuple[ModelRequest[Any], Estimate, AIMessage | None]:
+        """Check the estimate against the budgets (a breach does what ``budget_action`` says) and the
+        approval thresholds: the request to send, its estimate, and the message that ends the turn
+        instead (None: send it)."""
+        try:
+            check(self.budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
+        except BudgetExceededError as breach:
+            if self.budget_action == "error":
+                raise
+            if self.budget_action != "compact":
+                asking = dataclasses.replace(estimate, over_budget=str(breach))
+                if self.budget_action == "approve" and ask_approval(asking):
+                    return request, estimate, None  # approved over the budget: no threshold asks again
+                reason = str(breach) if self.budget_action == "refuse" else None
+                return request, estimate, refusal(asking, over_budget=reason)
+            request, estimate = self._compacted(breach, request, estimate, spent)
+        if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
+            return request, estimate, None
+        return request, estimate, refusal(estimate)
+
+    def _compacted(
+        self,
+        breach: BudgetExceededError,
+        request: ModelRequest[Any],
+        estimate: Estimate,
+        spent: Mapping[Scope, Totals],
+    ) -> tuple[ModelRequest[Any], Estimate]:
+        """``request`` with the newest messages that keep it within every budget (budget_action
+        ``compact``: :mod:`remem.usage.breach`), and its estimate."""
+        count, _ = self._counter_and_prefix(estimate.model)
+        head = self._head_tokens(count, request.system_message, request.tools)
+        room = fitting_tokens(self.budgets, spent, self.prices.price(estimate.model)) - head
+        fitted = fit_messages(request.messages, room, count)
+        if fitted is None:
+            raise cannot_fit(breach) from breach
+        request = request.override(messages=cast("list[AnyMessage]", fitted))
+        estimate = self.estimate(request)
         check(self.budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
-        if not needs_approval(estimate, self.approve_tokens, self.approve_cost):
-            return True
-        return ask_approval(estimate)
+        return request, estimate
 
     def _event(
         self, request: ModelRequest[Any], estimate: Estimate, response: ModelResponse[Any], started: float
@@ -302,7 +343,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
 
         A ledger that refuses the row does not fail the call (its reply would be lost, and a resume would
         pay again): the row is kept in the state with the reply (:mod:`remem.usage._pending`). A breach
-        that only the provider's numbers show raises once the row is recorded; with the row only kept it is
+        that only the provider's numbers show raises once the row is recorded (budget_action ``error``);
+        with the row only kept, or another action (the call may have been approved over the budget), it is
         logged, so that the reply it paid for is kept and the next call's check counts it."""
         if event is None:
             return [] if flushed else None
@@ -310,7 +352,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         try:
             check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
         except BudgetExceededError as exc:
-            if not kept:
+            if not kept and self.budget_action == "error":
                 raise
             log.warning("%s; the reply was kept (it was paid for) and the next model call is refused", exc)
         return kept if kept or flushed else None
@@ -324,8 +366,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             self.rate_limiter.settle(estimate.model, estimate.input_tokens, event.tokens)
 
     # -- the hooks -----------------------------------------------------------------------------------
-    def _refused(self, estimate: Estimate, flushed: bool) -> AIMessage | ExtendedModelResponse[Any]:
-        message = refusal(estimate)
+    @staticmethod
+    def _refused(message: AIMessage, flushed: bool) -> AIMessage | ExtendedModelResponse[Any]:
         if not flushed:
             return message
         return ExtendedModelResponse(
@@ -339,8 +381,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         estimate = self.estimate(request)
         spent, flushed = self._spent(estimate, request.state)
-        if not self._before(estimate, spent):
-            return self._refused(estimate, flushed)
+        request, estimate, not_sent = self._before(request, estimate, spent)
+        if not_sent is not None:
+            return self._refused(not_sent, flushed)
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
             self.rate_limiter.acquire(estimate.model, estimate.input_tokens)
@@ -362,8 +405,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         estimate = self.estimate(request)
         spent, flushed = await asyncio.to_thread(self._spent, estimate, request.state)
-        if not self._before(estimate, spent):
-            return self._refused(estimate, flushed)
+        request, estimate, not_sent = self._before(request, estimate, spent)
+        if not_sent is not None:
+            return self._refused(not_sent, flushed)
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
             await self.rate_limiter.aacquire(estimate.model, estimate.input_tokens)

@@ -42,9 +42,10 @@ class Estimate:
     thread_id: str | None
     user_id: str | None
     turn: int | None
+    over_budget: str | None = None  # the budget the call would pass, when that is why it asks (budget_action)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        found = {
             "kind": APPROVAL_KIND,
             "model": self.model,
             "input_tokens": self.input_tokens,
@@ -53,6 +54,9 @@ class Estimate:
             "user": self.user_id,
             "turn": self.turn,
         }
+        if self.over_budget is not None:
+            found["over_budget"] = self.over_budget
+        return found
 
 
 def needs_approval(estimate: Estimate, tokens: int | None, cost: float | None) -> bool:
@@ -78,14 +82,18 @@ def ask_approval(estimate: Estimate) -> bool:
     return approved(interrupt(estimate.as_dict()))
 
 
-def refusal(estimate: Estimate) -> AIMessage:
-    """The message a refused call ends the turn with."""
+def refusal(estimate: Estimate, *, over_budget: str | None = None) -> AIMessage:
+    """The message a refused call ends the turn with: not approved, or not sent because it would pass
+    the budget ``over_budget`` describes (budget_action ``refuse``)."""
     cost = "unknown cost" if estimate.cost is None else f"a cost of {estimate.cost:.6g}"
+    size = f"about {estimate.input_tokens:,} input tokens, {cost}"
+    why = (
+        f"The model call was not sent ({size}): {over_budget}."
+        if over_budget
+        else f"The model call was not approved ({size}), so nothing was sent."
+    )
     return AIMessage(
-        content=(
-            f"The model call was not approved (about {estimate.input_tokens:,} input tokens, {cost}), so "
-            "nothing was sent. Your messages are kept; send another message to try again."
-        ),
+        content=f"{why} Your messages are kept; send another message to try again.",
         response_metadata={_REFUSED: True},  # not sent to a provider: it marks the reply as a refusal
     )
 

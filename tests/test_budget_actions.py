@@ -1,0 +1,230 @@
+"""What a call over a budget does (``budget_action``: error, refuse, approve, compact), in remem's agent
+and in ``BudgetMiddleware`` with ``create_agent``, on real SQLite files and PostgreSQL: nothing is sent
+past a budget unless a person approved it or the history was compacted to fit, and the thread keeps
+every message whichever the action."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.types import Command
+
+from remem import (
+    ApprovalPendingError,
+    BudgetExceededError,
+    ConfigError,
+    ScriptedChatModel,
+    Settings,
+    build_agent,
+    checkpointer_from_url,
+    run_turn,
+)
+from remem.agent import ledger_of, resume_turn
+from remem.messages import approximate_token_count, is_provider_valid
+from remem.middleware import BudgetMiddleware
+from remem.usage import Budgets, Price, PriceTable, ledger_for
+from remem.usage.approval import is_refusal
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    url = (
+        f"sqlite:///{tmp_path / 'actions.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    with checkpointer_from_url(str(url)) as opened:
+        yield opened
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"the value of {key} is {key.upper()}"
+
+
+def _echo() -> ScriptedChatModel:
+    return ScriptedChatModel(default=lambda messages: f"noted ({len(messages)} messages)")
+
+
+def _agent(saver: Any, model: ScriptedChatModel, action: str, **settings: Any) -> Any:
+    # filter with a wide window: the view is the whole history, so only the budget action can cut it
+    options = Settings(keep_messages=100, budget_action=action, **settings)
+    return build_agent(model, tools=[lookup], strategy="filter", checkpointer=saver, settings=options)
+
+
+def _humans(agent: Any, thread: str) -> list[str]:
+    state = agent.get_state({"configurable": {"thread_id": thread}}).values
+    return [m.text for m in state["messages"] if isinstance(m, HumanMessage)]
+
+
+def _spent_on(agent: Any, saver: Any, thread: str, text: str) -> int:
+    """What the thread has spent once ``text`` was answered (a first turn with no budget)."""
+    run_turn(build_agent(_echo(), strategy="filter", checkpointer=saver), thread, text)
+    ledger = ledger_for(saver)
+    spent = ledger.spent(thread_id=thread).tokens
+    ledger.close()
+    return spent
+
+
+@pytest.mark.parametrize("action", ["error", "refuse", "approve", "compact"])
+def test_every_action_is_a_setting_and_a_wrong_one_is_refused(action: str) -> None:
+    assert Settings(budget_action=action).budget_action == action
+    with pytest.raises(ConfigError, match="budget_action"):
+        Settings(budget_action="shrink")
+
+
+def test_a_wrong_action_given_directly_is_a_config_error(saver: Any) -> None:
+    with pytest.raises(ConfigError, match="use one of error, refuse, approve, compact"):
+        build_agent(_echo(), checkpointer=saver, settings=Settings(), budget_action="shrink")
+    with pytest.raises(ConfigError, match="REMEM_BUDGET_ACTION"):
+        BudgetMiddleware(None, budget_action="maybe")
+
+
+def test_refuse_ends_the_turn_with_the_budget_named_and_keeps_the_message(saver: Any) -> None:
+    spent = _spent_on(None, saver, "t", "one two three")
+    model = _echo()
+    agent = _agent(saver, model, "refuse", session_token_budget=spent + 5)
+    reply = run_turn(agent, "t", "four five six seven eight nine")
+    assert model.calls == []  # not sent
+    assert is_refusal(reply) and "session_token_budget" in reply.text and "not sent" in reply.text
+    assert _humans(agent, "t") == ["one two three", "four five six seven eight nine"]  # nothing lost
+    ledger = ledger_of(agent)
+    assert ledger is not None and ledger.spent(thread_id="t").tokens == spent  # nothing spent
+    # The same budget with the default action raises, before the input is stored.
+    strict = _agent(saver, _echo(), "error", session_token_budget=spent + 5)
+    with pytest.raises(BudgetExceededError, match="session_token_budget"):
+        run_turn(strict, "t", "ten eleven")
+    assert _humans(agent, "t")[-1] == "four five six seven eight nine"
+
+
+def test_approve_pauses_with_the_budget_and_sends_only_when_approved(saver: Any) -> None:
+    spent = _spent_on(None, saver, "t", "one two three")
+    model = _echo()
+    agent = _agent(saver, model, "approve", session_token_budget=spent + 5)
+    with pytest.raises(ApprovalPendingError) as paused:
+        run_turn(agent, "t", "four five six seven eight nine")
+    assert "session_token_budget" in paused.value.estimate["over_budget"]
+    assert paused.value.estimate["input_tokens"] > 5 and model.calls == []
+    refused = resume_turn(agent, "t", False)
+    assert is_refusal(refused) and "not approved" in refused.text and model.calls == []
+    with pytest.raises(ApprovalPendingError):
+        run_turn(agent, "t", "ten eleven twelve")
+    approved = resume_turn(agent, "t", True)
+    assert len(model.calls) == 1 and approved.text.startswith("noted")
+    assert _humans(agent, "t") == ["one two three", "four five six seven eight nine", "ten eleven twelve"]
+    ledger = ledger_of(agent)
+    assert ledger is not None and ledger.spent(thread_id="t").calls == 2  # the approved call is recorded
+
+
+def _history_with_a_tool_round(saver: Any) -> None:
+    model = ScriptedChatModel(
+        replies=[
+            "first answer " * 5,
+            AIMessage("", tool_calls=[{"name": "lookup", "args": {"key": "k"}, "id": "c1"}]),
+            "the value is K " * 5,
+            "third answer " * 5,
+        ]
+    )
+    agent = _agent(saver, model, "error")
+    for text in ("an opening question " * 4, "look k up for me " * 4, "a third question " * 4):
+        run_turn(agent, "t", text)
+
+
+def test_compact_sends_the_newest_messages_that_fit_and_the_thread_keeps_them_all(
+    saver: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _history_with_a_tool_round(saver)
+    model = _echo()
+    limit = 90  # the whole history is far more; the latest question and a little before it fit
+    agent = _agent(saver, model, "compact", call_token_budget=limit)
+    with caplog.at_level(logging.WARNING, logger="remem.usage"):
+        reply = run_turn(agent, "t", "a short last question")
+    (sent,) = model.calls
+    state = agent.get_state({"configurable": {"thread_id": "t"}}).values
+    assert len(sent) < len(state["messages"]) - 1  # a cut was made...
+    assert sent[-1].text == "a short last question" and isinstance(sent[0], HumanMessage)
+    assert is_provider_valid(sent)  # ...at a point the provider accepts (no orphan tool result)
+    assert approximate_token_count(sent) <= limit
+    assert any("budget_action=compact" in r.getMessage() for r in caplog.records)  # not silent
+    assert len(_humans(agent, "t")) == 4 and not is_refusal(reply)  # the thread keeps everything
+    assert any(isinstance(m, ToolMessage) for m in state["messages"])
+    # The same budget with the default action raises instead.
+    with pytest.raises(BudgetExceededError, match="call_token_budget"):
+        run_turn(_agent(saver, _echo(), "error", call_token_budget=limit), "t", "a short last question")
+
+
+def test_compact_raises_when_not_even_the_latest_message_fits(saver: Any) -> None:
+    model = _echo()
+    agent = _agent(saver, model, "compact", call_token_budget=10)
+    with pytest.raises(BudgetExceededError, match="could not fit it either"):
+        run_turn(agent, "t", "a question far too long for the budget " * 5)
+    assert model.calls == []
+
+
+# -- the middleware ---------------------------------------------------------------------------------
+
+
+PRICES = PriceTable({"scripted": Price(1.0, 2.0)})
+
+
+def _middleware_agent(saver: Any, model: ScriptedChatModel, action: str, budgets: Budgets) -> Any:
+    budget = BudgetMiddleware(ledger_for(saver), budgets=budgets, prices=PRICES, budget_action=action)
+    return create_agent(model=model, tools=[lookup], middleware=[budget], checkpointer=saver)
+
+
+def _config(thread: str = "m") -> Any:
+    return {"configurable": {"thread_id": thread, "user_id": "maya"}}
+
+
+def _say(agent: Any, text: str) -> dict[str, Any]:
+    result: dict[str, Any] = agent.invoke({"messages": [HumanMessage(content=text)]}, _config())
+    return result
+
+
+def test_the_middleware_refuses_with_the_budget_named(saver: Any) -> None:
+    model = _echo()
+    agent = _middleware_agent(saver, model, "refuse", Budgets(thread_tokens=60))
+    _say(agent, "hello there")
+    out = _say(agent, "and now a much longer question that passes the thread budget " * 3)
+    last = out["messages"][-1]
+    assert len(model.calls) == 1 and is_refusal(last) and "session_token_budget" in last.text
+    assert [m.text for m in out["messages"] if isinstance(m, HumanMessage)][-1].startswith("and now")
+
+
+def test_the_middleware_asks_and_sends_only_when_approved(saver: Any) -> None:
+    model = _echo()
+    agent = _middleware_agent(saver, model, "approve", Budgets(call_tokens=20))
+    paused = _say(agent, "a question that passes the call budget of twenty tokens " * 2)
+    (pending,) = paused["__interrupt__"]
+    assert "call_token_budget" in pending.value["over_budget"] and model.calls == []
+    refused = agent.invoke(Command(resume=False), _config())
+    assert is_refusal(refused["messages"][-1]) and model.calls == []
+    _say(agent, "another question past the call budget of twenty tokens " * 2)
+    agent.invoke(Command(resume=True), _config())
+    assert len(model.calls) == 1
+
+
+def test_the_middleware_compacts_to_fit_and_the_thread_keeps_everything(saver: Any) -> None:
+    model = _echo()
+    budgets = Budgets(call_tokens=120)  # the tool's schema takes about 40 of them
+    agent = _middleware_agent(saver, model, "compact", budgets)
+    for text in ("first question " * 8, "second question " * 8, "third question " * 8):
+        out = _say(agent, text)
+    sent: list[BaseMessage] = model.calls[-1]
+    assert len(sent) < len(out["messages"]) - 1 and sent[-1].text.startswith("third question")
+    assert is_provider_valid(sent) and isinstance(sent[0], HumanMessage)
+    assert len([m for m in out["messages"] if isinstance(m, HumanMessage)]) == 3
+    ledger = ledger_for(saver)
+    assert ledger.spent(thread_id="m").calls == 3
+    assert all(e.input_tokens <= 120 for e in ledger.events(thread_id="m"))  # what was sent fits
+    ledger.close()
+    with pytest.raises(BudgetExceededError, match="could not fit it either"):
+        _say(agent, "a question far too long for a hundred and twenty tokens " * 10)
