@@ -1,7 +1,7 @@
-"""What a call over a budget does (``budget_action``: error, refuse, approve, compact), in remem's agent
-and in ``BudgetMiddleware`` with ``create_agent``, on real SQLite files and PostgreSQL: nothing is sent
-past a budget unless a person approved it or the history was compacted to fit, and the thread keeps
-every message whichever the action."""
+"""Budgets given for one run, and what a call over a budget does (``budget_action``: error, refuse,
+approve, compact), in remem's agent and in ``BudgetMiddleware`` with ``create_agent``, on real SQLite files
+and PostgreSQL: nothing is sent past a budget unless a person approved it or the history was compacted to
+fit, and the thread keeps every message whichever the action."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ from remem import (
     run_turn,
 )
 from remem.agent import ledger_of, resume_turn
+from remem.errors import ArgumentTypeError, RememUsageError
 from remem.messages import approximate_token_count, is_provider_valid
 from remem.middleware import BudgetMiddleware
-from remem.usage import Budgets, Price, PriceTable, ledger_for
+from remem.usage import BUDGETS_KEY, Budgets, Price, PriceTable, ledger_for
 from remem.usage.approval import is_refusal
 
 
@@ -228,3 +229,47 @@ def test_the_middleware_compacts_to_fit_and_the_thread_keeps_everything(saver: A
     ledger.close()
     with pytest.raises(BudgetExceededError, match="could not fit it either"):
         _say(agent, "a question far too long for a hundred and twenty tokens " * 10)
+
+
+# -- budgets for one run ----------------------------------------------------------------------------
+
+
+def test_budgets_for_one_run_go_over_the_configured_ones() -> None:
+    configured = Budgets(turn_tokens=100, thread_cost=2.0)
+    assert configured.merged(None) is configured
+    assert configured.merged(Budgets(turn_cost=0.05)) == Budgets(
+        turn_tokens=100, turn_cost=0.05, thread_cost=2.0
+    )
+    assert configured.merged({"turn_tokens": 10}) == Budgets(turn_tokens=10, thread_cost=2.0)
+    assert configured.merged({"thread_cost": None}) == Budgets(turn_tokens=100)  # None lifts it for the run
+    with pytest.raises(RememUsageError, match=r"unknown budget turn_dollars.*turn_cost"):
+        configured.merged({"turn_dollars": 1})
+    for wrong in ({"turn_cost": "a lot"}, {"turn_cost": -1}, {"turn_tokens": True}):
+        with pytest.raises(ArgumentTypeError, match="a number of 0 or more"):
+            configured.merged(wrong)
+    with pytest.raises(ArgumentTypeError, match="takes a Budgets or a mapping"):
+        configured.merged(42)
+
+
+def test_run_turn_takes_budgets_for_that_turn(saver: Any) -> None:
+    spent = _spent_on(None, saver, "t", "one two three")
+    model = _echo()
+    agent = _agent(saver, model, "error")  # no budget configured
+    with pytest.raises(BudgetExceededError, match="session_token_budget"):
+        run_turn(agent, "t", "four five six seven eight", budgets={"thread_tokens": spent + 5})
+    assert model.calls == [] and _humans(agent, "t") == ["one two three"]  # refused before storing
+    run_turn(agent, "t", "four five six seven eight")  # the next turn, without: the agent's (none)
+    assert len(model.calls) == 1
+    with pytest.raises(BudgetExceededError, match="call_token_budget"):
+        run_turn(agent, "t", "nine ten", budgets=Budgets(call_tokens=3))
+
+
+def test_the_middleware_reads_budgets_from_the_runs_config(saver: Any) -> None:
+    model = _echo()
+    agent = _middleware_agent(saver, model, "error", Budgets())
+    config = {"configurable": {"thread_id": "m", "user_id": "maya", BUDGETS_KEY: {"call_tokens": 5}}}
+    with pytest.raises(BudgetExceededError, match="call_token_budget of 5 tokens"):
+        agent.invoke({"messages": [HumanMessage(content="a question of more than five tokens")]}, config)
+    assert model.calls == []
+    _say(agent, "the same question without the run's budget")
+    assert len(model.calls) == 1

@@ -178,6 +178,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "open_store",
     ],
     "remem.usage": [
+        "BUDGETS_KEY",
         "BY",
         "KINDS",
         "SCOPES",

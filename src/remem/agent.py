@@ -84,6 +84,7 @@ from remem.models import check_chat_model, model_name
 from remem.strategies import Plan, Strategy, build_view, strategy_from_name
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer
 from remem.usage import (
+    BUDGETS_KEY,
     Budgets,
     LazyLedger,
     Ledger,
@@ -152,10 +153,14 @@ class MemoryState(TypedDict, total=False):
     remem_unrecorded: list[dict[str, Any]]
 
 
-def thread_config(thread_id: str, user_id: str | None = None) -> RunnableConfig:
+def thread_config(thread_id: str, user_id: str | None = None, budgets: Any = None) -> RunnableConfig:
+    """A run's config: its thread, who its calls are for, and budgets for this run only (over the agent's:
+    :meth:`~remem.usage.Budgets.merged`)."""
     configurable: dict[str, Any] = {"thread_id": thread_id}
     if user_id is not None:
         configurable["user_id"] = user_id
+    if budgets is not None:
+        configurable[BUDGETS_KEY] = budgets
     return {"configurable": configurable}
 
 
@@ -179,16 +184,22 @@ def _call_turn(state: Mapping[str, Any]) -> int:
 
 @dataclass(frozen=True)
 class _Caller:
-    """Who a call is made for: from the run's ``configurable`` (``thread_id``, ``user_id``)."""
+    """Who a call is made for, and the budgets given for the run: from the run's ``configurable``
+    (``thread_id``, ``user_id``, ``remem_budgets``)."""
 
     thread_id: str | None = None
     user_id: str | None = None
+    budgets: Any = None
 
     @classmethod
     def of(cls, config: RunnableConfig | None) -> _Caller:
         conf = (config or {}).get("configurable") or {}
         thread, user = conf.get("thread_id"), conf.get("user_id")
-        return cls(None if thread is None else str(thread), None if user is None else str(user))
+        return cls(
+            None if thread is None else str(thread),
+            None if user is None else str(user),
+            conf.get(BUDGETS_KEY),
+        )
 
 
 def _epoch(at: Any) -> float:
@@ -254,13 +265,17 @@ class _Nodes:
             return self._prefix(caller.thread_id, view) + self.tool_tokens
         return self.count(view) + self.tool_tokens
 
+    def budgets_of(self, caller: _Caller) -> Budgets:
+        """The agent's budgets, with those given for this run over them (:meth:`Budgets.merged`)."""
+        return self.budgets.merged(caller.budgets)
+
     def _spent(self, caller: _Caller, turn: int) -> dict[Scope, Totals]:
         """What the ledger says this call's scopes spent so far (one read, only of the budgets set)."""
         ledger = self.ledger
         if ledger is None:
             return {}
         found = ledger.spent_in(
-            self.budgets.read_scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id
+            self.budgets_of(caller).read_scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id
         )
         return cast("dict[Scope, Totals]", found)
 
@@ -269,7 +284,8 @@ class _Nodes:
     ) -> tuple[dict[Scope, Totals] | None, int | None]:
         """Check the call's counted estimate against every budget; returns what the scopes had spent and
         the estimate (None, None when no budget is set: then nothing is counted nor read)."""
-        if not self.budgets.active:
+        budgets = self.budgets_of(caller)
+        if not budgets.active:
             return None, None
         if caller.thread_id is not None:
             with self._lock:  # run_turn checked this very call just before: its count and reads are reused
@@ -279,7 +295,7 @@ class _Nodes:
                 return checked[3], checked[2]
         tokens = self.tokens(view, caller)
         spent = self._spent(caller, turn)
-        check(self.budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
+        check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
         return spent, tokens
 
     def _cost(self, tokens: int) -> float | None:
@@ -309,7 +325,7 @@ class _Nodes:
         the ledger first (the state is emptied by the call)."""
         self.adopt_legacy(state, caller)
         self.flush(state)
-        if not self.budgets.active:
+        if not self.budgets_of(caller).active:
             return  # nothing to check: the view is not even built
         view, turn = self.view(state), _call_turn(state)
         try:
@@ -329,15 +345,15 @@ class _Nodes:
         send, what its scopes spent, its estimate, and the message that ends the turn instead (None: send)."""
         if self.budget_action == "error":
             raise breach
-        spent = self._spent(caller, turn)
+        spent, budgets = self._spent(caller, turn), self.budgets_of(caller)
         if self.budget_action == "compact":
             price = None if self.meter is None else self.meter.prices.price(self.model_name)
-            room = fitting_tokens(self.budgets, spent, price) - self.tool_tokens
+            room = fitting_tokens(budgets, spent, price) - self.tool_tokens
             fitted = fit_messages(view, room, self.count)
             if fitted is None:
                 raise cannot_fit(breach) from breach
             tokens = self.tokens(fitted, caller)
-            check(self.budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
+            check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
             refused = self.refused(fitted, caller, turn, tokens)
             return fitted, spent, tokens, None if refused is None else refusal(refused)
         tokens = self.tokens(view, caller)
@@ -355,9 +371,9 @@ class _Nodes:
         reason = str(breach) if self.budget_action == "refuse" else None
         return view, spent, tokens, refusal(estimate, over_budget=reason)
 
-    def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals]) -> None:
+    def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals], caller: _Caller) -> None:
         try:
-            check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
+            check(self.budgets_of(caller), tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
         except BudgetExceededError as exc:
             log.warning("%s; the reply was kept (it was paid for) and the next model call is refused", exc)
 
@@ -461,7 +477,7 @@ class _Nodes:
             )
             self._record(event, state, update)
             if spent is not None:
-                self._check_after(event, spent)
+                self._check_after(event, spent, caller)
         return update
 
     def route(self, state: MemoryState) -> str:
@@ -726,6 +742,7 @@ def run_turn(
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
     lease_timeout: float | None = None,
     user_id: str | None = None,
+    budgets: Budgets | Mapping[str, float] | None = None,
 ) -> AIMessage:
     """Send one user turn and return the reply.
 
@@ -736,10 +753,11 @@ def run_turn(
     a reply that was saved is kept and no model call is paid for twice. The input is then checked
     against the thread (shape, provider validity, token budgets) before any of it is written: a refused
     input leaves the thread as it was. ``user_id`` is who the turn's model calls are recorded for (and
-    whose daily budget they count against).
+    whose daily budget they count against). ``budgets`` apply to this turn only, over the agent's
+    (``Budgets(turn_cost=0.05)`` or ``{"turn_cost": 0.05}``; :meth:`~remem.usage.Budgets.merged`).
     """
     messages = coerce_messages(message, max_chars=max_message_chars)
-    config = thread_config(thread_id, user_id)
+    config = thread_config(thread_id, user_id, budgets)
     rules = _rules(graph, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = graph.get_state(config)
@@ -760,16 +778,18 @@ def resume_turn(
     *,
     lease_timeout: float | None = None,
     user_id: str | None = None,
+    budgets: Budgets | Mapping[str, float] | None = None,
 ) -> AIMessage:
     """Answer the model call that waits for approval on the thread (:class:`~remem.errors.ApprovalPendingError`
     from :func:`run_turn`) and return the turn's reply.
 
     True sends the call (the turn goes on; a later call of the same turn above the threshold pauses again:
     ApprovalPendingError once more); False ends the turn with a message saying it was not approved, and
-    nothing is sent. Every message is kept either way. ``user_id`` should be the one the turn was run with.
+    nothing is sent. Every message is kept either way. ``user_id`` and ``budgets`` should be the ones the
+    turn was run with.
     No call waiting raises :class:`~remem.errors.NotFoundError`, having written nothing.
     """
-    config = thread_config(thread_id, user_id)
+    config = thread_config(thread_id, user_id, budgets)
     rules = _rules(graph, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         _check_something_waits(graph.get_state(config), thread_id)
@@ -786,10 +806,11 @@ async def arun_turn(
     max_message_chars: int = DEFAULT_MAX_MESSAGE_CHARS,
     lease_timeout: float | None = None,
     user_id: str | None = None,
+    budgets: Budgets | Mapping[str, float] | None = None,
 ) -> AIMessage:
     """Async version of :func:`run_turn`."""
     messages = coerce_messages(message, max_chars=max_message_chars)
-    config = thread_config(thread_id, user_id)
+    config = thread_config(thread_id, user_id, budgets)
     rules = _rules(graph, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = await graph.aget_state(config)
@@ -812,9 +833,10 @@ async def aresume_turn(
     *,
     lease_timeout: float | None = None,
     user_id: str | None = None,
+    budgets: Budgets | Mapping[str, float] | None = None,
 ) -> AIMessage:
     """Async version of :func:`resume_turn`."""
-    config = thread_config(thread_id, user_id)
+    config = thread_config(thread_id, user_id, budgets)
     rules = _rules(graph, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         _check_something_waits(await graph.aget_state(config), thread_id)

@@ -25,6 +25,9 @@ update, so no extra node runs), never a growing list: a call whose latest messag
 ``ContextCardMiddleware``, list it first (``middleware=[card, budget]``) so the budget sees the compacted
 prompt that is really sent; in the other order the budget checks the uncompacted history (stricter).
 ``thread_id`` and ``user_id`` default to the run's ``configurable.thread_id`` / ``configurable.user_id``.
+Budgets for one run go in its config, over the middleware's: ``configurable["remem_budgets"]`` (a
+:class:`~remem.usage.Budgets`, or a mapping such as ``{"turn_cost": 0.05}``). What a call over a budget
+does is ``budget_action`` (:mod:`remem.usage.breach`): an error by default.
 
 Rate limits: ``rate_limiter`` (a :class:`~remem.usage.ratelimit.RateLimiter`; by default the process's
 shared one for the settings' ``[remem.rate_limits]``) is charged one request and the estimate before each
@@ -64,7 +67,7 @@ from remem.errors import BudgetExceededError
 from remem.messages import TokenCounter, approximate_token_count, counter_for_model
 from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
-from remem.usage import Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check
+from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check
 from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
 from remem.usage._prefix import PrefixCounter, sums_per_message
 from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
@@ -258,14 +261,19 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             turn=turn,
         )
 
-    def _spent(self, estimate: Estimate, state: Any) -> tuple[dict[Scope, Totals], bool]:
+    def run_budgets(self) -> Budgets:
+        """The middleware's budgets, with those the run's config gives for it over them
+        (``configurable["remem_budgets"]``: :meth:`~remem.usage.Budgets.merged`)."""
+        return self.budgets.merged(_configurable().get(BUDGETS_KEY))
+
+    def _spent(self, estimate: Estimate, state: Any, budgets: Budgets) -> tuple[dict[Scope, Totals], bool]:
         """What the call's scopes spent (one read, only of the scopes with a budget), after writing the
         paid calls an earlier ledger failure left in the state; and whether there were any."""
         if self.ledger is None:
             return {}, False
         flushed = flush_unrecorded(self.ledger, state)
         found = self.ledger.spent_in(
-            self.budgets.read_scopes,
+            budgets.read_scopes,
             thread_id=estimate.thread_id,
             turn=estimate.turn,
             user_id=estimate.user_id,
@@ -273,13 +281,13 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         return cast("dict[Scope, Totals]", found), flushed
 
     def _before(
-        self, request: ModelRequest[Any], estimate: Estimate, spent: Mapping[Scope, Totals]
+        self, request: ModelRequest[Any], estimate: Estimate, spent: Mapping[Scope, Totals], budgets: Budgets
     ) -> tuple[ModelRequest[Any], Estimate, AIMessage | None]:
         """Check the estimate against the budgets (a breach does what ``budget_action`` says) and the
         approval thresholds: the request to send, its estimate, and the message that ends the turn
         instead (None: send it)."""
         try:
-            check(self.budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
+            check(budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
         except BudgetExceededError as breach:
             if self.budget_action == "error":
                 raise
@@ -289,7 +297,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
                     return request, estimate, None  # approved over the budget: no threshold asks again
                 reason = str(breach) if self.budget_action == "refuse" else None
                 return request, estimate, refusal(asking, over_budget=reason)
-            request, estimate = self._compacted(breach, request, estimate, spent)
+            request, estimate = self._compacted(breach, request, estimate, spent, budgets)
         if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
             return request, estimate, None
         return request, estimate, refusal(estimate)
@@ -300,18 +308,19 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         request: ModelRequest[Any],
         estimate: Estimate,
         spent: Mapping[Scope, Totals],
+        budgets: Budgets,
     ) -> tuple[ModelRequest[Any], Estimate]:
         """``request`` with the newest messages that keep it within every budget (budget_action
         ``compact``: :mod:`remem.usage.breach`), and its estimate."""
         count, _ = self._counter_and_prefix(estimate.model)
         head = self._head_tokens(count, request.system_message, request.tools)
-        room = fitting_tokens(self.budgets, spent, self.prices.price(estimate.model)) - head
+        room = fitting_tokens(budgets, spent, self.prices.price(estimate.model)) - head
         fitted = fit_messages(request.messages, room, count)
         if fitted is None:
             raise cannot_fit(breach) from breach
         request = request.override(messages=cast("list[AnyMessage]", fitted))
         estimate = self.estimate(request)
-        check(self.budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
+        check(budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
         return request, estimate
 
     def _event(
@@ -337,7 +346,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         )
 
     def _after(
-        self, event: UsageEvent | None, spent: Mapping[Scope, Totals], flushed: bool
+        self, event: UsageEvent | None, spent: Mapping[Scope, Totals], flushed: bool, budgets: Budgets
     ) -> list[dict[str, Any]] | None:
         """Record the paid call and check it; the state's kept rows when they change (else None).
 
@@ -350,7 +359,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             return [] if flushed else None
         kept = [] if self.ledger is None else record_or_keep(self.ledger, event)
         try:
-            check(self.budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
+            check(budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
         except BudgetExceededError as exc:
             if not kept and self.budget_action == "error":
                 raise
@@ -379,9 +388,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        estimate = self.estimate(request)
-        spent, flushed = self._spent(estimate, request.state)
-        request, estimate, not_sent = self._before(request, estimate, spent)
+        estimate, budgets = self.estimate(request), self.run_budgets()
+        spent, flushed = self._spent(estimate, request.state, budgets)
+        request, estimate, not_sent = self._before(request, estimate, spent, budgets)
         if not_sent is not None:
             return self._refused(not_sent, flushed)
         limited = self._limited(request)
@@ -395,7 +404,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         event = self._event(request, estimate, response, started)
         if limited:
             self._settle(estimate, event)
-        kept = self._after(event, spent, flushed)
+        kept = self._after(event, spent, flushed, budgets)
         return _with_update(response, estimate, request.state, kept)
 
     async def awrap_model_call(
@@ -403,9 +412,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        estimate = self.estimate(request)
-        spent, flushed = await asyncio.to_thread(self._spent, estimate, request.state)
-        request, estimate, not_sent = self._before(request, estimate, spent)
+        estimate, budgets = self.estimate(request), self.run_budgets()
+        spent, flushed = await asyncio.to_thread(self._spent, estimate, request.state, budgets)
+        request, estimate, not_sent = self._before(request, estimate, spent, budgets)
         if not_sent is not None:
             return self._refused(not_sent, flushed)
         limited = self._limited(request)
@@ -421,7 +430,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         event = self._event(request, estimate, response, started)
         if limited:
             self._settle(estimate, event)
-        kept = await asyncio.to_thread(self._after, event, spent, flushed)
+        kept = await asyncio.to_thread(self._after, event, spent, flushed, budgets)
         return _with_update(response, estimate, request.state, kept)
 
 

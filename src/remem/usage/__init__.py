@@ -24,11 +24,12 @@ from remem._url import parse_database_url
 from remem.usage._base import LazyLedger, Ledger
 from remem.usage._records import KINDS, SOURCES, Kind, Source, Totals, UsageEvent, day_of
 from remem.usage._sql import BY, USAGE_TABLE, UsageForgetting, forget_usage
-from remem.usage.budgets import SCOPES, Budgets, Scope, check
+from remem.usage.budgets import BUDGETS_KEY, SCOPES, Budgets, Scope, check
 from remem.usage.meter import Meter
 from remem.usage.prices import Price, PriceTable
 
 __all__ = [
+    "BUDGETS_KEY",
     "BY",
     "KINDS",
     "SCOPES",

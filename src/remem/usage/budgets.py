@@ -9,15 +9,19 @@ its limit, the amount and what to do; nothing is cut to fit.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Literal, cast
 
-from remem.errors import BudgetExceededError
+from remem.errors import ArgumentTypeError, BudgetExceededError, RememUsageError
 from remem.usage._records import Totals
 
-__all__ = ["SCOPES", "Budgets", "Scope", "check"]
+__all__ = ["BUDGETS_KEY", "SCOPES", "Budgets", "Scope", "check"]
+
+# The ``configurable`` key of a run's config that holds budgets for that run only (Budgets.merged).
+BUDGETS_KEY = "remem_budgets"
 
 Scope = Literal["call", "turn", "thread", "user_day"]
 SCOPES: tuple[Scope, ...] = ("call", "turn", "thread", "user_day")
@@ -69,6 +73,36 @@ class Budgets:
             for unit in ("tokens", "cost")
         }
         return cls(**{**values, **overrides})
+
+    def merged(self, given: object) -> Budgets:
+        """These budgets with those given for one run over them: a :class:`Budgets` (its limits that are
+        set), or a mapping of limit names (``{"turn_cost": 0.05}``); None: these. Given a run's config as
+        ``configurable["remem_budgets"]`` (:data:`BUDGETS_KEY`), by ``run_turn(..., budgets=...)`` or
+        directly to ``invoke``."""
+        if given is None:
+            return self
+        if isinstance(given, Budgets):
+            changes = {f.name: value for f in fields(given) if (value := getattr(given, f.name))}
+        elif isinstance(given, Mapping):
+            names = [f.name for f in fields(self)]
+            unknown = sorted(str(key) for key in given if key not in names)
+            if unknown:
+                raise RememUsageError(
+                    f"unknown budget {', '.join(unknown)} in {BUDGETS_KEY}; the budgets are {', '.join(names)}"
+                )
+            changes = dict(given)
+        else:
+            raise ArgumentTypeError(
+                f"{BUDGETS_KEY} takes a Budgets or a mapping such as {{'turn_cost': 0.05}}; got {given!r}"
+            )
+        for name, value in changes.items():
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
+            ):
+                raise ArgumentTypeError(
+                    f"budget {name} is a number of 0 or more (0: no limit); got {value!r}"
+                )
+        return dataclasses.replace(self, **changes) if changes else self
 
     @cached_property
     def _limits(self) -> dict[tuple[str, str], float | None]:  # read at every check: built once
