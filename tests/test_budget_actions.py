@@ -273,3 +273,50 @@ def test_the_middleware_reads_budgets_from_the_runs_config(saver: Any) -> None:
     assert model.calls == []
     _say(agent, "the same question without the run's budget")
     assert len(model.calls) == 1
+
+
+# -- the properties ----------------------------------------------------------------------------------
+
+
+def test_compacting_any_history_keeps_it_valid_and_within_the_room() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from remem.usage.breach import fit_messages
+    from tests.histories import histories
+
+    cases = {"fitted": 0, "cut": 0, "none": 0}
+
+    @settings(max_examples=300, deadline=None)
+    @given(histories(min_turns=1), st.integers(0, 600))
+    def check(history: list[BaseMessage], room: int) -> None:
+        fitted = fit_messages(history, room, approximate_token_count)
+        if fitted is None:  # only when the latest user message (and the system messages) cannot fit
+            cases["none"] += 1
+            latest = max(i for i, m in enumerate(history) if isinstance(m, HumanMessage))
+            system = [m for m in history if m.type == "system"]
+            assert approximate_token_count([*system, *history[latest:]]) > room or room < 1
+            return
+        cases["fitted"] += 1
+        cases["cut"] += len(fitted) < len(history)
+        assert approximate_token_count(fitted) <= room
+        assert is_provider_valid(fitted)
+        rest = [m for m in fitted if m.type != "system"]
+        assert rest and isinstance(rest[0], HumanMessage)
+        assert rest == history[len(history) - len(rest) :]  # the newest messages, in order
+
+    check()
+    # Each outcome was reached (a property that only ever saw one would check little).
+    assert cases["none"] > 0 and cases["cut"] > 0 and cases["fitted"] > cases["cut"]
+
+
+async def test_the_async_paths_act_the_same_way(saver: Any, tmp_path: Path) -> None:
+    from remem.agent import arun_turn
+
+    model = _echo()
+    agent = _agent(saver, model, "refuse")
+    reply = await arun_turn(agent, "a", "a question past the run's call budget", budgets={"call_tokens": 3})
+    assert is_refusal(reply) and "call_token_budget" in reply.text and model.calls == []
+    middleware = _middleware_agent(saver, model, "refuse", Budgets(call_tokens=3))
+    out = await middleware.ainvoke({"messages": [HumanMessage(content="another question")]}, _config())
+    assert is_refusal(out["messages"][-1]) and model.calls == []
