@@ -183,7 +183,8 @@ def print_table(title: str, rows: list[tuple[str, int, dict[str, float]]], names
     print(f"\n{title}\n")
     print(
         f"| backend | turns | {base} ms | {with_ledger} ms | added (wall) | {base} CPU ms | {with_ledger} CPU ms "
-        "| added (CPU) | own CPU ms | own / base CPU | added CPU, paired mean ± 2 SE |"
+        "| added (CPU) | own CPU ms | own / base CPU | added CPU, paired median (mean ± 2 SE) "
+        "| added wall, paired median |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for kind, mark, m in rows:

@@ -104,7 +104,8 @@ def test_no_ends_the_turn_with_a_message_sends_nothing_and_the_next_turn_works(u
     assert paused.value.estimate["turn"] == 2
     assert resume_turn(agent, "t", True).text == "Reply to: second question"
     assert len(model.calls) == 1 and paid_calls(url) == 1
-    assert [m.text for m in model.calls[0]] == ["first question", refused.text, "second question"]
+    # The refusal is a note to the person, kept in the thread, never sent to the model.
+    assert [m.text for m in model.calls[0]] == ["first question", "second question"]
     assert [kind for kind, _ in kept(agent)] == ["HumanMessage", "AIMessage", "HumanMessage", "AIMessage"]
 
 

@@ -63,7 +63,7 @@ def _agent(saver: Any, model: ScriptedChatModel, action: str, **settings: Any) -
 
 def _humans(agent: Any, thread: str) -> list[str]:
     state = agent.get_state({"configurable": {"thread_id": thread}}).values
-    return [m.text for m in state["messages"] if isinstance(m, HumanMessage)]
+    return [m.text for m in state.get("messages", []) if isinstance(m, HumanMessage)]
 
 
 def _spent_on(agent: Any, saver: Any, thread: str, text: str) -> int:
@@ -75,9 +75,9 @@ def _spent_on(agent: Any, saver: Any, thread: str, text: str) -> int:
     return spent
 
 
-@pytest.mark.parametrize("action", ["error", "refuse", "approve", "compact"])
-def test_every_action_is_a_setting_and_a_wrong_one_is_refused(action: str) -> None:
-    assert Settings(budget_action=action).budget_action == action
+def test_every_action_is_a_setting_and_a_wrong_one_is_refused() -> None:
+    for action in ("error", "refuse", "approve", "compact"):
+        assert Settings(budget_action=action).budget_action == action
     with pytest.raises(ConfigError, match="budget_action"):
         Settings(budget_action="shrink")
 
@@ -153,7 +153,9 @@ def test_compact_sends_the_newest_messages_that_fit_and_the_thread_keeps_them_al
     assert len(sent) < len(state["messages"]) - 1  # a cut was made...
     assert sent[-1].text == "a short last question" and isinstance(sent[0], HumanMessage)
     assert is_provider_valid(sent)  # ...at a point the provider accepts (no orphan tool result)
-    assert approximate_token_count(sent) <= limit
+    ledger = ledger_of(agent)
+    assert ledger is not None  # what was recorded as sent (the tool's schema included) fits the budget
+    assert ledger.events(thread_id="t")[-1].input_tokens <= limit
     assert any("budget_action=compact" in r.getMessage() for r in caplog.records)  # not silent
     assert len(_humans(agent, "t")) == 4 and not is_refusal(reply)  # the thread keeps everything
     assert any(isinstance(m, ToolMessage) for m in state["messages"])
@@ -162,12 +164,14 @@ def test_compact_sends_the_newest_messages_that_fit_and_the_thread_keeps_them_al
         run_turn(_agent(saver, _echo(), "error", call_token_budget=limit), "t", "a short last question")
 
 
-def test_compact_raises_when_not_even_the_latest_message_fits(saver: Any) -> None:
+def test_compact_raises_when_not_even_the_latest_message_fits_and_stores_nothing(saver: Any) -> None:
     model = _echo()
-    agent = _agent(saver, model, "compact", call_token_budget=10)
+    agent = _agent(saver, model, "compact", call_token_budget=60)
     with pytest.raises(BudgetExceededError, match="could not fit it either"):
-        run_turn(agent, "t", "a question far too long for the budget " * 5)
-    assert model.calls == []
+        run_turn(agent, "t", "a question far too long for the budget " * 10)
+    assert model.calls == [] and _humans(agent, "t") == []  # refused before the input was stored
+    run_turn(agent, "t", "short")  # so the thread is not left waiting on it
+    assert len(model.calls) == 1
 
 
 # -- the middleware ---------------------------------------------------------------------------------
@@ -310,7 +314,7 @@ def test_compacting_any_history_keeps_it_valid_and_within_the_room() -> None:
     assert cases["none"] > 0 and cases["cut"] > 0 and cases["fitted"] > cases["cut"]
 
 
-async def test_the_async_paths_act_the_same_way(saver: Any, tmp_path: Path) -> None:
+async def test_the_async_paths_act_the_same_way(saver: Any) -> None:
     from remem.agent import arun_turn
 
     model = _echo()
@@ -320,3 +324,57 @@ async def test_the_async_paths_act_the_same_way(saver: Any, tmp_path: Path) -> N
     middleware = _middleware_agent(saver, model, "refuse", Budgets(call_tokens=3))
     out = await middleware.ainvoke({"messages": [HumanMessage(content="another question")]}, _config())
     assert is_refusal(out["messages"][-1]) and model.calls == []
+
+
+def test_a_paused_turn_keeps_its_own_budgets_for_the_answer(saver: Any) -> None:
+    model = _echo()
+    agent = _agent(saver, model, "approve")  # no budget configured: only the run's
+    with pytest.raises(ApprovalPendingError) as paused:
+        run_turn(agent, "t", "a question past the run's call budget", budgets={"call_tokens": 3})
+    assert paused.value.estimate["run_budgets"] == {"call_tokens": 3}
+    refused = resume_turn(agent, "t", False)  # no budgets given: the pause's own apply, so "no" holds
+    assert is_refusal(refused) and model.calls == []
+    with pytest.raises(ApprovalPendingError):
+        run_turn(agent, "t", "another question past it", budgets=Budgets(call_tokens=3))
+    resume_turn(agent, "t", True)
+    assert len(model.calls) == 1
+
+
+def test_the_middleware_pause_carries_the_runs_budgets_to_resume_with(saver: Any) -> None:
+    model = _echo()
+    agent = _middleware_agent(saver, model, "approve", Budgets())
+    config = {"configurable": {"thread_id": "m", "user_id": "maya", BUDGETS_KEY: {"call_tokens": 3}}}
+    paused = agent.invoke({"messages": [HumanMessage(content="a question past the call budget")]}, config)
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["run_budgets"] == {"call_tokens": 3}
+    again = {"configurable": {**_config()["configurable"], BUDGETS_KEY: pending.value["run_budgets"]}}
+    refused = agent.invoke(Command(resume=False), again)
+    assert is_refusal(refused["messages"][-1]) and model.calls == []
+
+
+def test_refusal_notes_are_never_sent_to_the_model(saver: Any) -> None:
+    model = _echo()
+    agent = _middleware_agent(saver, model, "refuse", Budgets())
+    tight = {"configurable": {**_config()["configurable"], BUDGETS_KEY: {"call_tokens": 5}}}
+    out = agent.invoke({"messages": [HumanMessage(content="a question past five tokens")]}, tight)
+    assert is_refusal(out["messages"][-1]) and model.calls == []
+    _say(agent, "short")  # no budget for this run
+    (sent,) = model.calls
+    assert [m.text for m in sent] == ["a question past five tokens", "short"]  # the note is not in it
+    assert any(is_refusal(m) for m in agent.get_state(_config()).values["messages"])  # kept in the thread
+
+
+def test_a_check_made_with_other_budgets_is_not_reused(saver: Any) -> None:
+    from remem.agent import _TURN_RULES, _Caller
+
+    spent = _spent_on(None, saver, "t", "one two three")
+    agent = _agent(saver, _echo(), "error")
+    nodes = _TURN_RULES[agent].nodes
+    assert nodes is not None
+    state = agent.get_state({"configurable": {"thread_id": "t"}}).values
+    state = {**state, "messages": [*state["messages"], HumanMessage(content="four five six", id="h2")]}
+    nodes.precheck(state, _Caller("t", None, {"thread_tokens": 10**6}))  # a run that then failed
+    with pytest.raises(BudgetExceededError, match="session_token_budget"):
+        run_turn(
+            agent, "t", HumanMessage(content="four five six", id="h2"), budgets={"thread_tokens": spent + 2}
+        )

@@ -106,8 +106,10 @@ from remem.usage.approval import (
     needs_approval,
     pending_approval,
     refusal,
+    without_refusals,
 )
-from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens
+from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
+from remem.usage.budgets import run_budgets
 
 __all__ = [
     "MemoryState",
@@ -245,7 +247,7 @@ class _Nodes:
         self.budget_action = check_budget_action(budget_action)
         self.model_name = model_name(model)
         # Per thread, the call run_turn checked: its turn, its messages' signatures, its count, its spending.
-        self._checked: dict[str, tuple[int, list[Any], int, dict[Scope, Totals]]] = {}
+        self._checked: dict[str, tuple[int, list[Any], Budgets, int, dict[Scope, Totals]]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -257,7 +259,7 @@ class _Nodes:
         summary = state.get("summary", "")
         plan = self.strategy.view_plan(state.get("messages", []), summary)
         head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
-        return [*head, *build_view(plan, summary)]
+        return [*head, *without_refusals(build_view(plan, summary))]
 
     def tokens(self, view: list[BaseMessage], caller: _Caller) -> int:
         """The counted input of a call that sends ``view``: the view and the tool schemas."""
@@ -290,9 +292,9 @@ class _Nodes:
         if caller.thread_id is not None:
             with self._lock:  # run_turn checked this very call just before: its count and reads are reused
                 checked = self._checked.pop(caller.thread_id, None)
-            # The same turn and the same messages (ids and texts, what the count is keyed on): the same call.
-            if checked is not None and checked[0] == turn and checked[1] == signatures(view):
-                return checked[3], checked[2]
+            # The same turn, messages (ids and texts, what the count is keyed on) and budgets: the same call.
+            if checked is not None and checked[:3] == (turn, signatures(view), budgets):
+                return checked[4], checked[3]
         tokens = self.tokens(view, caller)
         spent = self._spent(caller, turn)
         check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
@@ -311,9 +313,7 @@ class _Nodes:
         if self.approve_tokens is None and self.approve_cost is None:
             return None
         tokens = self.tokens(view, caller) if tokens is None else tokens
-        estimate = Estimate(
-            self.model_name, tokens, self._cost(tokens), caller.thread_id, caller.user_id, turn
-        )
+        estimate = self._estimate(caller, turn, tokens)
         if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
             return None
         return estimate
@@ -330,13 +330,30 @@ class _Nodes:
         view, turn = self.view(state), _call_turn(state)
         try:
             spent, tokens = self.check_budgets(view, caller, turn)
-        except BudgetExceededError:
-            if self.budget_action == "error":
+        except BudgetExceededError as breach:
+            if self.budget_action == "compact":
+                self._fitted(breach, view, caller, turn)  # cannot fit: raised before the input is stored
+            elif self.budget_action == "error":
                 raise
             return  # the call acts on it (refuse, approve, compact) once the input is stored
         if spent is not None and tokens is not None and caller.thread_id is not None:
             with self._lock:
-                self._checked[caller.thread_id] = (turn, signatures(view), tokens, spent)
+                entry = (turn, signatures(view), self.budgets_of(caller), tokens, spent)
+                self._checked[caller.thread_id] = entry
+
+    def _fitted(
+        self, breach: BudgetExceededError, view: list[BaseMessage], caller: _Caller, turn: int
+    ) -> tuple[list[BaseMessage], dict[Scope, Totals], int]:
+        """budget_action ``compact``: the newest messages of ``view`` that keep the call within every
+        budget (:mod:`remem.usage.breach`), what its scopes spent, and its estimate; raises when none fit."""
+        spent, budgets = self._spent(caller, turn), self.budgets_of(caller)
+        price = None if self.meter is None else self.meter.prices.price(self.model_name)
+        fitted = fit_messages(view, fitting_tokens(budgets, spent, price) - self.tool_tokens, self.count)
+        if fitted is None:
+            raise cannot_fit(breach) from breach
+        tokens = self.tokens(fitted, caller)
+        check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
+        return fitted, spent, tokens
 
     def _on_breach(
         self, breach: BudgetExceededError, view: list[BaseMessage], caller: _Caller, turn: int
@@ -345,37 +362,38 @@ class _Nodes:
         send, what its scopes spent, its estimate, and the message that ends the turn instead (None: send)."""
         if self.budget_action == "error":
             raise breach
-        spent, budgets = self._spent(caller, turn), self.budgets_of(caller)
         if self.budget_action == "compact":
-            price = None if self.meter is None else self.meter.prices.price(self.model_name)
-            room = fitting_tokens(budgets, spent, price) - self.tool_tokens
-            fitted = fit_messages(view, room, self.count)
-            if fitted is None:
-                raise cannot_fit(breach) from breach
-            tokens = self.tokens(fitted, caller)
-            check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
+            fitted, spent, tokens = self._fitted(breach, view, caller, turn)
             refused = self.refused(fitted, caller, turn, tokens)
             return fitted, spent, tokens, None if refused is None else refusal(refused)
-        tokens = self.tokens(view, caller)
-        estimate = Estimate(
+        spent, tokens = self._spent(caller, turn), self.tokens(view, caller)
+        # approved over the budget: no approval threshold asks again
+        return (
+            view,
+            spent,
+            tokens,
+            refuse_or_ask(self.budget_action, breach, self._estimate(caller, turn, tokens)),
+        )
+
+    def _estimate(self, caller: _Caller, turn: int, tokens: int) -> Estimate:
+        """What an approval pause carries: the call's estimate and the run's own budgets (for its resume)."""
+        return Estimate(
             self.model_name,
             tokens,
             self._cost(tokens),
             caller.thread_id,
             caller.user_id,
             turn,
-            over_budget=str(breach),
+            run_budgets=run_budgets(caller.budgets),
         )
-        if self.budget_action == "approve" and ask_approval(estimate):
-            return view, spent, tokens, None  # approved over the budget: no threshold asks again
-        reason = str(breach) if self.budget_action == "refuse" else None
-        return view, spent, tokens, refusal(estimate, over_budget=reason)
 
     def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals], caller: _Caller) -> None:
         try:
             check(self.budgets_of(caller), tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
         except BudgetExceededError as exc:
-            log.warning("%s; the reply was kept (it was paid for) and the next model call is refused", exc)
+            log.warning(
+                "%s; the reply was kept (it was paid for), and the next model call meets the budget", exc
+            )
 
     def adopt_legacy(self, state: Mapping[str, Any], caller: _Caller) -> dict[str, Any]:
         """Copy a legacy checkpoint's ``usage`` list into the ledger (idempotent) and empty it."""
@@ -785,14 +803,17 @@ def resume_turn(
 
     True sends the call (the turn goes on; a later call of the same turn above the threshold pauses again:
     ApprovalPendingError once more); False ends the turn with a message saying it was not approved, and
-    nothing is sent. Every message is kept either way. ``user_id`` and ``budgets`` should be the ones the
-    turn was run with.
+    nothing is sent. Every message is kept either way. ``user_id`` should be the one the turn was run with;
+    the budgets the turn was given (``run_turn(..., budgets=...)``) are kept by its pause and apply again
+    unless ``budgets`` are given.
     No call waiting raises :class:`~remem.errors.NotFoundError`, having written nothing.
     """
-    config = thread_config(thread_id, user_id, budgets)
+    config = thread_config(thread_id, user_id)
     rules = _rules(graph, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
-        _check_something_waits(graph.get_state(config), thread_id)
+        config = thread_config(
+            thread_id, user_id, _waiting_budgets(graph.get_state(config), thread_id, budgets)
+        )
         result = graph.invoke(Command(resume=approved is True), config)
         _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
@@ -836,10 +857,11 @@ async def aresume_turn(
     budgets: Budgets | Mapping[str, float] | None = None,
 ) -> AIMessage:
     """Async version of :func:`resume_turn`."""
-    config = thread_config(thread_id, user_id, budgets)
+    config = thread_config(thread_id, user_id)
     rules = _rules(graph, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
-        _check_something_waits(await graph.aget_state(config), thread_id)
+        waiting = _waiting_budgets(await graph.aget_state(config), thread_id, budgets)
+        config = thread_config(thread_id, user_id, waiting)
         result = await graph.ainvoke(Command(resume=approved is True), config)
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))
@@ -873,12 +895,16 @@ def _check_paused(result: Any, snapshot: Callable[[], Any]) -> None:
         _check_waiting(snapshot())
 
 
-def _check_something_waits(snapshot: Any, thread_id: str) -> None:
-    if pending_approval(snapshot) is None:
+def _waiting_budgets(snapshot: Any, thread_id: str, budgets: Any) -> Any:
+    """The budgets to resume the call waiting on the thread with: ``budgets``, else the run's own that its
+    pause kept (so that the answer goes to the same call: another budget might not ask at all)."""
+    waiting = pending_approval(snapshot)
+    if waiting is None:
         raise NotFoundError(
             f"no model call waits for approval on thread {thread_id!r}; nothing was changed "
             "(send the next message with run_turn)"
         )
+    return budgets if budgets is not None else waiting.get("run_budgets")
 
 
 def _last_reply(result: dict[str, Any]) -> AIMessage:

@@ -26,8 +26,10 @@ update, so no extra node runs), never a growing list: a call whose latest messag
 prompt that is really sent; in the other order the budget checks the uncompacted history (stricter).
 ``thread_id`` and ``user_id`` default to the run's ``configurable.thread_id`` / ``configurable.user_id``.
 Budgets for one run go in its config, over the middleware's: ``configurable["remem_budgets"]`` (a
-:class:`~remem.usage.Budgets`, or a mapping such as ``{"turn_cost": 0.05}``). What a call over a budget
-does is ``budget_action`` (:mod:`remem.usage.breach`): an error by default.
+:class:`~remem.usage.Budgets`, or a mapping such as ``{"turn_cost": 0.05}``); resume a pause with the
+same config (LangGraph keeps no object of a run's config: the pause's payload has them as
+``run_budgets``). What a call over a budget does is ``budget_action`` (:mod:`remem.usage.breach`): an
+error by default. Refusal notes of earlier turns are never sent to the model.
 
 Rate limits: ``rate_limiter`` (a :class:`~remem.usage.ratelimit.RateLimiter`; by default the process's
 shared one for the settings' ``[remem.rate_limits]``) is charged one request and the estimate before each
@@ -46,7 +48,6 @@ a long thread's calls do not re-count the whole history; the total is the same a
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 import time
@@ -70,8 +71,9 @@ from remem.models import RateLimitedChatModel, model_name
 from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check
 from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
 from remem.usage._prefix import PrefixCounter, sums_per_message
-from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
-from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens
+from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal, without_refusals
+from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
+from remem.usage.budgets import run_budgets
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
@@ -130,6 +132,16 @@ def _head(system: SystemMessage | None, tools: list[Any]) -> list[BaseMessage]:
     if schema:
         head.append(SystemMessage(content=schema))
     return head
+
+
+def _without_refusals(request: ModelRequest[Any]) -> ModelRequest[Any]:
+    """``request`` without the refusal notes of earlier turns (remem's words to the person: never sent)."""
+    messages = without_refusals(request.messages)
+    return (
+        request
+        if messages is request.messages
+        else request.override(messages=cast("list[AnyMessage]", messages))
+    )
 
 
 def _reply(response: ModelResponse[Any]) -> BaseMessage | None:
@@ -259,12 +271,13 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             thread_id=thread,
             user_id=self.user_id or conf.get("user_id"),
             turn=turn,
+            run_budgets=run_budgets(conf.get(BUDGETS_KEY)),
         )
 
-    def run_budgets(self) -> Budgets:
-        """The middleware's budgets, with those the run's config gives for it over them
-        (``configurable["remem_budgets"]``: :meth:`~remem.usage.Budgets.merged`)."""
-        return self.budgets.merged(_configurable().get(BUDGETS_KEY))
+    def budgets_for(self, estimate: Estimate) -> Budgets:
+        """The middleware's budgets, with those the run's config gave for it over them
+        (``configurable["remem_budgets"]``: :func:`~remem.usage.budgets.run_budgets`)."""
+        return self.budgets.merged(estimate.run_budgets)
 
     def _spent(self, estimate: Estimate, state: Any, budgets: Budgets) -> tuple[dict[Scope, Totals], bool]:
         """What the call's scopes spent (one read, only of the scopes with a budget), after writing the
@@ -291,12 +304,8 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         except BudgetExceededError as breach:
             if self.budget_action == "error":
                 raise
-            if self.budget_action != "compact":
-                asking = dataclasses.replace(estimate, over_budget=str(breach))
-                if self.budget_action == "approve" and ask_approval(asking):
-                    return request, estimate, None  # approved over the budget: no threshold asks again
-                reason = str(breach) if self.budget_action == "refuse" else None
-                return request, estimate, refusal(asking, over_budget=reason)
+            if self.budget_action != "compact":  # approved over the budget: no threshold asks again
+                return request, estimate, refuse_or_ask(self.budget_action, breach, estimate)
             request, estimate = self._compacted(breach, request, estimate, spent, budgets)
         if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
             return request, estimate, None
@@ -363,7 +372,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         except BudgetExceededError as exc:
             if not kept and self.budget_action == "error":
                 raise
-            log.warning("%s; the reply was kept (it was paid for) and the next model call is refused", exc)
+            log.warning(
+                "%s; the reply was kept (it was paid for), and the next model call meets the budget", exc
+            )
         return kept if kept or flushed else None
 
     def _limited(self, request: ModelRequest[Any]) -> bool:
@@ -388,7 +399,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        estimate, budgets = self.estimate(request), self.run_budgets()
+        request = _without_refusals(request)
+        estimate = self.estimate(request)
+        budgets = self.budgets_for(estimate)
         spent, flushed = self._spent(estimate, request.state, budgets)
         request, estimate, not_sent = self._before(request, estimate, spent, budgets)
         if not_sent is not None:
@@ -412,7 +425,9 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        estimate, budgets = self.estimate(request), self.run_budgets()
+        request = _without_refusals(request)
+        estimate = self.estimate(request)
+        budgets = self.budgets_for(estimate)
         spent, flushed = await asyncio.to_thread(self._spent, estimate, request.state, budgets)
         request, estimate, not_sent = self._before(request, estimate, spent, budgets)
         if not_sent is not None:

@@ -10,11 +10,11 @@ thread's state snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langgraph.types import interrupt
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "needs_approval",
     "pending_approval",
     "refusal",
+    "without_refusals",
 ]
 
 APPROVAL_KIND = "remem.approval"
@@ -43,6 +44,7 @@ class Estimate:
     user_id: str | None
     turn: int | None
     over_budget: str | None = None  # the budget the call would pass, when that is why it asks (budget_action)
+    run_budgets: Mapping[str, float | None] | None = None  # the run's own budgets, for its resume
 
     def as_dict(self) -> dict[str, Any]:
         found = {
@@ -56,6 +58,8 @@ class Estimate:
         }
         if self.over_budget is not None:
             found["over_budget"] = self.over_budget
+        if self.run_budgets:
+            found["run_budgets"] = dict(self.run_budgets)
         return found
 
 
@@ -101,6 +105,13 @@ def refusal(estimate: Estimate, *, over_budget: str | None = None) -> AIMessage:
 def is_refusal(message: Any) -> bool:
     """Whether ``message`` is a :func:`refusal` (a turn that ends with one made no model call)."""
     return isinstance(message, AIMessage) and message.response_metadata.get(_REFUSED) is True
+
+
+def without_refusals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
+    """``messages`` without the :func:`refusal` notes (remem's words to the person, not the model's: never
+    sent to a model); ``messages`` itself when it holds none."""
+    kept = [m for m in messages if not (m.type == "ai" and m.response_metadata.get(_REFUSED) is True)]
+    return messages if len(kept) == len(messages) else kept
 
 
 def pending_approval(snapshot: Any) -> dict[str, Any] | None:

@@ -20,21 +20,30 @@ is ever cut silently: compacting is asked for by name, and says what it left out
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Mapping, Sequence
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from remem.config import BUDGET_ACTIONS
 from remem.errors import BudgetExceededError, ConfigError
 from remem.messages import TokenCounter
 from remem.strategies import trim_plan
 from remem.usage._records import Totals
+from remem.usage.approval import Estimate, ask_approval, refusal
 from remem.usage.budgets import SCOPES, Budgets, Scope
 from remem.usage.prices import Price
 
-__all__ = ["BUDGET_ACTIONS", "cannot_fit", "check_budget_action", "fit_messages", "fitting_tokens"]
+__all__ = [
+    "BUDGET_ACTIONS",
+    "cannot_fit",
+    "check_budget_action",
+    "fit_messages",
+    "fitting_tokens",
+    "refuse_or_ask",
+]
 
 log = logging.getLogger("remem.usage")
 
@@ -46,6 +55,15 @@ def check_budget_action(name: object) -> str:
             f"unknown budget action {name!r}; use one of {', '.join(BUDGET_ACTIONS)} (REMEM_BUDGET_ACTION)"
         )
     return str(name)
+
+
+def refuse_or_ask(action: str, breach: BudgetExceededError, estimate: Estimate) -> AIMessage | None:
+    """For ``refuse`` and ``approve``: the message that ends the turn instead of the call, or None when a
+    person approved it (asked with the estimate and the budget it would pass)."""
+    asking = dataclasses.replace(estimate, over_budget=str(breach))
+    if action == "approve" and ask_approval(asking):
+        return None
+    return refusal(asking, over_budget=str(breach) if action == "refuse" else None)
 
 
 def fitting_tokens(budgets: Budgets, spent: Mapping[Scope, Totals], price: Price | None) -> float:

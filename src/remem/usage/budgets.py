@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 from remem.errors import ArgumentTypeError, BudgetExceededError, RememUsageError
 from remem.usage._records import Totals
 
-__all__ = ["BUDGETS_KEY", "SCOPES", "Budgets", "Scope", "check"]
+__all__ = ["BUDGETS_KEY", "SCOPES", "Budgets", "Scope", "check", "run_budgets"]
 
 # The ``configurable`` key of a run's config that holds budgets for that run only (Budgets.merged).
 BUDGETS_KEY = "remem_budgets"
@@ -75,34 +75,9 @@ class Budgets:
         return cls(**{**values, **overrides})
 
     def merged(self, given: object) -> Budgets:
-        """These budgets with those given for one run over them: a :class:`Budgets` (its limits that are
-        set), or a mapping of limit names (``{"turn_cost": 0.05}``); None: these. Given a run's config as
-        ``configurable["remem_budgets"]`` (:data:`BUDGETS_KEY`), by ``run_turn(..., budgets=...)`` or
-        directly to ``invoke``."""
-        if given is None:
-            return self
-        if isinstance(given, Budgets):
-            changes = {f.name: value for f in fields(given) if (value := getattr(given, f.name))}
-        elif isinstance(given, Mapping):
-            names = [f.name for f in fields(self)]
-            unknown = sorted(str(key) for key in given if key not in names)
-            if unknown:
-                raise RememUsageError(
-                    f"unknown budget {', '.join(unknown)} in {BUDGETS_KEY}; the budgets are {', '.join(names)}"
-                )
-            changes = dict(given)
-        else:
-            raise ArgumentTypeError(
-                f"{BUDGETS_KEY} takes a Budgets or a mapping such as {{'turn_cost': 0.05}}; got {given!r}"
-            )
-        for name, value in changes.items():
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value < 0
-            ):
-                raise ArgumentTypeError(
-                    f"budget {name} is a number of 0 or more (0: no limit); got {value!r}"
-                )
-        return dataclasses.replace(self, **changes) if changes else self
+        """These budgets with those given for one run over them (:func:`run_budgets`); None: these."""
+        changes = run_budgets(given)
+        return dataclasses.replace(self, **cast("dict[str, Any]", changes)) if changes else self
 
     @cached_property
     def _limits(self) -> dict[tuple[str, str], float | None]:  # read at every check: built once
@@ -127,6 +102,32 @@ class Budgets:
     def needs(self, scope: Scope) -> bool:
         """Whether a check needs what ``scope`` spent (so the ledger is read only when it matters)."""
         return bool(self.limit(scope, "tokens") or self.limit(scope, "cost"))
+
+
+def run_budgets(given: object) -> dict[str, float | None] | None:
+    """The budgets given for one run, checked, as the limits they set: a :class:`Budgets` (its limits that
+    are set) or a mapping of limit names (``{"turn_cost": 0.05}``; a None or 0 there lifts that limit for
+    the run); None: none. A run's config carries them as ``configurable["remem_budgets"]``
+    (:data:`BUDGETS_KEY`), as ``run_turn(..., budgets=...)`` puts them; an approval's pause keeps them, so
+    that the resumed call is checked against the same budgets."""
+    if given is None:
+        return None
+    if isinstance(given, Budgets):
+        return {f.name: value for f in fields(given) if (value := getattr(given, f.name))}
+    if not isinstance(given, Mapping):
+        raise ArgumentTypeError(
+            f"{BUDGETS_KEY} takes a Budgets or a mapping such as {{'turn_cost': 0.05}}; got {given!r}"
+        )
+    names = [f.name for f in fields(Budgets)]
+    unknown = sorted(str(key) for key in given if key not in names)
+    if unknown:
+        raise RememUsageError(
+            f"unknown budget {', '.join(unknown)} in {BUDGETS_KEY}; the budgets are {', '.join(names)}"
+        )
+    for name, value in given.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+            raise ArgumentTypeError(f"budget {name} is a number of 0 or more (0: no limit); got {value!r}")
+    return dict(given)
 
 
 def _amount(unit: str, value: float) -> str:
