@@ -326,3 +326,22 @@ def test_a_system_prompt_that_changes_per_call_is_counted_as_sent_and_the_schema
     for text in ("one", "two", "three"):
         same.invoke({"messages": [HumanMessage(content=text)]}, _config("same"))
     assert len(repeated.seen) == 3 and built == [1]  # the same prompt and tools: built and counted once
+
+
+def test_a_refusal_note_is_not_stored_as_the_assistants_words(ledger: Ledger, url: str) -> None:
+    from remem.usage.approval import is_refusal
+
+    with Memory.from_url(url, settings=SETTINGS) as memory:
+        card = ContextCardMiddleware(memory, thread_id="t1", user_id="maya")
+        budget = BudgetMiddleware(
+            ledger, budgets=Budgets(thread_tokens=60), prices=PRICES, budget_action="refuse"
+        )
+        model = ScriptedChatModel(default="Noted.")
+        agent = create_agent(model=model, tools=[], middleware=[card, budget], checkpointer=InMemorySaver())
+        _say(agent, "hello")
+        out = _say(agent, "a much longer question that passes the thread budget of sixty tokens " * 2)
+        _say(agent, "and one more")  # the card middleware stores what the state holds at each call
+        assert is_refusal(out["messages"][-1]) and len(model.calls) == 1
+        stored = [m.content for m in memory.get_thread("t1").messages()]
+        assert "hello" in stored and "Noted." in stored
+        assert not any("not sent" in text for text in stored)  # the note is the thread's, not the memory's

@@ -27,6 +27,7 @@ from remem.messages import (
     safe_cut_at_or_before,
     system_prefix_length,
 )
+from remem.usage.approval import is_refusal
 
 __all__ = [
     "PATTERNS",
@@ -69,12 +70,13 @@ def _stable_id(role: str, text: str) -> str:
 
 
 def persistable(message: BaseMessage) -> dict[str, Any] | None:
-    """The thread message to store for ``message``, or None for tool traffic, system and derived messages.
+    """The thread message to store for ``message``, or None for tool traffic, system and derived messages,
+    and remem's refusal notes (a model call not sent: words to the person, not the assistant's).
 
     The id is the message's own; a message without one gets an id derived from its role and text, so
     the same turn sent again is still stored once.
     """
-    if is_derived(message):
+    if is_derived(message) or is_refusal(message):
         return None
     if isinstance(message, HumanMessage):
         role = "user"
