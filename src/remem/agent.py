@@ -331,8 +331,8 @@ class _Nodes:
         try:
             spent, tokens = self.check_budgets(view, caller, turn)
         except BudgetExceededError as breach:
-            if self.budget_action == "compact":
-                self._fitted(breach, view, caller, turn)  # cannot fit: raised before the input is stored
+            if self.budget_action == "compact":  # cannot fit: raised before the input is stored
+                self._fitted(breach, view, caller, turn, quiet=True)
             elif self.budget_action == "error":
                 raise
             return  # the call acts on it (refuse, approve, compact) once the input is stored
@@ -342,13 +342,20 @@ class _Nodes:
                 self._checked[caller.thread_id] = entry
 
     def _fitted(
-        self, breach: BudgetExceededError, view: list[BaseMessage], caller: _Caller, turn: int
+        self,
+        breach: BudgetExceededError,
+        view: list[BaseMessage],
+        caller: _Caller,
+        turn: int,
+        *,
+        quiet: bool = False,
     ) -> tuple[list[BaseMessage], dict[Scope, Totals], int]:
         """budget_action ``compact``: the newest messages of ``view`` that keep the call within every
         budget (:mod:`remem.usage.breach`), what its scopes spent, and its estimate; raises when none fit."""
         spent, budgets = self._spent(caller, turn), self.budgets_of(caller)
         price = None if self.meter is None else self.meter.prices.price(self.model_name)
-        fitted = fit_messages(view, fitting_tokens(budgets, spent, price) - self.tool_tokens, self.count)
+        room = fitting_tokens(budgets, spent, price) - self.tool_tokens
+        fitted = fit_messages(view, room, self.count, quiet=quiet)
         if fitted is None:
             raise cannot_fit(breach) from breach
         tokens = self.tokens(fitted, caller)

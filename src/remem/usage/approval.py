@@ -110,7 +110,7 @@ def is_refusal(message: Any) -> bool:
 def without_refusals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
     """``messages`` without the :func:`refusal` notes (remem's words to the person, not the model's: never
     sent to a model); ``messages`` itself when it holds none."""
-    kept = [m for m in messages if not (m.type == "ai" and m.response_metadata.get(_REFUSED) is True)]
+    kept = [m for m in messages if not is_refusal(m)]
     return messages if len(kept) == len(messages) else kept
 
 

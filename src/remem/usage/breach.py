@@ -83,16 +83,17 @@ def fitting_tokens(budgets: Budgets, spent: Mapping[Scope, Totals], price: Price
 
 
 def fit_messages(
-    messages: Sequence[BaseMessage], allowed: float, count: TokenCounter
+    messages: Sequence[BaseMessage], allowed: float, count: TokenCounter, *, quiet: bool = False
 ) -> list[BaseMessage] | None:
     """The system messages and the newest of ``messages`` that take at most ``allowed`` tokens, from a user
-    message on; None when not even the latest user message fits."""
+    message on; None when not even the latest user message fits. A warning says what was left out,
+    unless ``quiet`` (a check before the input is stored: the call itself says it)."""
     if allowed < 1:
         return None
     plan = trim_plan(messages, int(min(allowed, 2**62)), count)
     if plan.over_budget or not plan.kept:
         return None
-    if plan.dropped:
+    if plan.dropped and not quiet:
         log.warning(
             "a budget left room for %d tokens: the model call was sent the newest %d of %d messages "
             "(budget_action=compact; the thread keeps them all)",
