@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -236,13 +237,20 @@ def test_pending_sends_of_old_checkpoints_are_not_moved(pg_url: str) -> None:
 
 
 def _sessions(database_url: str) -> list[str]:
+    """The sessions still open on the database once a closed client's backends have had time to exit."""
     from tests.conftest import POSTGRES_URL
 
     database = database_url.partition("?")[0].rsplit("/", 1)[1]
     with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
-        rows = admin.execute(
-            "SELECT application_name FROM pg_stat_activity WHERE datname = %s", [database]
-        ).fetchall()
+        # A backend exits a moment after its client closes the socket; a leaked one never does.
+        give_up = time.monotonic() + 10
+        while True:
+            rows = admin.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE datname = %s", [database]
+            ).fetchall()
+            if not rows or time.monotonic() > give_up:
+                break
+            time.sleep(0.05)
         names = [str(row[0]) for row in rows]
         if not names:  # as after a stock saver: the database can be dropped without FORCE
             admin.execute(f'DROP DATABASE "{database}"')
