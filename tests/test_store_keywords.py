@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langgraph.store.base import PutOp
 
@@ -93,6 +93,19 @@ def test_a_query_in_another_script_finds_nothing_it_does_not_hold(open_store: An
     assert [h.key for h in hybrid_search(store, NS, "cafeteria", mode="keyword")] == ["en"]
 
 
+def test_a_line_break_or_tab_in_an_indexed_dict_or_list_keeps_its_words(open_store: Any) -> None:
+    # LangGraph gives a path to a dict or a list as JSON, where a line break is the two characters \n.
+    store = open_store()
+    value = {"notes": {"a": "first line\nsecond", "b": ["x\ty"]}, "other": "zzz"}
+    store.put(NS, "k", value, index=["notes"])
+
+    def found(word: str) -> list[str]:
+        return [h.key for h in hybrid_search(store, NS, word, mode="keyword")]
+
+    assert found("second") == found("y") == ["k"]
+    assert found("nsecond") == found("ty") == found("zzz") == []  # no escape letter; only the field indexed
+
+
 @pytest.mark.postgres
 def test_sqlite_and_postgres_give_the_same_hits_in_the_same_order(tmp_path: Path, pg_url: str) -> None:
     queries = [q for q, _ in QUERIES] + ["天", "le", "the tea", "열", "お"]
@@ -145,6 +158,7 @@ def test_a_word_taken_from_a_stored_text_always_finds_that_text(
         @given(
             texts=st.lists(_TEXT, min_size=1, max_size=6), pick=st.integers(0, 1000), at=st.integers(0, 1000)
         )
+        @example(texts=["\n0"], pick=0, at=0)  # a line break: \n in the JSON, which once read as "n0"
         def check(texts: list[str], pick: int, at: int) -> None:
             runs[0] += 1
             ns = ("prop", str(runs[0]))

@@ -315,9 +315,43 @@ def index_fields(plan: IndexPlan | None, op_index: Any) -> list[tuple[str, Any]]
 
 
 def keyword_text(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) -> str:
-    """The text the keyword index holds for an item: its indexed fields, or all its strings."""
-    parts = [t for _, t in texts_for(value, fields or [("$", "$")])]
+    """The text the keyword index holds for an item: its indexed fields, or all its keys and values.
+
+    Where LangGraph's path gives JSON (``$``, or a path to a dict or list), its keys and values are
+    read instead: in the JSON a newline is the two characters \\n, which would glue an ``n`` to the next
+    word, so a text with a line break was not found by its words."""
+    parts: list[str] = []
+    for path, tokens in fields or [("$", "$")]:
+        if path == "$":
+            parts.append(_words_of(value))
+            continue
+        for _, text in texts_for(value, [(path, tokens)]):
+            parts.append(_words_of(_container_of(text)))
     return clean_text(" ".join(parts))
+
+
+def _container_of(text: str) -> Any:
+    """The dict or list ``text`` is the JSON of, as LangGraph's get_text_at_path writes one; else ``text``."""
+    if text[:1] not in ("{", "["):
+        return text
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(parsed, dict | list) and json.dumps(parsed, sort_keys=True, ensure_ascii=False) == text:
+        return parsed
+    return text
+
+
+def _words_of(value: Any) -> str:
+    """A value's keys, strings and other leaves as one text (the words its JSON holds, without escapes)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return " ".join(f"{key} {_words_of(item)}" for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return " ".join(map(_words_of, value))
+    return json.dumps(value)
 
 
 @dataclass(frozen=True)
