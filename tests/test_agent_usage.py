@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from click.testing import CliRunner
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -140,6 +140,30 @@ def test_the_turn_budget_counts_every_call_of_a_tool_loop(saver: Any) -> None:
     assert ledger is not None
     assert 0 < ledger.spent(thread_id="t", turn=1).tokens <= 150
     assert 1 <= len(seen) < 3  # the loop was stopped before a call that would pass the budget
+
+
+def test_a_reply_without_provider_usage_is_recorded_as_the_budget_check_counted_it(saver: Any) -> None:
+    class Unreported(ScriptedChatModel):
+        def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
+            return super()._next_reply(messages).model_copy(update={"usage_metadata": None})
+
+    lookup, _ = lookup_tool()
+
+    def agent(budget: int) -> Any:
+        settings = Settings(turn_token_budget=budget)
+        return build_agent(
+            Unreported(), tools=[lookup], strategy="filter", checkpointer=saver, settings=settings
+        )
+
+    with pytest.raises(BudgetExceededError) as caught:  # a budget of 1 token gives the estimate
+        run_turn(agent(1), "probe", "hello there")
+    roomy = agent(10**6)
+    run_turn(roomy, "t", "hello there")
+    ledger = ledger_of(roomy)
+    assert ledger is not None
+    (row,) = ledger.events(thread_id="t")
+    assert row.source == "counted" and row.input_tokens == caught.value.amount
+    assert row.input_tokens > approximate_token_count([HumanMessage("hello there")])  # the tool schemas
 
 
 def test_an_unpriced_model_is_recorded_with_cost_null(saver: Any) -> None:

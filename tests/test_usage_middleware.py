@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
@@ -134,6 +134,28 @@ def test_a_provider_count_over_the_budget_is_recorded_then_raised(ledger: Ledger
     with pytest.raises(BudgetExceededError, match="as the provider reported it"):
         _say(agent, "hi")
     assert ledger.spent(thread_id="t1").tokens == 5010  # paid, so it is in the ledger
+
+
+def test_a_reply_without_provider_usage_is_recorded_as_its_estimate_counted_it(ledger: Ledger) -> None:
+    # The estimate counted the prompt before the call (system prompt and tool schemas too); the row takes
+    # that count instead of counting the messages again.
+    class Unreported(ScriptedChatModel):
+        def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
+            return super()._next_reply(messages).model_copy(update={"usage_metadata": None})
+
+    def agent(budgets: Budgets) -> Any:
+        middleware = [BudgetMiddleware(ledger, budgets=budgets)]
+        return create_agent(
+            model=Unreported(default="OK."), tools=[lookup], system_prompt="Be brief.", middleware=middleware
+        )
+
+    with pytest.raises(BudgetExceededError) as caught:  # a budget of 1 token gives the estimate
+        _say(agent(Budgets(call_tokens=1)), "hello there", thread="probe")
+    _say(agent(Budgets()), "hello there")
+    [row] = ledger.events(thread_id="t1")
+    sent = [SystemMessage(content="Be brief."), HumanMessage(content="hello there")]
+    assert row.source == "counted" and row.input_tokens == caught.value.amount
+    assert row.input_tokens > approximate_token_count(sent)  # the tool schemas are in it
 
 
 @pytest.mark.parametrize("order", ["card_first", "budget_first"])

@@ -494,6 +494,7 @@ class _Nodes:
                 view,
                 reply,
                 started=started,
+                counted_input=tokens,  # the budget check's count of this prompt (None: no budget set)
                 thread_id=caller.thread_id,
                 user_id=caller.user_id,
                 turn=turn,

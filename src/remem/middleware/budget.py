@@ -347,6 +347,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             [*sent, *request.messages],
             reply,
             started=started,
+            counted_input=estimate.input_tokens,  # the prompt as counted before the call, tool schemas too
             thread_id=estimate.thread_id,
             user_id=estimate.user_id,
             turn=estimate.turn,

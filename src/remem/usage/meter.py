@@ -132,12 +132,19 @@ class Meter:
         reply: BaseMessage,
         *,
         started: float | None = None,
+        counted_input: int | None = None,
         **fields: Any,
     ) -> UsageEvent:
-        """The event of a chat call that sent ``sent`` and got ``reply`` (``started``: perf_counter)."""
+        """The event of a chat call that sent ``sent`` and got ``reply`` (``started``: perf_counter).
+        ``counted_input``: the prompt's count when the caller made one already (a budget check's
+        estimate), used when the reply carries no provider usage instead of counting the prompt again."""
         usage = usage_from_metadata(getattr(reply, "usage_metadata", None))
         source: Source = "counted" if usage is None else "provider"
-        inp, out, cached = (self.count(sent), self.count([reply]), 0) if usage is None else usage
+        if usage is not None:
+            inp, out, cached = usage
+        else:
+            inp = self.count(sent) if counted_input is None else counted_input
+            out, cached = self.count([reply]), 0
         latency = None if started is None else (time.perf_counter() - started) * 1000
         fields.setdefault("latency_ms", latency)
         return self.event(
