@@ -17,6 +17,7 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 from psycopg.rows import dict_row
 
+from remem.errors import StorageError
 from remem.store import (
     AsyncPostgresStore,
     AsyncSqliteStore,
@@ -217,6 +218,60 @@ async def test_async_postgres_lifecycle_is_awaitable(pg_url: str) -> None:
         await asyncio.wait_for(deleted.wait(), timeout=10)
         assert await store.aget(("a",), "soon") is None and await store.aget(("a",), "kept") is not None
         assert await store.stop_ttl_sweeper() is True and task.done()
+
+
+def _sweep_whose_cancel_becomes_an_error(started: asyncio.Event) -> Any:
+    """A sweep that is cancelled as psycopg can be: cleaning up (a rollback on the connection the cancel
+    closed) raises an error of its own, which takes the cancel's place."""
+
+    converted: list[bool] = []
+
+    async def sweep() -> int:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            if converted:  # only the first time, so that a failing test still ends
+                raise
+            converted.append(True)
+            raise StorageError("PostgreSQL refused the work: the connection is closed") from None
+        return 0
+
+    return sweep
+
+
+async def test_a_sweeper_stopped_mid_sweep_stops_even_when_the_cancel_comes_back_as_an_error(
+    tmp_path: Path,
+) -> None:
+    async with AsyncSqliteStore.from_conn_string(tmp_path / "a.db") as store:
+        started = asyncio.Event()
+        store.asweep_ttl = _sweep_whose_cancel_becomes_an_error(started)  # type: ignore[method-assign]
+        task = await store.start_ttl_sweeper(sweep_interval_minutes=1e-5)
+        await asyncio.wait_for(started.wait(), timeout=10)
+        assert await store.stop_ttl_sweeper(timeout=10) is True  # it swept on for ever before
+        assert task.cancelled()
+
+
+@pytest.mark.postgres
+async def test_a_cancelled_postgres_call_is_not_tried_again_on_a_new_connection(pg_url: str) -> None:
+    async with AsyncPostgresStore.from_conn_string(pg_url) as store:
+        await store.setup()
+        started, calls = asyncio.Event(), []
+
+        async def once(*args: Any) -> Any:
+            calls.append(args)
+            try:
+                started.set()
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:  # as the driver reports a cancel that closed its connection
+                raise StorageError("the connection is closed") from psycopg.OperationalError("closed")
+
+        store._arun_once = once  # type: ignore[method-assign]
+        call = asyncio.create_task(store.asweep_ttl())  # straight to _arun, in this task
+        await asyncio.wait_for(started.wait(), timeout=10)
+        call.cancel()
+        done, _ = await asyncio.wait([call], timeout=10)
+        assert done and len(calls) == 1  # before: a second call on a new connection, cancel forgotten
 
 
 @pytest.mark.postgres

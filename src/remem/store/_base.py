@@ -409,6 +409,14 @@ class SyncStore(RememStoreBase):
 _COMBINE_MAX = 2000  # ops per combined transaction
 
 
+def cancelling() -> bool:
+    """Whether the running asyncio task was asked to stop. A driver that cleans up after a cancel (a
+    rollback on the connection the cancel closed) may raise an error of its own in the cancel's place:
+    code that catches errors to carry on or retry asks this first, so that a cancelled task still stops."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class AsyncStore(RememStoreBase):
     """The lifecycle methods of an async store, awaitable as in LangGraph's async stores, and ``abatch``
     calls made concurrently combined into one transaction (as LangGraph's ``AsyncBatchedBaseStore``
@@ -482,7 +490,9 @@ class AsyncStore(RememStoreBase):
                 await asyncio.sleep(seconds)
                 try:
                     await self.asweep_ttl()
-                except Exception:  # keep sweeping; the next round retries
+                except Exception as exc:  # keep sweeping; the next round retries
+                    if cancelling():  # stopped mid-sweep, the cancel came back as the driver's error
+                        raise asyncio.CancelledError from exc
                     logger.exception("TTL sweep failed; retrying at the next interval")
 
         self._sweeper_task = asyncio.create_task(loop(), name="remem-ttl-sweeper")

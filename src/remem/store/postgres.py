@@ -40,7 +40,14 @@ from remem.store import _erasure, _exec
 from remem.store import _keyword as kw
 from remem.store import _program as prog
 from remem.store import _schema as schema
-from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema, query_texts
+from remem.store._base import (
+    AsyncStore,
+    RememStoreBase,
+    SyncStore,
+    cancelling,
+    check_read_only_schema,
+    query_texts,
+)
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._erasure import ForgetReport
 from remem.store._exec import Hits, Program, Rows, Sql, Tx, Vector
@@ -745,7 +752,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         try:
             return await self._arun_once(make, write, snapshot, ready)
         except StorageError as exc:
-            if not _connection_lost(exc):
+            if not _connection_lost(exc) or cancelling():  # a cancelled call is not tried again
                 raise
             logger.warning(
                 "the PostgreSQL connection was lost (%s); retrying once on a new one", exc.__cause__
