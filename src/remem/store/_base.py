@@ -486,14 +486,16 @@ class AsyncStore(RememStoreBase):
         seconds = self._sweep_interval(sweep_interval_minutes) * 60
 
         async def loop() -> None:
-            while True:
+            # A cancel can be lost inside a sweep: the driver may raise an error of its own in its place,
+            # and Python 3.11's wait_for (in psycopg_pool) may swallow it. So each round asks the task.
+            while not cancelling():
                 await asyncio.sleep(seconds)
                 try:
                     await self.asweep_ttl()
-                except Exception as exc:  # keep sweeping; the next round retries
-                    if cancelling():  # stopped mid-sweep, the cancel came back as the driver's error
-                        raise asyncio.CancelledError from exc
-                    logger.exception("TTL sweep failed; retrying at the next interval")
+                except Exception:  # keep sweeping; the next round retries
+                    if not cancelling():
+                        logger.exception("TTL sweep failed; retrying at the next interval")
+            raise asyncio.CancelledError
 
         self._sweeper_task = asyncio.create_task(loop(), name="remem-ttl-sweeper")
         return self._sweeper_task
