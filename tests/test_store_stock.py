@@ -217,7 +217,7 @@ async def test_async_postgres_lifecycle_is_awaitable(pg_url: str) -> None:
         clock.advance(61)
         await asyncio.wait_for(deleted.wait(), timeout=10)
         assert await store.aget(("a",), "soon") is None and await store.aget(("a",), "kept") is not None
-        assert await store.stop_ttl_sweeper() is True and task.done()
+        assert await store.stop_ttl_sweeper(timeout=10) is True and task.done()
 
 
 def _sweep_that_loses_its_cancel(started: asyncio.Event, lost_as: str) -> Any:
