@@ -487,7 +487,8 @@ class AsyncStore(RememStoreBase):
 
         async def loop() -> None:
             # A cancel can be lost inside a sweep: the driver may raise an error of its own in its place,
-            # and Python 3.11's wait_for (in psycopg_pool) may swallow it. So each round asks the task.
+            # and Python 3.11's wait_for (in psycopg_pool) may swallow it. So each round asks the task,
+            # and a cancelled sweeper ends.
             while not cancelling():
                 await asyncio.sleep(seconds)
                 try:
@@ -495,7 +496,6 @@ class AsyncStore(RememStoreBase):
                 except Exception:  # keep sweeping; the next round retries
                     if not cancelling():
                         logger.exception("TTL sweep failed; retrying at the next interval")
-            raise asyncio.CancelledError
 
         self._sweeper_task = asyncio.create_task(loop(), name="remem-ttl-sweeper")
         return self._sweeper_task
