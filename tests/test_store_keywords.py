@@ -104,6 +104,15 @@ def test_a_line_break_or_tab_in_an_indexed_dict_or_list_keeps_its_words(open_sto
 
     assert found("second") == found("y") == ["k"]
     assert found("nsecond") == found("ty") == found("zzz") == []  # no escape letter; only the field indexed
+    # A text that holds JSON is read as written: its backslash and n are the user's characters.
+    store.put(NS, "j", {"payload": '{"cmd": "ls\\nrm"}'}, index=["payload"])
+    store.put(NS, "all", {"payload": '{"cmd": "ls\\nrm"}'})
+    assert sorted(found("nrm")) == ["all", "j"]
+    deep: dict[str, Any] = {"text": "deep\ndown"}
+    for _ in range(400):  # nested deeper than a recursive walk with a frame per call could go
+        deep = {"a": deep}
+    store.put(NS, "deep", deep)
+    assert found("down") == ["deep"]
 
 
 @pytest.mark.postgres

@@ -315,43 +315,38 @@ def index_fields(plan: IndexPlan | None, op_index: Any) -> list[tuple[str, Any]]
 
 
 def keyword_text(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) -> str:
-    """The text the keyword index holds for an item: its indexed fields, or all its keys and values.
+    """The text the keyword index holds for an item: its indexed fields, or all its strings.
 
-    Where LangGraph's path gives JSON (``$``, or a path to a dict or list), its keys and values are
-    read instead: in the JSON a newline is the two characters \\n, which would glue an ``n`` to the next
-    word, so a text with a line break was not found by its words."""
-    parts: list[str] = []
-    for path, tokens in fields or [("$", "$")]:
-        if path == "$":
-            parts.append(_words_of(value))
-            continue
-        for _, text in texts_for(value, [(path, tokens)]):
-            parts.append(_words_of(_container_of(text)))
-    return clean_text(" ".join(parts))
+    LangGraph's paths give ``$`` and a dict or list as JSON, where a line break is the two characters
+    \\n: the ``n`` would glue onto the next word. So when a text holds a backslash, the fields are read
+    again from a copy whose strings have their control characters (word breaks anyway) as spaces."""
+    fields = fields or [("$", "$")]
+    texts = [t for _, t in texts_for(value, fields)]
+    if any("\\" in t for t in texts):
+        texts = [t for _, t in texts_for(_spaced(value), fields)]
+    return clean_text(" ".join(texts))
 
 
-def _container_of(text: str) -> Any:
-    """The dict or list ``text`` is the JSON of, as LangGraph's get_text_at_path writes one; else ``text``."""
-    if text[:1] not in ("{", "["):
-        return text
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return text
-    if isinstance(parsed, dict | list) and json.dumps(parsed, sort_keys=True, ensure_ascii=False) == text:
-        return parsed
-    return text
+_CONTROL = re.compile(r"[\x00-\x1f]")
 
 
-def _words_of(value: Any) -> str:
-    """A value's keys, strings and other leaves as one text (the words its JSON holds, without escapes)."""
+def _spaced(value: Any) -> Any:
+    """A copy of a JSON value whose strings and keys have their control characters as spaces (a key
+    that would then equal another is kept as it is)."""
     if isinstance(value, str):
-        return value
+        return _CONTROL.sub(" ", value)
     if isinstance(value, Mapping):
-        return " ".join(f"{key} {_words_of(item)}" for key, item in value.items())
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            spaced = _spaced(key) if isinstance(key, str) else key
+            out[key if spaced in value or spaced in out else spaced] = _spaced(item)
+        return out
     if isinstance(value, list | tuple):
-        return " ".join(map(_words_of, value))
-    return json.dumps(value)
+        items: list[Any] = []
+        for item in value:  # a loop, not a comprehension: one stack frame per level of nesting
+            items.append(_spaced(item))
+        return items
+    return value
 
 
 @dataclass(frozen=True)
