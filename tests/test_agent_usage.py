@@ -142,7 +142,7 @@ def test_the_turn_budget_counts_every_call_of_a_tool_loop(saver: Any) -> None:
     assert 1 <= len(seen) < 3  # the loop was stopped before a call that would pass the budget
 
 
-def test_a_reply_without_provider_usage_is_recorded_as_the_budget_check_counted_it(saver: Any) -> None:
+def test_a_reply_without_provider_usage_is_recorded_as_its_estimate_counted_it(saver: Any) -> None:
     class Unreported(ScriptedChatModel):
         def _next_reply(self, messages: list[BaseMessage]) -> AIMessage:
             return super()._next_reply(messages).model_copy(update={"usage_metadata": None})
@@ -157,13 +157,14 @@ def test_a_reply_without_provider_usage_is_recorded_as_the_budget_check_counted_
 
     with pytest.raises(BudgetExceededError) as caught:  # a budget of 1 token gives the estimate
         run_turn(agent(1), "probe", "hello there")
-    roomy = agent(10**6)
+    roomy, unbudgeted = agent(10**6), agent(0)  # the row is the same with a budget and without (0)
     run_turn(roomy, "t", "hello there")
+    run_turn(unbudgeted, "u", "hello there")
     ledger = ledger_of(roomy)
     assert ledger is not None
-    (row,) = ledger.events(thread_id="t")
-    assert row.source == "counted" and row.input_tokens == caught.value.amount
-    assert row.input_tokens > approximate_token_count([HumanMessage("hello there")])  # the tool schemas
+    rows = ledger.events(thread_id="t") + ledger.events(thread_id="u")
+    assert [(r.source, r.input_tokens) for r in rows] == [("counted", caught.value.amount)] * 2
+    assert rows[0].input_tokens > approximate_token_count([HumanMessage("hello there")])  # the tool schemas
 
 
 def test_an_unpriced_model_is_recorded_with_cost_null(saver: Any) -> None:

@@ -494,7 +494,8 @@ class _Nodes:
                 view,
                 reply,
                 started=started,
-                counted_input=tokens,  # the budget check's count of this prompt (None: no budget set)
+                # the budget check's count of this prompt, else the same count made only when needed
+                counted_input=tokens if tokens is not None else lambda: self.tokens(view, caller),
                 thread_id=caller.thread_id,
                 user_id=caller.user_id,
                 turn=turn,

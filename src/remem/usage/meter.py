@@ -13,7 +13,7 @@ tokens are counted (``source="counted"``). The cost comes from the price table (
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -132,18 +132,22 @@ class Meter:
         reply: BaseMessage,
         *,
         started: float | None = None,
-        counted_input: int | None = None,
+        counted_input: int | Callable[[], int] | None = None,
         **fields: Any,
     ) -> UsageEvent:
         """The event of a chat call that sent ``sent`` and got ``reply`` (``started``: perf_counter).
-        ``counted_input``: the prompt's count when the caller made one already (a budget check's
-        estimate), used when the reply carries no provider usage instead of counting the prompt again."""
+        ``counted_input``: what the caller counts the prompt as (a budget check's estimate, tool schemas
+        included), or a function that counts it; used when the reply carries no provider usage (None:
+        ``sent`` is counted)."""
         usage = usage_from_metadata(getattr(reply, "usage_metadata", None))
         source: Source = "counted" if usage is None else "provider"
         if usage is not None:
             inp, out, cached = usage
         else:
-            inp = self.count(sent) if counted_input is None else counted_input
+            if counted_input is None:
+                inp = self.count(sent)
+            else:
+                inp = counted_input() if callable(counted_input) else counted_input
             out, cached = self.count([reply]), 0
         latency = None if started is None else (time.perf_counter() - started) * 1000
         fields.setdefault("latency_ms", latency)
