@@ -148,8 +148,9 @@ def fuzz(store: Any, max_examples: int) -> None:
     cases = reached["case"]
     assert cases >= max_examples // 2, reached  # hypothesis may stop early when it runs out of cases
     # About two cases in three are storable (lone surrogates, NUL and periods in labels are refused; 64%
-    # on SQLite, 67% on Postgres under CI's fixed draws); each check after the put ran for a fair share.
-    for check, share in (("stored", 3), ("any filter key", 5), ("own value found", 5)):
+    # on SQLite, 67% on Postgres under CI's fixed draws, 30% to 80% under random ones, as run locally);
+    # each check after the put ran for a fair share.
+    for check, share in (("stored", 5), ("any filter key", 6), ("own value found", 6)):
         assert reached[check] >= cases // share, f"{check!r} reached in {reached[check]} of {cases} cases"
 
 
