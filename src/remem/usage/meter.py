@@ -144,10 +144,8 @@ class Meter:
         if usage is not None:
             inp, out, cached = usage
         else:
-            if counted_input is None:
-                inp = self.count(sent)
-            else:
-                inp = counted_input() if callable(counted_input) else counted_input
+            counted = counted_input if counted_input is not None else lambda: self.count(sent)
+            inp = counted() if callable(counted) else counted
             out, cached = self.count([reply]), 0
         latency = None if started is None else (time.perf_counter() - started) * 1000
         fields.setdefault("latency_ms", latency)
