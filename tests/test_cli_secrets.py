@@ -16,6 +16,8 @@ from psycopg.conninfo import conninfo_to_dict
 from tests.cli_commands import all_commands, run, seed
 
 PASSWORD = "Pw-h0ney-badger-77"
+# A password holding a raw "@" and ":" (libpq alone would read "Pw" as the password and "h0ney:b" as the host).
+RAW_PASSWORD = "Pw@h0ney:b@dger-77"
 pytestmark = pytest.mark.postgres
 
 
@@ -33,6 +35,7 @@ def _forms(url: str) -> dict[str, str]:
     rest = f"{info['host']}:{info.get('port', 5432)}/{info['dbname']}"
     return {
         "userinfo": f"postgresql://{user}:{PASSWORD}@{rest}",
+        "raw_at": f"postgresql://{user}:{RAW_PASSWORD}@{rest}",
         "query": f"postgresql://{user}@{rest}?password={PASSWORD}",
         "dsn": (
             f"host={info['host']} port={info.get('port', 5432)} dbname={info['dbname']} "
@@ -42,12 +45,13 @@ def _forms(url: str) -> dict[str, str]:
 
 
 def _assert_hidden(path: tuple[str, ...], output: str) -> None:
-    assert PASSWORD not in output, (path, output)
-    assert PASSWORD not in output.replace("\n", ""), (path, output)  # not even across a wrapped line
+    for secret in (PASSWORD, "h0ney", "dger-77"):
+        assert secret not in output, (path, output)
+        assert secret not in output.replace("\n", ""), (path, output)  # not even across a wrapped line
     assert "Traceback" not in output, (path, output)
 
 
-@pytest.mark.parametrize("form", ["userinfo", "query", "dsn"])
+@pytest.mark.parametrize("form", ["userinfo", "raw_at", "query", "dsn"])
 def test_no_command_shows_the_password(pg_url: str, form: str, tmp_path: Path) -> None:
     url = _forms(pg_url)[form]
     seed(pg_url)
@@ -68,6 +72,7 @@ def test_no_command_shows_the_password(pg_url: str, form: str, tmp_path: Path) -
 def test_no_error_shows_the_password(tmp_path: Path) -> None:
     for url in [
         f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/nowhere",  # no server there
+        f"postgresql://postgres:{RAW_PASSWORD}@127.0.0.1:1/nowhere",
         f"postgresql://postgres:{PASSWORD}@127.0.0.1:5432/no_such_database_here",
         f"host=127.0.0.1 port=1 dbname=x user=postgres password={PASSWORD}",
     ]:
@@ -76,3 +81,37 @@ def test_no_error_shows_the_password(tmp_path: Path) -> None:
             _assert_hidden(path, result.output)
             if path != ("config",):
                 assert result.exit_code == 1 and result.stderr.startswith("Error: "), (path, result.output)
+
+
+def test_config_masks_a_key_in_the_endpoint_query() -> None:
+    shown = run(("config",), None, env={"REMEM_LLM_BASE_URL": "https://llm.example/v1?key=Qk-77-secret-99"})
+    assert shown.exit_code == 0, shown.output
+    assert "Qk-77" not in shown.output and "llm.example" in shown.output
+
+
+def _open_each(url: str) -> list[str]:
+    from remem import Memory, checkpointer_from_url, load_settings
+    from remem.checkpoint.postgres import PostgresSaver
+    from remem.errors import RememError
+    from remem.store.postgres import PostgresStore
+
+    settings = load_settings(environ={}, config_file=None, embedder="fake")
+    openers = [
+        lambda: checkpointer_from_url(url),
+        lambda: Memory.from_url(url, settings=settings),
+        lambda: PostgresSaver.from_conn_string(url),
+        lambda: PostgresStore.from_conn_string(url),
+    ]
+    messages = []
+    for opener in openers:
+        with pytest.raises(RememError) as caught, opener() as opened:
+            if hasattr(opened, "setup"):
+                opened.setup()
+        messages.append(str(caught.value))
+    return messages
+
+
+def test_the_library_openers_show_no_piece_of_a_raw_at_password() -> None:
+    for message in _open_each(f"postgresql://postgres:{RAW_PASSWORD}@127.0.0.1:1/nowhere"):
+        _assert_hidden(("library",), message)
+        assert "127.0.0.1" in message, message  # the host it tried, so the user can check it

@@ -67,7 +67,9 @@ def parse_database_url(url: str | Path) -> DatabaseURL:
             raise ConfigError(f"{mask_secrets(text)!r} names no file; use {ACCEPTED_URLS}")
         return DatabaseURL("sqlite", path)
     if text.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        return DatabaseURL("postgres", text.replace("postgresql+psycopg://", "postgresql://", 1))
+        return DatabaseURL(
+            "postgres", _quote_userinfo(text.replace("postgresql+psycopg://", "postgresql://", 1))
+        )
     # A libpq key=value DSN ("dbname=app user=me", "service=prod"); a malformed one naming a host, a
     # database or a password is PostgreSQL too (refused later, without echoing it), never a file name.
     if _LIBPQ_DSN.fullmatch(text) or any(k in text for k in ("host=", "dbname=", "password=")):
@@ -75,6 +77,26 @@ def parse_database_url(url: str | Path) -> DatabaseURL:
     if text == ":memory:" or (text and "://" not in text):
         return DatabaseURL("sqlite", text)
     raise ConfigError(f"unsupported database URL {mask_secrets(text)!r}; use {ACCEPTED_URLS}")
+
+
+def _quote_userinfo(url: str) -> str:
+    """``url`` with a raw ``@`` (or ``:``) of its password percent-encoded, as the user meant it.
+
+    libpq ends the userinfo at the first ``@``: ``postgresql://me:p@ss@db.example/app`` would connect to a
+    host named ``ss@db.example`` as password ``p`` (and show the rest of the password in its error). Here the
+    userinfo ends at the last ``@`` before the path, as :func:`remem._secrets.mask_secrets` reads it, and the
+    user ends at its first ``:``. A URL with one ``@`` or none is returned unchanged.
+    """
+    from urllib.parse import quote, unquote
+
+    scheme, _, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if authority.count("@") < 2:
+        return url
+    userinfo, _, host = authority.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    encoded = quote(unquote(user), safe="") + colon + quote(unquote(password), safe="")
+    return f"{scheme}://{encoded}@{host}{slash}{path}"
 
 
 def describe_postgres(dsn: str) -> str:

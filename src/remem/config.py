@@ -98,22 +98,33 @@ class Settings:
             value = _convert(f.name, getattr(self, f.name), _kind_of(f), f.metadata["choices"])
             object.__setattr__(self, f.name, value)
 
+    def _shown(self, f: dataclasses.Field[Any]) -> Any:
+        """``f``'s value as it may be shown: a secret only says it is set; any text passes the one mask (a
+        database URL or an endpoint may carry a password or a key)."""
+        from remem._secrets import MASK, mask_secrets
+
+        value = getattr(self, f.name)
+        if f.metadata["secret"] and value:
+            return MASK
+        if isinstance(value, str):
+            return mask_secrets(value, self.llm_api_key)
+        return value
+
+    def __repr__(self) -> str:
+        # Every representation (repr, str, format, logging, rich's pretty printer, which falls back to a
+        # custom __repr__) masks the secrets. The values themselves (attributes, dataclasses.asdict, pickle)
+        # are the real ones: a model client needs the key.
+        shown = ", ".join(f"{f.name}={self._shown(f)!r}" for f in fields(self))
+        return f"Settings({shown})"
+
     def describe(self) -> list[tuple[str, str, str]]:
-        """(setting, value, source-independent help) rows, secrets masked.
-
-        A secret setting shows only that it is set; every other value goes through the one mask too, since a
-        database URL or an endpoint may carry a password or a key.
-        """
-        from remem._secrets import mask_secrets
-
+        """(setting, value, source-independent help) rows, secrets masked."""
         rows = []
         for f in fields(self):
-            value = getattr(self, f.name)
+            value = self._shown(f)
             if f.metadata["secret"] and value:
-                shown = "**** (set)"
-            else:
-                shown = "" if value is None else mask_secrets(str(value), self.llm_api_key)
-            rows.append((f.name, shown, f.metadata["help"]))
+                value = "**** (set)"
+            rows.append((f.name, "" if value is None else str(value), f.metadata["help"]))
         return rows
 
     def replace(self, **changes: Any) -> Settings:
