@@ -72,16 +72,68 @@ def test_a_tenant_moves_every_namespace_under_it_and_tenants_never_meet(
 ) -> None:
     for name in OLD_NAMESPACES:
         mine = getattr(L, name)(label, tenant=tenant)
-        assert mine == ("tenants", tenant, *getattr(L, name)(label))
+        assert mine == ("tenants", L.escape_label(tenant), *getattr(L, name)(label))
         assert mine[:2] != getattr(L, name)(label)[:2]  # never under the untenanted roots
         if other != tenant:
             assert getattr(L, name)(label, tenant=other)[:2] != mine[:2]
 
 
-@pytest.mark.parametrize("bad", ["", "a.b", "nul\x00"])
-def test_a_tenant_that_cannot_be_a_label_is_refused(bad: str) -> None:
+def test_an_empty_tenant_is_refused() -> None:
     with pytest.raises(ConfigError, match="tenant"):
-        L.user_memories("u", tenant=bad)
+        L.user_memories("u", tenant="")
+
+
+# Ids as apps give them: any text. The ones LangGraph would have taken as labels keep their label.
+ANY_ID = st.text(max_size=16) | st.text(alphabet="%.\x0025Eab", max_size=10)
+STOCK_LABEL = st.text(min_size=1, max_size=16).filter(lambda t: "." not in t and "\x00" not in t)
+
+
+@given(text=ANY_ID)
+def test_any_id_round_trips_through_its_label_and_the_label_is_one_langgraph_takes(text: str) -> None:
+    label = L.escape_label(text)
+    assert L.unescape_label(label) == text
+    assert label and "." not in label and "\x00" not in label
+    for name in OLD_NAMESPACES:
+        ns = getattr(L, name)(text)
+        assert ns == getattr(L, name)(L.unescape_label(label))
+    assert L.thread_id_of(L.thread_meta(text)) == text
+    tenant = text or "t"
+    assert L.thread_id_of(L.thread_messages(text, tenant=tenant), tenant=tenant) == text
+    assert L.thread_id_of(L.user_memories(text)) is None
+
+
+@given(one=ANY_ID, other=ANY_ID)
+def test_two_ids_never_share_a_label(one: str, other: str) -> None:
+    if one != other:
+        assert L.escape_label(one) != L.escape_label(other)
+        assert L.thread_messages(one) != L.thread_messages(other)
+        if one and other:
+            assert L.user_memories("u", tenant=one) != L.user_memories("u", tenant=other)
+
+
+@given(text=STOCK_LABEL)
+def test_a_label_langgraph_took_is_kept_unless_it_reads_as_an_escaped_id(text: str) -> None:
+    if not text.startswith("%"):
+        assert L.escape_label(text) == text
+        assert type(L.escape_label(text)) is str
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        ("tenant.42.chat", "%tenant%2E42%2Echat"),
+        ("maya@example.com", "%maya@example%2Ecom"),
+        ("", "%"),
+        ("50%", "50%"),  # was a label already, and reads as no escaped id: kept
+        ("%off", "%off"),
+        ("%", "%%25"),  # reads as the escape of "": escaped again
+        ("%a%2Eb", "%%25a%252Eb"),  # reads as the escape of "a.b"
+        ("support-42", "support-42"),
+    ],
+)
+def test_labels_of_some_ids(text: str, label: str) -> None:
+    assert L.escape_label(text) == label
+    assert L.unescape_label(label) == text
 
 
 def test_the_memory_client_and_extraction_write_the_namespaces_databases_already_hold(tmp_path: Path) -> None:

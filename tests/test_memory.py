@@ -110,10 +110,29 @@ def test_reopening_a_thread_keeps_its_user_and_refuses_another(memory: Memory) -
         memory.get_thread("never-opened")
 
 
-@pytest.mark.parametrize("bad", ["", "a.b"])
+@pytest.mark.parametrize("bad", ["", "nul\x00", "lone\ud800"])
 def test_bad_labels_are_usage_errors(memory: Memory, bad: str) -> None:
     with pytest.raises(RememUsageError, match="thread_id"):
         memory.thread(bad)
+    with pytest.raises(RememUsageError, match="user_id"):
+        memory.thread("t1", user_id=bad)
+
+
+@pytest.mark.parametrize("thread_id", ["tenant.42.chat", "maya@example.com", "%2E", "a%2Eb", "t.."])
+def test_ids_with_dots_or_escapes_work_as_stock_thread_ids_do(memory: Memory, thread_id: str) -> None:
+    user = "maya@example.com"
+    thread = memory.thread(thread_id, user_id=user)
+    thread.add_messages([{"role": "user", "content": "my parrot is called Biscuit", "id": "h1"}])
+    plain = memory.thread("a", user_id=user)  # "%2E" is not the label of "." nor of any other id
+    plain.add_messages([{"role": "user", "content": "nothing here", "id": "p1"}])
+    again = memory.get_thread(thread_id)
+    assert (again.thread_id, again.user_id) == (thread_id, user)
+    assert [m.content for m in again.messages()] == ["my parrot is called Biscuit"]
+    hits = memory.search("parrot Biscuit", thread_id=thread_id, k=5)
+    assert [h.id for h in hits] == ["h1"]
+    assert memory.thread(thread_id, user_id=user).info().message_count == 1
+    with pytest.raises(NotFoundError):
+        memory.get_thread(thread_id + ".")
 
 
 def test_bad_messages_say_what_to_send(memory: Memory) -> None:

@@ -332,3 +332,14 @@ def test_with_a_checkpointer_the_caller_sends_only_the_new_message(memory: Memor
     stored = memory.get_thread("saved").messages()
     assert [m.content for m in stored if m.role == "user"] == TEXTS[:8]
     assert len(stored) == 16
+
+
+def test_ids_with_dots_work_in_the_middleware_as_in_stock_savers(memory: Memory) -> None:
+    model = ScriptedChatModel(default=lambda msgs: f"Reply to: {msgs[-1].text}")
+    mw = ContextCardMiddleware(
+        memory, thread_id="tenant.42.chat", user_id="maya@example.com", compaction_token_trigger=100_000
+    )
+    _turns(create_agent(model=model, tools=[], middleware=[mw]), TEXTS[:2])
+    stored = memory.get_thread("tenant.42.chat")
+    assert stored.user_id == "maya@example.com"
+    assert [m.role for m in stored.messages()] == ["user", "assistant"] * 2

@@ -84,3 +84,36 @@ def test_store_stats_reads_and_never_creates(tmp_path: Path) -> None:
     typo = runner.invoke(main, ["store", "stats", "--db", f"sqlite:///{tmp_path / 'cli2.db'}"])
     assert typo.exit_code == 1 and "there is no database" in typo.stderr
     assert not (tmp_path / "cli2.db").exists()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_forget_and_threads_take_ids_with_dots(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    from remem import Memory, load_settings
+    from remem.layout import escape_label, user_memories
+
+    url = (
+        f"sqlite:///{tmp_path / 'cli.db'}" if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
+    )
+    user, thread = "maya@example.com", "tenant.42.chat"
+    with Memory.from_url(
+        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
+    ) as memory:
+        memory.thread(thread, user_id=user).add_messages([{"role": "user", "content": "kites", "id": "h1"}])
+        memory.thread("other.thread", user_id="bob").add_messages([{"role": "user", "content": "boats"}])
+        memory.store.put(user_memories(user), "m1", {"content": "maya likes kites", "user_id": user})
+    runner = CliRunner()
+    listed = runner.invoke(main, ["threads", "--db", url, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert {t["thread"] for t in json.loads(listed.output)["threads"]} == {thread, "other.thread"}
+    gone = runner.invoke(main, ["forget", "--user", user, "--db", url, "--yes"])
+    assert gone.exit_code == 0, gone.output + gone.stderr
+    namespace = "threads." + escape_label("other.thread")  # a label as `store stats` and errors show it
+    assert namespace == "threads.%other%2Ethread"
+    by_ns = runner.invoke(main, ["forget", "--namespace", namespace, "--db", url, "--yes"])
+    assert by_ns.exit_code == 0, by_ns.output + by_ns.stderr
+    with Memory.from_url(
+        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
+    ) as memory:
+        assert memory.store.list_namespaces() == []

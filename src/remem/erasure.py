@@ -67,7 +67,7 @@ from remem.errors import (
     RememRuntimeError,
     RememUsageError,
 )
-from remem.layout import thread_meta
+from remem.layout import escape_label, thread_id_of, thread_meta
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
 from remem.store._exec import Program, Sql
@@ -167,8 +167,8 @@ def _digest(scope: dict[str, Any]) -> str:
 
 
 def _fill(template: str, placeholder: str, value: str) -> list[str]:
-    # Split first: the value stands for one whole label, whatever it contains.
-    return [value if label == placeholder else label for label in template.split(".")]
+    # Split first: the value stands for one whole label, whatever it contains (escaped as remem's own).
+    return [escape_label(value) if label == placeholder else label for label in template.split(".")]
 
 
 def _plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, Any]:
@@ -203,7 +203,14 @@ def _plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, A
 
 def _threads_taken_whole(report: ForgetReport) -> list[str]:
     # A thread erased whole loses its metadata item.
-    return sorted({ns[1] for ns, _ in report.item_keys if len(ns) == 3 and ns == thread_meta(ns[1])})
+    threads = (thread_id_of(ns) for ns, _ in report.item_keys)
+    return sorted(
+        {
+            t
+            for (ns, _), t in zip(report.item_keys, threads, strict=True)
+            if t is not None and ns == thread_meta(t)
+        }
+    )
 
 
 def _checkpoints_per_thread(saver: Any, threads: list[str]) -> dict[str, int]:
@@ -472,7 +479,8 @@ def register_user_data(url: str, *, namespaces: Sequence[str] = (), threads: Seq
 
     ``namespaces``: dotted prefixes with ``{user_id}`` or ``{thread_id}`` as one label, e.g.
     ``"crm.{user_id}"``, ``"app.notes.{thread_id}"``. ``threads``: thread-id patterns with ``{user_id}``,
-    e.g. ``"support-{user_id}-*"``. Kept in the database at ``url``.
+    e.g. ``"support-{user_id}-*"``. Kept in the database at ``url``. An id fills its label escaped by
+    ``remem.layout.escape_label`` (itself, unless it holds ``.`` or reads as an escaped id).
     """
     namespaces, threads = _templates("namespaces", namespaces), _templates("threads", threads)
     for template in namespaces:

@@ -16,6 +16,14 @@ Namespaces in a LangGraph ``BaseStore`` (T: a thread id, U: a user id)::
                                                                                                memory tools
     ("_remem", "extraction", T)      "state"         the thread's extraction watermark         extraction
 
+Ids in labels: a thread, user or tenant id may hold any text. LangGraph refuses namespace labels that
+are empty or hold ``.`` or NUL, so :func:`escape_label` writes such an id as ``%`` followed by the id
+with ``%``, ``.`` and NUL percent-encoded (``tenant.42.chat`` -> ``%tenant%2E42%2Echat``), and
+:func:`unescape_label` reads it back exactly. Every other id is its own label, byte for byte, so data
+stored before ids were escaped is found where it was; the one exception is an id that itself reads as an
+escaped one (``%`` then an encoding of an id that needs escaping, e.g. ``%a%2Eb``), which is escaped
+again so that no two ids share a label.
+
 Tenants: every namespace is built by :func:`namespace`, which puts it under ``("tenants", tenant)``
 when a tenant is given. Without one (the default) the namespaces are exactly the ones above, byte for
 byte, so databases written before tenants existed keep working.
@@ -54,16 +62,19 @@ __all__ = [
     "USERS_ROOT",
     "Namespace",
     "chunk_key",
+    "escape_label",
     "extraction_root",
     "extraction_state",
     "is_thread_messages",
     "namespace",
+    "thread_id_of",
     "thread_messages",
     "thread_meta",
     "thread_order",
     "thread_root",
     "thread_summaries",
     "threads_root",
+    "unescape_label",
     "user_memories",
     "user_root",
     "users_root",
@@ -134,19 +145,73 @@ TABLES: Final = frozenset(
 # ----------------------------------------------------------------------------- namespaces
 
 
-def _check_tenant(tenant: str) -> str:
-    if not isinstance(tenant, str) or not tenant or "." in tenant or "\x00" in tenant:
-        raise ConfigError(
-            f"tenant {tenant!r} cannot be used: give a non-empty text without '.' (e.g. 'acme')"
-        )
-    return tenant
+# ----------------------------------------------------------------------------- ids in labels
+
+_ESCAPE: Final = "%"
+_CODES: Final = {"%": "%25", ".": "%2E", "\x00": "%00"}
+_CHARS: Final = {code: char for char, code in _CODES.items()}
+
+
+def _quote(text: str) -> str:
+    return "".join(_CODES.get(char, char) for char in text)
+
+
+def _unquote(text: str) -> str | None:
+    """The text :func:`_quote` made ``text`` from, or None if it made no such text."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] == _ESCAPE:
+            char = _CHARS.get(text[i : i + 3])
+            if char is None:
+                return None
+            out.append(char)
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _needs_escape(text: str) -> bool:
+    """Whether ``text`` cannot be its own label: LangGraph refuses it, or it reads as an escaped id."""
+    while True:
+        if not text or "." in text or "\x00" in text:
+            return True
+        if not text.startswith(_ESCAPE):
+            return False
+        inner = _unquote(text[1:])
+        if inner is None:
+            return False
+        text = inner  # "%" + an encoding: escaped only if that encoding's text needed escaping
+
+
+def escape_label(text: str) -> str:
+    """The namespace label that stands for the id ``text`` (any text): ``text`` itself when LangGraph
+    accepts it as a label and it does not read as an escaped id; else ``%`` and ``text`` with ``%``,
+    ``.`` and NUL percent-encoded. :func:`unescape_label` reads it back; two ids never share a label."""
+    if not isinstance(text, str):
+        raise ConfigError(f"an id must be a text (str), got {type(text).__name__} {text!r:.80}")
+    return _ESCAPE + _quote(text) if _needs_escape(text) else text
+
+
+def unescape_label(label: str) -> str:
+    """The id that :func:`escape_label` made ``label`` from."""
+    if label.startswith(_ESCAPE):
+        inner = _unquote(label[1:])
+        if inner is not None and _needs_escape(inner):
+            return inner
+    return label
 
 
 def namespace(*labels: str, tenant: str | None = None) -> Namespace:
-    """The one builder of every namespace remem uses: ``labels``, under ``("tenants", tenant)`` if given."""
+    """The one builder of every namespace remem uses: ``labels``, under ``("tenants", tenant)`` if given
+    (the tenant id escaped by :func:`escape_label`)."""
     if tenant is None:
         return labels
-    return (TENANTS_ROOT, _check_tenant(tenant), *labels)
+    if tenant == "":
+        raise ConfigError("the tenant cannot be an empty text: give its id (e.g. 'acme') or none")
+    return (TENANTS_ROOT, escape_label(tenant), *labels)
 
 
 def threads_root(*, tenant: str | None = None) -> Namespace:
@@ -156,33 +221,41 @@ def threads_root(*, tenant: str | None = None) -> Namespace:
 
 def thread_root(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """The prefix of one thread's data (metadata, order, messages, summaries)."""
-    return namespace(THREADS_ROOT, thread_id, tenant=tenant)
+    return namespace(THREADS_ROOT, escape_label(thread_id), tenant=tenant)
 
 
 def thread_meta(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's metadata item (key :data:`THREAD_META_KEY`)."""
-    return namespace(THREADS_ROOT, thread_id, _META, tenant=tenant)
+    return namespace(THREADS_ROOT, escape_label(thread_id), _META, tenant=tenant)
 
 
 def thread_order(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's message ids in order, in chunks keyed by :func:`chunk_key`."""
-    return namespace(THREADS_ROOT, thread_id, _ORDER, tenant=tenant)
+    return namespace(THREADS_ROOT, escape_label(thread_id), _ORDER, tenant=tenant)
 
 
 def thread_messages(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's raw turns, keyed by message id and indexed for recall."""
-    return namespace(THREADS_ROOT, thread_id, _MESSAGES, tenant=tenant)
+    return namespace(THREADS_ROOT, escape_label(thread_id), _MESSAGES, tenant=tenant)
 
 
 def thread_summaries(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's summary revisions, keyed by :func:`chunk_key` of the revision."""
-    return namespace(THREADS_ROOT, thread_id, _SUMMARIES, tenant=tenant)
+    return namespace(THREADS_ROOT, escape_label(thread_id), _SUMMARIES, tenant=tenant)
 
 
 def is_thread_messages(ns: Namespace, *, tenant: str | None = None) -> bool:
     """Whether ``ns`` is some thread's :func:`thread_messages` namespace."""
     root = threads_root(tenant=tenant)
     return len(ns) == len(root) + 2 and ns[: len(root)] == root and ns[-1] == _MESSAGES
+
+
+def thread_id_of(ns: Namespace, *, tenant: str | None = None) -> str | None:
+    """The thread id of a namespace under :func:`threads_root` (``thread_root(T)`` or below it), else None."""
+    root = threads_root(tenant=tenant)
+    if len(ns) > len(root) and ns[: len(root)] == root:
+        return unescape_label(ns[len(root)])
+    return None
 
 
 def users_root(*, tenant: str | None = None) -> Namespace:
@@ -192,12 +265,12 @@ def users_root(*, tenant: str | None = None) -> Namespace:
 
 def user_root(user_id: str, *, tenant: str | None = None) -> Namespace:
     """The prefix of one user's data."""
-    return namespace(USERS_ROOT, user_id, tenant=tenant)
+    return namespace(USERS_ROOT, escape_label(user_id), tenant=tenant)
 
 
 def user_memories(user_id: str, *, tenant: str | None = None) -> Namespace:
     """A user's long-term memories, keyed by memory id."""
-    return namespace(USERS_ROOT, user_id, _MEMORIES, tenant=tenant)
+    return namespace(USERS_ROOT, escape_label(user_id), _MEMORIES, tenant=tenant)
 
 
 def extraction_root(*, tenant: str | None = None) -> Namespace:
@@ -207,4 +280,4 @@ def extraction_root(*, tenant: str | None = None) -> Namespace:
 
 def extraction_state(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's extraction watermark (key :data:`EXTRACTION_STATE_KEY`)."""
-    return namespace(INTERNAL_ROOT, _EXTRACTION, thread_id, tenant=tenant)
+    return namespace(INTERNAL_ROOT, _EXTRACTION, escape_label(thread_id), tenant=tenant)

@@ -59,7 +59,7 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
     from remem.cli._render import emit_json, say, show_table
     from remem.cli._sources import inspect_database, open_checkpointer, open_memory
     from remem.config import load_settings
-    from remem.layout import thread_meta, threads_root
+    from remem.layout import thread_id_of, thread_meta, threads_root
 
     db = inspect_database(_url(database_url))
     where: dict[str, list[str]] = {}
@@ -74,8 +74,9 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
             for namespace in memory.store.list_namespaces(
                 prefix=threads_root(), max_depth=3, limit=1_000_000
             ):
-                if len(namespace) == 3 and namespace == thread_meta(namespace[1]):
-                    where.setdefault(namespace[1], []).append("memory store")
+                owner = thread_id_of(namespace)
+                if owner is not None and namespace == thread_meta(owner):
+                    where.setdefault(owner, []).append("memory store")
     if db.has_stock_checkpoints and not where:
         from remem.errors import NotFoundError
 

@@ -72,15 +72,24 @@ _ROLE_ALIASES |= {"system": "system", "tool": "tool", "developer": "system"}
 
 
 def check_label(value: str, what: str) -> str:
-    """A thread or user id becomes a namespace label: it must be a non-empty text without ``.``."""
+    """A thread or user id: any non-empty Unicode text without NUL (``remem.layout.escape_label`` puts it
+    in namespace labels, so ``.`` and every other character are kept)."""
     if not isinstance(value, str):
         raise ArgumentTypeError(
             f"{what} takes a text (str), e.g. {what}='support-42'; got {type(value).__name__} {value!r}"
         )
-    if not value or "." in value or "\x00" in value:
+    if not value or "\x00" in value:
         raise RememUsageError(
-            f"{what} {value!r} cannot be used: give a non-empty text without '.' (e.g. 'support-42')"
+            f"{what} {value!r} cannot be used: give a non-empty text without NUL characters "
+            "(e.g. 'support-42' or 'maya@example.com')"
         )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RememUsageError(
+            f"{what} {value!r:.80} cannot be used: it holds a lone surrogate, which is not Unicode text; "
+            "decode the id from its bytes with errors='strict' (or 'replace') before passing it"
+        ) from None
     return value
 
 

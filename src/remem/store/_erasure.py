@@ -15,8 +15,8 @@ from remem.layout import (
     ERASURE_REGISTRY_TABLE,
     THREAD_META_KEY,
     extraction_root,
-    thread_root,
     threads_root,
+    unescape_label,
 )
 from remem.store import _core as core
 from remem.store._exec import Program, Sql, Tx
@@ -89,9 +89,7 @@ def forget_program(
         cond, extra = d.filter_condition(key, "str", value)
         ids.update((yield from _select(d, f"{where} AND {cond}", params + extra)))
     if owner is not None:
-        threads = sorted(
-            {thread_root(ns[1]) for ns, _, _ in ids.values() if len(ns) >= 2 and ns[:1] == threads_root()}
-        )
+        threads = sorted({ns[:2] for ns, _, _ in ids.values() if len(ns) >= 2 and ns[:1] == threads_root()})
         for thread in threads:
             where, params = d.ns_condition(thread)
             found = yield from _select(d, where, params)
@@ -273,7 +271,7 @@ def meta_threads_program(d: Dialect, user_id: str) -> Program[list[str]]:
         [*params, *extra, THREAD_META_KEY],
     )
     found = (core.ns_tuple(r[0]) for r in rows)
-    return sorted({ns[1] for ns in found if len(ns) == 3 and ns[2] == "meta"})
+    return sorted({unescape_label(ns[1]) for ns in found if len(ns) == 3 and ns[2] == "meta"})
 
 
 def registry_add_program(d: Dialect, kind: str, templates: Sequence[str]) -> Program[None]:
