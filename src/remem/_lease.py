@@ -4,14 +4,19 @@ A second turn (or append) on the same thread waits for the lease, at most ``time
 fails with :class:`~remem.errors.ThreadBusyError` before it has written anything. Where the lease lives
 follows the database of the saver or store that is given:
 
-- a SQLite file: a POSIX byte-range lock (``fcntl.lockf``) on a sidecar file ``<database>-lease``, one
-  byte per thread (its offset a hash of the thread id). The kernel drops it when the holding process
-  dies, so a SIGKILLed writer never blocks the next one; no SQLite write lock is held during a turn.
+- a SQLite file: a byte-range lock on a sidecar file ``<database>-lease``, one byte per thread (its
+  offset a hash of the thread id). On Linux it is an open-file-description lock (``F_OFD_SETLK``): it
+  belongs to the descriptor remem opened, so another descriptor of the file closed in the same process (a
+  backup copying the folder) does not drop it, as it would drop a POSIX ``lockf`` lock (used elsewhere).
+  The kernel drops it when the holding process dies, so a SIGKILLed writer never blocks the next one; no
+  SQLite write lock is held during a turn. The descriptor is closed when the process holds no lease of
+  that file any more. A lease file deleted or replaced while a lease is held guards nothing: the holder
+  finds it at its next write (:meth:`ThreadLease.verify`) and fails instead of writing.
 - PostgreSQL: a session advisory lock (``pg_advisory_lock`` on a 64-bit hash of the thread id) on a
   connection kept for the lease; the server drops it when that connection dies. Then another writer may
-  take it while the first still runs its turn, so a holder checks the lease before each checkpoint write
-  (:func:`check_held`, one round trip on the lease's connection) and fails with
-  :class:`~remem.errors.StorageError` instead of writing beside the new holder.
+  take it while the first still runs its turn, so a holder checks the lease before each write (a
+  checkpoint, a memory append: :meth:`ThreadLease.verify`, one round trip on the lease's connection) and
+  fails with :class:`~remem.errors.StorageError` instead of writing beside the new holder.
 - anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
 
 Waiters on a SQLite lease are not served first come, first served: ``fcntl`` has no timed wait (a
@@ -39,6 +44,7 @@ import hashlib
 import os
 import random
 import sqlite3
+import struct
 import threading
 import time
 import weakref
@@ -53,6 +59,7 @@ from remem.errors import StorageError, ThreadBusyError
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
     "Scope",
+    "ThreadLease",
     "acheck_held",
     "athread_lease",
     "check_held",
@@ -85,7 +92,7 @@ Release = Callable[[], None]
 Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
 # The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
 # to be still held: a task that outlives its parent's lease takes the lease itself).
-_held: contextvars.ContextVar[dict[_Key, _Lease]] = contextvars.ContextVar("remem_leases")
+_held: contextvars.ContextVar[dict[_Key, ThreadLease]] = contextvars.ContextVar("remem_leases")
 _targets: weakref.WeakKeyDictionary[Any, LeaseTarget] = weakref.WeakKeyDictionary()
 
 
@@ -95,7 +102,7 @@ class _State:
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.locks: dict[_Key, tuple[threading.Lock, int]] = {}  # lock, users (holders and waiters)
-        self.files: dict[str, int] = {}  # never closed: closing any descriptor drops the process's locks
+        self.files: dict[str, ThreadLeaseFile] = {}  # by database path: the lease file open now
         self.idle: dict[str, list[Any]] = {}
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
 
@@ -107,13 +114,18 @@ _inherited: list[Any] = []  # the parent's lease connections, never used nor clo
 
 
 def _reset_after_fork() -> None:
-    # A child holds none of its parent's POSIX or advisory locks, and must not share its sockets: closing
-    # (or collecting) an inherited connection would end the parent's session, so they are kept unused.
+    # A child holds none of its parent's leases, and must not share its sockets: closing (or collecting) an
+    # inherited connection would end the parent's session, so they are kept unused. An inherited lease file
+    # descriptor shares the parent's open file description, whose OFD locks are the parent's: the child
+    # closes it (the parent's locks stay: its own descriptor still refers to them), else a parent that dies
+    # would leave its leases held by the child, and opens its own.
     global _state
     _inherited.append(_state.idle)
     files = _state.files
     _state = _State()
-    _state.files = files  # the inherited descriptors stay usable: locks on them are the child's own
+    for file in files.values():
+        with contextlib.suppress(OSError):
+            os.close(file.fd)
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -222,29 +234,53 @@ def _busy(thread_id: str, target: LeaseTarget, waited: float, timeout: float) ->
     )
 
 
-class _Lease:
-    """One acquired lease; :meth:`release` gives it back (once), :meth:`verify` checks it is still held."""
+_LOST_BECAUSE = {
+    "postgres": "its PostgreSQL connection ended (a server restart, the session was terminated, or "
+    "idle_session_timeout)",
+    "sqlite": "its lease file was deleted or replaced",
+}
 
-    def __init__(self, key: _Key, local: threading.Lock, held: tuple[Release, Alive]) -> None:
-        self.key, self._local = key, local
+
+class ThreadLease:
+    """A thread's lease, held: what its holder checks before each write (:meth:`verify`).
+
+    :func:`thread_lease` yields one. :meth:`release` gives it back (once); ``scratch`` is where the holder
+    keeps what it read while no other remem writer can change the thread."""
+
+    def __init__(
+        self, key: _Key, target: LeaseTarget, local: threading.Lock, held: tuple[Release, Alive]
+    ) -> None:
+        self.key, self.target, self._local = key, target, local
+        self.scope, self.thread_id = key[2], key[3]
         self._release: Release | None = held[0]
         self._alive = held[1]
         self.lost = False
-        self.scratch: dict[Any, Any] = {}  # what a holder keeps while it holds the lease (see lease_scratch)
+        self.scratch: dict[Any, Any] = {}
 
-    def verify(self, thread_id: str, label: str) -> None:
+    def __repr__(self) -> str:
+        return f"ThreadLease({self.thread_id!r}, scope={self.scope!r}, {self.target.label})"
+
+    def verify(self) -> None:
         """Raise :class:`~remem.errors.StorageError` if the database no longer holds this lease (its
-        PostgreSQL connection ended: a server restart, or the session was terminated), so that a holder
-        whose lease another writer may have taken since never writes."""
-        if not self.lost and self._alive():
+        PostgreSQL connection ended; its SQLite lease file was deleted), so that a holder whose lease
+        another writer may have taken since never writes."""
+        if not self.lost and self.active and self._alive():
             return
         self.lost = True
+        why = _LOST_BECAUSE.get(self.target.kind, "it was given back")
         raise StorageError(
-            f"the lease of thread {thread_id!r} ({label}) was lost while this turn held it: its "
-            "PostgreSQL connection ended (a server restart, or the session was terminated), so another "
-            "writer may hold the thread now. This write was not made; retry the turn (run_turn first "
-            "finishes what the interrupted turn stored)"
+            f"the lease of thread {self.thread_id!r} ({self.target.label}) was lost while this turn or "
+            f"append held it: {why}, so another writer may hold the thread now. This write was not made; "
+            "retry it (run_turn first finishes what an interrupted turn stored; an append sent again "
+            "stores each message once)"
         )
+
+    async def averify(self) -> None:
+        """Async version of :meth:`verify` (a PostgreSQL round trip runs off the event loop)."""
+        if self.target.kind == "postgres":
+            await asyncio.get_running_loop().run_in_executor(_executor(), self.verify)
+        else:
+            self.verify()
 
     @property
     def active(self) -> bool:
@@ -280,20 +316,67 @@ def _forget_local(key: _Key) -> None:
             _state.locks[key] = (lock, users - 1)
 
 
-def _lock_file(path: str) -> int:
+_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)  # Linux; elsewhere POSIX locks (lockf)
+_FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (0 for an OFD lock)
+
+
+class ThreadLeaseFile:
+    """A lease file open in this process, the leases held on it, and which file it is (device, inode)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd, self.users = path, fd, 0
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def current(self) -> bool:
+        """Whether ``path`` still names the file this descriptor holds (not deleted, not replaced)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.identity
+
+
+def _open_lease_file(path: str) -> ThreadLeaseFile:
+    """The lease file of the database at ``path``, opened if this process has it open for no lease."""
     with _state.mutex:
-        fd = _state.files.get(path)
-        if fd is None:
+        file = _state.files.get(path)
+        if file is None:
             lease_path = Path(path + "-lease")
             try:
                 make_private_file(lease_path)
-                fd = os.open(lease_path, os.O_RDWR)
+                file = ThreadLeaseFile(lease_path, os.open(lease_path, os.O_RDWR))
             except OSError as exc:
                 raise StorageError(
                     f"cannot open the lease file {lease_path} ({exc}); check that its folder is writable"
                 ) from exc
-            _state.files[path] = fd
-        return fd
+            _state.files[path] = file
+        file.users += 1
+        return file
+
+
+def _close_lease_file(path: str, file: ThreadLeaseFile, *, stale: bool = False) -> None:
+    """One lease of ``file`` fewer; closed when it holds none (``stale``: never opened again)."""
+    with _state.mutex:
+        file.users -= 1
+        if stale and _state.files.get(path) is file:
+            del _state.files[path]
+        if file.users > 0:
+            return
+        if _state.files.get(path) is file:
+            del _state.files[path]
+    os.close(file.fd)
+
+
+def _byte_lock(fd: int, offset: int, exclusive: bool) -> None:
+    """Lock (or unlock) one byte without waiting; BlockingIOError / PermissionError when it is taken."""
+    if _OFD_SETLK is None:
+        fcntl.lockf(
+            fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_UN, 1, offset, os.SEEK_SET
+        )
+        return
+    kind = fcntl.F_WRLCK if exclusive else fcntl.F_UNLCK
+    fcntl.fcntl(fd, _OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
 
 
 Held = tuple[Release, Alive]
@@ -304,13 +387,34 @@ def _always() -> bool:
 
 
 def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
-    fd = _lock_file(target.where)
     offset = _offset(scope, thread_id)
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset, os.SEEK_SET)
-    except (BlockingIOError, PermissionError):
-        return None
-    return (lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset, os.SEEK_SET)), _always
+    for _ in range(3):  # a lease file deleted or replaced meanwhile: once more, on the file there now
+        file = _open_lease_file(target.where)
+        try:
+            _byte_lock(file.fd, offset, True)
+        except (BlockingIOError, PermissionError):
+            _close_lease_file(target.where, file)
+            return None
+        except BaseException:
+            _close_lease_file(target.where, file)
+            raise
+        if file.current():
+            break
+        _byte_lock(file.fd, offset, False)
+        _close_lease_file(target.where, file, stale=True)
+    else:
+        raise StorageError(
+            f"the lease file {target.where}-lease keeps being deleted or replaced; stop what removes it, "
+            "and retry"
+        )
+
+    def release() -> None:
+        try:
+            _byte_lock(file.fd, offset, False)
+        finally:
+            _close_lease_file(target.where, file)
+
+    return release, file.current
 
 
 def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
@@ -448,7 +552,7 @@ class _Attempt:
         _forget_local(self.key)
 
 
-def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> _Lease:
+def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> ThreadLease:
     attempt = _Attempt(target, scope, thread_id, timeout)
     if not attempt.local.acquire(timeout=attempt.left()):
         attempt.give_up(locally_held=False)
@@ -457,7 +561,7 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         while True:
             held = _backend_try(target, scope, thread_id, attempt.left())
             if held is not None:
-                return _Lease(attempt.key, attempt.local, held)
+                return ThreadLease(attempt.key, target, attempt.local, held)
             if not attempt.left():
                 raise attempt.busy()
             time.sleep(attempt.next_pause())  # a POSIX lock has no timed wait
@@ -483,7 +587,7 @@ def _release_if_taken(future: concurrent.futures.Future[Held | None]) -> None:
             held[0]()
 
 
-async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> _Lease:
+async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> ThreadLease:
     """Async version of :func:`_acquire`: it polls, so a wait never holds a thread or the event loop."""
     attempt = _Attempt(target, scope, thread_id, timeout)
     while not attempt.local.acquire(blocking=False):
@@ -502,7 +606,7 @@ async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: fl
             else:
                 held = _backend_try(target, scope, thread_id, 0.0)
             if held is not None:
-                return _Lease(attempt.key, attempt.local, held)
+                return ThreadLease(attempt.key, target, attempt.local, held)
             if not attempt.left():
                 raise attempt.busy()
             await asyncio.sleep(attempt.next_pause())
@@ -515,12 +619,7 @@ def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
     return (target.kind, target.where, scope, thread_id)
 
 
-def _holds(key: _Key) -> bool:
-    lease = _held.get({}).get(key)
-    return lease is not None and lease.active
-
-
-def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> _Lease | None:
+def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> ThreadLease | None:
     lease = _held.get({}).get(_key_of(target, scope, thread_id))
     return lease if lease is not None and lease.active else None
 
@@ -543,45 +642,42 @@ def lease_scratch(owner: Any, thread_id: str, *, scope: Scope) -> dict[Any, Any]
     return lease.scratch if lease is not None else None
 
 
-def _postgres_lease(owner: Any, thread_id: str, scope: Scope) -> tuple[_Lease, LeaseTarget] | None:
+def _lease_of(owner: Any, thread_id: str, scope: Scope) -> ThreadLease | None:
     target = _known_target(owner)
-    if target is None or target.kind != "postgres":
-        return None
-    lease = _held_lease(target, scope, thread_id)
-    return (lease, target) if lease is not None else None
+    return _held_lease(target, scope, thread_id) if target is not None else None
 
 
 def check_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
-    """Before a write: if this context holds the thread's lease in a database that can drop it on its
-    own (PostgreSQL, with the lease's connection), check that it still does; raise StorageError if not."""
-    held = _postgres_lease(owner, thread_id, scope)
+    """Before a write: if this context holds the thread's lease, check that the database still holds it
+    (PostgreSQL: the lease's connection is alive; SQLite: its lease file is still there); StorageError if not."""
+    held = _lease_of(owner, thread_id, scope)
     if held is not None:
-        held[0].verify(thread_id, held[1].label)
+        held.verify()
 
 
 async def acheck_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
     """Async version of :func:`check_held` (the round trip runs off the event loop)."""
-    held = _postgres_lease(owner, thread_id, scope)
+    held = _lease_of(owner, thread_id, scope)
     if held is not None:
-        await asyncio.get_running_loop().run_in_executor(
-            _executor(), held[0].verify, thread_id, held[1].label
-        )
+        await held.averify()
 
 
 @contextlib.contextmanager
 def thread_lease(
     owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
-) -> Iterator[None]:
-    """Hold the lease of ``thread_id`` in ``owner``'s database for the block (waiting up to ``timeout`` s)."""
+) -> Iterator[ThreadLease]:
+    """Hold the lease of ``thread_id`` in ``owner``'s database for the block (waiting up to ``timeout`` s);
+    the block gets the :class:`ThreadLease` to verify before each write."""
     target = lease_target(owner)
     key = _key_of(target, scope, thread_id)
-    if _holds(key):
-        yield
+    held = _held_lease(target, scope, thread_id)
+    if held is not None:
+        yield held
         return
     lease = _acquire(target, scope, thread_id, timeout)
     token = _held.set({**_held.get({}), key: lease})
     try:
-        yield
+        yield lease
     finally:
         _held.reset(token)
         lease.release()
@@ -597,17 +693,18 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 @contextlib.asynccontextmanager
 async def athread_lease(
     owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
-) -> AsyncIterator[None]:
+) -> AsyncIterator[ThreadLease]:
     """Async version of :func:`thread_lease`."""
     target = await alease_target(owner)
     key = _key_of(target, scope, thread_id)
-    if _holds(key):
-        yield
+    held = _held_lease(target, scope, thread_id)
+    if held is not None:
+        yield held
         return
     lease = await _aacquire(target, scope, thread_id, timeout)
     token = _held.set({**_held.get({}), key: lease})
     try:
-        yield
+        yield lease
     finally:
         _held.reset(token)
         if target.kind == "postgres":  # a round trip to the server: off the event loop

@@ -200,7 +200,7 @@ class _RememSaver(BaseCheckpointSaver[int]):
         if scratch is not None:
             scratch.pop(_HEAD_READ, None)
 
-    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[None]:
+    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[Any]:
         """The thread's lease around a checkpoint of a run that started from the thread's head.
 
         Such a checkpoint must extend the head (``_ops.put`` refuses it otherwise, with
@@ -213,7 +213,7 @@ class _RememSaver(BaseCheckpointSaver[int]):
             return contextlib.nullcontext()
         return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
 
-    def _arun_lease(self, config: RunnableConfig) -> contextlib.AbstractAsyncContextManager[None]:
+    def _arun_lease(self, config: RunnableConfig) -> contextlib.AbstractAsyncContextManager[Any]:
         """Async version of :meth:`_run_lease`."""
         conf = config["configurable"]
         if not ops.from_head(conf):

@@ -4,6 +4,11 @@ A plan yields :class:`StoreCall` (a batch of LangGraph store ops), :class:`Summa
 :class:`Leased` (a sub-plan run holding the thread's lease) and is sent the result back; :func:`run`
 drives a plan with a store's ``batch`` and a summariser's ``summarize``, :func:`arun` with ``abatch`` and
 ``asummarize``. The plans themselves do no I/O.
+
+Every write of a :class:`Leased` sub-plan is made only after the lease is checked to be still held
+(:meth:`Guard.verify`): a holder whose lease the database dropped (a PostgreSQL session ended, a SQLite
+lease file deleted) fails with :class:`~remem.errors.StorageError` instead of overwriting what the next
+holder wrote.
 """
 
 from __future__ import annotations
@@ -13,16 +18,16 @@ import contextlib
 from collections.abc import Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from langchain_core.messages import BaseMessage
-from langgraph.store.base import BaseStore, Op
+from langgraph.store.base import BaseStore, Op, PutOp
 
 from remem.errors import RememError, StorageError
 from remem.summarize import Summarizer, SummaryResult
 from remem.usage import Meter
 
-__all__ = ["ALease", "Lease", "Leased", "Plan", "StoreCall", "SummarizeCall", "arun", "run"]
+__all__ = ["ALease", "Guard", "Lease", "Leased", "Plan", "StoreCall", "SummarizeCall", "arun", "run"]
 
 T = TypeVar("T")
 
@@ -52,19 +57,33 @@ class Leased:
     plan: Generator[Any, Any, Any]
 
 
+class Guard(Protocol):
+    """A held lease, as a writer sees it (:class:`remem._lease.ThreadLease`)."""
+
+    def verify(self) -> None:
+        """Raise :class:`~remem.errors.StorageError` if the lease is no longer held."""
+
+    async def averify(self) -> None:
+        """Async version of :meth:`verify`."""
+
+
 Effect = StoreCall | SummarizeCall | Leased
 Plan = Generator[Effect, Any, T]
-Lease = Callable[[str], AbstractContextManager[None]]
-ALease = Callable[[str], AbstractAsyncContextManager[None]]
+Lease = Callable[[str], AbstractContextManager[Guard | None]]
+ALease = Callable[[str], AbstractAsyncContextManager[Guard | None]]
 
 
-def _no_lease(thread_id: str) -> AbstractContextManager[None]:
+def _no_lease(thread_id: str) -> AbstractContextManager[Guard | None]:
     return contextlib.nullcontext()
 
 
 @contextlib.asynccontextmanager
 async def _no_alease(thread_id: str) -> Any:
-    yield
+    yield None
+
+
+def _writes(call: StoreCall) -> bool:
+    return any(isinstance(op, PutOp) for op in call.ops)
 
 
 def _storage_failed(exc: Exception) -> StorageError:
@@ -97,14 +116,18 @@ def run(
     summarizer: Summarizer,
     lease: Lease = _no_lease,
     meter: Meter | None = None,
+    guard: Guard | None = None,
 ) -> T:
     """Drive ``plan`` synchronously; ``lease(thread_id)`` holds a thread's lease for a :class:`Leased`;
-    ``meter`` records each summariser call in the usage ledger."""
+    ``meter`` records each summariser call in the usage ledger; ``guard``: the lease the plan runs under,
+    verified before each of its writes."""
     result: Any = None
     try:
         while True:
             effect = plan.send(result)
             if isinstance(effect, StoreCall):
+                if guard is not None and _writes(effect):
+                    guard.verify()
                 try:
                     result = store.batch(effect.ops)
                 except RememError:
@@ -112,8 +135,8 @@ def run(
                 except Exception as exc:
                     raise _storage_failed(exc) from exc
             elif isinstance(effect, Leased):
-                with lease(effect.thread_id):
-                    result = run(effect.plan, store, summarizer, lease, meter)
+                with lease(effect.thread_id) as held:
+                    result = run(effect.plan, store, summarizer, lease, meter, held)
             else:
                 result = summarizer.summarize(effect.previous, effect.messages)
                 _record(meter, effect, result)
@@ -128,6 +151,7 @@ async def arun(
     summarizer: Summarizer,
     lease: ALease = _no_alease,
     meter: Meter | None = None,
+    guard: Guard | None = None,
 ) -> T:
     """Async version of :func:`run`."""
     result: Any = None
@@ -135,6 +159,8 @@ async def arun(
         while True:
             effect = plan.send(result)
             if isinstance(effect, StoreCall):
+                if guard is not None and _writes(effect):
+                    await guard.averify()
                 try:
                     result = await store.abatch(effect.ops)
                 except RememError:
@@ -142,8 +168,8 @@ async def arun(
                 except Exception as exc:
                     raise _storage_failed(exc) from exc
             elif isinstance(effect, Leased):
-                async with lease(effect.thread_id):
-                    result = await arun(effect.plan, store, summarizer, lease, meter)
+                async with lease(effect.thread_id) as held:
+                    result = await arun(effect.plan, store, summarizer, lease, meter, held)
             else:
                 summary: SummaryResult = await summarizer.asummarize(effect.previous, effect.messages)
                 if meter is not None:

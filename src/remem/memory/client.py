@@ -26,7 +26,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from langgraph.store.base import BaseStore
 
-from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, thread_lease
+from remem._lease import DEFAULT_LEASE_TIMEOUT, ThreadLease, athread_lease, thread_lease
 from remem.config import Settings, load_settings
 from remem.errors import ArgumentTypeError
 from remem.memory._args import check_ids, check_number, check_text, check_whole
@@ -181,10 +181,10 @@ class Memory:
         """Tokens of ``text`` sent as one message, by this memory's counter."""
         return self.token_counter([HumanMessage(content=check_text(text, "text"))])
 
-    def _lease(self, thread_id: str) -> AbstractContextManager[None]:
+    def _lease(self, thread_id: str) -> AbstractContextManager[ThreadLease]:
         return thread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
 
-    def _alease(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+    def _alease(self, thread_id: str) -> AbstractAsyncContextManager[ThreadLease]:
         return athread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
 
     def _run(self, plan: Plan[Any]) -> Any:
