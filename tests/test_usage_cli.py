@@ -209,3 +209,66 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: py
         main, ["usage", "--db", f"sqlite:///{tmp_path / 'none.db'}", "--plot", str(tmp_path / "u.png")]
     )
     assert result.exit_code == 1 and "pip install 'remem[plot]'" in result.output
+
+
+def _export(url: str, thread_id: str, *extra: str) -> list[dict[str, object]]:
+    out = _run("export", thread_id, "--db", url, *extra)
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_export_of_the_demo_thread_pairs_each_turn_with_its_own_ledger_row(url: str) -> None:
+    from remem.config import Settings
+    from remem.demo import load_script, run_demo
+
+    report = run_demo(Settings(database_url=url, embedder="fake"), thread_id="demo")  # summary, 65 turns
+    script = load_script()
+    records = _export(url, "demo")
+    with open_ledger(url) as ledger:
+        sent = {e.turn: e.input_tokens for e in ledger.events(thread_id="demo") if e.kind == "chat"}
+    assert sorted(sent) == list(range(1, len(script) + 1))
+    # Each message kept in the state sits under the turn that said it, with that turn's ledger row.
+    kept = [r for r in records if r["type"] == "message" and r["role"] == "user"]
+    assert len(kept) == report.messages_in_state // 2 < len(script)
+    for message in kept:
+        assert message["content"] == script[int(message["turn"]) - 1]["user"], message  # type: ignore[call-overload]
+    turns = {r["turn"]: r for r in records if r["type"] == "turn"}
+    assert sorted(turns) == sorted(sent)  # every ledger row once, none invented
+    assert all(turns[n]["input_tokens"] == sent[n] for n in sent)
+    # The turns the summary replaced are named, with the summary itself, before the kept turns.
+    first_kept = min(int(m["turn"]) for m in kept)  # type: ignore[call-overload]
+    assert records[1] == {"type": "summary", "replaces_turns": [1, first_kept - 1], "content": report.summary}
+    assert [turns[n].get("in_state") for n in (1, first_kept - 1, first_kept)] == [False, False, None]
+    md = _run("export", "demo", "--db", url, "--format", "md")
+    assert f"## Summary (replaces turns 1-{first_kept - 1})" in md and f"## Turn {first_kept}\n" in md
+    assert "## Turn 1\n" not in md and "- turn 1 (not in the state)" in md
+
+
+def test_export_of_a_delete_strategy_thread_names_the_removed_turns(tmp_path: Path) -> None:
+    from remem.config import Settings
+
+    url = f"sqlite:///{tmp_path / 'del.db'}"
+    with checkpointer_from_url(url) as saver:
+        settings = Settings(strategy="delete", keep_messages=4, embedder="fake")
+        agent = build_agent(ScriptedChatModel(default="ok"), checkpointer=saver, settings=settings)
+        for n in range(1, 6):
+            run_turn(agent, "d", f"question {n}")
+    records = _export(url, "d")
+    assert records[1] == {"type": "removed", "turns": [1, 3]}
+    users = [(r["turn"], r["content"]) for r in records if r["type"] == "message" and r["role"] == "user"]
+    assert users == [(4, "question 4"), (5, "question 5")]
+    assert [r["turn"] for r in records if r["type"] == "turn"] == [1, 2, 3, 4, 5]
+
+
+def test_turn_numbers_count_back_from_the_state_and_never_below_the_turns_held() -> None:
+    from remem.cli.usage import turn_numbers
+
+    def roles(*names: str) -> list[dict[str, object]]:
+        return [{"role": n} for n in names]
+
+    # The latest 2 turns of 10, the first kept message ending turn 8 (its user message was removed).
+    assert turn_numbers(roles("assistant", "user", "assistant", "user", "assistant"), 10) == [8, 9, 9, 10, 10]
+    # A user message not yet answered is the next turn; two user messages in a row are one turn.
+    assert turn_numbers(roles("user", "assistant", "user", "user"), 4) == [4, 4, 5, 5]
+    # A state whose number is behind its own turns (edited by hand), or none (a stock graph): from 1.
+    assert turn_numbers(roles("user", "assistant", "user", "tool", "assistant"), 1) == [1, 1, 2, 2, 2]
+    assert turn_numbers(roles("system", "user", "assistant"), None) == [None, 1, 1]

@@ -38,7 +38,15 @@ if TYPE_CHECKING:
     from remem.memory import Memory, Thread
     from remem.summarize import SummaryResult
 
-__all__ = ["Database", "ThreadSource", "checkpoint_state", "inspect_database", "open_thread", "writable"]
+__all__ = [
+    "Database",
+    "ThreadSource",
+    "checkpoint_state",
+    "checkpoint_values",
+    "inspect_database",
+    "open_thread",
+    "writable",
+]
 
 # The tables that say which of remem's parts a database holds.
 STORE_TABLE = STORE_TABLES[1]  # remem_items
@@ -182,14 +190,21 @@ def open_checkpointer(db: Database, *, write: bool = False) -> Iterator[BaseChec
         yield saver
 
 
+def checkpoint_values(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[str, Any] | None:
+    """The channel values of the thread's latest checkpoint (root graph); None when there is no such thread."""
+    found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    if found is None:
+        return None
+    return dict(found.checkpoint.get("channel_values") or {})
+
+
 def checkpoint_state(saver: BaseCheckpointSaver[Any], thread_id: str) -> tuple[list[BaseMessage], str] | None:
     """The messages and the rolling summary of the thread's latest checkpoint (any graph with a
     ``messages`` channel; the summary is remem's agent's ``summary`` channel); None when there is no such
     thread."""
-    found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
-    if found is None:
+    values = checkpoint_values(saver, thread_id)
+    if values is None:
         return None
-    values = found.checkpoint.get("channel_values") or {}
     summary = values.get("summary")
     return list(values.get("messages") or []), summary if isinstance(summary, str) else ""
 

@@ -9,12 +9,25 @@
     {"type": "turn", "turn": 1, "calls": 2, "models": ["gpt-4o-mini"], "input_tokens": 812,
      "output_tokens": 95, "cached_tokens": 0, "cost": 0.00018, "unpriced_calls": 0, "latency_ms": 950.2}
 
-A turn starts at each user message (turn n is the n-th user message of the thread's stored history), and
-its ``turn`` line follows its messages; it carries the ledger's totals for that turn (all zero, cost null,
-when the ledger recorded nothing for it). ``role`` is user, assistant, tool or system; to replay against
-another model, send the messages up to each user message and compare with what follows.
-``--format md`` renders the same as Markdown: a heading per turn with its model, tokens, cost and latency,
-then the messages (text literal, in fenced blocks).
+On a thread whose memory strategy removed messages (summary, delete), the turns that left the state come
+first, after the ``thread`` line: one record naming them, then their ledger totals, so that every ledger row
+of the thread is in the transcript::
+
+    {"type": "summary", "replaces_turns": [1, 60], "content": "the rolling summary"}
+    {"type": "turn", "turn": 1, "in_state": false, "calls": 1, ...}
+
+(``{"type": "removed", "turns": [1, 60]}`` instead when no summary holds them: the delete strategy.)
+
+A turn starts at a user message that follows another role, and its ``turn`` line follows its messages;
+it carries the ledger's totals for that turn (all zero, cost null, when the ledger recorded nothing for it).
+Turns are numbered as the agent numbers them in the ledger: counted back from the turn number the state
+records (``remem_turn``), so a thread that kept its last 5 turns of 65 shows turns 61 to 65; a history
+without it (a stock graph, the memory client's thread) holds every turn, counted from 1. ``role`` is
+user, assistant, tool or system; to replay against another model, send the messages up to each user
+message and compare with what follows. Readers skip record types they do not know.
+``--format md`` renders the same as Markdown: the summary and the removed turns' totals first, then a
+heading per turn with its model, tokens, cost and latency, then the messages (text literal, in fenced
+blocks).
 """
 
 from __future__ import annotations
@@ -281,42 +294,103 @@ def _url(given: str | None) -> str:
 # -- export ----------------------------------------------------------------------------------------
 
 
+def turn_numbers(messages: list[dict[str, Any]], last_turn: int | None) -> list[int | None]:
+    """The turn each message belongs to (None before the first user message of a full history).
+
+    A turn starts at a user message that follows another role (two user messages in a row are one turn, as
+    the agent and ``BudgetMiddleware`` count them). ``last_turn`` is the turn number the state records
+    (``remem_turn``): the latest turn that reached the model. A strategy that removes messages (summary,
+    delete) leaves the latest turns in the state, so the turns are counted back from it; a history without
+    that number (a stock graph, the memory client) holds every turn, counted from 1.
+    """
+    starts = [
+        i
+        for i, m in enumerate(messages)
+        if m["role"] == "user" and (i == 0 or messages[i - 1]["role"] != "user")
+    ]
+    if not starts:
+        return [None] * len(messages)
+    newest = len(starts)
+    if last_turn is not None:
+        # The newest turn has reached the model once something follows its user message; a user message
+        # alone at the end is a turn that has not (yet) been answered: the next number.
+        answered = any(m["role"] != "user" for m in messages[starts[-1] :])
+        newest = max(newest, last_turn if answered else last_turn + 1)
+    first = newest - len(starts) + 1
+    numbers: list[int | None] = []
+    turn: int | None = first - 1 if first > 1 else None  # the kept end of a turn whose start was removed
+    for i in range(len(messages)):
+        if i in starts:
+            turn = first + starts.index(i)
+        numbers.append(turn)
+    return numbers
+
+
+def _turn_record(
+    n: int, turns: dict[int, Totals], models: dict[int, list[str]], **extra: Any
+) -> dict[str, Any]:
+    found = turns.get(n)
+    data = found.as_dict() if found is not None else {"calls": 0, "cost": None}
+    data.pop("key", None)
+    return {"type": "turn", "turn": n, "models": models.get(n, []), **data, **extra}
+
+
 def transcript(
-    messages: list[dict[str, Any]], turns: dict[int, Totals], models: dict[int, list[str]]
+    messages: list[dict[str, Any]],
+    turns: dict[int, Totals],
+    models: dict[int, list[str]],
+    *,
+    last_turn: int | None = None,
+    summary: str = "",
 ) -> list[dict[str, Any]]:
-    """The transcript's records (after the ``thread`` line): messages, each turn's totals after them."""
+    """The transcript's records (after the ``thread`` line): messages, each turn's totals after them.
+
+    Every turn gets its own ledger row, by the number the state gives it (:func:`turn_numbers`). The turns
+    no longer in the state come first: one ``summary`` record (or ``removed`` without a summary) naming
+    them, then their ``turn`` records (``"in_state": false``), so every ledger row of the thread is shown.
+    """
+    numbers = turn_numbers(messages, last_turn)
+    kept = [n for n in numbers if n is not None]
+    first = min(kept) if kept else (last_turn or 0) + 1
+    if kept and numbers[0] is not None and numbers[0] == first and messages[0]["role"] != "user":
+        first += 1  # the first messages end a turn whose start was removed: that turn is partly gone
+    removed = sorted({n for n in range(1, first)} | {n for n in turns if n < first})
     records: list[dict[str, Any]] = []
-    turn = 0
-
-    def close(n: int) -> None:
-        if n == 0:
-            return
-        found = turns.get(n)
-        data = found.as_dict() if found is not None else {"calls": 0, "cost": None}
-        data.pop("key", None)
-        records.append({"type": "turn", "turn": n, "models": models.get(n, []), **data})
-
-    for message in messages:
-        if message["role"] == "user":
-            close(turn)
-            turn += 1
-        records.append({"type": "message", "turn": turn or None, **message})
-    close(turn)
+    if removed:
+        span = [removed[0], removed[-1]]
+        if summary:
+            records.append({"type": "summary", "replaces_turns": span, "content": summary})
+        else:
+            records.append({"type": "removed", "turns": span})
+        records += [_turn_record(n, turns, models, in_state=False) for n in removed if n not in kept]
+    for i, message in enumerate(messages):
+        number = numbers[i]
+        records.append({"type": "message", "turn": number, **message})
+        if number is not None and (i + 1 == len(messages) or numbers[i + 1] != number):
+            records.append(_turn_record(number, turns, models))
+    shown = set(kept) | set(removed)
+    records += [_turn_record(n, turns, models, in_state=False) for n in sorted(turns) if n not in shown]
     return records
 
 
-def _thread_messages(db: Any, thread_id: str) -> tuple[list[dict[str, Any]], str]:
-    """The thread's messages as transcript records: from the checkpoints (with tool calls), else from the
-    memory client's store."""
+def _thread_messages(db: Any, thread_id: str) -> tuple[list[dict[str, Any]], str, int | None, str]:
+    """The thread's messages as transcript records, the turn number its state records and its rolling
+    summary: from the checkpoints (with tool calls), else from the memory client's store."""
     from remem.cli._render import message_json
-    from remem.cli._sources import checkpoint_state, open_checkpointer, open_memory
+    from remem.cli._sources import checkpoint_values, open_checkpointer, open_memory
     from remem.config import load_settings
     from remem.errors import NotFoundError
 
     with open_checkpointer(db) as saver:
-        found = None if saver is None else checkpoint_state(saver, thread_id)
-    if found is not None:
-        return [message_json(m) for m in found[0]], f"checkpoints in {db.shown}"
+        values = None if saver is None else checkpoint_values(saver, thread_id)
+    if values is not None:
+        turn, summary = values.get("remem_turn"), values.get("summary")
+        return (
+            [message_json(m) for m in values.get("messages") or []],
+            f"checkpoints in {db.shown}",
+            turn if isinstance(turn, int) and not isinstance(turn, bool) else None,
+            summary if isinstance(summary, str) else "",
+        )
     with open_memory(db, load_settings()) as memory:
         if memory is not None:
             try:
@@ -325,11 +399,27 @@ def _thread_messages(db: Any, thread_id: str) -> tuple[list[dict[str, Any]], str
                 pass
             else:
                 rows = [{"id": m.id, "role": m.role, "content": m.content} for m in stored]
-                return rows, f"memory store in {db.shown}"
+                return rows, f"memory store in {db.shown}", None, ""
     raise NotFoundError(
         f"thread {thread_id!r} is neither in the checkpoints nor in the memory store of {db.shown}; "
         "`remem threads` lists the threads there"
     )
+
+
+def _turn_line(record: dict[str, Any]) -> str:
+    from remem.cli._render import clean
+
+    return (
+        f"model: {clean(', '.join(record.get('models') or []) or '-')} | calls: {record.get('calls', 0)}"
+        f" | tokens in/out/cached: {record.get('input_tokens', 0)}/{record.get('output_tokens', 0)}/"
+        f"{record.get('cached_tokens', 0)} | cost: {_cost(record.get('cost'))}"
+        f" | latency: {record.get('latency_ms', 0)} ms"
+    )
+
+
+def _fenced(text: str) -> list[str]:
+    fence = "````" if "```" in text else "```"
+    return [fence, text, fence, ""]
 
 
 def _markdown(thread_id: str, source: str, records: list[dict[str, Any]]) -> str:
@@ -342,19 +432,19 @@ def _markdown(thread_id: str, source: str, records: list[dict[str, Any]]) -> str
             text = clean(record["content"])
             calls = record.get("tool_calls")
             body = text + ("\n" + json.dumps(calls, ensure_ascii=True, default=str) if calls else "")
-            fence = "````" if "```" in body else "```"
-            pending += [f"**{record['role']}**", "", fence, clean(body), fence, ""]
+            pending += [f"**{record['role']}**", "", *_fenced(clean(body))]
+        elif record["type"] == "summary":
+            low, high = record["replaces_turns"]
+            lines += [f"## Summary (replaces turns {low}-{high})", "", *_fenced(clean(record["content"]))]
+        elif record["type"] == "removed":
+            low, high = record["turns"]
+            lines += [f"## Turns {low}-{high}: removed from the state by the memory strategy", ""]
+        elif not record.get("in_state", True):
+            lines += [f"- turn {record['turn']} (not in the state): {_turn_line(record)}"]
         else:
-            lines += [
-                f"## Turn {record['turn']}",
-                "",
-                f"model: {clean(', '.join(record.get('models') or []) or '-')} | calls: {record.get('calls', 0)}"
-                f" | tokens in/out/cached: {record.get('input_tokens', 0)}/{record.get('output_tokens', 0)}/"
-                f"{record.get('cached_tokens', 0)} | cost: {_cost(record.get('cost'))}"
-                f" | latency: {record.get('latency_ms', 0)} ms",
-                "",
-                *pending,
-            ]
+            if lines[-1].startswith("- turn "):
+                lines.append("")
+            lines += [f"## Turn {record['turn']}", "", _turn_line(record), "", *pending]
             pending = []
     return "\n".join(lines + pending).rstrip() + "\n"
 
@@ -384,7 +474,7 @@ def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: 
     from remem.usage import read_ledger
 
     db = inspect_database(_url(database_url))
-    messages, source = _thread_messages(db, thread_id)
+    messages, source, last_turn, summary = _thread_messages(db, thread_id)
     turns: dict[int, Totals] = {}
     models: dict[int, list[str]] = {}
     with read_ledger(db.url) as ledger:
@@ -396,7 +486,7 @@ def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: 
                 if event.turn is not None and event.model not in models.setdefault(event.turn, []):
                     models[event.turn].append(event.model)
     head = {"type": "thread", "format": FORMAT, "thread": thread_id, "source": source}
-    records = transcript(messages, turns, models)
+    records = transcript(messages, turns, models, last_turn=last_turn, summary=summary)
     if as_json:
         emit_json({**head, "records": records})
     elif fmt == "jsonl":
