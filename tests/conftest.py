@@ -51,9 +51,33 @@ def _fresh_database(admin_url: str) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+# The server marks a test had when it was collected: `-m "not postgres"` selects on these, so a mark
+# added later (``request.applymarker`` in a fixture) comes too late and the test runs without its server.
+_COLLECTED_MARKS = pytest.StashKey[frozenset[str]]()
+_SERVER_MARKS = frozenset(matrix.SERVER_MARKS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.stash[_COLLECTED_MARKS] = frozenset(
+            m.name for m in item.iter_markers() if m.name in _SERVER_MARKS
+        )
+
+
+def _require_mark(request: pytest.FixtureRequest, mark: str) -> None:
+    """Fails a test that asks for a server it was not marked for when collected."""
+    collected = request.node.stash.get(_COLLECTED_MARKS, frozenset())
+    if mark not in collected:
+        pytest.fail(
+            f"{request.node.nodeid} uses a {mark} database but was not collected with @pytest.mark.{mark}: "
+            f"mark the test, or give its backend param marks=pytest.mark.{mark} (tests.matrix.backend_params)."
+        )
+
+
 @pytest.fixture
-def pg_url() -> Iterator[str]:
+def pg_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh, empty database on the machine's PostgreSQL, dropped after the test."""
+    _require_mark(request, "postgres")
     yield from _fresh_database(POSTGRES_URL)
 
 
@@ -71,8 +95,9 @@ def pgvector_server_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def pgvector_url(pgvector_server_url: str) -> Iterator[str]:
+def pgvector_url(request: pytest.FixtureRequest, pgvector_server_url: str) -> Iterator[str]:
     """A fresh database with the vector extension on the embedded server."""
+    _require_mark(request, "pgvector")
     for url in _fresh_database(pgvector_server_url):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -85,11 +110,9 @@ def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "remem.db"
 
 
-@pytest.fixture(params=["sqlite", "postgres", "pgvector"])
+@pytest.fixture(params=matrix.backend_params("sqlite", "postgres", "pgvector"))
 def store_backend(request: pytest.FixtureRequest) -> str:
     """Each remem store backend: a SQLite file, the machine's PostgreSQL, an embedded pgvector server."""
-    if request.param != "sqlite":
-        request.applymarker(pytest.mark.postgres if request.param == "postgres" else pytest.mark.pgvector)
     return str(request.param)
 
 

@@ -33,6 +33,19 @@ MISSING: dict[tuple[str, str, str], str] = {}
 DIMS = 64
 
 
+# Backends that need a server, each named as the mark that selects its tests.
+SERVER_MARKS = ("postgres", "pgvector")
+
+
+def backend_params(*names: str) -> list[Any]:
+    """Backend names as pytest params, each marked for the server it needs (``postgres``, ``pgvector``);
+    a mark given at collection is what ``-m "not postgres"`` selects on."""
+    return [
+        pytest.param(name, marks=[getattr(pytest.mark, name)] if name in SERVER_MARKS else [])
+        for name in names
+    ]
+
+
 def cells() -> list[Any]:
     """Every cell of the matrix as a pytest param, marked for the server it needs."""
     params = []

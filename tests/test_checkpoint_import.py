@@ -149,6 +149,7 @@ def test_an_interrupted_import_finishes_when_run_again(tmp_path: Path) -> None:
         assert 0 < 17 - again.skipped <= 3
 
 
+@pytest.mark.postgres
 def test_a_stock_postgres_database_imports_whole(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         stock = StockPostgresSaver(conn)

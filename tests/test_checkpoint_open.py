@@ -69,6 +69,7 @@ def _postgres_forms(pg_url: str) -> list[str]:
     return [pg_url, pg_url.replace("postgresql://", "postgres://", 1), make_conninfo(**info)]
 
 
+@pytest.mark.postgres
 def test_postgres_saver_takes_urls_and_dsns(pg_url: str) -> None:
     for form in _postgres_forms(pg_url):
         with PostgresSaver.from_conn_string(form) as saver:
@@ -78,6 +79,7 @@ def test_postgres_saver_takes_urls_and_dsns(pg_url: str) -> None:
         _roundtrip(piped)
 
 
+@pytest.mark.postgres
 async def test_async_postgres_saver_takes_urls_and_dsns(pg_url: str) -> None:
     for form in _postgres_forms(pg_url):
         async with AsyncPostgresSaver.from_conn_string(form) as saver:
@@ -161,6 +163,7 @@ async def test_no_async_error_shows_the_password(url: str) -> None:
         _assert_hidden(info.value)
 
 
+@pytest.mark.postgres
 def test_an_error_of_a_working_saver_shows_no_password(pg_url: str) -> None:
     info = conninfo_to_dict(pg_url)
     url = make_conninfo(**info, password=SECRET)  # the machine's server trusts, so any password works

@@ -90,6 +90,7 @@ def _savers(tmp_path: Path, pg_url: str) -> Iterator[dict[str, Any]]:
         yield {"stock-sqlite": stock, "remem-sqlite": remem_sqlite, "remem-postgres": remem_pg}
 
 
+@pytest.mark.postgres
 def test_user_classes_in_state_come_back_as_their_classes(tmp_path: Path, pg_url: str) -> None:
     expected = _restored(InMemorySaver())
     assert [type(v) for v in expected.values()] == [Profile, Address, Color, Point, list]
@@ -152,6 +153,7 @@ def _exercise(saver: Any) -> None:
     assert [t.metadata["step"] for t in saver.list(CONFIG)] == [1]
 
 
+@pytest.mark.postgres
 def test_connections_and_pools_with_dict_rows(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
         _exercise(PostgresSaver(conn))
@@ -173,6 +175,7 @@ def conn_pipe(url: str) -> Iterator[psycopg.Pipeline]:
         yield pipe
 
 
+@pytest.mark.postgres
 async def test_async_pools_with_dict_rows(pg_url: str) -> None:
     async with AsyncConnectionPool(
         pg_url, kwargs={"autocommit": True, "row_factory": dict_row}, open=False
@@ -222,6 +225,7 @@ def test_any_filter_key_is_safe(tmp_path: Path) -> None:
         assert list(saver.list(None, filter={odd: "public"})) == []
 
 
+@pytest.mark.postgres
 def test_pending_sends_of_old_checkpoints_are_not_moved(pg_url: str) -> None:
     # Stock PostgresSaver copies TASKS writes of a parent (format < 4) into the child's channel values;
     # InMemorySaver and SqliteSaver do not, and neither does remem (LangGraph >= 0.3 never writes them so).
@@ -257,6 +261,7 @@ def _sessions(database_url: str) -> list[str]:
     return names
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("pipeline", [False, True], ids=["pool", "pipeline"])
 def test_a_closed_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) -> None:
     # A graph run takes the thread's lease on a connection of its own; closing the saver closes it too.
@@ -265,6 +270,7 @@ def test_a_closed_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) ->
     assert _sessions(pg_url) == []
 
 
+@pytest.mark.postgres
 @pytest.mark.parametrize("pipeline", [False, True], ids=["pool", "pipeline"])
 async def test_a_closed_async_saver_leaves_no_session_behind(pg_url: str, pipeline: bool) -> None:
     async with AsyncPostgresSaver.from_conn_string(pg_url, pipeline=pipeline) as saver:
@@ -273,6 +279,7 @@ async def test_a_closed_async_saver_leaves_no_session_behind(pg_url: str, pipeli
     assert _sessions(pg_url) == []
 
 
+@pytest.mark.postgres
 def test_a_stored_none_is_a_delta_seed(tmp_path: Path, pg_url: str) -> None:
     # The base class's contract: the walk stops at the nearest checkpoint that holds the channel, None too.
     from langgraph.checkpoint.base.id import uuid6

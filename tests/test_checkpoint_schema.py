@@ -88,6 +88,7 @@ def test_a_newer_schema_is_refused_by_upgrade_and_check(tmp_path: Path) -> None:
     assert recorded(conn, "toy") == [1, 2]
 
 
+@pytest.mark.postgres
 def test_postgres_runner_locks_and_reads_any_row_factory(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True, row_factory=dict_row) as conn:
         assert _migrate.run_postgres(conn, toy(TOY_V1)) == 1
@@ -126,6 +127,7 @@ def test_a_database_of_the_released_format_keeps_working(tmp_path: Path) -> None
         assert recorded(saver.conn, "checkpoint") == [1]
 
 
+@pytest.mark.postgres
 def test_released_postgres_database_keeps_working(pg_url: str) -> None:
     with PostgresSaver.from_conn_string(pg_url) as saver:
         saver.put(CONFIG, empty_checkpoint(), {"step": 7}, {})
@@ -147,6 +149,7 @@ def test_a_checkpoint_database_from_a_newer_remem_is_refused(tmp_path: Path, cre
         pass
 
 
+@pytest.mark.postgres
 def test_postgres_checkpoints_from_a_newer_remem_are_refused(pg_url: str) -> None:
     with PostgresSaver.from_conn_string(pg_url) as saver:
         saver.setup()
@@ -210,6 +213,7 @@ def test_a_read_only_saver_reads_and_refuses_to_write(tmp_path: Path) -> None:
     assert db.stat().st_mtime_ns == mtime
 
 
+@pytest.mark.postgres
 def test_reading_an_empty_postgres_database_creates_no_table(pg_url: str) -> None:
     with (
         pytest.raises(NotFoundError, match="has no remem checkpoints"),

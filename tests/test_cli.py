@@ -155,6 +155,7 @@ def test_reading_commands_refuse_a_missing_database_and_bad_limits(runner: CliRu
     assert runner.invoke(main, ["history", "x", "--limit", "0"]).exit_code == 2
 
 
+@pytest.mark.postgres
 def test_postgres_urls_are_shown_without_credentials(runner: CliRunner, pg_url: str) -> None:
     url = pg_url.replace("postgresql://postgres@", "postgresql://postgres:hunter2@")
     with checkpointer_from_url(pg_url):  # reading commands need the tables (they create none)

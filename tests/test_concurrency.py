@@ -20,6 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from remem import Memory, Settings, ThreadBusyError, arun_turn, build_agent, run_turn
 from remem._lease import athread_lease, lease_target, thread_lease
+from tests import matrix
 from tests.lease_workers import (
     THREAD,
     agent_for,
@@ -78,7 +79,7 @@ def _turn_problems(saver: Any, acked: list[str]) -> dict[str, int]:
     }
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres", "stock-sqlite"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres", "stock-sqlite"))
 def test_six_processes_running_turns_on_one_thread_lose_none(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -127,7 +128,7 @@ def _bare_invoke_problems(saver: Any, acked: list[str], refused: list[str]) -> d
     }
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 def test_bare_invokes_with_the_middleware_never_fork_the_thread(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -180,7 +181,7 @@ def _race_after_read(saver: Any, app: Any, intruder: str) -> None:
     saver.get_tuple = racing
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 @pytest.mark.parametrize("empty", [False, True], ids=["thread-with-history", "empty-thread"])
 def test_a_run_whose_head_moved_is_refused_and_time_travel_still_forks(
     kind: str, empty: bool, tmp_path: Path, request: pytest.FixtureRequest
@@ -257,7 +258,7 @@ def test_run_turn_is_not_cut_short_by_a_bare_invoke(tmp_path: Path) -> None:
         assert texts[-2:] == ["leased", "reply to leased"] and "bare" not in texts
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 def test_six_processes_appending_to_one_memory_thread_lose_none(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -307,7 +308,7 @@ def _hold(owner: Any, scope: Any, entered: threading.Event, leave: threading.Eve
         leave.wait(10)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres", "memory"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres", "memory"))
 def test_a_second_writer_waits_then_fails_with_thread_busy(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -378,6 +379,7 @@ def _hold_thread(saver: Any, entered: threading.Event, leave: threading.Event) -
         leave.wait(10)
 
 
+@pytest.mark.postgres
 def test_the_lease_is_found_from_stock_savers_and_stores(tmp_path: Path, pg_url: str) -> None:
     from langgraph.checkpoint.postgres import PostgresSaver as StockPostgresSaver
     from langgraph.checkpoint.sqlite import SqliteSaver as StockSqliteSaver
@@ -397,7 +399,7 @@ def test_the_lease_is_found_from_stock_savers_and_stores(tmp_path: Path, pg_url:
     assert lease_target(InMemoryStore()).kind == "process"
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 async def test_async_turns_on_one_thread_take_turns(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -501,6 +503,7 @@ def _terminate_lease_sessions(url: str) -> int:
     return len(rows)
 
 
+@pytest.mark.postgres
 def test_a_turn_whose_postgres_lease_died_writes_nothing_more(pg_url: str, tmp_path: Path) -> None:
     """The lease's session ends mid-turn; another process takes the lease and runs its turn; the first
     holder's next write fails with a clear StorageError instead of writing beside the new holder."""
@@ -556,7 +559,7 @@ def _decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 def test_a_turn_decodes_the_thread_once(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,7 +581,7 @@ def test_a_turn_decodes_the_thread_once(
         assert len([n for n in counts if n >= len(history)]) == 2  # outside a lease: read as stock
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 def test_a_read_kept_under_the_lease_is_never_stale_nor_shared(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

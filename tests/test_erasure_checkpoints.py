@@ -80,6 +80,7 @@ def tables_mentioning(url: str, text: str) -> set[str]:
     return found
 
 
+@pytest.mark.postgres
 def test_forgetting_a_thread_on_postgres_leaves_no_row_with_its_text(pg_url: str) -> None:
     talk(pg_url, "secret-thread", f"My locker code is {SECRET}.")
     remember(pg_url, "secret-thread", "alice", f"My locker code is {SECRET}.")

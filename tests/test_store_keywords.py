@@ -19,6 +19,7 @@ from remem.store import PostgresStore, SqliteStore, hybrid_search
 from remem.store import _core as core
 from remem.store import _schema as schema
 from remem.store._text import index_terms, words
+from tests import matrix
 
 NS = ("users", "u1", "memories")
 
@@ -55,11 +56,9 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=matrix.backend_params("sqlite", "postgres"))
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Opens stores on a SQLite file or on the machine's PostgreSQL (``open_store(**kwargs)``)."""
-    if request.param == "postgres":
-        request.applymarker(pytest.mark.postgres)
     stack = contextlib.ExitStack()
 
     def make(**kwargs: Any) -> Any:

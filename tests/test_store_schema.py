@@ -21,11 +21,12 @@ from remem.erasure import register_user_data, registered_user_data
 from remem.errors import SchemaTooNewError, StorageError
 from remem.store import PostgresStore, SqliteStore
 from remem.store import _schema as schema
+from tests import matrix
 
 NS = ("users", "maya", "memories")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=matrix.backend_params("sqlite", "postgres"))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[_migrate.Dialect, str]]:
     """(dialect, url) of a fresh database."""
     if request.param == "sqlite":

@@ -366,6 +366,7 @@ async def test_async_postgres_runs_on_an_async_connection_and_sync_calls_on_a_sy
         assert len(await store.asearch(("t",), limit=500)) == 100
 
 
+@pytest.mark.postgres
 def test_a_closed_memory_client_on_postgres_leaves_no_session_behind(pg_url: str) -> None:
     """Appends take the thread's lease on a connection of its own (as a graph run does on a saver): closing
     the memory client, and with it its PostgresStore, closes that session too, as stock stores leave none."""

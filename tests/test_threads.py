@@ -14,6 +14,7 @@ from remem import ScriptedChatModel, build_agent, checkpointer_from_url, list_th
 from remem._url import parse_database_url
 from remem.checkpoint import acheckpointer_from_url
 from remem.errors import ConfigError, NotFoundError, StorageError
+from tests import matrix
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "persistent_chat.py"
 
@@ -99,7 +100,7 @@ def test_unwritable_sqlite_path_is_a_storage_error(tmp_path: Path) -> None:
         pass
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("backend", matrix.backend_params("sqlite", "postgres"))
 def test_a_thread_survives_a_process_restart(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -116,6 +117,7 @@ def test_a_thread_survives_a_process_restart(
         assert list_threads(saver) == ["t2", "t1"]
 
 
+@pytest.mark.postgres
 async def test_async_checkpointers_open_each_backend(tmp_path: Path, pg_url: str) -> None:
     for url in ("memory://", f"sqlite:///{tmp_path / 'a.db'}", pg_url):
         async with acheckpointer_from_url(url) as saver:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests import matrix
 from tests.lease_workers import THREAD, agent_for, context, crash_worker, open_saver
 
 CONFIG = {"configurable": {"thread_id": THREAD}}
@@ -114,7 +115,7 @@ class Chain:
             self.problems.append(f"{where}: {result['calls']} model calls for {paid} new replies")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 @pytest.mark.parametrize("strategy", ["filter", "summary"])
 def test_a_kill_after_any_write_of_a_turn_loses_no_reply(
     kind: str, strategy: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -132,7 +133,7 @@ def test_a_kill_after_any_write_of_a_turn_loses_no_reply(
     assert chain.problems == []
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
 def test_kills_at_random_moments_lose_no_reply(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

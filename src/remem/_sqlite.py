@@ -8,12 +8,18 @@ busy and what to do, and is never blamed on permissions.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from typing import Final
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
 
 from remem.errors import StorageError
 
-__all__ = ["BUSY_TIMEOUT_MS", "database_file", "is_busy", "storage_error"]
+if TYPE_CHECKING:
+    import aiosqlite
+
+__all__ = ["BUSY_TIMEOUT_MS", "aenable_wal", "database_file", "enable_wal", "is_busy", "storage_error"]
 
 BUSY_TIMEOUT_MS: Final = 30_000  # the wait for the write lock, the same for every part of a shared file
 
@@ -49,3 +55,48 @@ def storage_error(exc: BaseException, *, where: str, doing: str) -> StorageError
         f"SQLite refused {doing} on {where} ({exc}); check that the file is a remem database, not corrupt, "
         "on a disk with space, and writable"
     )
+
+
+# Changing the journal mode needs the file to itself and does not wait on the busy timeout, so processes
+# opening a fresh file at once (a store creating its tables, a saver, a ledger) retry the switch instead.
+_WAL = "PRAGMA journal_mode = WAL"
+
+
+def _wal_waits() -> Iterator[float]:
+    """The pauses between attempts to switch to WAL, doubling up to 0.1 s, for :data:`BUSY_TIMEOUT_MS`."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while time.monotonic() < deadline:
+        yield delay
+        delay = min(delay * 2, 0.1)
+    raise sqlite3.OperationalError("database is locked")
+
+
+def _switched(row: object) -> bool:
+    # "memory" is the answer of a database in memory, which has no WAL and needs none.
+    return isinstance(row, tuple | sqlite3.Row) and str(row[0]).lower() in ("wal", "memory")
+
+
+def enable_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file of ``conn`` to WAL (readers never wait for the writer), retrying while it is busy."""
+    for delay in _wal_waits():
+        try:
+            if _switched(conn.execute(_WAL).fetchone()):
+                return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+        time.sleep(delay)
+
+
+async def aenable_wal(conn: aiosqlite.Connection) -> None:
+    """Async version of :func:`enable_wal`."""
+    for delay in _wal_waits():
+        try:
+            async with conn.execute(_WAL) as cursor:
+                if _switched(await cursor.fetchone()):
+                    return
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+        await asyncio.sleep(delay)

@@ -36,10 +36,8 @@ def _storage_error(exc: BaseException, where: str = "the SQLite database") -> St
     return _sqlite.storage_error(exc, where=where, doing="the checkpoint operation")
 
 
-def _wal_statements(journal_mode: str) -> tuple[str, ...]:
-    if journal_mode.lower() == "memory":
-        return ()
-    return ("PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL")
+def _wants_wal(journal_mode: str, read_only: bool) -> bool:
+    return not read_only and journal_mode.lower() != "memory"
 
 
 def _connect_args(conn_string: str | Path, read_only: bool) -> tuple[str, dict[str, Any]]:
@@ -95,8 +93,9 @@ class SqliteSaver(SyncSaver):
             for pragma in _PRAGMAS:
                 conn.execute(pragma)
             (mode,) = conn.execute("PRAGMA journal_mode").fetchone()
-            for pragma in () if self.read_only else _wal_statements(mode):
-                conn.execute(pragma)
+            if _wants_wal(mode, self.read_only):
+                _sqlite.enable_wal(conn)
+                conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             raise _storage_error(exc, _sqlite.database_file(conn)) from exc
 
@@ -190,8 +189,9 @@ class AsyncSqliteSaver(AsyncSaver):
             await self.conn.execute(pragma)
         async with self.conn.execute("PRAGMA journal_mode") as cur:
             row = await cur.fetchone()
-        for pragma in () if self.read_only else _wal_statements(str(row[0]) if row else "memory"):
-            await self.conn.execute(pragma)
+        if _wants_wal(str(row[0]) if row else "memory", self.read_only):
+            await _sqlite.aenable_wal(self.conn)
+            await self.conn.execute("PRAGMA synchronous = NORMAL")
         self._configured = True
 
     @asynccontextmanager

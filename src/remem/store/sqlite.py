@@ -18,7 +18,6 @@ import json
 import logging
 import sqlite3
 import threading
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -107,25 +106,6 @@ def _storage_error(conn: sqlite3.Connection, exc: sqlite3.Error) -> StorageError
     return _sqlite.storage_error(exc, where=_sqlite.database_file(conn), doing="the store operation")
 
 
-def _enable_wal(conn: sqlite3.Connection) -> None:
-    """Switch the file to WAL (readers never wait for the writer). Changing the journal mode needs the file
-    to itself and does not wait on the busy timeout, so processes opening a fresh file at once retry."""
-    deadline = time.monotonic() + _sqlite.BUSY_TIMEOUT_MS / 1000
-    delay = 0.005
-    while True:
-        try:
-            row = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if row and str(row[0]).lower() in ("wal", "memory"):
-                return
-        except sqlite3.OperationalError as exc:
-            if not _sqlite.is_busy(exc):
-                raise
-        if time.monotonic() > deadline:
-            raise sqlite3.OperationalError("database is locked")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
-
-
 class _SqliteBackend(RememStoreBase):
     """What :class:`SqliteStore` and :class:`AsyncSqliteStore` share: everything but their lifecycle API."""
 
@@ -183,7 +163,7 @@ class _SqliteBackend(RememStoreBase):
                 _migrate.drive(_migrate.check(schema.COMPONENT, "sqlite"), self._statement), self._where()
             )
             return
-        _enable_wal(c)
+        _sqlite.enable_wal(c)
         c.execute("PRAGMA synchronous = NORMAL")
         c.execute("PRAGMA secure_delete = ON")
         # keyword search joins each full-text match to its item row (namespace, TTL): with the default

@@ -78,7 +78,7 @@ class SqliteLedger(Ledger):
             if target != ":memory:":
                 # As the checkpointer does: WAL, and no fsync per record (a crash may lose the last rows,
                 # never corrupt the file).
-                conn.execute("PRAGMA journal_mode = WAL")
+                _sqlite.enable_wal(conn)
                 conn.execute("PRAGMA synchronous = NORMAL")
             ledger.setup()
         except BaseException:
