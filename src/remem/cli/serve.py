@@ -1,0 +1,211 @@
+"""``remem serve`` (the HTTP server) and ``remem keys`` (its API keys). Thin: each calls ``remem.server``."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from typing import Any
+
+import click
+
+from remem.cli._options import database_url as url_of
+from remem.cli._options import db_option, json_option
+
+__all__ = ["COMMANDS", "keys_group", "serve_command"]
+
+OPTIONS_ENV = "_REMEM_SERVE_OPTIONS"  # how the options reach uvicorn's worker processes
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is reachable from this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def app_from_environment() -> Any:
+    """The app uvicorn's workers build (``remem.cli.serve:app_from_environment``, a factory)."""
+    from remem.server import ServerOptions, create_app
+
+    return create_app(ServerOptions(**json.loads(os.environ[OPTIONS_ENV])))
+
+
+def _open_store(url: str, *, read_only: bool = False) -> Any:
+    from remem.store import open_store
+
+    return open_store(url, read_only=read_only)
+
+
+@click.command("serve")
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8420, show_default=True, type=click.IntRange(0, 65535), help="Port.")
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes (PostgreSQL; a SQLite file is served by one).",
+)
+@click.option(
+    "--max-body",
+    default=1_048_576,
+    show_default=True,
+    type=click.IntRange(1, None),
+    help="Largest request body in bytes (413 past it).",
+)
+@click.option(
+    "--rate-limit",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(0, None),
+    help="Requests a minute per key, per worker (429 past it; 0: no limit).",
+)
+def serve_command(
+    database_url: str | None, host: str, port: int, workers: int, max_body: int, rate_limit: float
+) -> None:
+    """Serve the memory over HTTP: remem's API under /v1, docs at /docs, /healthz, /readyz, /metrics.
+
+    Bound beyond loopback it refuses to start until the database has keys (`remem keys create`).
+
+    \b
+    Example:
+      remem keys create --tenant acme --db sqlite:///app.db
+      remem serve --db sqlite:///app.db --port 8420
+    """
+    import uvicorn
+
+    from remem._url import parse_database_url
+    from remem.server.keys import has_keys
+
+    url = url_of(database_url)
+    kind = parse_database_url(url).kind
+    if workers > 1 and kind != "postgres":
+        raise click.UsageError("several workers need PostgreSQL; serve a SQLite file with --workers 1")
+    with _open_store(url) as store:
+        keyed = has_keys(store)
+    if not is_loopback(host) and not keyed:
+        raise click.UsageError(
+            f"{host} is reachable from other machines and the database has no API keys; "
+            "create one first (`remem keys create --tenant NAME`) or bind to 127.0.0.1"
+        )
+    options = {
+        "url": url,
+        "max_body": max_body,
+        "rate_limit": rate_limit,
+        "require_keys": keyed or not is_loopback(host),
+    }
+    os.environ[OPTIONS_ENV] = json.dumps(options)
+    click.echo(
+        f"remem serve: http://{host}:{port} ({'keys required' if options['require_keys'] else 'no keys: loopback only'})",
+        err=True,
+    )
+    uvicorn.run(
+        "remem.cli.serve:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        timeout_graceful_shutdown=30,
+        log_level="info",
+    )
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """API keys of `remem serve`: one tenant each, stored hashed, shown once.
+
+    \b
+    Example:
+      remem keys create --tenant acme          # prints the key once
+      remem keys rotate KEY_ID --grace 3600    # a new key; the old one works one more hour
+    """
+
+
+def _show(info: Any, as_json: bool, secret: str | None = None) -> None:
+    from remem.cli._render import show_table
+
+    data = info.as_dict()
+    if as_json:
+        click.echo(json.dumps({**({"key": secret} if secret else {}), **data}, indent=2))
+        return
+    if secret:
+        click.echo(f"key: {secret}")
+        click.echo("Keep it now: it is not stored and cannot be shown again.", err=True)
+    show_table("key", ["field", "value"], [(k, "-" if v is None else v) for k, v in data.items()])
+
+
+@keys_group.command("create")
+@db_option
+@click.option("--tenant", metavar="T", help="The tenant whose data the key reaches.")
+@click.option("--admin", is_flag=True, help="A key-management key (no tenant's data).")
+@click.option("--name", default="", help="A name to tell keys apart.")
+@json_option
+def keys_create(database_url: str | None, tenant: str | None, admin: bool, name: str, as_json: bool) -> None:
+    """Create a key and print it once."""
+    from remem.server.keys import create_key
+
+    with _open_store(url_of(database_url)) as store:
+        secret, info = create_key(store, tenant=tenant, admin=admin, name=name)
+    _show(info, as_json, secret)
+
+
+@keys_group.command("list")
+@db_option
+@click.option("--tenant", metavar="T", help="Only this tenant's keys.")
+@json_option
+def keys_list(database_url: str | None, tenant: str | None, as_json: bool) -> None:
+    """List the keys (never their secrets)."""
+    from remem.cli._render import show_table
+    from remem.server.keys import list_keys
+
+    with _open_store(url_of(database_url), read_only=True) as store:
+        found = list_keys(store, tenant=tenant)
+    if as_json:
+        click.echo(json.dumps([k.as_dict() for k in found], indent=2))
+        return
+    rows = [
+        (k.key_id, k.tenant or "-", k.role, k.name, k.created_at, "yes" if k.active() else "no")
+        for k in found
+    ]
+    show_table(f"{len(found)} key(s)", ["key id", "tenant", "role", "name", "created", "active"], rows)
+
+
+@keys_group.command("revoke")
+@db_option
+@click.argument("key_id")
+@json_option
+def keys_revoke(database_url: str | None, key_id: str, as_json: bool) -> None:
+    """Revoke a key at once."""
+    from remem.server.keys import revoke_key
+
+    with _open_store(url_of(database_url)) as store:
+        info = revoke_key(store, key_id)
+    _show(info, as_json)
+
+
+@keys_group.command("rotate")
+@db_option
+@click.argument("key_id")
+@click.option(
+    "--grace",
+    default=3600.0,
+    show_default=True,
+    type=click.FloatRange(0, 366 * 86400),
+    help="Seconds the old key keeps working.",
+)
+@json_option
+def keys_rotate(database_url: str | None, key_id: str, grace: float, as_json: bool) -> None:
+    """A new key for the same tenant; the old one keeps working --grace seconds."""
+    from remem.server.keys import rotate_key
+
+    with _open_store(url_of(database_url)) as store:
+        secret, info = rotate_key(store, key_id, grace=grace)
+    _show(info, as_json, secret)
+
+
+COMMANDS: list[click.Command] = [serve_command, keys_group]

@@ -1,0 +1,243 @@
+"""The ASGI app of ``remem serve``: FastAPI routes over one :class:`~remem.server._services.Services`.
+
+Endpoints are plain (sync) functions: FastAPI runs them in its thread pool, so database I/O never blocks
+the event loop. remem's errors become status codes in one place (:func:`status_of`); anything else is a
+500 whose body says only that it happened (the log has the traceback; no key is ever logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from remem import errors
+from remem.config import Settings, load_settings
+from remem.server._guard import BodyLimit, Metrics, RateLimiter, api_key_of
+from remem.server._services import Principal, Services
+
+__all__ = ["ServerOptions", "create_app", "status_of"]
+
+log = logging.getLogger("remem.server")
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/docs", "/redoc", "/openapi.json"})
+ADMIN_PREFIX = "/v1/keys"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How a server runs: its database, body cap (bytes), rate limit (requests a minute per key, 0: none),
+    and whether every request needs a key (always when bound beyond loopback)."""
+
+    url: str
+    max_body: int = 1_048_576
+    rate_limit: float = 600.0
+    require_keys: bool = False
+
+
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (errors.NotFoundError, 404),
+    (errors.BudgetExceededError, 403),
+    (errors.RememUsageError, 422),
+    (errors.ThreadBusyError, 409),
+    (errors.SchemaTooNewError, 503),
+    (errors.ErasureIncompleteError, 503),
+    (errors.StorageError, 503),
+    (errors.RateLimitError, 503),
+    (errors.ModelError, 502),
+    (errors.MissingDependencyError, 501),
+    (errors.RememError, 500),
+)
+
+
+def status_of(exc: BaseException) -> int:
+    """The status code a remem error answers with."""
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def error_response(
+    status: int, detail: str, error: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"detail": detail, "error": error}, status_code=status, headers=headers)
+
+
+def _route_of(request: Request) -> str:
+    route = request.scope.get("route")
+    path = getattr(route, "path", None)
+    return str(path) if path else "unmatched"
+
+
+def _principal(services: Services, options: ServerOptions, request: Request) -> Principal | JSONResponse:
+    from remem.server.keys import has_keys, verify_key
+
+    secret = api_key_of(request.headers)
+    needed = options.require_keys or has_keys(services.store)
+    if not needed:
+        return Principal("anonymous", None)
+    if secret is None:
+        return error_response(
+            401, "this server needs an API key: send it as the X-Api-Key header", "Unauthorized"
+        )
+    info = verify_key(services.store, secret)
+    if info is None:
+        return error_response(401, "the API key is unknown, revoked or expired", "Unauthorized")
+    return Principal(info.key_id, info.tenant, admin=info.role == "admin")
+
+
+def create_app(options: ServerOptions, *, settings: Settings | None = None) -> Any:
+    """The ASGI app serving the database of ``options.url`` (opened at start-up, closed at shutdown)."""
+    from remem.server import _v1
+
+    settings = settings or load_settings()
+    metrics = Metrics()
+    limiter = RateLimiter(options.rate_limit)
+    holder: dict[str, Services] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await run_in_threadpool(Services, options.url, settings)
+        holder["services"] = services
+        app.state.services = services
+        try:
+            yield
+        finally:
+            await run_in_threadpool(services.close)
+
+    app = FastAPI(
+        title="remem",
+        version=_version(),
+        summary="Memory for LangGraph agents, over HTTP: threads, context cards, search, erasure, usage.",
+        lifespan=lifespan,
+    )
+    app.state.options = options
+    app.state.metrics = metrics
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        metrics.in_flight.inc()
+        try:
+            response = await _guarded(request, call_next)
+        finally:
+            metrics.in_flight.dec()
+        metrics.observe(
+            request.method, _route_of(request), response.status_code, time.perf_counter() - started
+        )
+        return response
+
+    async def _guarded(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        path = request.url.path
+        if path in PUBLIC_PATHS:
+            return await call_next(request)
+        services = holder.get("services")
+        if services is None:
+            return error_response(503, "the server is starting; retry in a moment", "Starting")
+        found = await run_in_threadpool(_principal, services, options, request)
+        if isinstance(found, JSONResponse):
+            metrics.refused.labels("unauthorized").inc()
+            return found
+        wait = limiter.wait_for(found.key_id)
+        if wait > 0:
+            metrics.refused.labels("rate_limited").inc()
+            return error_response(
+                429,
+                f"too many requests for this key; retry in {RateLimiter.retry_after(wait)} s",
+                "RateLimited",
+                {"Retry-After": RateLimiter.retry_after(wait)},
+            )
+        admin_path = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
+        if admin_path and not found.admin and found.tenant is not None:
+            return error_response(403, "key management needs an admin key", "Forbidden")
+        if found.admin and not admin_path:
+            return error_response(
+                403, "an admin key manages keys only; use a tenant's key for its data", "Forbidden"
+            )
+        request.state.principal = found
+        return await call_next(request)
+
+    @app.exception_handler(errors.RememError)
+    async def remem_error(request: Request, exc: errors.RememError) -> JSONResponse:
+        status = status_of(exc)
+        metrics.errors.labels(_route_of(request), type(exc).__name__).inc()
+        if status >= 500:
+            log.warning("%s %s: %s", request.method, _route_of(request), type(exc).__name__)
+        headers = {"Retry-After": "1"} if isinstance(exc, errors.ThreadBusyError) else None
+        return error_response(status, str(exc), type(exc).__name__, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.errors.labels(_route_of(request), "RequestValidationError").inc()
+        problems = []
+        for err in exc.errors():
+            loc = err.get("loc", ())
+            if err.get("type") == "json_invalid":  # loc holds the position in the text, not a field
+                where = f"body (not valid JSON at character {loc[-1] if loc else 0})"
+            else:
+                where = ".".join(str(p) for p in loc if p != "body") or "body"
+            problems.append({"field": where, "message": str(err.get("msg", "")), "type": err.get("type")})
+        detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        return JSONResponse(
+            {"detail": detail, "error": "RequestValidationError", "errors": problems}, status_code=422
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        metrics.errors.labels(_route_of(request), type(exc).__name__).inc()
+        log.error("%s %s failed", request.method, _route_of(request), exc_info=exc)
+        return error_response(500, "the server failed on this request; its log says why", "InternalError")
+
+    @app.get("/healthz", tags=["operations"])
+    def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"])
+    def readyz() -> JSONResponse:
+        """The database answers and its schema is the one this remem writes."""
+        try:
+            _check_ready(options.url)
+        except errors.RememError as exc:
+            return JSONResponse({"status": "unavailable", "detail": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", tags=["operations"])
+    def metrics_text() -> Response:
+        """Prometheus metrics of this process."""
+        body, content_type = metrics.text()
+        return Response(body, media_type=content_type)
+
+    _v1.register(app)
+    return BodyLimit(app, options.max_body)
+
+
+def _check_ready(url: str) -> None:
+    from remem._url import parse_database_url
+    from remem.checkpoint import checkpointer_from_url
+    from remem.store import open_store
+
+    if parse_database_url(url).kind == "memory":
+        return
+    with open_store(url, read_only=True) as store:
+        store.get(("_remem", "ready"), "probe")
+    with checkpointer_from_url(url, create=False) as saver:
+        saver.get_tuple({"configurable": {"thread_id": "_remem.ready", "checkpoint_ns": ""}})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("remem")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without metadata
+        return "0"

@@ -1,0 +1,80 @@
+"""What the endpoints share: the memory, the store, the checkpointer and the ledger of one database.
+
+One :class:`Services` per server process, opened at start-up and closed at shutdown. A tenant's view
+(:meth:`Services.memory_for`, :meth:`Services.store_for`) is built once and kept, so that its lease
+target is found once; every call on it is scoped to the tenant at the storage layer
+(:mod:`remem.server._tenancy`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.store.base import BaseStore
+
+from remem.config import Settings
+from remem.memory import Memory
+from remem.server._tenancy import TenantMeter, scoped_store
+
+__all__ = ["Principal", "Services"]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who sent a request: the key's id (``"anonymous"`` without keys), its tenant and role."""
+
+    key_id: str
+    tenant: str | None
+    admin: bool = False
+
+
+class Services:
+    """The database's memory, store and checkpointer, and each tenant's view of them."""
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        from remem.checkpoint import checkpointer_from_url
+
+        self.url = url
+        self.settings = settings
+        self._stack = contextlib.ExitStack()
+        try:
+            self.memory = Memory.from_url(url, settings=settings)
+            self._stack.callback(self.memory.close)
+            self.store: BaseStore = self.memory.store
+            self.saver: Any = self._stack.enter_context(checkpointer_from_url(url))
+        except BaseException:
+            self._stack.close()
+            raise
+        self._views: dict[str, tuple[BaseStore, Memory]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def _view(self, tenant: str) -> tuple[BaseStore, Memory]:
+        with self._lock:
+            view = self._views.get(tenant)
+            if view is None:
+                base = self.memory
+                store = scoped_store(self.store, tenant)
+                memory = Memory(
+                    store,
+                    summarizer=base.summarizer,
+                    token_counter=base.token_counter,
+                    context_summary_update_frequency=base.context_summary_update_frequency,
+                    thread_lease_timeout=base.thread_lease_timeout,
+                    meter=None if base.meter is None else TenantMeter(base.meter, tenant),
+                )
+                view = self._views[tenant] = (store, memory)
+            return view
+
+    def memory_for(self, tenant: str | None) -> Memory:
+        """The memory client as ``tenant`` sees it (the whole database without a tenant)."""
+        return self.memory if tenant is None else self._view(tenant)[1]
+
+    def store_for(self, tenant: str | None) -> BaseStore:
+        """The store as ``tenant`` sees it."""
+        return self.store if tenant is None else self._view(tenant)[0]
