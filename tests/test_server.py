@@ -347,8 +347,11 @@ def test_bad_json_hostile_labels_and_wrong_query_types_are_4xx(served: Served) -
     c = client(served.main, served.keys.a)
     broken = c.post("/v1/search", content=b'{"query":', headers={"content-type": "application/json"})
     assert broken.status_code == 422 and "JSON" in broken.json()["detail"]
-    dotted = add(c, "a.b", ("d1", "user", "hi"))
-    assert dotted.status_code == 422 and "thread_id" in dotted.json()["detail"]
+    assert add(c, "a.b", ("d1", "user", "hi")).status_code == 200  # any text is an id
+    assert "a.b" in [t["thread_id"] for t in c.get("/v1/threads").json()["threads"]]
+    assert client(served.main, served.keys.b).get("/v1/threads/a.b").status_code == 404
+    nul = add(c, "a%00b", ("d1", "user", "hi"))
+    assert nul.status_code == 422 and "thread_id" in nul.json()["detail"]
     assert c.get("/v1/threads/x/messages", params={"limit": "many"}).status_code == 422
     assert c.post("/v1/search", json={"query": "q"}).status_code == 422  # neither user nor thread
     assert c.post("/v1/search", json={"query": "q", "thread_id": "t", "k": -1}).status_code == 422

@@ -145,7 +145,7 @@ def thread_infos(memory: Memory, limit: int, offset: int) -> list[ThreadInfo]:
         offset=offset,
     )
     spaces: Any = memory.store.batch([op])[0]
-    ids = sorted(ns[1] for ns in spaces if len(ns) == 3)
+    ids = sorted(layout.unescape_label(ns[1]) for ns in spaces if len(ns) == 3)
     found = []
     for thread_id in ids:
         try:
