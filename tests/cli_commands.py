@@ -38,13 +38,26 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("forget",): ["--thread", "{thread}", "--yes"],
     ("history",): ["{thread}"],
     ("import",): ["{db}"],
+    ("queue", "park"): ["--kind", "extraction"],
+    ("queue", "retry"): ["--all"],
     ("search",): ["alert", "--thread", "{thread}", "--user", "{user}"],
     ("state",): ["{thread}", "--last", "0"],
     ("summary",): ["{thread}"],
     ("usage",): ["--by", "turn"],
+    ("worker",): ["--until-empty"],
 }
 # Commands that change the database; every other command is a read and takes --json.
-WRITING = {("chat",), ("demo",), ("forget",), ("checkpoints", "prune"), ("import",)}
+WRITING = {
+    ("chat",),
+    ("demo",),
+    ("forget",),
+    ("checkpoints", "prune"),
+    ("import",),
+    ("worker",),
+    ("queue", "drain"),
+    ("queue", "retry"),
+    ("queue", "park"),
+}
 CHAT_INPUT = "/state\n/nonsense\n/exit\n"
 # chat needs a configured model to start; it is never called (the session only runs local commands).
 CHAT_ENV = {

@@ -21,7 +21,7 @@ from tests.cli_commands import WRITING, all_commands, run
 READS = [path for path in all_commands() if path not in WRITING]
 # What a reading command may say about a database without remem's tables: the database named, and either
 # an empty result or what is missing with a next step (an option to check, or a command to run).
-EMPTY_RESULTS = ("no threads yet in", "no usage recorded in")
+EMPTY_RESULTS = ("no threads yet in", "no usage recorded in", "no job queued yet in")
 NEXT_STEPS = ("check --db", "`remem threads", "--user", "--thread")
 
 

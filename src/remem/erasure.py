@@ -67,6 +67,7 @@ from remem.errors import (
     RememRuntimeError,
     RememUsageError,
 )
+from remem.jobs import forget_jobs
 from remem.layout import escape_label, thread_id_of, thread_meta
 from remem.store import ForgetReport, RememStoreBase, open_store
 from remem.store import _erasure as journal
@@ -233,6 +234,13 @@ def _as_program(forgetting: UsageForgetting) -> Program[int]:
         return int(done.value)
 
 
+def _usage_and_jobs(dialect: str, user: str | None, threads: list[str]) -> Program[int]:
+    """The ledger's rows, then the queued jobs (remem.jobs) of the user and threads, in one transaction."""
+    removed = yield from _as_program(forget_usage(dialect, user_id=user, thread_ids=threads))
+    yield from _as_program(forget_jobs(dialect, user_id=user, thread_ids=threads))
+    return removed
+
+
 # ---------------------------------------------------------------- running an entry
 
 
@@ -365,7 +373,7 @@ class _Run:
             self.store,
             journal.journaled_program,
             dialect,
-            lambda: _as_program(forget_usage(dialect.name, user_id=user, thread_ids=threads)),
+            lambda: _usage_and_jobs(dialect.name, user, threads),
             record,
         )
         self.entry = recorded[-1]

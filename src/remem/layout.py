@@ -46,6 +46,7 @@ __all__ = [
     "ERASURE_REGISTRY_TABLE",
     "EXTRACTION_STATE_KEY",
     "INTERNAL_ROOT",
+    "JOBS_TABLE",
     "SCHEMA_TABLE",
     "STOCK_CHECKPOINT_TABLES",
     "STORE_LEGACY_TABLES",
@@ -127,6 +128,7 @@ ERASURE_JOURNAL_TABLE: Final = "remem_erasures"  # each erasure's plan and steps
 ERASURE_REGISTRY_TABLE: Final = "remem_erasure_registry"  # namespaces and threads registered for a user
 USAGE_LEDGER_TABLE: Final = "remem_usage"  # the usage ledger: one row per model call
 USAGE_TOTALS_TABLE: Final = "remem_usage_totals"  # its running totals per thread, turn and user-day
+JOBS_TABLE: Final = "remem_jobs"  # the durable job queue (remem.jobs): background work, retried, parked
 TABLES: Final = frozenset(
     {
         *CHECKPOINT_TABLES,
@@ -139,6 +141,7 @@ TABLES: Final = frozenset(
         STORE_MIGRATIONS_TABLE,
         USAGE_LEDGER_TABLE,
         USAGE_TOTALS_TABLE,
+        JOBS_TABLE,
     }
 )
 

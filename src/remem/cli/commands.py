@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import checkpoints, memory, serve, store, threads, usage
+from remem.cli import checkpoints, memory, queue, serve, store, threads, usage
 
 COMMANDS: list[click.Command] = [
     *threads.COMMANDS,
@@ -13,4 +13,5 @@ COMMANDS: list[click.Command] = [
     *checkpoints.COMMANDS,
     *usage.COMMANDS,
     *serve.COMMANDS,
+    *queue.COMMANDS,
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
@@ -95,8 +96,13 @@ class MemoryExtractor:
         user_id: str,
         thread_id: str,
         store: BaseStore | None = None,
+        run_key: str | None = None,
     ) -> ExtractionResult:
-        """Process the messages after the thread's watermark; returns what was done."""
+        """Process the messages after the thread's watermark; returns what was done.
+
+        ``run_key`` (a job's id, say) makes the run repeatable: the ids of the memories it adds are
+        derived from it, so running it again after a crash writes the same memories, never a second copy.
+        """
         store = self._store(store)
         result = ExtractionResult(thread_id=thread_id, user_id=user_id)
         state = self._state(store, thread_id, user_id)
@@ -112,7 +118,7 @@ class MemoryExtractor:
         watermark = pending[-1][0]
         if self.enabled and self.model is not None and turns:
             try:
-                self._extract(store, result, turns, user_id=user_id, thread_id=thread_id)
+                self._extract(store, result, turns, user_id=user_id, thread_id=thread_id, run_key=run_key)
             except Exception as exc:
                 state.update(
                     attempts=int(state.get("attempts", 0)) + 1, last_error=str(exc)[:500], failed_at=now_iso()
@@ -134,9 +140,12 @@ class MemoryExtractor:
         user_id: str,
         thread_id: str,
         store: BaseStore | None = None,
+        run_key: str | None = None,
     ) -> ExtractionResult:
         """Async version of :meth:`run`."""
-        return await asyncio.to_thread(self.run, messages, user_id=user_id, thread_id=thread_id, store=store)
+        return await asyncio.to_thread(
+            self.run, messages, user_id=user_id, thread_id=thread_id, store=store, run_key=run_key
+        )
 
     def watermark(self, thread_id: str, store: BaseStore | None = None) -> dict[str, Any] | None:
         """The thread's extraction state: ``watermark`` (last message id done), ``attempts``, ``last_error``."""
@@ -201,6 +210,7 @@ class MemoryExtractor:
         *,
         user_id: str,
         thread_id: str,
+        run_key: str | None,
     ) -> None:
         assert self.model is not None
         result.llm_used = True
@@ -223,6 +233,10 @@ class MemoryExtractor:
         # Every write waits for the end and goes in one batch: a failure part way leaves nothing written,
         # so the retry from the watermark cannot add the same memories twice.
         writes: list[PutOp] = []
+
+        def put(value: dict[str, Any]) -> str:
+            return self._put(writes, user_id, value, None if run_key is None else f"{run_key}:{len(writes)}")
+
         for n, candidate in enumerate(candidates):
             decision = decisions.get(n)
             action = decision.action if decision else "add"
@@ -234,9 +248,7 @@ class MemoryExtractor:
             if action == "noop":
                 result.unchanged += 1
             elif action == "add":
-                new_id = self._put(
-                    writes, user_id, memory_value(candidate, source_time=source_time, **common)
-                )
+                new_id = put(memory_value(candidate, source_time=source_time, **common))
                 result.added.append(new_id)
             elif action == "update":
                 assert target is not None and decision is not None
@@ -247,7 +259,7 @@ class MemoryExtractor:
                     source_message_ids=candidate.source_message_ids,
                 )
                 value = memory_value(merged, source_time=source_time, supersedes=[target], **common)
-                new_id = self._put(writes, user_id, value)
+                new_id = put(value)
                 self._invalidate(store, writes, user_id, target, "superseded", superseded_by=new_id)
                 result.updated.append((target, new_id))
             else:
@@ -270,8 +282,11 @@ class MemoryExtractor:
         return [(h.key, str(h.value.get("kind", "")), str(h.value.get("content", ""))) for h in hits]
 
     @staticmethod
-    def _put(writes: list[PutOp], user_id: str, value: dict[str, Any]) -> str:
-        new_id = "mem-" + uuid.uuid4().hex
+    def _put(writes: list[PutOp], user_id: str, value: dict[str, Any], seed: str | None = None) -> str:
+        """Add a new memory to ``writes``; its id is random, or derived from ``seed`` (a repeatable run)."""
+        new_id = "mem-" + (
+            uuid.uuid4().hex if seed is None else hashlib.sha256(seed.encode()).hexdigest()[:32]
+        )
         writes.append(PutOp(user_memories(user_id), new_id, value))
         return new_id
 

@@ -13,22 +13,60 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
+from langchain_core.messages import BaseMessage, messages_from_dict, messages_to_dict
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.store.base import BaseStore
 
 from remem.errors import RememUsageError
 from remem.extraction._extractor import MemoryExtractor
-from remem.extraction._schema import MEMORY_KINDS, RECALL_TOOL_NAME, Candidate, ExtractionResult, memory_value
-from remem.layout import is_thread_messages, threads_root, user_memories
+from remem.extraction._schema import (
+    MEMORY_KINDS,
+    RECALL_TOOL_NAME,
+    Candidate,
+    ExtractionResult,
+    memory_value,
+    message_id,
+)
+from remem.layout import (
+    EXTRACTION_STATE_KEY,
+    extraction_state,
+    is_thread_messages,
+    threads_root,
+    user_memories,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["create_memory_tools", "extraction_node"]
+__all__ = [
+    "EXTRACTION_JOB",
+    "JobSink",
+    "create_memory_tools",
+    "enqueue_extraction",
+    "extraction_node",
+    "run_extraction_job",
+]
+
+EXTRACTION_JOB = "extraction"  # the kind of a queued extraction job (remem.jobs runs it)
+
+
+class JobSink(Protocol):
+    """Where background work goes: what :class:`remem.jobs.JobQueue` supplies to this layer."""
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        input_key: str | None = None,
+        serial_key: str | None = None,
+        user_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> str: ...
 
 
 def _configured(config: RunnableConfig | None, name: str, fixed: str | None) -> str:
@@ -102,17 +140,77 @@ def create_memory_tools(store: BaseStore, *, user_id: str | None = None, limit: 
     ]
 
 
+def enqueue_extraction(
+    queue: JobSink,
+    messages: Sequence[BaseMessage],
+    *,
+    user_id: str,
+    thread_id: str,
+    store: BaseStore | None = None,
+) -> str | None:
+    """Queue the extraction of ``messages`` past the thread's watermark (read in ``store`` when given);
+    returns the job's id, or None when there is nothing new.
+
+    The job holds those messages (ids fixed, so a worker names them as this process would), keyed by the
+    thread and its last message: queueing the same turn twice adds one job. A thread's jobs run in order.
+    """
+    ids = [message_id(m, thread_id, i) for i, m in enumerate(messages)]
+    mark = None
+    if store is not None:
+        item = store.get(extraction_state(thread_id), EXTRACTION_STATE_KEY)
+        mark = None if item is None else item.value.get("watermark")
+    start = ids.index(mark) + 1 if mark in ids else 0
+    pending = [m.model_copy(update={"id": i}) for i, m in zip(ids[start:], messages[start:], strict=True)]
+    if not pending:
+        return None
+    payload = {"thread_id": thread_id, "user_id": user_id, "messages": messages_to_dict(pending)}
+    return queue.enqueue(
+        EXTRACTION_JOB,
+        payload,
+        input_key=f"{EXTRACTION_JOB}:{thread_id}:{ids[-1]}",
+        serial_key=f"{EXTRACTION_JOB}:{thread_id}",
+        user_id=user_id,
+        thread_id=thread_id,
+    )
+
+
+def run_extraction_job(
+    extractor: MemoryExtractor, payload: Mapping[str, Any], *, job_id: str, store: BaseStore | None = None
+) -> ExtractionResult:
+    """Run a job :func:`enqueue_extraction` queued; running it again (after a crash) does no harm: the
+    watermark skips what was done and the memories it adds have ids derived from ``job_id``."""
+    return extractor.run(
+        messages_from_dict(list(payload["messages"])),
+        user_id=str(payload["user_id"]),
+        thread_id=str(payload["thread_id"]),
+        store=store,
+        run_key=job_id,
+    )
+
+
 def extraction_node(
-    extractor: MemoryExtractor, *, background: bool = False, messages_key: str = "messages"
+    extractor: MemoryExtractor,
+    *,
+    background: bool = False,
+    messages_key: str = "messages",
+    queue: JobSink | None = None,
 ) -> Callable[..., dict[str, Any]]:
     """A graph node that runs ``extractor`` on the state's messages after a turn.
 
     ``thread_id`` and ``user_id`` come from ``config["configurable"]`` (user_id defaults to thread_id); the
-    store is the extractor's or, if it has none, the graph's (``runtime.store``). With ``background=True``
-    the work runs in a worker thread and the node returns at once; ``node.wait()`` joins pending work.
-    A failure is logged and leaves the watermark in place, so the next turn retries.
+    store is the extractor's or, if it has none, the graph's (``runtime.store``).
+
+    With ``queue`` (a :class:`remem.jobs.JobQueue` on the store's database) the node queues a job and
+    returns: the work survives a crash or a restart, a failure is retried with backoff and, failing on,
+    parked with its error (``remem worker`` or :func:`remem.jobs.run_worker` runs it). With
+    ``background=True`` and no queue the work runs in a thread of this process only (a crash loses it;
+    ``node.wait()`` joins it); a failure is logged and leaves the watermark in place, so the next turn retries.
     """
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="remem-extract") if background else None
+    pool = (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="remem-extract")
+        if background and queue is None
+        else None
+    )
     pending: list[Future[ExtractionResult]] = []
 
     def node(state: dict[str, Any], config: RunnableConfig, runtime: Any = None) -> dict[str, Any]:
@@ -123,7 +221,9 @@ def extraction_node(
         user_id = str(configurable.get("user_id") or thread_id)
         store = extractor.store or getattr(runtime, "store", None)
         messages = list(state.get(messages_key) or [])
-        if pool is None:
+        if queue is not None:
+            enqueue_extraction(queue, messages, user_id=user_id, thread_id=thread_id, store=store)
+        elif pool is None:
             extractor.run(messages, user_id=user_id, thread_id=thread_id, store=store)
         else:
             future = pool.submit(extractor.run, messages, user_id=user_id, thread_id=thread_id, store=store)

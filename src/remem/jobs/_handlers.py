@@ -1,0 +1,80 @@
+"""The built-in jobs: memory extraction and summary refresh, run against one database."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from remem.errors import NotFoundError
+from remem.extraction.tools import EXTRACTION_JOB, run_extraction_job
+from remem.jobs._queue import Job, JobQueue
+from remem.jobs._worker import Handler
+
+if TYPE_CHECKING:
+    from remem.config import Settings
+    from remem.memory import Memory
+
+__all__ = ["EXTRACTION_JOB", "SUMMARY_JOB", "BuiltinHandlers", "enqueue_summary_refresh"]
+
+SUMMARY_JOB = "summary"  # extend a thread's summary from its coverage watermark
+
+
+def enqueue_summary_refresh(queue: JobQueue, thread_id: str, *, user_id: str | None = None) -> str:
+    """Queue the refresh of ``thread_id``'s summary (one live job per thread; they run in order)."""
+    return queue.enqueue(
+        SUMMARY_JOB,
+        {"thread_id": thread_id},
+        serial_key=f"{SUMMARY_JOB}:{thread_id}",
+        user_id=user_id,
+        thread_id=thread_id,
+    )
+
+
+class BuiltinHandlers:
+    """The handlers of the built-in kinds, on the memory at ``url`` (opened at the first job, closed by
+    :meth:`close`). The chat model (for extraction and summaries) and the embedder come from ``settings``;
+    model calls are recorded in the database's usage ledger."""
+
+    def __init__(self, url: str, settings: Settings | None = None) -> None:
+        self.url = url
+        self.settings = settings
+        self._memory: Memory | None = None
+        self._extractor: Any = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> tuple[Memory, Any]:
+        with self._lock:
+            if self._memory is None:
+                from remem.config import load_settings
+                from remem.extraction import MemoryExtractor
+                from remem.memory import Memory
+                from remem.models import chat_model_from_settings
+
+                settings = self.settings or load_settings()
+                memory = Memory.from_url(self.url, settings=settings)
+                self._extractor = MemoryExtractor(
+                    memory.store, model=chat_model_from_settings(settings), meter=memory.meter
+                )
+                self._memory = memory
+            return self._memory, self._extractor
+
+    def extraction(self, job: Job) -> None:
+        _, extractor = self._open()
+        run_extraction_job(extractor, job.payload, job_id=job.id)
+
+    def summary(self, job: Job) -> None:
+        memory, _ = self._open()
+        try:
+            thread = memory.get_thread(str(job.payload["thread_id"]))
+        except NotFoundError:
+            return  # the thread is gone (erased): nothing to refresh
+        thread.get_summary()
+
+    def as_mapping(self) -> dict[str, Handler]:
+        return {EXTRACTION_JOB: self.extraction, SUMMARY_JOB: self.summary}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._memory is not None:
+                self._memory.close()
+                self._memory = None

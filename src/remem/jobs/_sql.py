@@ -1,0 +1,315 @@
+"""The queue's schema and every statement it runs, as pure functions (no I/O).
+
+Each operation is a *program*: a generator that yields ``(sql, params, fetch)`` and receives the rows back
+when ``fetch`` is true, else the statement's row count; its return value is the operation's result. A
+backend runs one program in ONE write transaction (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+transaction that first takes the queue's advisory lock), so each operation is atomic. This is the
+protocol :func:`remem.usage.forget_usage` uses, so erasure runs :func:`forget_jobs` in its own transaction.
+
+Times are the database's clock (:func:`now`), never the client's: a lease expires by the server's clock,
+whatever the clocks of the workers say.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from remem import _migrate
+from remem.layout import JOBS_TABLE
+
+__all__ = [
+    "COLUMNS",
+    "JOBS",
+    "Program",
+    "claim",
+    "complete",
+    "enqueue",
+    "fail",
+    "forget_jobs",
+    "heartbeat",
+    "list_jobs",
+    "now",
+    "park",
+    "retry",
+    "status_counts",
+]
+
+T = JOBS_TABLE
+Statement = tuple[str, tuple[Any, ...], bool]
+Program = Generator[Statement, Any, Any]
+
+# The statuses a job goes through: queued -> running -> done, or back to queued (a retry after a
+# failure, with backoff), or parked (failed max_attempts times, or parked by hand; kept with its error).
+STATUSES = ("queued", "running", "done", "parked")
+
+
+def _schema(real: str, seq: str) -> tuple[str, ...]:
+    return (
+        f"CREATE TABLE {T} ("
+        f"seq {seq}, id TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, payload TEXT, "
+        "input_key TEXT, serial_key TEXT, user_id TEXT, thread_id TEXT, "
+        "status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL, "
+        f"run_after {real} NOT NULL, lease_until {real}, lease_owner TEXT, last_error TEXT, "
+        f"created_at {real} NOT NULL, updated_at {real} NOT NULL, finished_at {real})",
+        # One live job per input: enqueueing the same input again returns the job that has it.
+        f"CREATE UNIQUE INDEX {T}_input ON {T} (input_key) WHERE status <> 'parked'",
+        f"CREATE INDEX {T}_ready ON {T} (status, run_after)",
+        f"CREATE INDEX {T}_user ON {T} (user_id)",
+        f"CREATE INDEX {T}_thread ON {T} (thread_id)",
+    )
+
+
+# ``seq``: the order jobs were queued in (a thread's jobs run in it).
+JOBS = _migrate.Component(
+    "jobs",
+    sqlite=(_schema("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT"),),
+    postgres=(_schema("DOUBLE PRECISION", "BIGSERIAL PRIMARY KEY"),),
+)
+
+COLUMNS = (
+    "id, kind, payload, input_key, serial_key, user_id, thread_id, status, attempts, max_attempts, "
+    "run_after, lease_until, lease_owner, last_error, created_at, updated_at, finished_at"
+)
+_J_COLUMNS = ", ".join(f"j.{c.strip()}" for c in COLUMNS.split(","))
+
+
+def now(dialect: str) -> str:
+    """The database's clock in seconds since the epoch, as an SQL expression."""
+    if dialect == "sqlite":
+        return "((julianday('now') - 2440587.5) * 86400.0)"
+    return "extract(epoch from clock_timestamp())::double precision"
+
+
+def _ph(dialect: str, sql: str) -> str:
+    return sql if dialect == "sqlite" else sql.replace("?", "%s")
+
+
+def enqueue(
+    dialect: str,
+    *,
+    job_id: str,
+    kind: str,
+    payload: Any,
+    input_key: str | None,
+    serial_key: str | None,
+    user_id: str | None,
+    thread_id: str | None,
+    max_attempts: int,
+    delay: float,
+) -> Program:
+    """Add a job; returns its id, or the id of the live job that already has ``input_key``."""
+    clock = now(dialect)
+    text = json.dumps(payload, ensure_ascii=False, sort_keys=True)
+    added = yield (
+        _ph(
+            dialect,
+            f"INSERT INTO {T} (id, kind, payload, input_key, serial_key, user_id, thread_id, status, "
+            "attempts, max_attempts, run_after, created_at, updated_at) "
+            f"VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, {clock} + ?, {clock}, {clock}) "
+            "ON CONFLICT (input_key) WHERE status <> 'parked' DO NOTHING",
+        ),
+        (job_id, kind, text, input_key, serial_key, user_id, thread_id, max_attempts, float(delay)),
+        False,
+    )
+    if added:
+        return job_id
+    rows = yield (
+        _ph(dialect, f"SELECT id FROM {T} WHERE input_key = ? AND status <> 'parked'"),
+        (input_key,),
+        True,
+    )
+    return str(rows[0][0])
+
+
+def claim(dialect: str, *, owner: str, lease: float, kinds: Sequence[str] | None) -> Program:
+    """Take the next ready job for ``owner`` for ``lease`` seconds; returns its row, or None.
+
+    Ready: queued and due, or running under a lease that expired (its worker died). A job whose
+    worker died ``max_attempts`` times is parked instead of run again. Jobs that share a ``serial_key``
+    (a thread's) run one at a time, in order.
+    """
+    clock = now(dialect)
+    yield (
+        f"UPDATE {T} SET status = 'parked', lease_owner = NULL, lease_until = NULL, updated_at = {clock}, "
+        "last_error = 'its worker stopped (no heartbeat until the lease expired) ' || attempts || ' times; "
+        "the job may kill its worker: look at it, then `remem queue retry ID`' "
+        f"WHERE status = 'running' AND lease_until < {clock} AND attempts >= max_attempts",
+        (),
+        False,
+    )
+    kind_filter, params = "", tuple[str, ...]()
+    if kinds:
+        kind_filter = f" AND j.kind IN ({', '.join('?' * len(kinds))})"
+        params = tuple(kinds)
+    ready = (
+        f"SELECT j.id FROM {T} j WHERE ((j.status = 'queued' AND j.run_after <= {clock}) "
+        f"OR (j.status = 'running' AND j.lease_until < {clock})){kind_filter} "
+        f"AND (j.serial_key IS NULL OR NOT EXISTS (SELECT 1 FROM {T} r WHERE r.serial_key = j.serial_key "
+        f"AND r.id <> j.id AND ((r.status = 'running' AND r.lease_until >= {clock}) "
+        "OR (r.status IN ('queued', 'running') AND r.seq < j.seq)))) "
+        "ORDER BY j.run_after, j.seq LIMIT 1"
+    )
+    sets = (
+        f"status = 'running', attempts = attempts + 1, lease_owner = ?, lease_until = {clock} + ?, "
+        f"updated_at = {clock}"
+    )
+    if dialect == "sqlite":
+        sql = f"UPDATE {T} SET {sets} WHERE id = ({ready}) RETURNING {COLUMNS}"
+        rows = yield (sql, (owner, float(lease), *params), True)
+    else:
+        sql = (
+            f"WITH next AS ({ready} FOR UPDATE SKIP LOCKED) "
+            f"UPDATE {T} AS j SET {sets} FROM next "
+            f"WHERE j.id = next.id RETURNING {_J_COLUMNS}"
+        )
+        rows = yield (_ph(dialect, sql), (*params, owner, float(lease)), True)
+    return rows[0] if rows else None
+
+
+def heartbeat(dialect: str, *, job_id: str, owner: str, lease: float) -> Program:
+    """Extend the lease ``owner`` holds on a job; returns whether it still holds it."""
+    clock = now(dialect)
+    count = yield (
+        _ph(
+            dialect,
+            f"UPDATE {T} SET lease_until = {clock} + ?, updated_at = {clock} "
+            "WHERE id = ? AND lease_owner = ? AND status = 'running'",
+        ),
+        (float(lease), job_id, owner),
+        False,
+    )
+    return bool(count)
+
+
+def complete(dialect: str, *, job_id: str, owner: str) -> Program:
+    """Mark the job done if ``owner`` still holds it (its payload is dropped: a done job never runs again)."""
+    clock = now(dialect)
+    count = yield (
+        _ph(
+            dialect,
+            f"UPDATE {T} SET status = 'done', payload = NULL, lease_owner = NULL, lease_until = NULL, "
+            f"last_error = NULL, finished_at = {clock}, updated_at = {clock} "
+            "WHERE id = ? AND lease_owner = ? AND status = 'running'",
+        ),
+        (job_id, owner),
+        False,
+    )
+    return bool(count)
+
+
+def fail(dialect: str, *, job_id: str, owner: str, error: str, delay: float) -> Program:
+    """Record a failure: queued again after ``delay`` seconds, or parked once out of attempts.
+
+    Returns the job's new status, or None when ``owner`` no longer held it.
+    """
+    clock = now(dialect)
+    rows = yield (
+        _ph(
+            dialect,
+            f"UPDATE {T} SET status = CASE WHEN attempts >= max_attempts THEN 'parked' ELSE 'queued' END, "
+            f"run_after = {clock} + ?, lease_owner = NULL, lease_until = NULL, last_error = ?, "
+            f"updated_at = {clock} WHERE id = ? AND lease_owner = ? AND status = 'running' RETURNING status",
+        ),
+        (float(delay), error, job_id, owner),
+        True,
+    )
+    return str(rows[0][0]) if rows else None
+
+
+def status_counts(dialect: str) -> Program:
+    """``(kind, status, count, oldest created_at, now)`` rows."""
+    rows = yield (
+        f"SELECT kind, status, count(*), min(created_at), {now(dialect)} FROM {T} "
+        "GROUP BY kind, status ORDER BY kind, status",
+        (),
+        True,
+    )
+    return rows
+
+
+def list_jobs(dialect: str, *, status: str | None, job_id: str | None, limit: int) -> Program:
+    """The jobs' rows (all columns), newest first."""
+    where, params = [], []
+    if status is not None:
+        where.append("status = ?")
+        params.append(status)
+    if job_id is not None:
+        where.append("id = ?")
+        params.append(job_id)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = yield (
+        _ph(dialect, f"SELECT {COLUMNS} FROM {T}{clause} ORDER BY seq DESC LIMIT ?"),
+        (*params, int(limit)),
+        True,
+    )
+    return rows
+
+
+def retry(dialect: str, *, job_id: str | None) -> Program:
+    """Queue parked jobs again, now, with their attempts reset (one job, or every parked one).
+
+    A parked job whose input another live job already has is left parked (that job does the work).
+    """
+    clock = now(dialect)
+    one, params = (" AND p.id = ?", (job_id,)) if job_id is not None else ("", ())
+    count = yield (
+        _ph(
+            dialect,
+            f"UPDATE {T} SET status = 'queued', attempts = 0, run_after = {clock}, updated_at = {clock} "
+            f"WHERE id IN (SELECT p.id FROM {T} p WHERE p.status = 'parked'{one} AND (p.input_key IS NULL "
+            f"OR NOT EXISTS (SELECT 1 FROM {T} o WHERE o.input_key = p.input_key AND o.status <> 'parked')))",
+        ),
+        params,
+        False,
+    )
+    return int(count)
+
+
+def park(dialect: str, *, job_id: str | None, kind: str | None, reason: str) -> Program:
+    """Park a queued job (or every queued job of ``kind``) by hand, with ``reason`` as its error; returns
+    how many were parked. A running job is not taken from its worker: stop the worker, then park it."""
+    clock = now(dialect)
+    column, value = ("id", job_id) if job_id is not None else ("kind", kind)
+    count = yield (
+        _ph(
+            dialect,
+            f"UPDATE {T} SET status = 'parked', last_error = ?, updated_at = {clock} "
+            f"WHERE {column} = ? AND status = 'queued'",
+        ),
+        (reason, value),
+        False,
+    )
+    return int(count)
+
+
+def _exists(dialect: str) -> Generator[Statement, Any, bool]:
+    statement = _migrate.table_exists("sqlite" if dialect == "sqlite" else "postgres", T)
+    rows = yield (statement.sql, statement.params, True)
+    return bool(rows)
+
+
+_CHUNK = 500
+
+
+def forget_jobs(
+    dialect: str, *, user_id: str | None = None, thread_ids: Sequence[str] = ()
+) -> Generator[Statement, Any, int]:
+    """Delete every job of ``user_id`` and of ``thread_ids``, whatever their status; returns how many.
+
+    Erasure runs this in its own transaction (the protocol of :func:`remem.usage.forget_usage`); a
+    database without a queue is left as it is (0). A job running at that moment loses its row: its worker
+    cannot mark it done, and nothing runs it again.
+    """
+    if not (yield from _exists(dialect)):
+        return 0
+    removed = 0
+    if user_id is not None:
+        removed += int((yield (_ph(dialect, f"DELETE FROM {T} WHERE user_id = ?"), (user_id,), False)))
+    threads = sorted(set(thread_ids))
+    for i in range(0, len(threads), _CHUNK):
+        chunk = tuple(threads[i : i + _CHUNK])
+        marks = ", ".join("?" * len(chunk))
+        removed += int((yield (_ph(dialect, f"DELETE FROM {T} WHERE thread_id IN ({marks})"), chunk, False)))
+    return removed
