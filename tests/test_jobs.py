@@ -60,7 +60,9 @@ def _failing(job: Job) -> None:
 def test_a_failing_job_is_retried_with_backoff_then_parked_with_its_error(queue: JobQueue) -> None:
     job_id = queue.enqueue("t", {"n": 7}, max_attempts=3)
     outcomes: list[str] = []
-    worker = Worker(queue, {"t": _failing}, backoff=Backoff(base=0.0), on_done=lambda j, o: outcomes.append(o))
+    worker = Worker(
+        queue, {"t": _failing}, backoff=Backoff(base=0.0), on_done=lambda j, o: outcomes.append(o)
+    )
     assert worker.run(until_empty=True) == 3
     assert outcomes == ["queued", "queued", "parked"]
     parked = queue.get(job_id)
@@ -79,7 +81,9 @@ def test_the_backoff_delays_the_next_attempt_by_the_databases_clock(queue: JobQu
     worker = Worker(queue, {"t": _failing}, backoff=Backoff(base=30.0))
     assert worker.run_once() is not None
     waiting = queue.get(job_id)
-    assert waiting.status == "queued" and waiting.run_after - waiting.updated_at == pytest.approx(30.0, abs=0.5)
+    assert waiting.status == "queued" and waiting.run_after - waiting.updated_at == pytest.approx(
+        30.0, abs=0.5
+    )
     assert worker.run_once() is None  # not due yet
     assert Backoff(base=2.0, factor=2.0, cap=10.0).delay(1) == 2.0
     assert [Backoff(base=2.0, cap=10.0).delay(n) for n in (2, 3, 4)] == [4.0, 8.0, 10.0]
