@@ -97,7 +97,7 @@ def _principal(services: Services, options: ServerOptions, request: Request) -> 
 
 def create_app(options: ServerOptions, *, settings: Settings | None = None) -> Any:
     """The ASGI app serving the database of ``options.url`` (opened at start-up, closed at shutdown)."""
-    from remem.server import _v1
+    from remem.server import _langgraph, _v1
 
     settings = settings or load_settings()
     metrics = Metrics()
@@ -218,6 +218,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
         return Response(body, media_type=content_type)
 
     _v1.register(app)
+    _langgraph.register(app)
     return BodyLimit(app, options.max_body)
 
 
