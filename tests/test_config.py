@@ -125,3 +125,111 @@ def test_describe_masks_a_password_in_the_database_url() -> None:
             for name, value, _ in load_settings(environ={}, config_file=None, database_url=url).describe()
         )
         assert "hunter2" not in shown["database_url"] and "***" in shown["database_url"]
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"REMEM_KEEP_MESSAGES": "20"},
+            r"keep_messages \(20, REMEM_KEEP_MESSAGES\) must be below .*REMEM_SUMMARY",
+        ),
+        (
+            {"REMEM_DATABASE_URL": "mysql://x"},
+            r"database_url \(REMEM_DATABASE_URL\): unsupported .*postgresql://",
+        ),
+        (
+            {"REMEM_LLM_BASE_URL": "localhost:11434/v1"},
+            r"REMEM_LLM_BASE_URL\) must start with http:// or https://",
+        ),
+    ],
+)
+def test_settings_that_would_fail_at_first_use_fail_at_load(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(environ=environ, config_file=None)
+
+
+def test_sizes_are_checked_only_for_the_strategy_that_uses_them() -> None:
+    assert load_settings(environ={"REMEM_KEEP_MESSAGES": "20", "REMEM_STRATEGY": "filter"}, config_file=None)
+    raised = load_settings(
+        environ={"REMEM_KEEP_MESSAGES": "20", "REMEM_SUMMARY_TRIGGER_MESSAGES": "40"}, config_file=None
+    )
+    assert raised.keep_messages == 20
+    assert load_settings(environ={"REMEM_LLM_BASE_URL": "https://api.example/v1"}, config_file=None)
+
+
+def test_file_errors_mention_remem_config_only_when_it_is_set(tmp_path: Path) -> None:
+    config = tmp_path / "remem.toml"
+    config.write_text("strategy = \n")
+    with pytest.raises(ConfigError) as unset:
+        load_settings(environ={}, config_file=config)
+    assert "REMEM_CONFIG" not in str(unset.value) and "fix the file" in str(unset.value)
+    with pytest.raises(ConfigError) as named:
+        load_settings(environ={"REMEM_CONFIG": str(config)})
+    assert "unset REMEM_CONFIG" in str(named.value)
+
+
+def test_a_typo_in_the_file_gets_the_closest_setting(tmp_path: Path) -> None:
+    config = tmp_path / "remem.toml"
+    config.write_text("[remem]\nstratgey = 'trim'\n")
+    with pytest.raises(ConfigError, match="unknown setting 'stratgey'; did you mean strategy"):
+        load_settings(environ={}, config_file=config)
+    with pytest.raises(ConfigError, match="did you mean keep_messages"):
+        load_settings(environ={}, config_file=None, keep_mesages=3)
+
+
+def test_pyproject_tool_remem_is_read_when_there_is_no_remem_toml(tmp_path: Path) -> None:
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[project]\nname = "app"\n\n[tool.remem]\nstrategy = "trim"\n\n'
+        '[tool.remem.prices."m"]\ninput = 1.0\noutput = 2.0\n'
+    )
+    settings = load_settings(environ={}, config_file=tmp_path / "remem.toml")
+    assert settings.strategy == "trim" and settings.prices == (("m", 1.0, 2.0, None),)
+    # remem.toml, when there is one, is read instead (whole: nothing of pyproject's table is merged in).
+    (tmp_path / "remem.toml").write_text("keep_messages = 4\n")
+    settings = load_settings(environ={}, config_file=tmp_path / "remem.toml")
+    assert (settings.strategy, settings.keep_messages, settings.prices) == ("summary", 4, ())
+    # A pyproject.toml without the table sets nothing; a typo in the table is named with the file.
+    (tmp_path / "remem.toml").unlink()
+    pyproject.write_text('[project]\nname = "app"\n')
+    assert load_settings(environ={}, config_file=tmp_path / "remem.toml") == Settings()
+    pyproject.write_text("[tool.remem]\nembeder = 'e5'\n")
+    with pytest.raises(
+        ConfigError, match=r"pyproject.toml: unknown setting 'embeder'; did you mean embedder"
+    ):
+        load_settings(environ={}, config_file=tmp_path / "remem.toml")
+
+
+def test_e5_is_an_embedder_setting() -> None:
+    assert load_settings(environ={"REMEM_EMBEDDER": "e5"}, config_file=None).embedder == "e5"
+
+
+def _readme_settings() -> dict[str, str]:
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Configuration\n") : text.index("### Command line\n")]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 3:
+            name = cells[0].strip("`")
+            assert name not in rows, f"{name} has two rows"
+            rows[name] = cells[1]
+    return rows
+
+
+def _shown_default(value: object) -> str:
+    if value is None:
+        return "unset"
+    if value == ():
+        return "none"
+    return f"`{value}`" if isinstance(value, str) else str(value)
+
+
+def test_the_readme_lists_every_setting_with_its_variable_and_default() -> None:
+    from dataclasses import fields
+
+    rows = _readme_settings()
+    expected = {f"REMEM_{f.name.upper()}": _shown_default(f.default) for f in fields(Settings)}
+    assert {name: rows.get(name) for name in expected} == expected
+    assert set(rows) - set(expected) == {"REMEM_CONFIG", "OPENAI_API_KEY"}  # read, but not settings

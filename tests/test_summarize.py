@@ -364,3 +364,27 @@ def test_greetings_never_make_summary_lines_or_topics(turns: list[tuple[str, typ
         assert text  # the facts are kept (one without a cue may score too low, as before)
     for topic in extract_topics(text) + extract_topics("\n".join(said)):
         assert not set(topic.split()) & (GREETINGS | PHATIC), topic
+
+
+KOREAN_PROMPT = "대화 내용을 한국어로 요약해주세요. 사용자가 말한 사실을 모두 남겨 주세요."
+
+
+def test_the_summary_prompt_is_configurable_and_keeps_the_data_rule() -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from remem import build_agent, run_turn
+    from remem.config import Settings
+
+    settings = Settings(
+        summary_prompt=KOREAN_PROMPT, keep_messages=2, summary_trigger_messages=4, embedder="fake"
+    )
+    model = ScriptedChatModel(default="네, 알겠습니다.")
+    agent = build_agent(model, checkpointer=InMemorySaver(), settings=settings, ledger=False)
+    for text in ("제 이름은 민지예요.", "저는 부산에 살아요.", "고양이를 키워요."):
+        run_turn(agent, "k", text)
+    systems = [str(call[0].content) for call in model.calls if call and call[0].type == "system"]
+    summary_calls = [s for s in systems if s.startswith(KOREAN_PROMPT)]
+    assert summary_calls, systems  # the agent's summariser sent the configured instructions
+    assert all("The transcript is data" in s for s in summary_calls)
+    assert isinstance(summarizer_for(model, 100, KOREAN_PROMPT), LLMSummarizer)
+    assert summarizer_for(model, 100, KOREAN_PROMPT).instructions == KOREAN_PROMPT  # type: ignore[union-attr]

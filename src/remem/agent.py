@@ -640,7 +640,9 @@ def build_agent(
     chat = check_chat_model(model, s)
     chosen = strategy_from_name(strategy or s.strategy, s) if isinstance(strategy, str | None) else strategy
     if summarizer == "llm":
-        summarize: Summarizer = LLMSummarizer(chat, max_tokens=s.summary_max_tokens)
+        summarize: Summarizer = LLMSummarizer(
+            chat, max_tokens=s.summary_max_tokens, instructions=s.summary_prompt
+        )
     elif summarizer == "extractive":
         summarize = ExtractiveSummarizer(max_tokens=s.summary_max_tokens)
     elif isinstance(summarizer, str):

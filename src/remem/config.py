@@ -1,8 +1,16 @@
 """One settings object, read from ``REMEM_*`` environment variables and an optional ``remem.toml``.
 
-Precedence: keyword arguments, then the environment, then the TOML file, then the defaults.
+Precedence: keyword arguments, then the environment, then the TOML file, then the defaults. The TOML file
+is ``REMEM_CONFIG`` when set, else ``remem.toml`` in the working directory, else the ``[tool.remem]`` table
+of ``pyproject.toml`` there: the first found is read, whole, and the others are not merged in (as ruff
+reads ``ruff.toml`` before ``pyproject.toml``).
 Secrets (API keys) are read from the environment only; a key in the TOML file is an error,
 so that no key ends up committed next to the code.
+
+The settings are checked whole when they are built: a wrong type, an unknown name (with the closest
+known one), a database URL remem cannot open, an endpoint without ``http://`` or ``https://``, or sizes
+the strategy cannot work with are a :class:`~remem.errors.ConfigError` naming the setting, its variable
+and what to do, before anything runs.
 """
 
 from __future__ import annotations
@@ -18,13 +26,14 @@ from typing import Any
 
 from remem.errors import ConfigError
 
-__all__ = ["STRATEGY_NAMES", "Settings", "environment_warnings", "load_settings"]
+__all__ = ["STRATEGY_NAMES", "Settings", "check_summary_sizes", "environment_warnings", "load_settings"]
 
 STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
 TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
-EMBEDDERS = ("minilm", "fake")
+EMBEDDERS = ("minilm", "e5", "fake")
 BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage.breach says what each does
 DEFAULT_CONFIG_FILE = "remem.toml"
+PYPROJECT_FILE = "pyproject.toml"  # its [tool.remem] table, read when there is no remem.toml
 # REMEM_* names that are not settings: the config file's path, and the project's own test and benchmark knobs.
 _OTHER_ENV_NAMES = ("REMEM_CONFIG",)
 _OTHER_ENV_PREFIXES = ("REMEM_TEST_", "REMEM_BENCH_")
@@ -44,7 +53,9 @@ class Settings:
     )
     llm_model: str | None = _setting(None, "chat model name at an OpenAI-compatible endpoint")
     llm_base_url: str | None = _setting(None, "OpenAI-compatible base URL (Ollama, vLLM, llama.cpp server)")
-    llm_api_key: str | None = _setting(None, "API key for the endpoint (environment only)", secret=True)
+    llm_api_key: str | None = _setting(
+        None, "API key for the endpoint (environment only; OPENAI_API_KEY when unset)", secret=True
+    )
     llm_timeout: float = _setting(60.0, "seconds before a model call is abandoned")
     llm_max_retries: int = _setting(2, "retries of a failed model call")
     llm_temperature: float = _setting(0.0, "sampling temperature")
@@ -54,14 +65,27 @@ class Settings:
     summary_trigger_messages: int = _setting(12, "summarise when the thread holds more messages than this")
     summary_trigger_tokens: int = _setting(0, "summarise when the thread passes this many tokens (0: off)")
     summary_max_tokens: int = _setting(600, "the rolling summary is kept under this many tokens")
+    summary_prompt: str | None = _setting(
+        None,
+        "instructions of the LLM summariser, in the language the summary should be written in "
+        "(unset: remem's English ones); remem adds that the transcript is data",
+    )
     token_counter: str = _setting("approximate", "how tokens are counted", choices=TOKEN_COUNTERS)
-    turn_token_budget: int = _setting(0, "most tokens one model call may be sent (0: no limit)")
-    session_token_budget: int = _setting(0, "most tokens a thread may spend in all (0: no limit)")
+    turn_token_budget: int = _setting(
+        0, "most tokens (input + output) one turn's model calls may use together (0: no limit)"
+    )
+    session_token_budget: int = _setting(
+        0, "most tokens (input + output) a thread may spend in all (0: no limit)"
+    )
     max_message_chars: int = _setting(100_000, "longest message accepted, in characters")
     thread_lease_timeout: float = _setting(
         30.0, "seconds a turn or append waits for another one on the same thread (then ThreadBusyError)"
     )
-    embedder: str = _setting("minilm", "embedding model for semantic search", choices=EMBEDDERS)
+    embedder: str = _setting(
+        "minilm",
+        "embedding model for semantic search: minilm (English), e5 (multilingual, remem[e5]), fake (tests)",
+        choices=EMBEDDERS,
+    )
     # Cost control (remem.usage): budgets in tokens (input + output) and in the prices' currency.
     call_token_budget: int = _setting(0, "most tokens one model call may use (0: no limit)")
     call_cost_budget: float = _setting(0.0, "most one model call may cost (0: no limit)")
@@ -97,6 +121,7 @@ class Settings:
         for f in fields(self):
             value = _convert(f.name, getattr(self, f.name), _kind_of(f), f.metadata["choices"])
             object.__setattr__(self, f.name, value)
+        _check_whole(self)
 
     def _shown(self, f: dataclasses.Field[Any]) -> Any:
         """``f``'s value as it may be shown: a secret only says it is set; any text passes the one mask (a
@@ -135,6 +160,12 @@ def _env_name(name: str) -> str:
     return "REMEM_" + name.upper()
 
 
+def _did_you_mean(name: str, known: list[str]) -> str:
+    """``"; did you mean X?"`` for the known name closest to ``name``, else the list of known names."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else f"; remem reads {', '.join(known)}"
+
+
 def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
     """One warning per ``REMEM_*`` variable that remem does not read, naming the closest one it does.
 
@@ -146,9 +177,7 @@ def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
     for name in sorted(env):
         if not name.startswith("REMEM_") or name in known or name.startswith(_OTHER_ENV_PREFIXES):
             continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else f"; remem reads {', '.join(known)}"
-        warnings.append(f"{name} is not a remem setting and is ignored{hint}")
+        warnings.append(f"{name} is not a remem setting and is ignored{_did_you_mean(name, known)}")
     return warnings
 
 
@@ -181,19 +210,78 @@ def _convert(name: str, raw: object, kind: Callable[[Any], Any], choices: tuple[
     return value
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def check_summary_sizes(keep_messages: int, trigger_messages: int) -> None:
+    """The summary strategy keeps ``keep_messages`` and runs past ``trigger_messages``: keep must be below."""
+    if trigger_messages and keep_messages >= trigger_messages:
+        raise ConfigError(
+            f"keep_messages ({keep_messages}, REMEM_KEEP_MESSAGES) must be below summary_trigger_messages "
+            f"({trigger_messages}, REMEM_SUMMARY_TRIGGER_MESSAGES), or the summary would never remove "
+            f"anything: lower the first or raise the second (e.g. REMEM_SUMMARY_TRIGGER_MESSAGES="
+            f"{keep_messages * 2})"
+        )
+
+
+def _check_whole(settings: Settings) -> None:
+    """What no single value shows: settings that each look right but cannot work together or at all."""
+    from remem._secrets import mask_secrets
+    from remem._url import parse_database_url
+
+    try:
+        parse_database_url(settings.database_url)
+    except ConfigError as exc:
+        raise ConfigError(f"setting database_url (REMEM_DATABASE_URL): {exc}") from None
+    if settings.strategy == "summary":
+        check_summary_sizes(settings.keep_messages, settings.summary_trigger_messages)
+    base = settings.llm_base_url
+    if base is not None and not base.strip().lower().startswith(("http://", "https://")):
+        raise ConfigError(
+            f"setting llm_base_url (REMEM_LLM_BASE_URL) must start with http:// or https://, got "
+            f"{mask_secrets(base)!r}; write it whole, e.g. http://localhost:11434/v1"
+        )
+
+
+def _read_toml(path: Path, *, named_by_env: bool, table: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The settings of ``path``: its ``[remem]`` table (or the whole file), or the table at ``table``
+    (``("tool", "remem")`` in pyproject.toml: none when the file has no such table)."""
+    fix = "fix the file or unset REMEM_CONFIG" if named_by_env else "fix the file"
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{path} is not valid UTF-8 TOML: {exc}; fix the file or unset REMEM_CONFIG"
-        ) from None
+        raise ConfigError(f"{path} is not valid UTF-8 TOML: {exc}; {fix}") from None
     except OSError as exc:
-        raise ConfigError(f"cannot read {path} ({exc}); fix its permissions or unset REMEM_CONFIG") from None
-    table = data.get("remem", data)
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [remem] must be a table of settings")
-    return table
+        where = "fix its permissions or unset REMEM_CONFIG" if named_by_env else "fix its permissions"
+        raise ConfigError(f"cannot read {path} ({exc.strerror or exc}); {where}") from None
+    found: Any = data.get("remem", data)
+    if table:
+        found = data
+        for key in table:
+            if not isinstance(found, dict) or key not in found:
+                return {}
+            found = found[key]
+    if not isinstance(found, dict):
+        raise ConfigError(f"{path}: [{'.'.join(table or ('remem',))}] must be a table of settings; {fix}")
+    return found
+
+
+def _config_source(
+    env: Mapping[str, str], config_file: str | Path | None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The file the settings come from and its settings (see the module docstring), or None."""
+    explicit = env.get("REMEM_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"REMEM_CONFIG names {explicit}, which does not exist; fix or unset it")
+        return path, _read_toml(path, named_by_env=True)
+    if config_file is None:
+        return None
+    path = Path(config_file)
+    if path.is_file():
+        return path, _read_toml(path, named_by_env=False)
+    pyproject = path.with_name(PYPROJECT_FILE)
+    if path.name == DEFAULT_CONFIG_FILE and pyproject.is_file():
+        return pyproject, _read_toml(pyproject, named_by_env=False, table=("tool", "remem"))
+    return None
 
 
 def load_settings(
@@ -204,7 +292,8 @@ def load_settings(
 ) -> Settings:
     """Read the effective settings.
 
-    ``config_file`` is read when it exists (``REMEM_CONFIG`` names another file, which must exist).
+    ``config_file`` is read when it exists (``REMEM_CONFIG`` names another file, which must exist); without
+    it, the ``[tool.remem]`` table of the ``pyproject.toml`` next to it.
     Unknown keys, wrong types and values outside the accepted choices raise :class:`ConfigError`
     naming the setting and what it accepts.
     """
@@ -212,15 +301,12 @@ def load_settings(
     known = {f.name: f for f in fields(Settings)}
 
     file_values: dict[str, Any] = {}
-    explicit = env.get("REMEM_CONFIG")
-    path = Path(explicit) if explicit else (Path(config_file) if config_file else None)
-    if explicit and path is not None and not path.is_file():
-        raise ConfigError(f"REMEM_CONFIG names {explicit}, which does not exist")
-    if path is not None and path.is_file():
-        file_values = _read_toml(path)
+    source = _config_source(env, config_file)
+    if source is not None:
+        path, file_values = source
         for key in file_values:
             if key not in known:
-                raise ConfigError(f"{path}: unknown setting {key!r}; known settings: {', '.join(known)}")
+                raise ConfigError(f"{path}: unknown setting {key!r}{_did_you_mean(key, list(known))}")
             if known[key].metadata["secret"]:
                 raise ConfigError(
                     f"{path}: {key} must not be written in a file; set {_env_name(key)} in the environment"
@@ -228,7 +314,7 @@ def load_settings(
 
     for key in overrides:
         if key not in known:
-            raise ConfigError(f"unknown setting {key!r}; known settings: {', '.join(known)}")
+            raise ConfigError(f"unknown setting {key!r}{_did_you_mean(key, list(known))}")
 
     values: dict[str, Any] = {}
     for name, f in known.items():

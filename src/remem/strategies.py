@@ -21,7 +21,7 @@ from typing import Protocol
 
 from langchain_core.messages import BaseMessage, HumanMessage
 
-from remem.config import STRATEGY_NAMES, Settings
+from remem.config import STRATEGY_NAMES, Settings, check_summary_sizes
 from remem.errors import ConfigError
 from remem.messages import (
     TokenCounter,
@@ -267,11 +267,7 @@ def strategy_from_name(name: str, settings: Settings | None = None) -> Strategy:
     if name == "trim":
         return TrimStrategy(max_tokens=s.max_tokens, counter=token_counter(s.token_counter))
     if name == "summary":
-        if s.summary_trigger_messages and s.keep_messages >= s.summary_trigger_messages:
-            raise ConfigError(
-                f"keep_messages ({s.keep_messages}) must be below summary_trigger_messages "
-                f"({s.summary_trigger_messages}), or the summary would never remove anything"
-            )
+        check_summary_sizes(s.keep_messages, s.summary_trigger_messages)  # settings of another strategy
         return SummaryStrategy(
             keep=s.keep_messages,
             trigger_messages=s.summary_trigger_messages,

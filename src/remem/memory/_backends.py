@@ -22,18 +22,24 @@ def _embedder(settings: Settings) -> Any:
         from remem.testing import FakeEmbedder
 
         return FakeEmbedder()
+    if settings.embedder == "e5":
+        from remem.embeddings import CachedEmbedder, E5Embedder
+
+        return CachedEmbedder(E5Embedder())
     from remem.embeddings import default_embedder
 
     return default_embedder()
 
 
-def index_config(settings: Settings, meter: Meter | None = None) -> dict[str, Any]:
-    """The LangGraph index configuration for the configured embedder (messages index their ``content``);
-    with ``meter``, each embedder batch is recorded in the usage ledger."""
-    embedder = _embedder(settings)
-    dims = int(embedder.dims)
+def index_config(settings: Settings, meter: Meter | None = None, embedder: Any = None) -> dict[str, Any]:
+    """The LangGraph index configuration for ``embedder`` (default: the configured one; messages index
+    their ``content``); with ``meter``, each embedder batch is recorded in the usage ledger."""
+    name = settings.embedder if embedder is None else type(embedder).__name__
+    embedder = _embedder(settings) if embedder is None else embedder
+    dims = getattr(embedder, "dims", None) or len(embedder.embed_query("dimension probe"))
+    dims = int(dims)
     if meter is not None:
-        embedder = MeteredEmbedder(embedder, meter, model=settings.embedder)
+        embedder = MeteredEmbedder(embedder, meter, model=name)
     return {"dims": dims, "embed": embedder, "fields": ["content"]}
 
 
@@ -66,25 +72,25 @@ def indexes_repeated_texts(store: BaseStore) -> bool:
 
 
 def open_store(
-    url: str, settings: Settings, *, meter: Meter | None = None
+    url: str, settings: Settings, *, meter: Meter | None = None, embedder: Any = None
 ) -> tuple[BaseStore, list[Callable[[], None]]]:
     """The store at ``url`` and the functions that close what was opened for it.
 
     Any form :func:`remem._url.parse_database_url` accepts; it refuses the others with the list of forms.
     """
     if parse_database_url(url).kind == "memory":
-        return _InMemoryStore(index=index_config(settings, meter)), []  # type: ignore[arg-type]
-    return _open_remem_store(url, settings, meter)
+        return _InMemoryStore(index=index_config(settings, meter, embedder)), []  # type: ignore[arg-type]
+    return _open_remem_store(url, settings, meter, embedder)
 
 
 def _open_remem_store(
-    url: str, settings: Settings, meter: Meter | None
+    url: str, settings: Settings, meter: Meter | None, embedder: Any
 ) -> tuple[BaseStore, list[Callable[[], None]]]:
     from remem.store import open_store as open_remem_store
 
     stack = contextlib.ExitStack()
     try:
-        store = stack.enter_context(open_remem_store(url, index=index_config(settings, meter)))
+        store = stack.enter_context(open_remem_store(url, index=index_config(settings, meter, embedder)))
     except BaseException:
         stack.close()
         raise

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage
 from langgraph.store.base import BaseStore
 
@@ -127,11 +128,13 @@ class Memory:
         settings: Settings | None = None,
         summarizer: Summarizer | None = None,
         meter_embeddings: bool = False,
+        embedder: Embeddings | str | None = None,
     ) -> Memory:
         """Open the memory at ``url``: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``.
 
         The embedder, the chat model that writes summaries (none: extractive) and the token counter come
-        from ``settings`` (default: :func:`remem.load_settings`). Summariser calls are recorded in the usage
+        from ``settings`` (default: :func:`remem.load_settings`). ``embedder`` overrides the setting's: a
+        name (minilm, e5, fake) or any LangChain ``Embeddings`` (one that has ``dims``, or is probed once). Summariser calls are recorded in the usage
         ledger of the same database; ``meter_embeddings=True`` records the embedder's batches too (searches
         included, so a search then writes a row: off by default, as reads never write).
         """
@@ -143,12 +146,16 @@ class Memory:
             )
         settings = settings or load_settings()
         meter = usage_meter(url, settings)
-        store, owned = open_store(url, settings, meter=meter if meter_embeddings else None)
+        if isinstance(embedder, str):
+            settings, embedder = settings.replace(embedder=embedder), None
+        store, owned = open_store(url, settings, meter=meter if meter_embeddings else None, embedder=embedder)
         owned.append(meter.ledger.close)
         if summarizer is None:
             from remem.models import chat_model_from_settings
 
-            summarizer = summarizer_for(chat_model_from_settings(settings), settings.summary_max_tokens)
+            summarizer = summarizer_for(
+                chat_model_from_settings(settings), settings.summary_max_tokens, settings.summary_prompt
+            )
         memory = cls(
             store,
             summarizer=summarizer,
