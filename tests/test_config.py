@@ -233,3 +233,12 @@ def test_the_readme_lists_every_setting_with_its_variable_and_default() -> None:
     expected = {f"REMEM_{f.name.upper()}": _shown_default(f.default) for f in fields(Settings)}
     assert {name: rows.get(name) for name in expected} == expected
     assert set(rows) - set(expected) == {"REMEM_CONFIG", "OPENAI_API_KEY"}  # read, but not settings
+
+
+def test_sizes_given_in_code_are_left_to_the_strategy_they_are_meant_for() -> None:
+    from remem.strategies import strategy_from_name
+
+    wide = Settings(keep_messages=100)  # for build_agent(strategy="filter", settings=wide), say
+    assert strategy_from_name("filter", wide)
+    with pytest.raises(ConfigError, match="REMEM_SUMMARY_TRIGGER_MESSAGES"):
+        strategy_from_name("summary", wide)

@@ -230,8 +230,6 @@ def _check_whole(settings: Settings) -> None:
         parse_database_url(settings.database_url)
     except ConfigError as exc:
         raise ConfigError(f"setting database_url (REMEM_DATABASE_URL): {exc}") from None
-    if settings.strategy == "summary":
-        check_summary_sizes(settings.keep_messages, settings.summary_trigger_messages)
     base = settings.llm_base_url
     if base is not None and not base.strip().lower().startswith(("http://", "https://")):
         raise ConfigError(
@@ -330,7 +328,16 @@ def load_settings(
         values[name] = _convert(name, raw, kind, f.metadata["choices"])
     if values.get("llm_api_key") is None and "llm_api_key" not in overrides and env.get("OPENAI_API_KEY"):
         values["llm_api_key"] = env["OPENAI_API_KEY"]
-    return Settings(**values)
+    settings = Settings(**values)
+    # Sizes are checked against the strategy the configuration names. Settings given in code only (keyword
+    # arguments, Settings.replace) may be meant for another strategy (build_agent(strategy="filter",
+    # settings=...)): the summary strategy checks them when it is built.
+    configured = {"strategy", "keep_messages", "summary_trigger_messages"} - set(overrides)
+    if settings.strategy == "summary" and any(
+        name in file_values or _env_name(name) in env for name in configured
+    ):
+        check_summary_sizes(settings.keep_messages, settings.summary_trigger_messages)
+    return settings
 
 
 def _price_rows(raw: object) -> tuple[tuple[str, float, float, float | None], ...]:
