@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from remem import ScriptedChatModel, Settings, build_agent, checkpointer_from_url, run_turn
-from remem.agent import _TURN_RULES, ledger_of
+from remem.agent import TURN_RULES_ATTRIBUTE, ledger_of
 
 # One setting, one workload and one database helper for both usage benchmarks (this one and the middleware's).
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,15 +36,14 @@ class _Own:
     def __init__(self, graph: Any) -> None:
         self.ms = 0.0
         self.depth = 0  # shared by the wrappers: a step inside another (precheck's check) is counted once
-        nodes = _TURN_RULES[graph].nodes
-        assert nodes is not None
+        nodes = getattr(graph, TURN_RULES_ATTRIBUTE).precheck.__self__  # build_agent's model node
+        gate = nodes.gate  # the one gate of every model call (remem.usage._gate)
         # The steps that run_turn's check and call_model take for the ledger and the budgets (the CPU
         # time of the thread that runs them: a wait for the checkpointer's lock or the server is not counted).
-        for name in ("precheck", "check_budgets", "_record", "_check_after", "adopt_legacy", "flush"):
-            if hasattr(nodes, name):  # flush: not in every version
-                setattr(nodes, name, self._timed(getattr(nodes, name)))
-        meter = nodes.meter  # pricing the reply's event is the ledger's work too
-        assert meter is not None
+        for owner, names in ((nodes, ("adopt_legacy",)), (gate, ("precheck", "before", "after", "flush"))):
+            for name in names:
+                setattr(owner, name, self._timed(getattr(owner, name)))
+        meter = gate.meter  # pricing the reply's event is the ledger's work too
         meter.reply_event = self._timed(meter.reply_event)  # type: ignore[method-assign]
 
     def _timed(self, step: Callable[..., Any]) -> Callable[..., Any]:

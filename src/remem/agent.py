@@ -29,14 +29,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict, cast
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -62,7 +61,7 @@ from remem._lease import DEFAULT_LEASE_TIMEOUT, alease_target, athread_lease, th
 from remem.config import Settings, load_settings
 from remem.errors import (
     ApprovalPendingError,
-    BudgetExceededError,
+    ArgumentTypeError,
     ConfigError,
     InvalidMessagesError,
     ModelError,
@@ -77,6 +76,8 @@ from remem.messages import (
     check_provider_valid,
     coerce_messages,
     history_problems,
+    is_refusal,
+    without_refusals,
 )
 from remem.messages import token_counter as counter_named
 from remem.middleware._compaction import tool_schema_text
@@ -88,31 +89,23 @@ from remem.usage import (
     Budgets,
     LazyLedger,
     Ledger,
-    Meter,
     PriceTable,
-    Scope,
-    Totals,
     UsageEvent,
-    check,
     ledger_for,
     ledger_from_url,
 )
-from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
-from remem.usage._prefix import PrefixCounter, signatures
-from remem.usage.approval import (
-    Estimate,
-    ask_approval,
-    is_refusal,
-    needs_approval,
-    pending_approval,
-    refusal,
-    without_refusals,
-)
-from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
-from remem.usage.budgets import run_budgets
+from remem.usage._gate import Call, Gate
+from remem.usage._pending import UNRECORDED
+from remem.usage._prefix import PrefixCounter
+from remem.usage.approval import pending_approval
+
+if TYPE_CHECKING:
+    from remem.middleware.budget import BudgetMiddleware
 
 __all__ = [
+    "TURN_RULES_ATTRIBUTE",
     "MemoryState",
+    "TurnRules",
     "UsageRecord",
     "aresume_turn",
     "arun_turn",
@@ -214,12 +207,10 @@ def _epoch(at: Any) -> float:
 class _Nodes:
     """The graph's nodes, closed over the agent's parts.
 
-    Budgets are checked before each model call from a counted estimate (the view, system prompt included,
-    plus the tool schemas, counted once) added to what the ledger says the turn, the thread and the user's
-    UTC day have spent; each call is recorded in the ledger after it. A breach that only the provider's
-    numbers show (after the call) is logged, and the reply, already paid for, is kept: the ledger holds the
-    spending, so the next call is refused. A ledger that refuses a paid call's row does not lose it: the
-    row is kept in the state with the reply and written by the thread's next call, before its check.
+    Every model call passes the agent's :class:`~remem.usage._gate.Gate`, the one ``BudgetMiddleware``
+    drives too: budgets checked before the call from a counted estimate (the view, system prompt
+    included, plus the tool schemas, counted once), approval, the breach action, and the ledger row after
+    it (see :mod:`remem.usage._gate` for the rules both paths keep).
     """
 
     def __init__(
@@ -229,30 +220,20 @@ class _Nodes:
         summarizer: Summarizer,
         count: TokenCounter,
         system_prompt: str | None,
-        budgets: Budgets,
-        meter: Meter | None,
+        gate: Gate,
         tool_tokens: int = 0,
-        approve_tokens: int | None = None,
-        approve_cost: float | None = None,
         ledger_owner: Any = None,
-        budget_action: str = "error",
     ) -> None:
         self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
         # The view is counted once per thread: each call counts the messages added since the last one.
         self._prefix = PrefixCounter(count) if count is approximate_token_count else None
         self.ledger_owner = ledger_owner  # whose database the ledger is in, when it is found from it
-        self.system_prompt, self.budgets, self.meter = system_prompt, budgets, meter
-        self.tool_tokens = tool_tokens
-        self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
-        self.budget_action = check_budget_action(budget_action)
+        self.system_prompt, self.gate, self.tool_tokens = system_prompt, gate, tool_tokens
         self.model_name = model_name(model)
-        # Per thread, the call run_turn checked: its turn, its messages' signatures, its count, its spending.
-        self._checked: dict[str, tuple[int, list[Any], Budgets, int, dict[Scope, Totals]]] = {}
-        self._lock = threading.Lock()
 
     @property
     def ledger(self) -> Ledger | None:
-        return None if self.meter is None else self.meter.ledger
+        return self.gate.ledger
 
     def view(self, state: Mapping[str, Any]) -> list[BaseMessage]:
         """Exactly what the model is sent for this state."""
@@ -261,156 +242,56 @@ class _Nodes:
         head: list[BaseMessage] = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
         return [*head, *without_refusals(build_view(plan, summary))]
 
-    def tokens(self, view: list[BaseMessage], caller: _Caller) -> int:
+    def tokens(self, view: Sequence[BaseMessage], caller: _Caller) -> int:
         """The counted input of a call that sends ``view``: the view and the tool schemas."""
         if self._prefix is not None and caller.thread_id is not None:
             return self._prefix(caller.thread_id, view) + self.tool_tokens
         return self.count(view) + self.tool_tokens
 
-    def budgets_of(self, caller: _Caller) -> Budgets:
-        """The agent's budgets, with those given for this run over them (:meth:`Budgets.merged`)."""
-        return self.budgets.merged(caller.budgets)
-
-    def _spent(self, caller: _Caller, turn: int) -> dict[Scope, Totals]:
-        """What the ledger says this call's scopes spent so far (one read, only of the budgets set)."""
-        ledger = self.ledger
-        if ledger is None:
-            return {}
-        found = ledger.spent_in(
-            self.budgets_of(caller).read_scopes, thread_id=caller.thread_id, turn=turn, user_id=caller.user_id
-        )
-        return cast("dict[Scope, Totals]", found)
-
-    def check_budgets(
-        self, view: list[BaseMessage], caller: _Caller, turn: int
-    ) -> tuple[dict[Scope, Totals] | None, int | None]:
-        """Check the call's counted estimate against every budget; returns what the scopes had spent and
-        the estimate (None, None when no budget is set: then nothing is counted nor read)."""
-        budgets = self.budgets_of(caller)
-        if not budgets.active:
-            return None, None
-        if caller.thread_id is not None:
-            with self._lock:  # run_turn checked this very call just before: its count and reads are reused
-                checked = self._checked.pop(caller.thread_id, None)
-            # The same turn, messages (ids and texts, what the count is keyed on) and budgets: the same call.
-            if checked is not None and checked[:3] == (turn, signatures(view), budgets):
-                return checked[4], checked[3]
-        tokens = self.tokens(view, caller)
-        spent = self._spent(caller, turn)
-        check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
-        return spent, tokens
-
-    def _cost(self, tokens: int) -> float | None:
-        return None if self.meter is None else self.meter.prices.cost(self.model_name, tokens, 0)
-
-    def refused(
-        self, view: list[BaseMessage], caller: _Caller, turn: int, tokens: int | None = None
-    ) -> Estimate | None:
-        """The estimate of a call above an approval threshold that was refused; None when it may be sent
-        (below the thresholds, or approved). Above one, the run pauses here
-        (:func:`~remem.usage.approval.ask_approval`): on resume the node runs again and gets the answer.
-        ``tokens``: the estimate when the budget check counted it already."""
-        if self.approve_tokens is None and self.approve_cost is None:
-            return None
-        tokens = self.tokens(view, caller) if tokens is None else tokens
-        estimate = self._estimate(caller, turn, tokens)
-        if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
-            return None
-        return estimate
-
-    def precheck(self, state: Mapping[str, Any], caller: _Caller) -> None:
-        """:meth:`check_budgets` before the input is written (run_turn); the turn's first call then
-        reuses its count and what it read, since the thread's lease keeps anything else of the thread from
-        spending or writing. A legacy usage list, and the rows a failed ledger write left, are written to
-        the ledger first (the state is emptied by the call)."""
-        self.adopt_legacy(state, caller)
-        self.flush(state)
-        if not self.budgets_of(caller).active:
-            return  # nothing to check: the view is not even built
-        view, turn = self.view(state), _call_turn(state)
-        try:
-            spent, tokens = self.check_budgets(view, caller, turn)
-        except BudgetExceededError as breach:
-            if self.budget_action == "compact":  # cannot fit: raised before the input is stored
-                self._fitted(breach, view, caller, turn, quiet=True)
-            elif self.budget_action == "error":
-                raise
-            return  # the call acts on it (refuse, approve, compact) once the input is stored
-        if spent is not None and tokens is not None and caller.thread_id is not None:
-            with self._lock:
-                entry = (turn, signatures(view), self.budgets_of(caller), tokens, spent)
-                self._checked[caller.thread_id] = entry
-
-    def _fitted(
-        self,
-        breach: BudgetExceededError,
-        view: list[BaseMessage],
-        caller: _Caller,
-        turn: int,
-        *,
-        quiet: bool = False,
-    ) -> tuple[list[BaseMessage], dict[Scope, Totals], int]:
-        """budget_action ``compact``: the newest messages of ``view`` that keep the call within every
-        budget (:mod:`remem.usage.breach`), what its scopes spent, and its estimate; raises when none fit."""
-        spent, budgets = self._spent(caller, turn), self.budgets_of(caller)
-        price = None if self.meter is None else self.meter.prices.price(self.model_name)
-        room = fitting_tokens(budgets, spent, price) - self.tool_tokens
-        fitted = fit_messages(view, room, self.count, quiet=quiet)
-        if fitted is None:
-            raise cannot_fit(breach) from breach
-        tokens = self.tokens(fitted, caller)
-        check(budgets, tokens=tokens, cost=self._cost(tokens), spent=spent, estimated=True)
-        return fitted, spent, tokens
-
-    def _on_breach(
-        self, breach: BudgetExceededError, view: list[BaseMessage], caller: _Caller, turn: int
-    ) -> tuple[list[BaseMessage], dict[Scope, Totals], int, AIMessage | None]:
-        """What ``budget_action`` makes of a call over a budget (:mod:`remem.usage.breach`): the view to
-        send, what its scopes spent, its estimate, and the message that ends the turn instead (None: send)."""
-        if self.budget_action == "error":
-            raise breach
-        if self.budget_action == "compact":
-            fitted, spent, tokens = self._fitted(breach, view, caller, turn)
-            refused = self.refused(fitted, caller, turn, tokens)
-            return fitted, spent, tokens, None if refused is None else refusal(refused)
-        spent, tokens = self._spent(caller, turn), self.tokens(view, caller)
-        # approved over the budget: no approval threshold asks again
-        return (
-            view,
-            spent,
-            tokens,
-            refuse_or_ask(self.budget_action, breach, self._estimate(caller, turn, tokens)),
-        )
-
-    def _estimate(self, caller: _Caller, turn: int, tokens: int) -> Estimate:
-        """What an approval pause carries: the call's estimate and the run's own budgets (for its resume)."""
-        return Estimate(
+    def call(self, view: list[BaseMessage], caller: _Caller, turn: int) -> Call:
+        """The gate's view of the call that sends ``view`` (the tool schemas are its head)."""
+        return Call(
             self.model_name,
-            tokens,
-            self._cost(tokens),
-            caller.thread_id,
-            caller.user_id,
-            turn,
-            run_budgets=run_budgets(caller.budgets),
+            view,
+            lambda messages: self.tokens(messages, caller),
+            self.count,
+            head=self.tool_tokens,
+            thread_id=caller.thread_id,
+            user_id=caller.user_id,
+            turn=turn,
+            run_budgets=caller.budgets,
         )
 
-    def _check_after(self, event: UsageEvent, spent: Mapping[Scope, Totals], caller: _Caller) -> None:
-        try:
-            check(self.budgets_of(caller), tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
-        except BudgetExceededError as exc:
-            log.warning(
-                "%s; the reply was kept (it was paid for), and the next model call meets the budget", exc
-            )
+    def precheck(
+        self, values: Mapping[str, Any], messages: list[BaseMessage], config: RunnableConfig
+    ) -> None:
+        """The gate's check of the turn's first call before its input is stored (run_turn: the state
+        ``values`` with the input ``messages`` added); the call then reuses its count and reads, since the
+        thread's lease keeps anything else of the thread from spending or writing. A legacy usage list,
+        and the rows a failed ledger write left, are written to the ledger first (the state is emptied
+        by the call)."""
+        caller = _Caller.of(config)
+        merged = cast(
+            "list[AnyMessage]",
+            add_messages(cast(Any, list(values.get("messages", []))), cast(Any, list(messages))),
+        )
+        state = {**values, "messages": merged}
+        self.adopt_legacy(state, caller)
+        self.gate.flush(state)
+        if not self.gate.budgets_for(caller.budgets).active:
+            return  # nothing to check: the view is not even built
+        self.gate.precheck(self.call(self.view(state), caller, _call_turn(state)))
 
     def adopt_legacy(self, state: Mapping[str, Any], caller: _Caller) -> dict[str, Any]:
         """Copy a legacy checkpoint's ``usage`` list into the ledger (idempotent) and empty it."""
         legacy = state.get("usage")
         if not legacy:
             return {}
-        if self.meter is not None and caller.thread_id is not None:
+        meter = self.gate.recording
+        if meter is not None and caller.thread_id is not None:
             for n, record in enumerate(legacy):
                 node = str(record.get("node") or "call_model")
-                event = self.meter.event(
+                event = meter.event(
                     "chat" if node == "call_model" else "summariser",
                     str(record.get("model") or "unknown"),
                     input_tokens=int(record.get("input_tokens") or 0),
@@ -423,18 +304,12 @@ class _Nodes:
                     latency_ms=record.get("latency_ms"),
                     call_id=f"{caller.thread_id}:legacy:{n}",
                 )
-                self.meter.ledger.record(dataclasses.replace(event, at=_epoch(record.get("at"))))
+                meter.ledger.record(dataclasses.replace(event, at=_epoch(record.get("at"))))
         return {"usage": [], "remem_turn": _turn_before(state)}
-
-    def flush(self, state: Mapping[str, Any]) -> bool:
-        """Write the paid calls a failed ledger write left in the state; True when the state held any."""
-        return False if self.meter is None else flush_unrecorded(self.meter.ledger, state)
 
     def _record(self, event: UsageEvent, state: Mapping[str, Any], update: dict[str, Any]) -> None:
         """Record a paid call; a ledger that refuses it keeps the row in ``update``, with the reply."""
-        if self.meter is None:
-            return
-        kept = record_or_keep(self.meter.ledger, event)
+        kept = self.gate.keep(event)
         if kept:
             earlier = update.get(UNRECORDED, state.get(UNRECORDED) or [])
             update[UNRECORDED] = [*earlier, *kept]
@@ -462,22 +337,18 @@ class _Nodes:
         check_provider_valid(view)
         turn = _call_turn(state)
         update = self.adopt_legacy(state, caller)
-        if self.flush(state):
+        decision = self.gate.before(self.call(view, caller, turn), state)
+        if decision.flushed:
             update[UNRECORDED] = []
         if turn != state.get("remem_turn"):
             update["remem_turn"] = turn
-        try:
-            spent, tokens = self.check_budgets(view, caller, turn)
-            refused = self.refused(view, caller, turn, tokens)
-            not_sent = None if refused is None else refusal(refused)
-        except BudgetExceededError as breach:
-            view, spent, tokens, not_sent = self._on_breach(breach, view, caller, turn)
-        if not_sent is not None:  # nothing is sent: the turn ends with a message saying so
-            update["messages"] = [not_sent]
+        if decision.not_sent is not None:  # nothing is sent: the turn ends with a message saying so
+            update["messages"] = [decision.not_sent]
             return update
+        sent = list(decision.messages)
         started = time.perf_counter()
         try:
-            reply = self.model.invoke(view)
+            reply = self.model.invoke(sent)
         except RememError:
             raise
         except Exception as exc:
@@ -486,25 +357,11 @@ class _Nodes:
                 "thread: invoke again (or send the next message) to retry"
             ) from exc
         update["messages"] = [reply]
-        if self.meter is not None:
-            reply_id = getattr(reply, "id", None)
-            event = self.meter.reply_event(
-                "chat",
-                self.model_name,
-                view,
-                reply,
-                started=started,
-                # the budget check's count of this prompt, else the same count made only when needed
-                counted_input=tokens if tokens is not None else lambda: self.tokens(view, caller),
-                thread_id=caller.thread_id,
-                user_id=caller.user_id,
-                turn=turn,
-                node="call_model",
-                call_id=f"{caller.thread_id}:{reply_id}" if reply_id and caller.thread_id else None,
-            )
-            self._record(event, state, update)
-            if spent is not None:
-                self._check_after(event, spent, caller)
+        if self.gate.recording is not None:
+            event = self.gate.event(decision, reply, sent=sent, started=started, node="call_model")
+            kept = self.gate.after(decision, event)
+            if kept:
+                update[UNRECORDED] = [*update.get(UNRECORDED, state.get(UNRECORDED) or []), *kept]
         return update
 
     def route(self, state: MemoryState) -> str:
@@ -525,11 +382,13 @@ class _Nodes:
         if plan.summarize:
             result = self.summarizer.summarize(summary, plan.summarize)
             update["summary"] = result.text
-            if result.input_tokens and self.meter is not None:  # the extractive summariser calls no model
+            if (
+                result.input_tokens and self.gate.recording is not None
+            ):  # the extractive summariser calls no model
                 caller = _Caller.of(config)
                 source = result.extra.get("source")
                 self._record(
-                    self.meter.event(
+                    self.gate.recording.event(
                         "summariser",
                         result.model,
                         input_tokens=result.input_tokens,
@@ -653,25 +512,25 @@ def build_agent(
     caller = _bind_tools(chat, tool_node) if tool_node else chat
     count = token_counter or counter_named(s.token_counter)
     chosen_ledger = _ledger(ledger, checkpointer)
-    meter = (
-        None
-        if chosen_ledger is None
-        else Meter(chosen_ledger, PriceTable.from_settings_rows(s.prices), count=count)
-    )
     tool_text = tool_schema_text(list(tool_node.tools_by_name.values())) if tool_node else ""
+    gate = Gate(
+        chosen_ledger,
+        budgets=budgets or Budgets.from_settings(s),
+        prices=PriceTable.from_settings_rows(s.prices),
+        count=count,
+        approve_tokens=approve_tokens if approve_tokens is not None else s.approval_token_threshold,
+        approve_cost=approve_cost if approve_cost is not None else s.approval_cost_threshold,
+        budget_action=budget_action or s.budget_action,
+    )
     nodes = _Nodes(
         caller,
         chosen,
         summarize,
         count,
         system_prompt,
-        budgets or Budgets.from_settings(s),
-        meter,
+        gate,
         count([SystemMessage(content=tool_text)]) if tool_text else 0,
-        approve_tokens if approve_tokens is not None else s.approval_token_threshold,
-        approve_cost if approve_cost is not None else s.approval_cost_threshold,
         checkpointer if ledger is True else None,
-        budget_action or s.budget_action,
     )
     graph = StateGraph(MemoryState)
     # Sync and async steps: an async run (ainvoke, arun_turn) finds the ledger of an async saver first.
@@ -691,7 +550,7 @@ def build_agent(
     graph.add_edge("delete_messages", END)
     compiled = graph.compile(checkpointer=checkpointer, store=store)
     compiled.name = f"remem-agent[{chosen.name}]"
-    _TURN_RULES[compiled] = _TurnRules(s.thread_lease_timeout, nodes)
+    setattr(compiled, TURN_RULES_ATTRIBUTE, TurnRules(s.thread_lease_timeout, nodes.precheck, nodes.ledger))
     if chosen_ledger is not None and chosen_ledger is not ledger:  # opened here: closed with the graph
         weakref.finalize(compiled, chosen_ledger.close)
     return compiled
@@ -710,24 +569,48 @@ def _ledger(ledger: Ledger | str | Path | bool, checkpointer: Any) -> Ledger | N
 
 def ledger_of(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Ledger | None:
     """The usage ledger a graph :func:`build_agent` made records its model calls in (None: it records none)."""
-    rules = _TURN_RULES.get(graph)
-    return None if rules is None or rules.nodes is None else rules.nodes.ledger
+    rules = _rules_of(graph)
+    return None if rules is None else rules.ledger
+
+
+TURN_RULES_ATTRIBUTE = "remem_turn_rules"  # the attribute of a graph that holds its TurnRules
 
 
 @dataclass(frozen=True)
-class _TurnRules:
-    """What :func:`run_turn` knows of a graph :func:`build_agent` made: its lease wait, its model node."""
+class TurnRules:
+    """What :func:`run_turn` needs of a graph besides LangGraph's API, carried by the graph itself (its
+    attribute ``remem_turn_rules``; :func:`build_agent` sets it): how long a turn waits for the thread's
+    lease, the budget check made before a turn's input is stored (``precheck(values, messages, config)``:
+    raise to refuse the input, having written nothing), and the ledger its calls go to.
 
-    lease_timeout: float
-    nodes: _Nodes | None = None
+    A ``create_agent`` graph with ``BudgetMiddleware`` gets the middleware's check by passing the
+    middleware to :func:`run_turn` (``gate=budget``).
+    """
+
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    precheck: Callable[[Mapping[str, Any], list[BaseMessage], RunnableConfig], None] | None = None
+    ledger: Ledger | None = None
 
 
-_TURN_RULES: weakref.WeakKeyDictionary[Any, _TurnRules] = weakref.WeakKeyDictionary()
+def _rules_of(graph: Any) -> TurnRules | None:
+    rules = getattr(graph, TURN_RULES_ATTRIBUTE, None)
+    return rules if isinstance(rules, TurnRules) else None
 
 
-def _rules(graph: CompiledStateGraph[Any, Any, Any, Any], lease_timeout: float | None) -> _TurnRules:
-    known = _TURN_RULES.get(graph, _TurnRules(DEFAULT_LEASE_TIMEOUT))
-    return known if lease_timeout is None else _TurnRules(lease_timeout, known.nodes)
+def _turn_rules(graph: Any, gate: BudgetMiddleware | None, lease_timeout: float | None) -> TurnRules:
+    """The graph's own rules, with ``gate``'s check and ``lease_timeout`` over them when given."""
+    rules = _rules_of(graph) or TurnRules()
+    if gate is not None:
+        from remem.middleware.budget import BudgetMiddleware
+
+        if not isinstance(gate, BudgetMiddleware):  # pragma: no cover - typed
+            raise ArgumentTypeError(
+                f"gate is the BudgetMiddleware the graph was built with; got {type(gate).__name__}"
+            )
+        rules = dataclasses.replace(rules, precheck=gate.precheck, ledger=gate.ledger)
+    if lease_timeout is not None:
+        rules = dataclasses.replace(rules, lease_timeout=lease_timeout)
+    return rules
 
 
 def _lease_owner(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Any:
@@ -744,7 +627,7 @@ def _unfinished(snapshot: Any) -> bool:
 
 
 def _check_input(
-    rules: _TurnRules, values: dict[str, Any], messages: list[BaseMessage], caller: _Caller
+    rules: TurnRules, values: dict[str, Any], messages: list[BaseMessage], config: RunnableConfig
 ) -> None:
     """Refuse, before anything is written, an input the turn would refuse after writing it."""
     history = values.get("messages", [])
@@ -758,9 +641,8 @@ def _check_input(
             + ". An AI tool call needs its results (ToolMessages) before the model is called again; "
             "the thread was not changed"
         )
-    if rules.nodes is not None:  # the budgets call_model checks, checked before the input is stored
-        state = {**values, "messages": merged}
-        rules.nodes.precheck(state, caller)
+    if rules.precheck is not None:  # the budgets the model call checks, checked before the input is stored
+        rules.precheck(values, messages, config)
 
 
 def run_turn(
@@ -772,6 +654,7 @@ def run_turn(
     lease_timeout: float | None = None,
     user_id: str | None = None,
     budgets: Budgets | Mapping[str, float] | None = None,
+    gate: BudgetMiddleware | None = None,
 ) -> AIMessage:
     """Send one user turn and return the reply.
 
@@ -787,14 +670,14 @@ def run_turn(
     """
     messages = coerce_messages(message, max_chars=max_message_chars)
     config = thread_config(thread_id, user_id, budgets)
-    rules = _rules(graph, lease_timeout)
+    rules = _turn_rules(graph, gate, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = graph.get_state(config)
         _check_waiting(snapshot)
         if _unfinished(snapshot):
             _check_paused(graph.invoke(None, config), lambda: graph.get_state(config))
             snapshot = graph.get_state(config)
-        _check_input(rules, snapshot.values, messages, _Caller.of(config))
+        _check_input(rules, snapshot.values, messages, config)
         result = graph.invoke({"messages": messages}, config)
         _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
@@ -808,6 +691,7 @@ def resume_turn(
     lease_timeout: float | None = None,
     user_id: str | None = None,
     budgets: Budgets | Mapping[str, float] | None = None,
+    gate: BudgetMiddleware | None = None,
 ) -> AIMessage:
     """Answer the model call that waits for approval on the thread (:class:`~remem.errors.ApprovalPendingError`
     from :func:`run_turn`) and return the turn's reply.
@@ -820,7 +704,7 @@ def resume_turn(
     No call waiting raises :class:`~remem.errors.NotFoundError`, having written nothing.
     """
     config = thread_config(thread_id, user_id)
-    rules = _rules(graph, lease_timeout)
+    rules = _turn_rules(graph, gate, lease_timeout)
     with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         config = thread_config(
             thread_id, user_id, _waiting_budgets(graph.get_state(config), thread_id, budgets)
@@ -839,11 +723,12 @@ async def arun_turn(
     lease_timeout: float | None = None,
     user_id: str | None = None,
     budgets: Budgets | Mapping[str, float] | None = None,
+    gate: BudgetMiddleware | None = None,
 ) -> AIMessage:
     """Async version of :func:`run_turn`."""
     messages = coerce_messages(message, max_chars=max_message_chars)
     config = thread_config(thread_id, user_id, budgets)
-    rules = _rules(graph, lease_timeout)
+    rules = _turn_rules(graph, gate, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         snapshot = await graph.aget_state(config)
         _check_waiting(snapshot)
@@ -851,7 +736,7 @@ async def arun_turn(
             done = await graph.ainvoke(None, config)
             snapshot = await graph.aget_state(config)
             _check_paused(done, lambda: snapshot)
-        await asyncio.to_thread(_check_input, rules, snapshot.values, messages, _Caller.of(config))
+        await asyncio.to_thread(_check_input, rules, snapshot.values, messages, config)
         result = await graph.ainvoke({"messages": messages}, config)
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))
@@ -866,10 +751,11 @@ async def aresume_turn(
     lease_timeout: float | None = None,
     user_id: str | None = None,
     budgets: Budgets | Mapping[str, float] | None = None,
+    gate: BudgetMiddleware | None = None,
 ) -> AIMessage:
     """Async version of :func:`resume_turn`."""
     config = thread_config(thread_id, user_id)
-    rules = _rules(graph, lease_timeout)
+    rules = _turn_rules(graph, gate, lease_timeout)
     async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
         waiting = _waiting_budgets(await graph.aget_state(config), thread_id, budgets)
         config = thread_config(thread_id, user_id, waiting)

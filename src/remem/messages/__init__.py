@@ -1,12 +1,16 @@
-"""Messages: token counts, provider validity, safe cut points, escaping and the derived-message marker."""
+"""Messages: token counts, provider validity, safe cut points, escaping, and the derived and refusal markers."""
 
 from remem.messages.derived import (
     DERIVED_KEY,
     DERIVED_SOURCES,
+    REFUSAL_KEY,
     DerivedSource,
     derived_source,
     is_derived,
+    is_refusal,
     mark_derived,
+    mark_refusal,
+    without_refusals,
 )
 from remem.messages.history import (
     DEFAULT_MAX_MESSAGE_CHARS,
@@ -34,6 +38,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
     "DERIVED_KEY",
     "DERIVED_SOURCES",
+    "REFUSAL_KEY",
     "DerivedSource",
     "TokenCounter",
     "approximate_token_count",
@@ -50,9 +55,12 @@ __all__ = [
     "history_problems",
     "is_derived",
     "is_provider_valid",
+    "is_refusal",
     "last_human_index",
     "mark_derived",
+    "mark_refusal",
     "safe_cut_at_or_before",
     "system_prefix_length",
     "token_counter",
+    "without_refusals",
 ]

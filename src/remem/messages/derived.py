@@ -1,4 +1,5 @@
-"""The one marker for messages remem derives from memory: summaries, context cards, recalls, prompts.
+"""The markers of the messages remem writes itself: derived text (summaries, context cards, recalls, prompts)
+and refusal notes (a turn whose model call was not sent).
 
 A derived message carries text that remem wrote (or recalled) itself, never a new turn of the user or
 the assistant. It is sent to a model as labelled data, and it is never persisted as a turn of the thread
@@ -15,13 +16,25 @@ in a checkpointed state) or by the earlier ``remem_derived: True``, so an upgrad
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, Literal, TypeVar, get_args
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 
 from remem.errors import ArgumentTypeError, RememUsageError
 
-__all__ = ["DERIVED_KEY", "DERIVED_SOURCES", "DerivedSource", "derived_source", "is_derived", "mark_derived"]
+__all__ = [
+    "DERIVED_KEY",
+    "DERIVED_SOURCES",
+    "REFUSAL_KEY",
+    "DerivedSource",
+    "derived_source",
+    "is_derived",
+    "is_refusal",
+    "mark_derived",
+    "mark_refusal",
+    "without_refusals",
+]
 
 DerivedSource = Literal["summary", "card", "recall", "memory", "prompt"]
 """``summary``: a rolling summary; ``card``: a context card; ``recall``: records recalled for a question;
@@ -66,3 +79,33 @@ def derived_source(message: object) -> str | None:
 def is_derived(message: object) -> bool:
     """Whether ``message`` is text remem derived from memory: never a turn to persist or extract."""
     return derived_source(message) is not None
+
+
+# -- refusals ------------------------------------------------------------------------------------------
+# The other message remem writes itself: the note a turn ends with when its model call was not sent (not
+# approved, or over a budget). It is remem's words to the person, never the model's: it is not sent to a
+# model, not persisted as a turn, and a turn that ends with one made no model call.
+
+REFUSAL_KEY: Final = "remem_not_approved"  # in ``response_metadata`` (kept by checkpoints and copies)
+
+A = TypeVar("A", bound=AIMessage)
+
+
+def mark_refusal(message: A) -> A:
+    """A copy of ``message`` marked as a refusal note (the original is left as it was)."""
+    if not isinstance(message, AIMessage):
+        raise ArgumentTypeError(f"mark_refusal takes an AIMessage, got {type(message).__name__}")
+    metadata = {**message.response_metadata, REFUSAL_KEY: True}
+    return message.model_copy(update={"response_metadata": metadata})
+
+
+def is_refusal(message: object) -> bool:
+    """Whether ``message`` is a refusal note (:func:`mark_refusal`)."""
+    return isinstance(message, AIMessage) and message.response_metadata.get(REFUSAL_KEY) is True
+
+
+def without_refusals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
+    """``messages`` without the refusal notes (never sent to a model); ``messages`` itself when it holds
+    none."""
+    kept = [m for m in messages if not is_refusal(m)]
+    return messages if len(kept) == len(messages) else kept

@@ -23,11 +23,11 @@ from remem.errors import RememUsageError
 from remem.messages import (
     TokenCounter,
     is_derived,
+    is_refusal,
     last_human_index,
     safe_cut_at_or_before,
     system_prefix_length,
 )
-from remem.usage.approval import is_refusal
 
 __all__ = [
     "PATTERNS",

@@ -14,7 +14,13 @@ Every model call is checked twice and recorded once:
   budget, and, added to what the ledger says the turn, the thread and the user's UTC day have spent, against
   theirs; a breach raises :class:`~remem.errors.BudgetExceededError` and nothing is sent;
 - after: the provider's ``usage_metadata`` (counted when it has none) is recorded in the ledger, priced from
-  the price table, then checked the same way (the call was paid: it is in the ledger, and the error says so).
+  the price table, then checked the same way: a breach only these numbers show is logged, and the reply,
+  paid for, is kept; the next call meets the budget before it is sent.
+
+remem's agent (``build_agent``) drives the same :class:`~remem.usage._gate.Gate`, so both paths act the
+same on every budget, threshold and action. ``run_turn(agent, thread, text, gate=budget)`` also checks a
+turn's input before it is stored (:meth:`BudgetMiddleware.precheck`): a certain breach leaves nothing in
+the thread.
 
 Above ``approve_tokens`` / ``approve_cost`` the run pauses with a LangGraph ``interrupt`` carrying the
 estimate (a checkpointer is needed); ``Command(resume=True)`` sends the call, ``Command(resume=False)`` ends
@@ -51,7 +57,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
@@ -64,16 +70,14 @@ from langchain.agents.middleware.types import (
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.types import Command
 
-from remem.errors import BudgetExceededError
-from remem.messages import TokenCounter, approximate_token_count, counter_for_model
+from remem.messages import TokenCounter, approximate_token_count, counter_for_model, without_refusals
 from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
-from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, Scope, Totals, UsageEvent, check
-from remem.usage._pending import UNRECORDED, flush_unrecorded, record_or_keep
+from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, UsageEvent
+from remem.usage._gate import Call, Decision, Gate
+from remem.usage._pending import UNRECORDED
 from remem.usage._prefix import PrefixCounter, sums_per_message
-from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal, without_refusals
-from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
-from remem.usage.budgets import run_budgets
+from remem.usage.approval import Estimate
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]
@@ -179,22 +183,25 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         budget_action: str | None = None,
     ) -> None:
         super().__init__()
-        self.ledger = ledger
-        self.budgets = budgets or (Budgets.from_settings(settings) if settings is not None else Budgets())
         if prices is None and settings is not None:
             prices = PriceTable.from_settings_rows(settings.prices)
-        self.prices = prices or PriceTable()
-        # A counter given is used for every model; else the model's exact encoding where it is known.
-        self._given_counter = token_counter
-        self.count = token_counter or approximate_token_count
-        self.meter = None if ledger is None else Meter(ledger, self.prices, count=self.count)
         if settings is not None:
             approve_tokens = approve_tokens or settings.approval_token_threshold or None
             approve_cost = approve_cost or settings.approval_cost_threshold or None
-        self.approve_tokens, self.approve_cost = approve_tokens, approve_cost
         if budget_action is None:
             budget_action = settings.budget_action if settings is not None else "error"
-        self.budget_action = check_budget_action(budget_action)
+        # A counter given is used for every model; else the model's exact encoding where it is known.
+        self._given_counter = token_counter
+        self.count = token_counter or approximate_token_count
+        self.gate = Gate(
+            ledger,
+            budgets=budgets or (Budgets.from_settings(settings) if settings is not None else Budgets()),
+            prices=prices,
+            count=self.count,
+            approve_tokens=approve_tokens,
+            approve_cost=approve_cost,
+            budget_action=budget_action,
+        )
         self.thread_id, self.user_id, self.node = thread_id, user_id, node
         if rate_limiter is None and settings is not None:
             rate_limiter = shared_limiter(settings)
@@ -206,6 +213,38 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         self._counters: dict[str, tuple[TokenCounter, PrefixCounter | None]] = {}
         self._heads: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
         self._prefix_lock = threading.Lock()
+        self._model: str | None = (
+            None  # the model of the latest call (run_turn's check counts with its counter)
+        )
+
+    # The gate's parts, read as the middleware's own.
+    @property
+    def ledger(self) -> Ledger | None:
+        return self.gate.ledger
+
+    @property
+    def budgets(self) -> Budgets:
+        return self.gate.budgets
+
+    @property
+    def prices(self) -> PriceTable:
+        return self.gate.prices
+
+    @property
+    def meter(self) -> Meter | None:
+        return self.gate.recording
+
+    @property
+    def approve_tokens(self) -> int | None:
+        return self.gate.approve_tokens
+
+    @property
+    def approve_cost(self) -> float | None:
+        return self.gate.approve_cost
+
+    @property
+    def budget_action(self) -> str:
+        return self.gate.budget_action
 
     def counter_for(self, model: str) -> TokenCounter:
         """The counter of ``model``'s estimates: the one given, else its exact encoding when known
@@ -251,142 +290,114 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         return count(counted) if counted else 0
 
     # -- the pure parts ------------------------------------------------------------------------------
-    def estimate(self, request: ModelRequest[Any]) -> Estimate:
-        """The counted input of ``request``: system prompt, tool schemas and messages."""
-        conf = _configurable()
-        thread = self.thread_id or conf.get("thread_id")
-        model = model_name(request.model)
+    def _count_messages(self, model: str, thread: str | None, system: Any, tools: list[Any]) -> Any:
+        """The counted input of a call to ``model`` that sends some messages after ``system`` and ``tools``."""
         count, prefix = self._counter_and_prefix(model)
         if prefix is None:  # a counter of the caller's: given the whole prompt at once
-            tokens = count([*_head(request.system_message, request.tools), *request.messages])
-        else:
-            head = self._head_tokens(count, request.system_message, request.tools)
-            tokens = head + (count(request.messages) if thread is None else prefix(thread, request.messages))
+
+            def whole(messages: Sequence[BaseMessage]) -> int:
+                return count([*_head(system, tools), *messages])
+
+            return whole
+        head = self._head_tokens(count, system, tools)
+
+        def summed(messages: Sequence[BaseMessage]) -> int:
+            return head + (count(messages) if thread is None else prefix(thread, messages))
+
+        return summed
+
+    def estimate(self, request: ModelRequest[Any]) -> Estimate:
+        """The counted input of ``request``: system prompt, tool schemas and messages."""
+        return self.gate.estimate(self._call(request, None), self._tokens(request))
+
+    def _tokens(self, request: ModelRequest[Any]) -> int:
+        conf = _configurable()
+        count = self._count_messages(
+            model_name(request.model),
+            self.thread_id or conf.get("thread_id"),
+            request.system_message,
+            request.tools,
+        )
+        return int(count(request.messages))
+
+    def _call(self, request: ModelRequest[Any], tokens: int | None) -> Call:
+        """The gate's view of the call ``request`` makes (``tokens``: its estimate, counted already)."""
+        conf = _configurable()
+        model = model_name(request.model)
+        thread = self.thread_id or conf.get("thread_id")
+        fit_count, _ = self._counter_and_prefix(model)
         state = request.state or {}
-        turn = _turn_of(state) if isinstance(state, Mapping) else None
-        return Estimate(
-            model=model,
-            input_tokens=tokens,
-            cost=self.prices.cost(model, tokens, 0),
+        return Call(
+            model,
+            request.messages,
+            self._count_messages(model, thread, request.system_message, request.tools),
+            fit_count,
+            head=self._head_tokens(fit_count, request.system_message, request.tools),
             thread_id=thread,
             user_id=self.user_id or conf.get("user_id"),
-            turn=turn,
-            run_budgets=run_budgets(conf.get(BUDGETS_KEY)),
+            turn=_turn_of(state) if isinstance(state, Mapping) else None,
+            run_budgets=conf.get(BUDGETS_KEY),
+            tokens=tokens,
         )
 
     def budgets_for(self, estimate: Estimate) -> Budgets:
         """The middleware's budgets, with those the run's config gave for it over them
         (``configurable["remem_budgets"]``: :func:`~remem.usage.budgets.run_budgets`)."""
-        return self.budgets.merged(estimate.run_budgets)
+        return self.gate.budgets_for(estimate.run_budgets)
 
-    def _spent(self, estimate: Estimate, state: Any, budgets: Budgets) -> tuple[dict[Scope, Totals], bool]:
-        """What the call's scopes spent (one read, only of the scopes with a budget), after writing the
-        paid calls an earlier ledger failure left in the state; and whether there were any."""
-        if self.ledger is None:
-            return {}, False
-        flushed = flush_unrecorded(self.ledger, state)
-        found = self.ledger.spent_in(
-            budgets.read_scopes,
-            thread_id=estimate.thread_id,
-            turn=estimate.turn,
-            user_id=estimate.user_id,
+    def precheck(self, values: Mapping[str, Any], messages: list[BaseMessage], config: Any) -> None:
+        """:func:`remem.agent.run_turn`'s check before a turn's input is stored (``run_turn(...,
+        gate=budget)``): what the call will certainly send, the turn's input, counted with the latest
+        call's model, added to what its scopes spent, against every budget: a certain breach refuses the
+        input having written nothing (``error``; ``compact`` when the input alone cannot fit)."""
+        conf = (config or {}).get("configurable") or {}
+        thread = self.thread_id or conf.get("thread_id")
+        model = self._model or ""  # no call yet: no model, no price
+        fit_count, _ = self._counter_and_prefix(model)
+        merged = [*values.get("messages", []), *messages]
+        call = Call(
+            model,
+            messages,
+            fit_count,
+            fit_count,
+            thread_id=None if thread is None else str(thread),
+            user_id=self.user_id or conf.get("user_id"),
+            turn=_turn_of({**values, "messages": merged}),
+            run_budgets=conf.get(BUDGETS_KEY),
         )
-        return cast("dict[Scope, Totals]", found), flushed
+        self.gate.flush(values)
+        self.gate.precheck(call, exact=False)
 
-    def _before(
-        self, request: ModelRequest[Any], estimate: Estimate, spent: Mapping[Scope, Totals], budgets: Budgets
-    ) -> tuple[ModelRequest[Any], Estimate, AIMessage | None]:
-        """Check the estimate against the budgets (a breach does what ``budget_action`` says) and the
-        approval thresholds: the request to send, its estimate, and the message that ends the turn
-        instead (None: send it)."""
-        try:
-            check(budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
-        except BudgetExceededError as breach:
-            if self.budget_action == "error":
-                raise
-            if self.budget_action != "compact":  # approved over the budget: no threshold asks again
-                return request, estimate, refuse_or_ask(self.budget_action, breach, estimate)
-            request, estimate = self._compacted(breach, request, estimate, spent, budgets)
-        if not needs_approval(estimate, self.approve_tokens, self.approve_cost) or ask_approval(estimate):
-            return request, estimate, None
-        return request, estimate, refusal(estimate)
+    # -- the hooks -----------------------------------------------------------------------------------
+    def _decide(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], Decision]:
+        request = _without_refusals(request)
+        estimate = self.estimate(request)  # counted always: the rate limiter is charged it too
+        self._model = estimate.model
+        decision = self.gate.before(self._call(request, estimate.input_tokens), request.state)
+        if decision.messages is not request.messages:  # compacted to fit
+            request = request.override(messages=cast("list[AnyMessage]", list(decision.messages)))
+        return request, decision
 
-    def _compacted(
-        self,
-        breach: BudgetExceededError,
-        request: ModelRequest[Any],
-        estimate: Estimate,
-        spent: Mapping[Scope, Totals],
-        budgets: Budgets,
-    ) -> tuple[ModelRequest[Any], Estimate]:
-        """``request`` with the newest messages that keep it within every budget (budget_action
-        ``compact``: :mod:`remem.usage.breach`), and its estimate."""
-        count, _ = self._counter_and_prefix(estimate.model)
-        head = self._head_tokens(count, request.system_message, request.tools)
-        room = fitting_tokens(budgets, spent, self.prices.price(estimate.model)) - head
-        fitted = fit_messages(request.messages, room, count)
-        if fitted is None:
-            raise cannot_fit(breach) from breach
-        request = request.override(messages=cast("list[AnyMessage]", fitted))
-        estimate = self.estimate(request)
-        check(budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
-        return request, estimate
-
-    def _event(
-        self, request: ModelRequest[Any], estimate: Estimate, response: ModelResponse[Any], started: float
-    ) -> UsageEvent | None:
+    def _finish(
+        self, request: ModelRequest[Any], decision: Decision, response: ModelResponse[Any], started: float
+    ) -> tuple[UsageEvent | None, list[dict[str, Any]] | None]:
+        """The paid call's event, recorded (the rate limiter corrected with it), and the kept rows."""
         reply = _reply(response)
-        if reply is None:
-            return None
-        meter = self.meter or Meter(_NoLedger(), self.prices, count=self.count)
-        sent: list[BaseMessage] = [] if request.system_message is None else [request.system_message]
-        reply_id = getattr(reply, "id", None)
-        return meter.reply_event(
-            "chat",
-            estimate.model,
-            [*sent, *request.messages],
-            reply,
-            started=started,
-            counted_input=estimate.input_tokens,  # the prompt as counted before the call, tool schemas too
-            thread_id=estimate.thread_id,
-            user_id=estimate.user_id,
-            turn=estimate.turn,
-            node=self.node,
-            call_id=f"{estimate.thread_id}:{reply_id}" if reply_id and estimate.thread_id else None,
-        )
-
-    def _after(
-        self, event: UsageEvent | None, spent: Mapping[Scope, Totals], flushed: bool, budgets: Budgets
-    ) -> list[dict[str, Any]] | None:
-        """Record the paid call and check it; the state's kept rows when they change (else None).
-
-        A ledger that refuses the row does not fail the call (its reply would be lost, and a resume would
-        pay again): the row is kept in the state with the reply (:mod:`remem.usage._pending`). A breach
-        that only the provider's numbers show raises once the row is recorded (budget_action ``error``);
-        with the row only kept, or another action (the call may have been approved over the budget), it is
-        logged, so that the reply it paid for is kept and the next call's check counts it."""
-        if event is None:
-            return [] if flushed else None
-        kept = [] if self.ledger is None else record_or_keep(self.ledger, event)
-        try:
-            check(budgets, tokens=event.tokens, cost=event.cost, spent=spent, estimated=False)
-        except BudgetExceededError as exc:
-            if not kept and self.budget_action == "error":
-                raise
-            log.warning(
-                "%s; the reply was kept (it was paid for), and the next model call meets the budget", exc
+        event = None
+        if reply is not None:
+            sent: list[BaseMessage] = [] if request.system_message is None else [request.system_message]
+            event = self.gate.event(
+                decision, reply, sent=[*sent, *request.messages], started=started, node=self.node
             )
-        return kept if kept or flushed else None
+        if self._limited(request) and self.rate_limiter is not None and event is not None:
+            assert decision.estimate is not None  # the middleware always counts
+            self.rate_limiter.settle(decision.call.model, decision.estimate.input_tokens, event.tokens)
+        return event, self.gate.after(decision, event)
 
     def _limited(self, request: ModelRequest[Any]) -> bool:
         """Whether this middleware applies the rate limit (a model remem built applies it itself)."""
         return not isinstance(request.model, RateLimitedChatModel)
 
-    def _settle(self, estimate: Estimate, event: UsageEvent | None) -> None:
-        if self.rate_limiter is not None and event is not None:
-            self.rate_limiter.settle(estimate.model, estimate.input_tokens, event.tokens)
-
-    # -- the hooks -----------------------------------------------------------------------------------
     @staticmethod
     def _refused(message: AIMessage, flushed: bool) -> AIMessage | ExtendedModelResponse[Any]:
         if not flushed:
@@ -400,64 +411,41 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        request = _without_refusals(request)
-        estimate = self.estimate(request)
-        budgets = self.budgets_for(estimate)
-        spent, flushed = self._spent(estimate, request.state, budgets)
-        request, estimate, not_sent = self._before(request, estimate, spent, budgets)
-        if not_sent is not None:
-            return self._refused(not_sent, flushed)
+        request, decision = self._decide(request)
+        if decision.not_sent is not None:
+            return self._refused(decision.not_sent, decision.flushed)
+        assert decision.estimate is not None
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
-            self.rate_limiter.acquire(estimate.model, estimate.input_tokens)
+            self.rate_limiter.acquire(decision.call.model, decision.estimate.input_tokens)
         started = time.perf_counter()
         if limited and self.backoff is not None:
-            response = call_with_retries(lambda: handler(request), model=estimate.model, backoff=self.backoff)
+            response = call_with_retries(
+                lambda: handler(request), model=decision.call.model, backoff=self.backoff
+            )
         else:
             response = handler(request)
-        event = self._event(request, estimate, response, started)
-        if limited:
-            self._settle(estimate, event)
-        kept = self._after(event, spent, flushed, budgets)
-        return _with_update(response, estimate, request.state, kept)
+        _, kept = self._finish(request, decision, response, started)
+        return _with_update(response, decision.estimate, request.state, kept)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        request = _without_refusals(request)
-        estimate = self.estimate(request)
-        budgets = self.budgets_for(estimate)
-        spent, flushed = await asyncio.to_thread(self._spent, estimate, request.state, budgets)
-        request, estimate, not_sent = self._before(request, estimate, spent, budgets)
-        if not_sent is not None:
-            return self._refused(not_sent, flushed)
+        request, decision = await asyncio.to_thread(self._decide, request)
+        if decision.not_sent is not None:
+            return self._refused(decision.not_sent, decision.flushed)
+        assert decision.estimate is not None
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
-            await self.rate_limiter.aacquire(estimate.model, estimate.input_tokens)
+            await self.rate_limiter.aacquire(decision.call.model, decision.estimate.input_tokens)
         started = time.perf_counter()
         if limited and self.backoff is not None:
             response = await acall_with_retries(
-                lambda: handler(request), model=estimate.model, backoff=self.backoff
+                lambda: handler(request), model=decision.call.model, backoff=self.backoff
             )
         else:
             response = await handler(request)
-        event = self._event(request, estimate, response, started)
-        if limited:
-            self._settle(estimate, event)
-        kept = await asyncio.to_thread(self._after, event, spent, flushed, budgets)
-        return _with_update(response, estimate, request.state, kept)
-
-
-class _NoLedger(Ledger):
-    """Prices events without storing them (a middleware given no ledger)."""
-
-    def setup(self) -> None:
-        return None
-
-    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
-        return None
-
-    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        return []
+        _, kept = await asyncio.to_thread(self._finish, request, decision, response, started)
+        return _with_update(response, decision.estimate, request.state, kept)

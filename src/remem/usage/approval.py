@@ -10,12 +10,14 @@ thread's state snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage
 from langgraph.types import interrupt
+
+from remem.messages import is_refusal, mark_refusal, without_refusals
 
 __all__ = [
     "APPROVAL_KIND",
@@ -30,7 +32,6 @@ __all__ = [
 ]
 
 APPROVAL_KIND = "remem.approval"
-_REFUSED = "remem_not_approved"
 
 
 @dataclass(frozen=True)
@@ -96,22 +97,10 @@ def refusal(estimate: Estimate, *, over_budget: str | None = None) -> AIMessage:
         if over_budget
         else f"The model call was not approved ({size}), so nothing was sent."
     )
-    return AIMessage(
-        content=f"{why} Your messages are kept; send another message to try again.",
-        response_metadata={_REFUSED: True},  # not sent to a provider: it marks the reply as a refusal
+    # not sent to a provider: the marker (remem.messages) says so
+    return mark_refusal(
+        AIMessage(content=f"{why} Your messages are kept; send another message to try again.")
     )
-
-
-def is_refusal(message: Any) -> bool:
-    """Whether ``message`` is a :func:`refusal` (a turn that ends with one made no model call)."""
-    return isinstance(message, AIMessage) and message.response_metadata.get(_REFUSED) is True
-
-
-def without_refusals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
-    """``messages`` without the :func:`refusal` notes (remem's words to the person, not the model's: never
-    sent to a model); ``messages`` itself when it holds none."""
-    kept = [m for m in messages if not is_refusal(m)]
-    return messages if len(kept) == len(messages) else kept
 
 
 def pending_approval(snapshot: Any) -> dict[str, Any] | None:

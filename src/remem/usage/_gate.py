@@ -1,0 +1,327 @@
+"""The one gate every model call of a turn passes: estimate, budgets, approval, what a breach does, recording.
+
+remem's agent (``build_agent``'s ``call_model``) and ``BudgetMiddleware`` both drive a :class:`Gate`, so the
+two paths cannot drift::
+
+    call = Call(model, messages, count, head=..., fit_count=..., thread_id=..., user_id=..., turn=...)
+    decision = gate.before(call, state)        # kept rows flushed; estimate; budgets; approval; action
+    if decision.not_sent is not None: ...      # the turn ends with that message; nothing is sent
+    reply = model.invoke(decision.messages)
+    kept = gate.after(decision, gate.event(decision, reply, sent=..., started=..., node=...))
+
+The rules, the same on every path:
+
+- **Before the call** the counted estimate (:class:`Call`'s ``count``), added to what the ledger says the
+  turn, the thread and the user's UTC day spent, is checked against every budget; a breach does what
+  ``budget_action`` says (:mod:`remem.usage.breach`): ``error`` raises
+  :class:`~remem.errors.BudgetExceededError` and nothing is sent. Above an approval threshold the run
+  pauses (:mod:`remem.usage.approval`).
+- **Before the input is stored**: :meth:`Gate.precheck` runs the same check on the turn that is about to be
+  sent (``run_turn`` calls it), so an input that ``error`` (or ``compact`` that cannot fit) would refuse
+  leaves nothing in the thread. The call that follows reuses that check's count and reads.
+- **After the call** the provider's numbers (counted when it gives none) are recorded, then checked: a
+  breach that only they show is logged, never raised: the reply was paid for, so it is kept (in the
+  thread and returned to the caller), and the ledger holds the spending, so the next call meets the
+  budget before it is sent.
+- A ledger that refuses a paid call's row does not lose it: the row is kept in the state with the reply
+  (:mod:`remem.usage._pending`) and written by the thread's next call, before its check; every kept row
+  has a call id, so a resumed run that records the call again adds nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from remem.errors import BudgetExceededError
+from remem.messages import TokenCounter
+from remem.usage._base import Ledger
+from remem.usage._pending import flush_unrecorded, record_or_keep
+from remem.usage._prefix import signatures
+from remem.usage._records import Totals, UsageEvent
+from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
+from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
+from remem.usage.budgets import Budgets, Scope, check, run_budgets
+from remem.usage.meter import Meter
+from remem.usage.prices import PriceTable
+
+__all__ = ["Call", "Decision", "Gate"]
+
+log = logging.getLogger("remem.usage")
+
+_CHECKS_KEPT = 1024  # threads whose precheck a gate keeps for the call that follows
+
+
+@dataclass(frozen=True)
+class Call:
+    """One model call about to be made, as its caller sees it.
+
+    ``messages`` is what the call sends besides its ``head`` (the tool schemas, and the system prompt when
+    it is not one of ``messages``); ``count(messages)`` is the call's counted input for those messages,
+    the head included; ``head`` is that head's count, left out of the room a compaction fits messages
+    into; ``fit_count`` counts messages for that fitting. ``tokens``: the count of ``messages`` when the
+    caller made it already. ``run_budgets``: the budgets given for this run (``configurable``).
+    """
+
+    model: str
+    messages: Sequence[BaseMessage]
+    count: Callable[[Sequence[BaseMessage]], int]
+    fit_count: TokenCounter
+    head: int = 0
+    thread_id: str | None = None
+    user_id: str | None = None
+    turn: int | None = None
+    run_budgets: Any = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :meth:`Gate.before` decided: the messages to send (compacted or as given), their estimate (None:
+    nothing had to be counted), what the call's scopes had spent, the budgets it was checked against, the
+    message that ends the turn instead of the call (None: send it), and whether kept ledger rows were
+    written (the caller empties the state's key with its update)."""
+
+    call: Call
+    messages: Sequence[BaseMessage]
+    estimate: Estimate | None
+    spent: Mapping[Scope, Totals]
+    budgets: Budgets
+    not_sent: AIMessage | None = None
+    flushed: bool = False
+
+
+class _NoLedger(Ledger):
+    """Prices events without storing them (a gate with no ledger)."""
+
+    def setup(self) -> None:
+        return None
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> None:
+        return None
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return []
+
+
+class Gate:
+    """Budgets, approval thresholds, the breach action and the ledger of one agent (see the module).
+
+    ``ledger`` None checks the call budget only (nothing to read spending from) and records nothing.
+    ``count`` counts a reply (and a prompt) that carries no provider usage. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | None = None,
+        *,
+        budgets: Budgets | None = None,
+        prices: PriceTable | None = None,
+        count: TokenCounter | None = None,
+        approve_tokens: int | None = None,
+        approve_cost: float | None = None,
+        budget_action: str = "error",
+    ) -> None:
+        self.ledger = ledger
+        self.budgets = budgets or Budgets()
+        self.meter = Meter(ledger if ledger is not None else _NoLedger(), prices, count=count)
+        self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
+        self.budget_action = check_budget_action(budget_action)
+        # Per thread, the call a precheck checked: its turn, its messages' signatures, its budgets, its
+        # count and its scopes' spending, reused by the call that follows when nothing changed between.
+        self._checked: dict[str, tuple[int | None, list[Any], Budgets, int, dict[Scope, Totals]]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def recording(self) -> Meter | None:
+        """The meter that records into the ledger (None: the gate has no ledger and records nothing)."""
+        return None if self.ledger is None else self.meter
+
+    @property
+    def prices(self) -> PriceTable:
+        return self.meter.prices
+
+    @property
+    def asks(self) -> bool:
+        """Whether an approval threshold is set (then every call is counted)."""
+        return self.approve_tokens is not None or self.approve_cost is not None
+
+    def budgets_for(self, given: object) -> Budgets:
+        """The gate's budgets, with those given for one run over them (:meth:`Budgets.merged`)."""
+        return self.budgets.merged(given)
+
+    def estimate(self, call: Call, tokens: int) -> Estimate:
+        """What an approval pause carries: the call's counted input, its cost and the run's own budgets."""
+        return Estimate(
+            model=call.model,
+            input_tokens=tokens,
+            cost=self._cost(call, tokens),
+            thread_id=call.thread_id,
+            user_id=call.user_id,
+            turn=call.turn,
+            run_budgets=run_budgets(call.run_budgets),
+        )
+
+    def flush(self, state: Any) -> bool:
+        """Write the paid calls a failed ledger write left in ``state``; True when it held any."""
+        return self.ledger is not None and flush_unrecorded(self.ledger, state)
+
+    def spent(self, call: Call, budgets: Budgets) -> dict[Scope, Totals]:
+        """What the call's scopes spent so far (one read, only of the scopes with a budget)."""
+        if self.ledger is None:
+            return {}
+        found = self.ledger.spent_in(
+            budgets.read_scopes, thread_id=call.thread_id, turn=call.turn, user_id=call.user_id
+        )
+        return cast("dict[Scope, Totals]", found)
+
+    # -- before the call ---------------------------------------------------------------------------
+    def precheck(self, call: Call, *, exact: bool = True) -> None:
+        """The check :meth:`before` makes, made before the turn's input is stored, so that an input the
+        call would refuse with an error is refused having written nothing (``error``; ``compact`` when
+        not even the latest user message fits). The other actions act in the call, once the input is
+        stored (the thread keeps it with the turn's ending message).
+
+        ``exact`` False: ``call`` holds only what the call will certainly send (a lower bound of its
+        estimate): a breach it shows is certain; its count is not reused by the call.
+        """
+        budgets = self.budgets_for(call.run_budgets)
+        if not budgets.active:
+            return
+        tokens = call.count(call.messages)
+        spent = self.spent(call, budgets)
+        try:
+            check(budgets, tokens=tokens, cost=self._cost(call, tokens), spent=spent, estimated=True)
+        except BudgetExceededError as breach:
+            if self.budget_action == "compact":
+                self._fit(breach, call, spent, budgets, quiet=True)  # raises when nothing fits
+            elif self.budget_action == "error":
+                raise
+            return
+        if exact and call.thread_id is not None:
+            with self._lock:
+                if len(self._checked) >= _CHECKS_KEPT:
+                    self._checked.clear()
+                self._checked[call.thread_id] = (call.turn, signatures(call.messages), budgets, tokens, spent)
+
+    def _prechecked(self, call: Call, budgets: Budgets) -> tuple[int, dict[Scope, Totals]] | None:
+        """The count and reads of the precheck of this very call (same turn, messages and budgets): the
+        thread's lease kept anything else of the thread from spending or writing between the two."""
+        if call.thread_id is None:
+            return None
+        with self._lock:
+            checked = self._checked.pop(call.thread_id, None)
+        if checked is None or checked[:3] != (call.turn, signatures(call.messages), budgets):
+            return None
+        return checked[3], checked[4]
+
+    def before(self, call: Call, state: Any = None) -> Decision:
+        """Decide the call: write the state's kept rows, count the call when a budget or a threshold needs
+        it, check every budget (a breach does what ``budget_action`` says) and the approval thresholds."""
+        flushed = self.flush(state)
+        budgets = self.budgets_for(call.run_budgets)
+        if not budgets.active and not self.asks and call.tokens is None:
+            return Decision(call, call.messages, None, {}, budgets, None, flushed)  # nothing to count
+        reused = self._prechecked(call, budgets) if budgets.active else None
+        if reused is not None:
+            tokens, spent = reused
+        else:
+            tokens = call.tokens if call.tokens is not None else call.count(call.messages)
+            spent = self.spent(call, budgets)
+        messages, estimate = call.messages, self.estimate(call, tokens)
+        try:
+            check(budgets, tokens=tokens, cost=estimate.cost, spent=spent, estimated=True)
+        except BudgetExceededError as breach:
+            if self.budget_action == "error":
+                raise
+            if self.budget_action != "compact":  # approved over the budget: no threshold asks again
+                not_sent = refuse_or_ask(self.budget_action, breach, estimate)
+                return Decision(call, messages, estimate, spent, budgets, not_sent, flushed)
+            messages, estimate = self._fit(breach, call, spent, budgets)
+        not_sent = None
+        if needs_approval(estimate, self.approve_tokens, self.approve_cost) and not ask_approval(estimate):
+            not_sent = refusal(estimate)
+        return Decision(call, messages, estimate, spent, budgets, not_sent, flushed)
+
+    def _cost(self, call: Call, tokens: int) -> float | None:
+        # No model yet (a check before a middleware's first call): the cost is unknown, and not warned of.
+        return self.prices.cost(call.model, tokens, 0) if call.model else None
+
+    def _fit(
+        self,
+        breach: BudgetExceededError,
+        call: Call,
+        spent: Mapping[Scope, Totals],
+        budgets: Budgets,
+        *,
+        quiet: bool = False,
+    ) -> tuple[list[BaseMessage], Estimate]:
+        """budget_action ``compact``: the newest messages of the call that keep it within every budget
+        (:mod:`remem.usage.breach`) and their estimate; raises when not even the latest user message fits."""
+        room = fitting_tokens(budgets, spent, self.prices.price(call.model)) - call.head
+        fitted = fit_messages(call.messages, room, call.fit_count, quiet=quiet)
+        if fitted is None:
+            raise cannot_fit(breach) from breach
+        estimate = self.estimate(call, call.count(fitted))
+        check(budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
+        return fitted, estimate
+
+    # -- after the call ----------------------------------------------------------------------------
+    def event(
+        self,
+        decision: Decision,
+        reply: BaseMessage,
+        *,
+        sent: Sequence[BaseMessage],
+        started: float | None,
+        node: str,
+    ) -> UsageEvent:
+        """The priced event of the call ``decision`` let through and that answered ``reply``: the
+        provider's numbers, else ``sent`` counted as the estimate counted it (tool schemas included)."""
+        call = decision.call
+        counted: int | Callable[[], int] = (
+            decision.estimate.input_tokens
+            if decision.estimate is not None
+            else lambda: call.count(decision.messages)  # counted only when the reply has no usage
+        )
+        reply_id = getattr(reply, "id", None)
+        return self.meter.reply_event(
+            "chat",
+            call.model,
+            sent,
+            reply,
+            started=started,
+            counted_input=counted,
+            thread_id=call.thread_id,
+            user_id=call.user_id,
+            turn=call.turn,
+            node=node,
+            call_id=f"{call.thread_id}:{reply_id}" if reply_id and call.thread_id else None,
+        )
+
+    def keep(self, event: UsageEvent) -> list[dict[str, Any]]:
+        """Record a paid call; when the ledger refuses it, the row to keep in the state with the reply."""
+        return [] if self.ledger is None else record_or_keep(self.ledger, event)
+
+    def after(self, decision: Decision, event: UsageEvent | None) -> list[dict[str, Any]] | None:
+        """Record the paid call and check it; the state's kept rows when they change (else None).
+
+        A breach that only the provider's numbers show is logged, not raised (the module's rule): the
+        reply it paid for is kept, and the next call's check counts it."""
+        if event is None:
+            return [] if decision.flushed else None
+        kept = self.keep(event)
+        try:
+            check(
+                decision.budgets, tokens=event.tokens, cost=event.cost, spent=decision.spent, estimated=False
+            )
+        except BudgetExceededError as exc:
+            log.warning(
+                "%s; the reply was kept (it was paid for), and the next model call meets the budget", exc
+            )
+        return kept if kept or decision.flushed else None
