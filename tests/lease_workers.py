@@ -210,3 +210,11 @@ def crash_worker(
         while not kill_after:
             run_turn(agent, THREAD, f"{question} more {i}")
             i += 1
+
+
+def erase_worker(url: str, user_id: str, out: str) -> None:
+    """``remem forget --user``'s erasure, from another process; its report's rows go to ``out``."""
+    from remem.erasure import erase
+
+    report = erase(url, user_id=user_id, wait=5)
+    _write(out, json.dumps(dict(report.as_rows())))

@@ -20,6 +20,14 @@ deleted, and each step is marked there when it is done:
    deleted rows; a rewrite is checked (new relation files, no dead row kept), never assumed.
 7. **close**: the entry keeps its id, times and totals, no name.
 
+Steps 2 and 3 run holding the lease of every planned thread (its checkpoint lease, then its memory
+lease: :mod:`remem._lease`), so an erasure fences the writers that began before it: a turn in flight
+(:func:`remem.run_turn`) or a memory append finishes first (the erasure waits up to
+``DEFAULT_LEASE_TIMEOUT`` seconds for each), and what starts later finds the thread erased. A bare
+``invoke`` (no ``run_turn``) that read the thread before the erasure holds no lease between its writes:
+its next checkpoint, whose parent the erasure deleted, is refused (:class:`~remem.errors.ThreadBusyError`)
+instead of writing the erased history back.
+
 A run that is killed or fails leaves the entry open. The next ``erase`` with the same scope, or
 ``finish_erasures`` (``remem forget`` with no scope), goes on from the first step not done and reports the
 totals of all runs. An erasure that could not compact raises :class:`~remem.errors.ErasureIncompleteError`
@@ -52,11 +60,12 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from remem._clock import now_iso
+from remem._lease import DEFAULT_LEASE_TIMEOUT, thread_lease
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import checkpointer_from_url, list_threads
 from remem.errors import (
@@ -272,10 +281,11 @@ class _Run:
         _reached("planned")
         try:
             if self.entry.state == "open":
-                self._store_steps()
-                _reached("store")
-                self._checkpoint_steps()
-                _reached("checkpoints")
+                with checkpointer_from_url(self.url) as saver, self._fenced(saver):
+                    self._store_steps()
+                    _reached("store")
+                    self._checkpoint_steps(saver)
+                    _reached("checkpoints")
                 self._usage_step()
                 self._scrub()
             _reached("compacting")
@@ -298,6 +308,22 @@ class _Run:
         entry.done.append("compact")
         self.save(entry)
         return self.report()
+
+    @contextmanager
+    def _fenced(self, saver: Any) -> Iterator[None]:
+        """Hold the leases of the planned threads (every checkpoint lease first, then every memory lease:
+        the order a turn takes them in, so neither waits for the other in a circle)."""
+        threads = sorted(self.entry.plan["threads"])
+        with ExitStack() as held:
+            for thread in threads:
+                held.enter_context(
+                    thread_lease(saver, thread, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT)
+                )
+            for thread in threads:
+                held.enter_context(
+                    thread_lease(self.store, thread, scope="memory", timeout=DEFAULT_LEASE_TIMEOUT)
+                )
+            yield
 
     def _store_steps(self) -> None:
         plan = self.entry.plan
@@ -324,28 +350,27 @@ class _Run:
         recorded.append(entry)
         return entry
 
-    def _checkpoint_steps(self) -> None:
+    def _checkpoint_steps(self, saver: Any) -> None:
         threads = self.entry.plan["threads"]
         todo = [i for i in range(len(threads)) if f"cp:{i}" not in self.entry.done]
         if not todo:
             return
-        with checkpointer_from_url(self.url) as saver:
-            held = _checkpoints_per_thread(saver, [threads[i] for i in todo])
-            for i in todo:
-                thread = threads[i]
-                if thread in held:  # the count first: a kill after the delete must not lose it
-                    entry = self.step()
-                    entry.plan["counted"][str(i)] = held[thread]
-                    self.save(entry)
-                    saver.delete_thread(thread)
+        held = _checkpoints_per_thread(saver, [threads[i] for i in todo])
+        for i in todo:
+            thread = threads[i]
+            if thread in held:  # the count first: a kill after the delete must not lose it
                 entry = self.step()
-                count = int(entry.plan["counted"].get(str(i), 0))
-                if count:
-                    entry.totals["threads"] = entry.totals.get("threads", 0) + 1
-                    entry.totals["checkpoints"] = entry.totals.get("checkpoints", 0) + count
-                    entry.plan["erased_threads"].append(thread)
-                entry.done.append(f"cp:{i}")
+                entry.plan["counted"][str(i)] = held[thread]
                 self.save(entry)
+                saver.delete_thread(thread)
+            entry = self.step()
+            count = int(entry.plan["counted"].get(str(i), 0))
+            if count:
+                entry.totals["threads"] = entry.totals.get("threads", 0) + 1
+                entry.totals["checkpoints"] = entry.totals.get("checkpoints", 0) + count
+                entry.plan["erased_threads"].append(thread)
+            entry.done.append(f"cp:{i}")
+            self.save(entry)
 
     def _usage_step(self) -> None:
         """The ledger's rows of the scope's user and threads, deleted in the transaction that marks it done."""

@@ -266,6 +266,15 @@ def _check_head(
     by this transaction, so no other write can come between this check and the insert."""
     rows = yield ctx.q(sql.HEAD_ID, (tid, ns))
     head = rows[0][0] if rows else None
+    if head is None and parent_id is not None:
+        # The checkpoint this run started from is gone: the thread was deleted or erased (remem forget)
+        # while the run was under way. Stored, this checkpoint would write the erased history back.
+        raise ThreadBusyError(
+            f"thread {thread_id!r} was deleted or erased while this run was under way (its checkpoint "
+            f"{parent_id} is gone), so this run's checkpoint was refused: stored, it would bring back "
+            "what was erased. This step wrote nothing; send the turn again to start from the thread as "
+            "it is now"
+        )
     if head is None or head in (parent_id, checkpoint_id):
         return
     raise ThreadBusyError(
