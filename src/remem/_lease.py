@@ -66,6 +66,7 @@ __all__ = [
     "close_idle_connections",
     "lease_scratch",
     "lease_target",
+    "retain_idle_connections",
     "thread_lease",
 ]
 
@@ -104,6 +105,7 @@ class _State:
         self.locks: dict[_Key, tuple[threading.Lock, int]] = {}  # lock, users (holders and waiters)
         self.files: dict[str, ThreadLeaseFile] = {}  # by database path: the lease file open now
         self.idle: dict[str, list[Any]] = {}
+        self.retained: dict[str, int] = {}  # conninfo -> savers and stores that keep idle lease connections
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
@@ -437,19 +439,35 @@ def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
 
 def _pg_give_back(conninfo: str, conn: Any) -> None:
     with _state.mutex:
-        idle = _state.idle.setdefault(conninfo, [])
-        if len(idle) < _IDLE_PG_CONNECTIONS and not conn.closed:
-            idle.append(conn)
-            return
+        if _state.retained.get(conninfo) and not conn.closed:
+            idle = _state.idle.setdefault(conninfo, [])
+            if len(idle) < _IDLE_PG_CONNECTIONS:
+                idle.append(conn)
+                return
     conn.close()
 
 
+def retain_idle_connections(target: LeaseTarget) -> None:
+    """Keep lease connections to ``target``'s server open between leases, for the next one, until the same
+    number of :func:`close_idle_connections` calls. Only what remem opens and closes itself (a saver or
+    store of ``from_conn_string``) retains them: on a connection or pool the caller made, each lease's
+    connection is closed when the lease is given back, so no remem session outlives the caller's own (the
+    caller can close everything and drop the database)."""
+    if target.kind == "postgres":
+        with _state.mutex:
+            _state.retained[target.where] = _state.retained.get(target.where, 0) + 1
+
+
 def close_idle_connections(target: LeaseTarget) -> None:
-    """Close the lease connections kept idle for ``target``'s server: once the saver or store that used them
-    is closed, nothing of remem's stays connected to its database (which can then be dropped)."""
+    """One :func:`retain_idle_connections` fewer; with none left, close the lease connections kept idle for
+    ``target``'s server: nothing of remem's stays connected to its database (which can then be dropped)."""
     if target.kind != "postgres":
         return
     with _state.mutex:
+        left = _state.retained.pop(target.where, 0) - 1
+        if left > 0:
+            _state.retained[target.where] = left
+            return
         idle = _state.idle.pop(target.where, [])
     for conn in idle:
         conn.close()

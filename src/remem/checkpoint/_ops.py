@@ -37,10 +37,15 @@ from remem.errors import RememUsageError, ThreadBusyError
 
 T = TypeVar("T")
 
-FROM_HEAD = "__remem_from_head__"
+FROM_HEAD = "__pregel_remem_from_head"
 """Set by :func:`get_tuple` in the config of a checkpoint that a LangGraph run loaded: True when the run
 asked for the thread's latest checkpoint, False when it addressed one (time travel). The run passes the
-config back with each :func:`put`, so a run that started from the head can be kept from forking it."""
+config back with each :func:`put`, so a run that started from the head can be kept from forking it.
+
+The ``__pregel_`` prefix keeps the mark out of everything LangGraph shows of a run's configs: the
+``checkpoints`` and ``debug`` stream payloads (``config`` and ``parent_config``) drop such keys
+(``rm_pregel_keys``), so they equal the configs ``get_state_history`` lists, as with a stock saver; and
+checkpoint metadata never copies a key that starts with ``__``."""
 RUN_KEY = "__pregel_runtime"
 """What LangGraph puts in the ``configurable`` of a run's own reads and writes (never in get_state's)."""
 

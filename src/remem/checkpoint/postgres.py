@@ -19,7 +19,7 @@ from contextlib import (
 )
 from typing import Any
 
-from remem._lease import close_idle_connections, lease_target
+from remem._lease import close_idle_connections, lease_target, retain_idle_connections
 from remem._secrets import mask_secrets
 from remem._url import describe_postgres, parse_database_url
 from remem.checkpoint import _ops as ops
@@ -168,6 +168,7 @@ class PostgresSaver(SyncSaver):
             with first, first.pipeline() as pipe:
                 saver = cls(first, pipe, read_only=read_only, **kwargs)
                 saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+                retain_idle_connections(lease_target(saver))
                 try:
                     yield saver
                 finally:
@@ -190,6 +191,7 @@ class PostgresSaver(SyncSaver):
         try:
             saver = cls(pool, read_only=read_only, **kwargs)
             saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+            retain_idle_connections(lease_target(pool))
             yield saver
         finally:
             # Stock savers leave no session behind; the thread leases' idle connections go with the pool.
@@ -274,6 +276,7 @@ class AsyncPostgresSaver(AsyncSaver):
             async with first, first.pipeline() as pipe:
                 saver = cls(first, pipe, read_only=read_only, **kwargs)
                 saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+                retain_idle_connections(lease_target(saver))
                 try:
                     yield saver
                 finally:
@@ -296,6 +299,7 @@ class AsyncPostgresSaver(AsyncSaver):
         try:
             saver = cls(pool, read_only=read_only, **kwargs)
             saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
+            retain_idle_connections(lease_target(pool))
             yield saver
         finally:
             await asyncio.to_thread(close_idle_connections, lease_target(pool))

@@ -22,7 +22,7 @@ import numpy as np
 from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem import _migrate
-from remem._lease import close_idle_connections, lease_target
+from remem._lease import close_idle_connections, lease_target, retain_idle_connections
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
@@ -544,6 +544,7 @@ class PostgresStore(_PostgresBackend, SyncStore):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
             store.read_only = read_only
+            retain_idle_connections(lease_target(store))
             try:
                 store._setup_now()
                 yield store
@@ -894,6 +895,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
             store.read_only = read_only
+            retain_idle_connections(lease_target(store))
             try:
                 await store.setup()
                 yield store

@@ -1,0 +1,60 @@
+"""No lease session outlives the caller's connection (LangGraph's saver fixtures drop the database next).
+
+A saver built on the caller's own connection or pool takes each thread lease on a session of its own;
+that session used to be kept idle for the next lease, process-wide, until a ``from_conn_string`` exit
+closed it, so a caller that closed everything could not ``DROP DATABASE`` ("being accessed by other
+users"). Now only what remem opens itself keeps lease sessions between leases.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from langchain_core.messages import HumanMessage
+from psycopg_pool import AsyncConnectionPool
+
+from remem import arun_turn, run_turn
+from remem.checkpoint import AsyncPostgresSaver, PostgresSaver
+from tests.lease_workers import THREAD, agent_for
+
+pytestmark = pytest.mark.postgres
+CONFIG = {"configurable": {"thread_id": THREAD}}
+
+
+def _lease_sessions(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = 'remem-lease' AND datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_saver_on_the_callers_connection_leaves_no_lease_session(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        agent = agent_for(saver)
+        run_turn(agent, THREAD, "a turn under its lease")
+        agent.invoke({"messages": [HumanMessage("a bare run: a lease per checkpoint")]}, CONFIG)
+        assert len(agent.get_state(CONFIG).values["messages"]) == 4
+    assert _lease_sessions(pg_url) == 0
+
+
+async def test_an_async_saver_on_the_callers_pool_leaves_no_lease_session(pg_url: str) -> None:
+    async with AsyncConnectionPool(pg_url, kwargs={"autocommit": True}, open=False) as pool:
+        saver = AsyncPostgresSaver(pool)
+        await saver.setup()
+        agent = agent_for(saver)
+        await arun_turn(agent, THREAD, "a turn under its lease")
+        await agent.ainvoke({"messages": [HumanMessage("a bare run")]}, CONFIG)
+    assert _lease_sessions(pg_url) == 0
+
+
+def test_a_saver_that_remem_opened_keeps_lease_sessions_until_it_is_closed(pg_url: str) -> None:
+    with PostgresSaver.from_conn_string(pg_url) as saver:
+        saver.setup()
+        run_turn(agent_for(saver), THREAD, "hello")
+        assert _lease_sessions(pg_url) == 1  # kept for the next turn
+    assert _lease_sessions(pg_url) == 0
