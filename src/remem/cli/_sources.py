@@ -28,7 +28,7 @@ import click
 from remem._files import make_private_file
 from remem._url import describe_postgres, display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
-from remem.layout import CHECKPOINT_TABLES, STOCK_CHECKPOINT_TABLES, STORE_TABLES
+from remem.layout import CHECKPOINT_TABLES, STOCK_CHECKPOINT_TABLES, STORE_TABLES, USAGE_LEDGER_TABLE
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -64,6 +64,7 @@ class Database:
     has_checkpoints: bool
     has_stock_checkpoints: bool = False  # stock tables only: what remem's commands cannot read
     holds_stock_tables: bool = False  # stock tables, with or without remem's (what `remem import` copies)
+    has_ledger: bool = False  # remem's usage ledger
 
 
 def _sqlite_tables(path: Path) -> set[str]:
@@ -84,7 +85,7 @@ def _sqlite_tables(path: Path) -> set[str]:
 def _postgres_tables(dsn: str) -> set[str]:
     import psycopg
 
-    names = [STORE_TABLE, CHECKPOINT_TABLE, *STOCK_CHECKPOINT_TABLES]
+    names = [STORE_TABLE, CHECKPOINT_TABLE, USAGE_LEDGER_TABLE, *STOCK_CHECKPOINT_TABLES]
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             conn.read_only = True
@@ -148,6 +149,7 @@ def inspect_database(url: str, *, for_writing: bool = False) -> Database:
         has_checkpoints=CHECKPOINT_TABLE in tables,
         has_stock_checkpoints=CHECKPOINT_TABLE not in tables and set(STOCK_CHECKPOINT_TABLES) <= tables,
         holds_stock_tables=set(STOCK_CHECKPOINT_TABLES) <= tables,
+        has_ledger=USAGE_LEDGER_TABLE in tables,
     )
 
 

@@ -8,6 +8,7 @@ from typing import TypeVar
 import click
 
 from remem.cli._options import database_url, db_option, json_option
+from remem.cli._sources import Database
 
 __all__ = ["COMMANDS", "forget_command", "store_group"]
 
@@ -39,6 +40,11 @@ def _configured_url() -> str:
 @db_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option(
+    "--stock",
+    is_flag=True,
+    help="Erase the thread's (or the user's) LangGraph stock checkpoints, in a database remem does not manage.",
+)
+@click.option(
     "--wait",
     type=click.FloatRange(min=0),
     default=30.0,
@@ -52,6 +58,7 @@ def forget_command(
     namespace: str | None,
     database_url: str | None,
     yes: bool,
+    stock: bool,
     wait: float,
 ) -> None:
     """Erase a user's, a thread's or a namespace's memory for good (checkpoints too), and report what went.
@@ -59,6 +66,8 @@ def forget_command(
     Every erasure is recorded before anything is deleted. With no --user, --thread or --namespace, this
     finishes the erasures a crash or a failure left unfinished; the same command again does that too.
     It exits 1 while an erasure is unfinished (compaction included) or when nothing was found.
+    On a database that holds only LangGraph's stock checkpoints it says so and creates nothing; --stock
+    erases the stock checkpoints of the thread (or of the user's threads) there.
 
     Example: remem forget --user alice --db sqlite:///.remem/remem.db --yes
     """
@@ -72,6 +81,10 @@ def forget_command(
         raise RememUsageError("give exactly one of --user, --thread or --namespace (or none, to finish)")
     url = _url(database_url)
     db = inspect_database(url, for_writing=True)  # a missing file is an error, not a new empty database
+    scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
+    if stock or not (db.has_store or db.has_checkpoints or db.has_ledger):
+        _forget_without_remem(db, stock, scope, user_id, thread_id, yes=yes, given=bool(given))
+        return
     if not given:
         reports = _run_reported(lambda: finish_erasures(url, wait=wait))
         if not reports:
@@ -79,7 +92,6 @@ def forget_command(
         for report in reports:
             show_table(f"finished erasure {report.erasure_id}", ["what", "deleted"], report.as_rows())
         return
-    scope = f"user {user_id}" if user_id else f"thread {thread_id}" if thread_id else f"namespace {namespace}"
     if not yes:
         click.confirm(f"Erase everything stored for {scope} in {db.shown}? This cannot be undone", abort=True)
     report = _run_reported(
@@ -91,6 +103,49 @@ def forget_command(
     others = unfinished_erasures(url)
     if others:
         say(f"{others} other erasure(s) are unfinished; run `remem forget --db ...` to finish them")
+
+
+def _forget_without_remem(
+    db: Database,
+    stock: bool,
+    scope: str,
+    user_id: str | None,
+    thread_id: str | None,
+    *,
+    yes: bool,
+    given: bool,
+) -> None:
+    """``forget`` where remem keeps nothing (creating nothing there), or on the stock checkpoints (--stock)."""
+    from remem.checkpoint._stock import erase_stock_threads, stock_threads
+    from remem.cli._render import say, show_table
+    from remem.errors import NotFoundError, RememUsageError
+
+    if stock and (user_id is None) == (thread_id is None):
+        raise RememUsageError("--stock erases stock checkpoints: give it --user or --thread")
+    if not given:
+        say(f"no unfinished erasure in {db.shown} (it holds no remem tables)")
+        return
+    held = stock_threads(db.url, user_id=user_id, thread_id=thread_id)
+    if stock:
+        if not held:
+            raise NotFoundError(f"there are no stock checkpoints of {scope} in {db.shown}; check the id")
+        if not yes:
+            click.confirm(
+                f"Erase the stock checkpoints of {scope} in {db.shown}? This cannot be undone", abort=True
+            )
+        report = erase_stock_threads(db.url, user_id=user_id, thread_id=thread_id)
+        show_table(f"forgot {scope} in {db.shown}", ["what", "deleted"], report.as_rows())
+        return
+    if held:
+        raise NotFoundError(
+            f"{db.shown} holds LangGraph's stock checkpoints, not remem's: {scope} has "
+            f"{sum(held.values())} checkpoint(s) there (threads {', '.join(sorted(held))}). Copy them into "
+            f"remem's tables with `remem import` (see remem import --help), or erase them where they are "
+            "with the same command and --stock; nothing was changed"
+        )
+    raise NotFoundError(
+        f"nothing was stored for {scope} in {db.shown} (it holds no remem tables); check --db"
+    )
 
 
 def _run_reported(call: Callable[[], T]) -> T:
