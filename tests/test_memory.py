@@ -334,13 +334,13 @@ def test_search_returns_typed_records_from_messages_and_memories(memory: Memory)
     assert by_id["u1"].type == "message" and by_id["u1"].source_message_ids == ("u1",)
     assert by_id["mem-1"].type == "fact" and by_id["mem-1"].source_message_ids == ("u1",)
     assert by_id["mem-1"].status == "active"
-    # Each kind of record comes in its store's own order (a remem store ranks hybrid hits by fused rank,
-    # not by the similarity it reports as score); LangGraph's in-memory store ranks by score.
+    # Messages come in the store's own order (a remem store ranks hybrid hits by fused rank), the ones
+    # that share no word with the query left out (u2); every record's score is the value of that order.
     stock = memory.store.search(("threads", "t1", "messages"), query="cat Miso", limit=5)
-    assert [r.id for r in records if r.type == "message"] == [item.key for item in stock]
-    if isinstance(memory.store, InMemoryStore):
-        scores = [r.score for r in records]
-        assert scores == sorted(scores, reverse=True)
+    matching = [i.key for i in stock if isinstance(memory.store, InMemoryStore) or i.key != "u2"]
+    assert [r.id for r in records if r.type == "message"] == matching
+    scores = [r.score for r in records]
+    assert scores == sorted(scores, reverse=True)
     only_facts = memory.search("cat Miso", user_id="maya", thread_id="t1", types=["fact"])
     assert [r.id for r in only_facts] == ["mem-1"]
     only_messages = memory.search("cat Miso", user_id="maya", thread_id="t1", types=["message"], k=1)
@@ -459,3 +459,30 @@ def test_superseded_memories_are_not_recalled(memory: Memory) -> None:
     )
     found = memory.search("where does Maya live", user_id="maya")
     assert [r.id for r in found] == ["new"] and found[0].type == "fact"
+
+
+def test_search_returns_only_matches_scored_in_their_order_and_the_summary(memory: Memory) -> None:
+    thread = memory.thread("t1", user_id="maya")
+    thread.add_messages(
+        [
+            {"role": "user", "content": "预算是五百欧元", "id": "u1"},
+            {"role": "assistant", "content": "好的。", "id": "a1"},
+            {"role": "user", "content": "My parrot is called Biscuit", "id": "u2"},
+            {"role": "assistant", "content": "好的。", "id": "a2"},
+            *({"role": "user", "content": f"note {i} about kites", "id": f"n{i}"} for i in range(6)),
+        ]
+    )
+    hits = memory.search("预算", thread_id="t1", k=10)
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    from remem.store import RememStoreBase
+
+    if isinstance(memory.store, RememStoreBase):  # memory:// is LangGraph's store: vector only, all match
+        assert [h.id for h in hits] == ["u1"]
+        assert memory.search("zanzibar", thread_id="t1") == []
+        assert [h.id for h in memory.search("Biscuit", thread_id="t1")] == ["u2"]
+    summary = thread.get_summary(except_last=6)  # the extractive summariser: the first 4 messages
+    if "Biscuit" in summary.text:
+        found = memory.search("Biscuit", thread_id="t1", k=20)
+        assert found[-1].type == "summary" and found[-1].id == f"summary:{summary.revision}"
+        assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)

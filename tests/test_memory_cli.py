@@ -111,3 +111,64 @@ def test_card_summary_and_search_read_an_agents_thread_from_its_checkpoints(tmp_
     assert (tmp_path / "agent.db").read_bytes() == before  # all three were reads
     code, out = _run("search", "cat", "--thread", "nobody", "--db", url)
     assert code == 1 and "neither in the memory store nor in the checkpoints" in out
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_search_on_an_agents_thread_lists_only_matches_with_descending_scores(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    import json
+
+    from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
+
+    url = (
+        f"sqlite:///{tmp_path / 'agent.db'}"
+        if backend == "sqlite"
+        else str(request.getfixturevalue("pg_url"))
+    )
+    replies = iter(["好的。", "Your parrot Biscuit sounds lovely.", "好的。", *["Fine."] * 20])
+    settings = load_settings(
+        environ={"REMEM_KEEP_MESSAGES": "4", "REMEM_SUMMARY_TRIGGER_MESSAGES": "8"}, config_file=None
+    )
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(
+            ScriptedChatModel(default=lambda m: next(replies)),
+            strategy="summary",
+            summarizer="extractive",
+            checkpointer=saver,
+            settings=settings,
+        )
+        for text in [
+            "谢谢",
+            "My parrot is called Biscuit",
+            "预算是五百欧元",
+            "more",
+            "again",
+            "still",
+            "later",
+        ]:
+            run_turn(agent, "T", text)
+
+    def search(*args: str) -> list[dict[str, object]]:
+        code, out = _run("search", *args, "--db", url, "--json")
+        assert code == 0, out
+        records: list[dict[str, object]] = json.loads(out)["records"]
+        scores = [float(str(r["score"])) for r in records]
+        assert scores == sorted(scores, reverse=True), records  # the scores say the order
+        return records
+
+    found = search("Biscuit", "--thread", "T")  # the turns a summary replaced are searched too
+    assert {str(r["content"]) for r in found if r["type"] == "message"} == {
+        "user: My parrot is called Biscuit",
+        "assistant: Your parrot Biscuit sounds lovely.",
+    }
+    assert [r["type"] for r in found][-1] == "summary" and "Biscuit" in str(found[-1]["content"])
+    budget = search("预算", "--thread", "T")
+    assert [r["content"] for r in budget if r["type"] == "message"] == ["user: 预算是五百欧元"]
+    assert search("zanzibar", "--thread", "T") == []  # a word said nowhere finds nothing
+
+
+def test_search_by_user_alone_says_it_reads_extracted_memories_only(db: str) -> None:
+    code, out = _run("search", "invoice reconciliation", "--user", "maya", "--db", db)
+    assert code == 0, out
+    assert "0 records" in out and "long-term memories of user 'maya'" in out and "--thread" in out

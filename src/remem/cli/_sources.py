@@ -232,6 +232,7 @@ class ThreadSource:
     described: str
     from_checkpoints: bool
     stored: Memory | None  # the database's own memory client (for a user's long-term memories)
+    rolling: str = ""  # an agent's rolling summary (from the checkpoints)
 
 
 class _AfterRollingSummary:
@@ -267,10 +268,33 @@ def _copyable(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     return [m for m in messages if not is_derived(m)]
 
 
+def history_messages(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[BaseMessage]:
+    """Every message the thread's checkpoints (root graph) ever held, once each, in the order they first
+    appeared: the turns a summary or a delete removed from the state are in the older checkpoints."""
+    from langchain_core.messages import BaseMessage
+
+    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    seen: dict[str, BaseMessage] = {}
+    unnamed: list[BaseMessage] = []
+    for found in reversed(list(saver.list(config))):
+        for message in (found.checkpoint.get("channel_values") or {}).get("messages") or []:
+            if not isinstance(message, BaseMessage):
+                continue
+            if message.id is None:
+                unnamed.append(message)
+            elif message.id not in seen:
+                seen[message.id] = message
+    return [*seen.values(), *unnamed]
+
+
 @contextmanager
-def open_thread(db: Database, thread_id: str, settings: Settings) -> Iterator[ThreadSource]:
+def open_thread(
+    db: Database, thread_id: str, settings: Settings, *, whole_history: bool = False
+) -> Iterator[ThreadSource]:
     """The thread ``thread_id`` from the memory store, else from the checkpoints (see the module docstring).
 
+    From the checkpoints: the latest state's messages, or with ``whole_history`` every message the
+    thread's checkpoints hold (``search``: turns a summary replaced are found too).
     :class:`NotFoundError` names both places when it is in neither.
     """
     with ExitStack() as stack:
@@ -291,8 +315,10 @@ def open_thread(db: Database, thread_id: str, settings: Settings) -> Iterator[Th
                 "`remem threads` lists the threads there"
             )
         messages, rolling = state
+        if whole_history and saver is not None:
+            messages = history_messages(saver, thread_id)
         scratch = _scratch_memory(settings, rolling, stack)
         thread = scratch.thread(thread_id)
         thread.add_messages(_copyable(messages))
         described = f"checkpoints in {db.shown} (the agent's latest state; computed now, nothing stored)"
-        yield ThreadSource(scratch, thread, described, True, memory)
+        yield ThreadSource(scratch, thread, described, True, memory, rolling)

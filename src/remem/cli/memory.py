@@ -247,6 +247,7 @@ def summary_command(
 
 
 def _merge(records: Iterable[MemoryRecord], k: int) -> list[MemoryRecord]:
+    # Every source's scores say its order (Memory.search), so one sort by score merges them.
     return sorted(records, key=lambda r: (-r.score, r.id))[:k]
 
 
@@ -277,6 +278,7 @@ def search_command(
     from remem.cli._sources import inspect_database, open_memory, open_thread
     from remem.config import load_settings
     from remem.errors import NotFoundError, RememUsageError
+    from remem.memory._plans import descending, summary_record
 
     if user_id is None and thread_id is None:
         raise RememUsageError(
@@ -286,16 +288,19 @@ def search_command(
     db = inspect_database(database_url_of(database_url))
     wanted = list(types) or None
     records: list[MemoryRecord] = []
+    summary: MemoryRecord | None = None  # an agent's rolling summary, after the other matches
     read: list[str] = []
     if thread_id is not None:
-        with open_thread(db, thread_id, settings) as source:
-            read.append(source.described)
+        with open_thread(db, thread_id, settings, whole_history=True) as source:
+            read.append(source.described.replace("latest state", "checkpoints' messages"))
             if not source.from_checkpoints:
                 records = source.memory.search(query, user_id=user_id, thread_id=thread_id, types=wanted, k=k)
             else:
                 # An agent's thread: its messages are searched in the scratch copy, the user's memories in
                 # the database's store; both are remem stores, so their scores rank alike.
                 records = source.memory.search(query, thread_id=thread_id, types=wanted, k=k)
+                found = summary_record(source.rolling, query, thread_id, 0)
+                summary = found if wanted is None or "summary" in wanted else None
                 if user_id is not None and source.stored is None:
                     raise NotFoundError(f"{db.shown} has no memory store, so no memories of user {user_id!r}")
                 if user_id is not None and source.stored is not None:
@@ -309,12 +314,20 @@ def search_command(
                 )
             records = memory.search(query, user_id=user_id, types=wanted, k=k)
             read.append(f"memory store in {db.shown}")
-    records = _merge(records, k)
+    records = descending([*_merge(records, k), *([summary] if summary else [])])[:k]
+    if thread_id is None and not records:
+        hint = (
+            f"nothing found in the long-term memories of user {user_id!r} (what extraction or memory tools "
+            "stored); the user's own turns are searched with --thread THREAD_ID (`remem threads` lists them)"
+        )
+    else:
+        hint = ""
     if as_json:
         emit_json(
             {
                 "source": read,
                 "query": query,
+                **({"hint": hint} if hint else {}),
                 "records": [
                     {
                         "score": r.score,
@@ -346,6 +359,8 @@ def search_command(
         ),
     )
     say("read from " + "; ".join(read))
+    if hint:
+        say(hint)
 
 
 COMMANDS: list[click.Command] = [card_command, summary_command, search_command]

@@ -426,8 +426,13 @@ def search_plan(
     exclude: frozenset[str] = frozenset(),
     metadata_filter: Mapping[str, Any] | None = None,
     diverse: bool = False,
+    only_matches: bool = False,
 ) -> Plan[list[MemoryRecord]]:
     """Hybrid search over a thread's messages and a user's long-term memories, best first.
+
+    ``only_matches`` (:meth:`Memory.search`): only records that match, each with a ``score`` that says the
+    order (see :func:`_matches_only`), and the thread's latest summary as a ``"summary"`` record when it
+    holds a word of the query. Without it (cards, recall) every candidate comes, ranked.
 
     The query's greetings and chit-chat weigh nothing (``remem.messages.words.query_text``): they are
     left out, and a query of nothing else finds nothing. A date it names ("8 May 2023", "May") matches
@@ -473,9 +478,13 @@ def search_plan(
     results: list[list[SearchItem]] = yield StoreCall(ops)
     lists: list[list[MemoryRecord]] = []
     dated: list[MemoryRecord] = []
+    matched = _matched(results)
     for kind, items in zip(kinds, results, strict=True):
         found: list[MemoryRecord] = []
         for item in items:
+            where = (item.namespace[-1], item.key)
+            if only_matches and where not in matched:
+                continue
             if kind == "memory":
                 record = record_from_memory(item.key, item.value, item.score)
             else:
@@ -484,6 +493,8 @@ def search_plan(
                 continue
             if wanted is not None and record.type not in wanted:
                 continue
+            if only_matches:
+                record = dataclasses.replace(record, score=matched[where])
             if _matches(record, metadata_filter):
                 found.append(record)
         if kind == "dated":
@@ -497,6 +508,9 @@ def search_plan(
             if r.id not in inside and when.contains(parse_timestamp(r.timestamp)):
                 inside[r.id] = r
         ranked = [*inside.values(), *(r for r in ranked if r.id not in inside)]
+    if only_matches:
+        summary = yield from _summary_match(query, thread_id, wanted)
+        return descending([*ranked, *([summary] if summary is not None else [])])[:k]
     if not diverse:
         return ranked[:k]
     # The first records by maximal marginal relevance, picked among twice as many; the rest in rank order
@@ -505,6 +519,76 @@ def search_plan(
     picked = diversify(ranked[: 2 * top], top)
     ids = {r.id for r in picked}
     return [*picked, *(r for r in ranked if r.id not in ids)][:k]
+
+
+def _matched(results: Sequence[Sequence[SearchItem]]) -> dict[tuple[str, str], float]:
+    """The hits of each search that match its query, with the score that orders them (by kind, key).
+
+    A hit matches when it holds a word of the query (its keyword score is above 0: stems, accents and CJK
+    bigrams as the keyword index reads them), or the fusion ranks it above such a hit (a near-paraphrase
+    the vector side lifts). A hit that shares no word with the query and ranks below every one that does
+    is no match, however similar the embedder finds it. Where the store reports no keyword score (a stock
+    store, or ``search_mode="vector"``), every hit matches, as in LangGraph. The score is the fused value
+    where the store gives one (what the hybrid order follows), else the hit's own score."""
+    out: dict[tuple[str, str], float] = {}
+    for items in results:
+        scores = [getattr(item, "scores", None) or {} for item in items]
+        if not any("keyword" in s or "fused" in s for s in scores):
+            kept = len(items)
+        else:
+            holding = [i for i, s in enumerate(scores) if s.get("keyword", 0.0) > 0]
+            kept = holding[-1] + 1 if holding else 0
+        for item, s in zip(items[:kept], scores, strict=False):
+            out[(item.namespace[-1], item.key)] = float(s.get("fused", item.score or 0.0))
+    return out
+
+
+def _summary_match(
+    query: str, thread_id: str | None, wanted: frozenset[str] | None
+) -> Plan[MemoryRecord | None]:
+    """The thread's latest summary as a record, when it holds a word of ``query``."""
+    if thread_id is None or (wanted is not None and "summary" not in wanted):
+        return None
+    (meta,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
+    if meta is None:
+        return None
+    revision = ThreadInfo.from_value(meta.value).summary_revision
+    if revision <= 0:
+        return None
+    (item,) = yield StoreCall([GetOp(summaries_ns(thread_id), chunk_key(revision))])
+    if item is None:
+        return None
+    return summary_record(Summary.from_value(item.value).text, query, thread_id, revision)
+
+
+def summary_record(text: str, query: str, thread_id: str, revision: int) -> MemoryRecord | None:
+    """A thread's summary ``text`` as a search record, when it holds a word of ``query`` (as the keyword
+    index reads words); its score is the share of the query's words it holds."""
+    from remem.store._text import index_terms, query_terms
+
+    terms = set(query_terms(query))
+    held = terms & set(index_terms(text)) if text else set()
+    if not held:
+        return None
+    return MemoryRecord(
+        id=f"summary:{revision}",
+        type="summary",
+        content=text,
+        score=len(held) / len(terms),
+        thread_id=thread_id,
+    )
+
+
+def descending(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
+    """``records`` in their order, each score capped by the one before it: records moved up for the dates
+    asked about (or the summary, after the others) take the lower of their own score and the previous
+    one, so scores never rise down the list and ``score > x`` keeps a head of it."""
+    out: list[MemoryRecord] = []
+    ceiling = float("inf")
+    for record in records:
+        ceiling = min(ceiling, record.score)
+        out.append(record if record.score == ceiling else dataclasses.replace(record, score=ceiling))
+    return out
 
 
 def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage | None]:

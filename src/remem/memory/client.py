@@ -257,13 +257,19 @@ class Memory:
         types: Sequence[str] | None = None,
         k: int = 10,
     ) -> list[MemoryRecord]:
-        """Records matching ``query``: messages of ``thread_id`` and long-term memories of ``user_id``.
+        """Records matching ``query``: messages of ``thread_id``, its latest summary (type ``"summary"``)
+        and long-term memories of ``user_id`` (extracted or put by tools: ``user_id`` alone does not search
+        the user's own turns; give their ``thread_id`` for that).
 
-        ``types`` keeps only those record types (``"message"`` for thread messages; memory types such as
-        ``"fact"`` or ``"preference"``). Best first; ties broken by id, so the order is stable.
+        A record matches when it holds a word of the query, or the hybrid ranking puts it above one that
+        does (a near-paraphrase); a record that shares no word with the query is not listed, however
+        similar the embedder finds it (context cards and recall still rank every candidate). ``score`` is
+        the value the order follows (the fused hybrid score on remem's stores), never rising down the list.
+        ``types`` keeps only those record types (``"message"`` for thread messages, ``"summary"``; memory
+        types such as ``"fact"`` or ``"preference"``). Best first; ties broken by id, so the order is stable.
         """
         records: list[MemoryRecord] = self._run(
-            search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k)
+            search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k, only_matches=True)
         )
         return records
 
@@ -278,7 +284,7 @@ class Memory:
     ) -> list[MemoryRecord]:
         """Async version of :meth:`search`."""
         records: list[MemoryRecord] = await self._arun(
-            search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k)
+            search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k, only_matches=True)
         )
         return records
 
