@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import checkpoints, memory, queue, serve, store, threads, usage
+from remem.cli import checkpoints, eval, memory, queue, serve, store, threads, usage
 
 COMMANDS: list[click.Command] = [
     *threads.COMMANDS,
@@ -14,4 +14,5 @@ COMMANDS: list[click.Command] = [
     *usage.COMMANDS,
     *serve.COMMANDS,
     *queue.COMMANDS,
+    *eval.COMMANDS,
 ]

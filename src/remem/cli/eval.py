@@ -1,0 +1,190 @@
+"""``remem eval generate`` (a seeded dataset) and ``remem eval retrieval DATA`` (how well remem retrieves)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from remem.cli._options import json_option
+
+__all__ = ["COMMANDS", "eval_group"]
+
+
+@click.group("eval")
+def eval_group() -> None:
+    """Evaluate remem on long multi-session conversations (generated here, or yours)."""
+
+
+@eval_group.command("generate")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    metavar="FILE",
+    help="Where to write it: FILE.json (the layout) or FILE.jsonl (one object per line).",
+)
+@click.option("--seed", type=int, default=21, show_default=True, help="The same seed gives the same set.")
+@click.option(
+    "--per-language",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    metavar="N",
+    help="Conversations per language.",
+)
+@click.option(
+    "--languages",
+    default="en,fr,zh,ko",
+    show_default=True,
+    metavar="CODES",
+    help="Comma-separated: en, fr, zh, ko.",
+)
+@click.option(
+    "--sessions",
+    type=click.IntRange(min=3),
+    default=6,
+    show_default=True,
+    metavar="N",
+    help="Dated sessions per conversation.",
+)
+@click.option(
+    "--facts",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    metavar="N",
+    help="Planted facts per conversation (besides the changing, dated and two-hop ones).",
+)
+def generate_command(
+    out: Path, seed: int, per_language: int, languages: str, sessions: int, facts: int
+) -> None:
+    """Write a seeded set of long conversations with planted facts and questions about them.
+
+    Each conversation has dated sessions of turns with ids; planted facts asked in paraphrase or with a
+    shared word, each with a distractor about someone else; a fact that changes later (the new one
+    answers, the old one is superseded); a dated event ("when did ..."); a two-hop fact. Each question
+    names its evidence turns and its category (lexical, paraphrase, temporal, supersession, multi-hop).
+
+    Example: remem eval generate --out eval.json --seed 21 --per-language 2
+    """
+    from remem.cli._render import say
+    from remem.eval import generate, save_dataset
+
+    codes = [c.strip() for c in languages.split(",") if c.strip()]
+    dataset = generate(seed=seed, per_language=per_language, languages=codes, sessions=sessions, facts=facts)
+    save_dataset(dataset, out)
+    questions = sum(len(c["questions"]) for c in dataset["conversations"])
+    say(f"wrote {len(dataset['conversations'])} conversations, {questions} questions to {out}")
+
+
+def _progress() -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from remem.cli._render import console
+
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console(), transient=True,
+    )  # fmt: skip
+
+
+@eval_group.command("retrieval")
+@click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--db",
+    "database_url",
+    metavar="URL",
+    help="Where to ingest (default: a new SQLite file, removed after). Use an empty database.",
+)
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="TOML",
+    help="The remem.toml to run with (default: the usual settings).",
+)
+@click.option(
+    "--compare",
+    "configs",
+    nargs=2,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="A.toml B.toml",
+    help="Run two configurations and give B - A with a 95% paired interval.",
+)
+@click.option(
+    "--budget",
+    "budgets",
+    type=click.IntRange(min=1),
+    multiple=True,
+    metavar="TOKENS",
+    help="A context card budget to check the evidence against (repeatable; default 250, 500, 1000).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Write retrieval.json, retrieval.md and retrieval.png there.",
+)
+@json_option
+def retrieval_command(
+    data: Path,
+    database_url: str | None,
+    config: Path | None,
+    configs: tuple[Path, Path] | None,
+    budgets: tuple[int, ...],
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """Ingest DATA through the memory client and report recall@1/5/10/25 per category and search mode.
+
+    Also: the share of questions whose evidence is in the context card at each budget, search latency
+    p50/p95 per mode, the cards' tokens and what the usage ledger recorded (calls, tokens, cost). DATA is
+    the layout `remem eval generate` writes (JSON or JSONL) or LoCoMo's.
+
+    Example: remem eval retrieval eval.json --out results/ ;  remem eval retrieval eval.json --compare a.toml b.toml
+    """
+    import json
+
+    from remem.cli._render import console, emit_json
+    from remem.errors import RememUsageError
+    from remem.eval import BUDGETS, compare, evaluate_retrieval, load_dataset, markdown, write_chart
+
+    if configs and (config or database_url):
+        raise RememUsageError(
+            "--compare runs each configuration on its own new database: drop --config and --db"
+        )
+    dataset = load_dataset(data)
+    options: dict[str, Any] = {"budgets": budgets or BUDGETS}
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        options["progress"] = progress
+        if configs:
+            comparison = compare(dataset, configs[0], configs[1], **options)
+            report, result = comparison.a, comparison.as_dict()
+        else:
+            comparison = None
+            report = evaluate_retrieval(dataset, url=database_url, config=config, **options)
+            result = report.as_dict()
+    text = markdown(report, comparison)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "retrieval.json").write_text(
+            json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        (out / "retrieval.md").write_text(text, encoding="utf-8")
+        write_chart(report, out / "retrieval.png", comparison)
+    if as_json:
+        emit_json(result)
+    else:
+        console().print(text, markup=False, highlight=False)
+
+
+COMMANDS: list[click.Command] = [eval_group]

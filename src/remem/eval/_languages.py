@@ -1,0 +1,242 @@
+"""What the generator says, per language: slot values and templates (English, French, Chinese, Korean).
+
+Per language: ``pools`` (slot values; ``{x2}`` is another value of ``x``), ``facts`` as (statement, distractor
+about someone else, paraphrased question, question sharing a word, the slot that answers), ``moves`` as
+(first statement, later statement that supersedes it, question, the slot that answers), ``events`` as
+(event, "when" question), ``hops`` as (bridge naming someone, a fact about them, the same fact about someone
+else, question, the slot that answers), then small talk and replies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["LANGUAGES"]
+
+LANGUAGES: dict[str, dict[str, Any]] = {
+    "en": {
+        "pools": {
+            "name": ["Carla", "Tomas", "Ines", "Bruno", "Marta", "Felix", "Aiko", "Omar"],
+            "city": ["Lyon", "Porto", "Krakow", "Valencia", "Ghent", "Bergen", "Turin", "Leipzig"],
+            "animal": ["beagle", "tabby cat", "parrot", "rabbit", "corgi", "tortoise"],
+            "pet": ["Biscuit", "Pepper", "Mango", "Ziggy", "Noodle", "Olive"],
+            "food": ["peanuts", "shellfish", "sesame", "kiwi", "gluten", "mustard"],
+            "job": ["nurse", "welder", "pharmacist", "carpenter", "translator", "baker"],
+            "drink": ["matcha", "rooibos", "espresso", "chai", "yerba mate", "hot chocolate"],
+            "country": ["Iceland", "Vietnam", "Peru", "Morocco", "Croatia", "Chile"],
+            "hobby": ["bouldering", "kayaking", "birdwatching", "pottery", "chess", "salsa dancing"],
+        },
+        "facts": [
+            ("Big news: my sister {name} finally relocated to {city} last month.",
+             "My colleague {name2} says her sister just relocated to {city2}.",
+             "Which town is the user's sibling living in these days?",
+             "Where does the user's sister live now?", "city"),
+            ("We adopted a {animal} from the shelter and named it {pet}.",
+             "My neighbour got a {animal2} called {pet2}, it barks all night.",
+             "What did the user call the animal they took home?",
+             "What is the name of the animal the user adopted?", "pet"),
+            ("I can't eat anything with {food} in it, I break out in hives.",
+             "My cousin {name2} has a {food2} intolerance, poor guy.",
+             "Which ingredient gives the user an allergic reaction?",
+             "What can the user not eat?", "food"),
+            ("Honestly nothing beats a mug of {drink} first thing in the morning.",
+             "My partner can't stand {drink2}, more for me I guess.",
+             "What beverage does the user like to start the day with?",
+             "What does the user drink in the morning?", "drink"),
+            ("On Saturdays I go {hobby} with a group from my street.",
+             "My brother tried {hobby2} once and hated it.",
+             "How does the user spend their weekend free time?",
+             "What does the user do on Saturdays?", "hobby"),
+            ("We're flying to {country} for our honeymoon.",
+             "{name2} went to {country2} last year and loved it.",
+             "Where is the user travelling after the wedding?",
+             "Where is the user going for the honeymoon?", "country"),
+        ],
+        "moves": [
+            ("We rent a small place in {city} for the time being.",
+             "We finally moved house, we live in {city2} now.",
+             "Which city does the user live in now?", "city2"),
+            ("I work as a {job} for now.",
+             "Quick update: I left that job, I'm working as a {job2} now.",
+             "What is the user's current occupation?", "job2"),
+        ],
+        "events": [
+            ("I ran my first half marathon in {city} this weekend.", "When did the user run a half marathon?"),
+            ("I passed my driving test on the second try!", "When did the user pass the driving test?"),
+            ("We signed the lease for the new flat today.", "When did the user sign the lease?"),
+        ],
+        "hops": [
+            ("My best friend is called {name}, we met at university.",
+             "{name} just adopted a {animal} called {pet}.",
+             "{name2} just adopted a {animal2} called {pet2}.",
+             "What is the name of the pet of the user's best friend?", "pet"),
+            ("My manager at work is {name}, she's great.",
+             "{name} is moving to {city} next spring.",
+             "{name2} is moving to {city2} in the autumn.",
+             "Where is the user's manager moving to?", "city"),
+        ],
+        "small_talk": [
+            "The weather has been grey all week.",
+            "Can you suggest a quick pasta recipe for tonight?",
+            "I watched a documentary about octopuses yesterday.",
+            "My laptop fan is making a weird noise.",
+            "Any tips for sleeping better?",
+            "I'm thinking about repainting the kitchen.",
+            "Traffic this morning was unbelievable.",
+            "Do you know any good podcasts about history?",
+        ],
+        "replies": [
+            "That sounds great, tell me more!",
+            "Thanks for sharing that with me.",
+            "Good to know, I'll keep it in mind.",
+            "Oh no, I hope it gets better soon.",
+        ],
+    },
+    "fr": {
+        "pools": {
+            "name": ["Camille", "Julien", "Léa", "Mathis", "Chloé", "Hugo"],
+            "city": ["Nantes", "Bordeaux", "Lille", "Strasbourg", "Rennes", "Grenoble"],
+            "animal": ["beagle", "chat tigré", "perroquet", "lapin"],
+            "pet": ["Biscotte", "Pépin", "Caramel", "Filou"],
+            "food": ["arachides", "fruits de mer", "sésame", "kiwis"],
+            "job": ["infirmière", "pharmacien", "menuisier", "boulanger"],
+            "drink": ["thé vert", "café noir", "chocolat chaud", "maté"],
+            "country": ["Islande", "Pérou", "Croatie", "Japon"],
+        },
+        "facts": [
+            ("Grande nouvelle : ma sœur {name} a enfin déménagé à {city} le mois dernier.",
+             "Ma collègue {name2} dit que sa sœur vient de s'installer à {city2}.",
+             "Dans quelle ville habite la frangine de l'utilisateur aujourd'hui ?",
+             "Où la sœur de l'utilisateur a-t-elle déménagé ?", "city"),
+            ("Nous avons adopté un {animal} au refuge et nous l'avons appelé {pet}.",
+             "Le {animal2} du voisin, {pet2}, aboie toute la nuit.",
+             "Comment se nomme la bête que l'utilisateur a recueillie ?",
+             "Quel nom a l'animal adopté par l'utilisateur ?", "pet"),
+            ("Je ne peux rien manger qui contienne des {food}, je fais de l'urticaire.",
+             "Mon cousin {name2} est intolérant aux {food2}, le pauvre.",
+             "Quel ingrédient provoque une réaction allergique chez l'utilisateur ?",
+             "Qu'est-ce que l'utilisateur ne peut pas manger ?", "food"),
+            ("Rien ne vaut une tasse de {drink} le matin au réveil.",
+             "Mon compagnon ne supporte pas le {drink2}, tant mieux pour moi.",
+             "Quelle boisson l'utilisateur prend-il pour bien démarrer la journée ?",
+             "Que boit l'utilisateur le matin ?", "drink"),
+        ],
+        "moves": [
+            ("Pour l'instant nous louons un petit appartement à {city}.",
+             "Ça y est, nous avons déménagé : nous habitons à {city2} maintenant.",
+             "Dans quelle ville l'utilisateur habite-t-il maintenant ?", "city2"),
+        ],
+        "events": [
+            ("J'ai couru mon premier semi-marathon à {city} ce week-end.",
+             "Quand l'utilisateur a-t-il couru un semi-marathon ?"),
+            ("J'ai enfin eu mon permis de conduire !", "Quand l'utilisateur a-t-il eu son permis ?"),
+        ],
+        "hops": [
+            ("Ma meilleure amie s'appelle {name}, on s'est connues à la fac.",
+             "{name} vient d'adopter un {animal} qui s'appelle {pet}.",
+             "{name2} vient d'adopter un {animal2} qui s'appelle {pet2}.",
+             "Comment s'appelle l'animal de la meilleure amie de l'utilisateur ?", "pet"),
+        ],
+        "small_talk": [
+            "Il a fait gris toute la semaine.",
+            "Tu as une recette de pâtes rapide pour ce soir ?",
+            "J'ai regardé un documentaire sur les pieuvres hier.",
+            "Mon ordinateur portable fait un bruit bizarre.",
+            "Des conseils pour mieux dormir ?",
+            "Je pense repeindre la cuisine.",
+        ],
+        "replies": [
+            "Ça a l'air super, raconte-moi !",
+            "Merci de me l'avoir dit.",
+            "Bon à savoir, je m'en souviendrai.",
+            "Oh non, j'espère que ça ira mieux.",
+        ],
+    },
+    "zh": {
+        "pools": {
+            "name": ["小林", "王芳", "李娜", "张伟", "陈静", "刘洋"],
+            "city": ["成都", "杭州", "西安", "厦门", "青岛", "昆明"],
+            "animal": ["比格犬", "虎斑猫", "鹦鹉", "兔子"],
+            "pet": ["豆豆", "球球", "花花", "毛毛"],
+            "food": ["花生", "海鲜", "芝麻", "猕猴桃"],
+            "job": ["护士", "药剂师", "木匠", "面包师"],
+            "drink": ["绿茶", "咖啡", "热巧克力", "豆浆"],
+            "country": ["冰岛", "秘鲁", "克罗地亚", "日本"],
+        },
+        "facts": [
+            ("好消息：我妹妹{name}上个月终于搬到了{city}。", "我同事{name2}说她妹妹刚搬到{city2}。",
+             "用户的姐妹现在住在哪个城市？", "用户的妹妹搬到了哪里？", "city"),
+            ("我们从收容所领养了一只{animal}，给它取名叫{pet}。", "邻居家的{animal2}叫{pet2}，整晚都在叫。",
+             "用户带回家的小动物叫什么名字？", "用户领养的动物叫什么？", "pet"),
+            ("我不能吃任何含有{food}的东西，会起荨麻疹。", "我表哥{name2}对{food2}不耐受，真可怜。",
+             "什么食材会让用户过敏？", "用户不能吃什么？", "food"),
+            ("早上起来最好的就是一杯{drink}。", "我的伴侣受不了{drink2}，正好我多喝点。",
+             "用户每天用什么饮品开始一天？", "用户早上喝什么？", "drink"),
+        ],
+        "moves": [
+            ("我们暂时在{city}租了一个小房子。", "我们终于搬家了，现在住在{city2}。",
+             "用户现在住在哪个城市？", "city2"),
+        ],
+        "events": [
+            ("这个周末我在{city}跑了人生第一个半程马拉松。", "用户什么时候跑了半程马拉松？"),
+            ("我第二次考驾照终于通过了！", "用户什么时候通过了驾照考试？"),
+        ],
+        "hops": [
+            ("我最好的朋友叫{name}，我们是大学同学。", "{name}刚领养了一只{animal}，叫{pet}。",
+             "{name2}刚领养了一只{animal2}，叫{pet2}。", "用户最好的朋友的宠物叫什么？", "pet"),
+        ],
+        "small_talk": [
+            "这个星期天气一直阴沉沉的。",
+            "今晚有什么简单的面条做法吗？",
+            "我昨天看了一部关于章鱼的纪录片。",
+            "我的笔记本电脑风扇声音很怪。",
+            "有什么改善睡眠的建议吗？",
+            "我在考虑重新粉刷厨房。",
+        ],
+        "replies": ["听起来很棒，多说一点！", "谢谢你告诉我。", "好的，我会记住的。", "哎呀，希望快点好起来。"],
+    },
+    "ko": {
+        "pools": {
+            "name": ["민수", "지영", "서연", "준호", "하은", "도윤"],
+            "city": ["부산", "대구", "광주", "전주", "강릉", "제주"],
+            "animal": ["비글", "고양이", "앵무새", "토끼"],
+            "pet": ["콩이", "보리", "초코", "두부"],
+            "food": ["땅콩", "새우", "참깨", "키위"],
+            "job": ["간호사", "약사", "목수", "제빵사"],
+            "drink": ["녹차", "커피", "핫초코", "보리차"],
+            "country": ["아이슬란드", "페루", "크로아티아", "일본"],
+        },
+        "facts": [
+            ("좋은 소식이에요. 제 여동생 {name} 씨가 지난달 드디어 {city}에 새 집을 구했어요.",
+             "제 동료 {name2} 씨 말로는 자기 여동생이 {city2}에 이사했대요.",
+             "사용자의 자매는 요즘 어느 도시에 살고 있나요?", "사용자의 여동생은 어디로 이사했나요?", "city"),
+            ("보호소에서 {animal}를 입양해서 이름을 {pet}라고 지었어요.", "이웃집 {animal2} {pet2}가 밤새 짖어요.",
+             "사용자가 데려온 동물은 뭐라고 부르나요?", "사용자가 입양한 동물의 이름은 무엇인가요?", "pet"),
+            ("저는 {food}가 들어간 음식을 먹으면 두드러기가 나요.", "제 사촌 {name2}는 {food2} 알레르기가 있어요.",
+             "어떤 재료가 사용자에게 알레르기 반응을 일으키나요?", "사용자가 먹으면 두드러기가 나는 음식은?", "food"),
+            ("아침에 일어나서 마시는 {drink} 한 잔이 최고예요.", "제 애인은 {drink2}를 정말 싫어해요.",
+             "사용자는 하루를 어떤 음료로 시작하나요?", "사용자는 아침에 무엇을 마시나요?", "drink"),
+        ],
+        "moves": [
+            ("지금은 {city}에서 작은 집을 빌려 살고 있어요.", "드디어 이사했어요. 이제 {city2}에 살아요.",
+             "사용자는 지금 어느 도시에 살고 있나요?", "city2"),
+        ],
+        "events": [
+            ("이번 주말에 {city}에서 첫 하프 마라톤을 뛰었어요.", "사용자는 언제 하프 마라톤을 뛰었나요?"),
+            ("두 번째 도전 만에 운전면허 시험에 합격했어요!", "사용자는 언제 운전면허 시험에 합격했나요?"),
+        ],
+        "hops": [
+            ("제 가장 친한 친구는 {name}예요, 대학교에서 만났어요.", "{name}가 {animal}를 입양했는데 이름이 {pet}래요.",
+             "{name2}가 {animal2}를 입양했는데 이름이 {pet2}래요.", "사용자의 가장 친한 친구의 반려동물 이름은?", "pet"),
+        ],
+        "small_talk": [
+            "이번 주 내내 날씨가 흐렸어요.",
+            "오늘 저녁에 만들 간단한 파스타 레시피 있나요?",
+            "어제 문어에 관한 다큐멘터리를 봤어요.",
+            "노트북 팬에서 이상한 소리가 나요.",
+            "잠을 더 잘 자는 방법이 있을까요?",
+            "부엌을 다시 칠할까 생각 중이에요.",
+        ],
+        "replies": ["정말 좋네요, 더 얘기해 주세요!", "알려 주셔서 감사해요.", "좋아요, 기억해 둘게요.", "저런, 빨리 나아지길 바라요."],
+    },
+}  # fmt: skip
