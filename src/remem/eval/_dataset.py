@@ -256,7 +256,9 @@ def _from_jsonl(lines: Iterable[str], where: str) -> dict[str, Any]:
             elif kind == "question":
                 conversations[row.pop("conversation")]["questions"].append(row)
             else:
-                raise KeyError(kind)
+                raise ConfigError(
+                    f"{where}, line {n}: unknown line type {kind!r}; use conversation, session, turn or question"
+                )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigError(
                 f"{where}, line {n}: not a line of the remem.eval JSONL layout ({exc!r}); see `remem eval generate --help`"

@@ -330,7 +330,7 @@ def write_chart(report: RetrievalReport, path: Path, comparison: Comparison | No
     except ImportError:
         from remem.errors import MissingDependencyError
 
-        raise MissingDependencyError.for_extra("matplotlib", "dev") from None
+        raise MissingDependencyError.for_extra("matplotlib", "plot") from None
     reports = [report] if comparison is None else [comparison.a, comparison.b]
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / (len(report.modes) * len(reports))
