@@ -60,3 +60,33 @@ def test_a_failing_endpoint_is_a_model_error_and_the_message_is_kept() -> None:
         with pytest.raises(ModelError, match="your message is kept"):
             run_turn(agent, "t", "anyone there?")
     assert agent.get_state(thread_config("t")).values["messages"][-1].text == "anyone there?"
+
+
+@pytest.mark.parametrize(
+    ("status", "check"),
+    [(401, "refused the key .*check REMEM_LLM_API_KEY"), (404, "no such model or path .*REMEM_LLM_MODEL")],
+)
+def test_a_refused_key_or_an_unknown_model_names_the_endpoint_and_what_to_check(
+    status: int, check: str
+) -> None:
+    with openai_compatible_server(["never"], status=status) as server:
+        environ = {**settings_for(server.url), "REMEM_LLM_API_KEY": "sk-test-Secret-9876543210"}
+        settings = load_settings(environ=environ, config_file=None)
+        agent = build_agent(require_chat_model(settings), strategy="filter", checkpointer=InMemorySaver())
+        with pytest.raises(ModelError, match=check) as raised:
+            run_turn(agent, "t", "hi")
+    assert server.url in str(raised.value) and "Secret-98765" not in str(raised.value)
+
+
+def test_an_unreachable_endpoint_names_its_url_masked() -> None:
+    environ = {
+        **settings_for("http://me:Pw-77-hidden@127.0.0.1:9/v1?key=Qk-hidden-99"),
+        "REMEM_LLM_MAX_RETRIES": "0",
+    }
+    settings = load_settings(environ=environ, config_file=None)
+    agent = build_agent(require_chat_model(settings), strategy="filter", checkpointer=InMemorySaver())
+    with pytest.raises(
+        ModelError, match=r"cannot reach the chat model endpoint at http://me:\*\*\*@127\.0\.0\.1:9/v1"
+    ) as raised:
+        run_turn(agent, "t", "hi")
+    assert "hidden" not in str(raised.value) and "REMEM_LLM_BASE_URL" in str(raised.value)

@@ -21,7 +21,7 @@ from langchain_core.tools import BaseTool
 from pydantic import Field
 
 from remem.config import Settings
-from remem.errors import ConfigError
+from remem.errors import ConfigError, ModelError
 from remem.messages import approximate_token_count
 
 if TYPE_CHECKING:
@@ -201,6 +201,53 @@ def _used_tokens(result: ChatResult) -> int | None:
     return None
 
 
+def endpoint_error(exc: BaseException) -> ModelError | None:
+    """A :class:`ModelError` saying where the call went (masked) and what to check, for the errors a user
+    fixes in the configuration: a refused key, an unknown model or path, an endpoint that cannot be reached
+    or does not answer in time. None for any other error (it goes up unchanged)."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - langchain-openai depends on it
+        return None
+    if not isinstance(exc, openai.APIError):
+        return None
+    from remem._secrets import mask_secrets
+
+    request = getattr(exc, "request", None)
+    url = str(getattr(request, "url", "") or "")
+    where = f" at {mask_secrets(url)}" if url else ""
+    said = mask_secrets(" ".join(str(exc).split())[:300])
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return ModelError(
+            f"the chat model endpoint{where} refused the key ({said}); check REMEM_LLM_API_KEY (or "
+            "OPENAI_API_KEY) and that it is valid for this endpoint and model"
+        )
+    if isinstance(exc, openai.NotFoundError):
+        return ModelError(
+            f"the chat model endpoint{where} has no such model or path ({said}); check REMEM_LLM_MODEL and "
+            "that REMEM_LLM_BASE_URL is the API's root (it usually ends in /v1)"
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return ModelError(
+            f"the chat model endpoint{where} did not answer in time ({said}); check that the server is up, "
+            "or raise REMEM_LLM_TIMEOUT"
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        return ModelError(
+            f"cannot reach the chat model endpoint{where} ({said}); check REMEM_LLM_BASE_URL and that the "
+            "server is running and reachable from here"
+        )
+    return None
+
+
+def _reraise(exc: Exception) -> None:
+    """Raise :func:`endpoint_error`'s error for ``exc`` when it has one (call it in an ``except`` block,
+    which re-raises ``exc`` itself otherwise)."""
+    explained = endpoint_error(exc)
+    if explained is not None:
+        raise explained from exc
+
+
 class RateLimitedChatModel(BaseChatModel):
     """A chat model that waits for its rate limit before each call and retries a provider's 429.
 
@@ -240,11 +287,15 @@ class RateLimitedChatModel(BaseChatModel):
         name, counted = self._name(), approximate_token_count(messages)
         if limiter is not None:
             limiter.acquire(name, counted)
-        result = call_with_retries(
-            lambda: self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs),
-            model=name,
-            backoff=backoff,
-        )
+        try:
+            result = call_with_retries(
+                lambda: self.inner._generate(messages, stop=stop, run_manager=run_manager, **kwargs),
+                model=name,
+                backoff=backoff,
+            )
+        except Exception as exc:
+            _reraise(exc)
+            raise
         self._settle(limiter, name, counted, result)
         return result
 
@@ -261,11 +312,15 @@ class RateLimitedChatModel(BaseChatModel):
         name, counted = self._name(), approximate_token_count(messages)
         if limiter is not None:
             await limiter.aacquire(name, counted)
-        result = await acall_with_retries(
-            lambda: self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs),
-            model=name,
-            backoff=backoff,
-        )
+        try:
+            result = await acall_with_retries(
+                lambda: self.inner._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs),
+                model=name,
+                backoff=backoff,
+            )
+        except Exception as exc:
+            _reraise(exc)
+            raise
         self._settle(limiter, name, counted, result)
         return result
 
@@ -299,7 +354,11 @@ class RateLimitedChatModel(BaseChatModel):
             chunks = self.inner._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
             return next(chunks, None), chunks
 
-        first, rest = call_with_retries(start, model=name, backoff=backoff)
+        try:
+            first, rest = call_with_retries(start, model=name, backoff=backoff)
+        except Exception as exc:
+            _reraise(exc)
+            raise
         tally = _StreamTally(counted)
         try:
             if first is not None:
@@ -331,7 +390,11 @@ class RateLimitedChatModel(BaseChatModel):
             chunks = self.inner._astream(messages, stop=stop, run_manager=run_manager, **kwargs)
             return await anext(chunks, None), chunks
 
-        first, rest = await acall_with_retries(start, model=name, backoff=backoff)
+        try:
+            first, rest = await acall_with_retries(start, model=name, backoff=backoff)
+        except Exception as exc:
+            _reraise(exc)
+            raise
         tally = _StreamTally(counted)
         try:
             if first is not None:

@@ -46,6 +46,9 @@ class _RememGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise  # click prints these itself, with its own exit codes
+        except BrokenPipeError:
+            # The reader went away (`remem export T | head -1`): click stops quietly, as unix tools do.
+            raise
         except RememError as exc:  # each error knows its exit code (remem.errors)
             _fail(exc, exc.exit_code)
         except KeyboardInterrupt:

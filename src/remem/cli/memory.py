@@ -8,7 +8,9 @@ model is configured).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -70,6 +72,30 @@ def _read_only(store: BaseStore) -> BaseStore:
     return ReadOnly()
 
 
+# The library's parameter names as the card command spells them, for its errors.
+_CARD_OPTIONS = {
+    "except_last_messages": "--except-last",
+    "max_recent_messages": "--recent",
+    "token_budget": "--budget",
+}
+
+
+@contextmanager
+def _option_names(names: dict[str, str]) -> Iterator[None]:
+    """A usage error from the library says the command's option names, not the Python parameters'."""
+    from remem.errors import ArgumentTypeError, RememUsageError
+
+    try:
+        yield
+    except (RememUsageError, ArgumentTypeError) as exc:
+        text = str(exc)
+        for parameter, option in names.items():
+            text = re.sub(rf"\b{parameter}\b", option, text)
+        if text == str(exc):
+            raise
+        raise type(exc)(text) from exc
+
+
 @click.command("card")
 @click.argument("thread_id")
 @click.option(
@@ -122,12 +148,13 @@ def card_command(
                 token_counter=source.memory.token_counter,
             )
             reader = view.get_thread(thread_id)
-        card = reader.get_context_card(
-            except_last_messages=except_last,
-            max_recent_messages=recent,
-            query=query,
-            token_budget=DEFAULT_CARD_TOKEN_BUDGET if budget is None else budget,
-        )
+        with _option_names(_CARD_OPTIONS):
+            card = reader.get_context_card(
+                except_last_messages=except_last,
+                max_recent_messages=recent,
+                query=query,
+                token_budget=DEFAULT_CARD_TOKEN_BUDGET if budget is None else budget,
+            )
         stored = _latest_summary(thread, boundary)
     revision = stored.revision if stored is not None else 0
     covered = stored.covered_count if stored is not None else 0

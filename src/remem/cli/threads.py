@@ -78,12 +78,7 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
                 if owner is not None and namespace == thread_meta(owner):
                     where.setdefault(owner, []).append("memory store")
     if db.has_stock_checkpoints and not where:
-        from remem.errors import NotFoundError
-
-        raise NotFoundError(
-            f"{db.shown} holds only LangGraph's stock saver's checkpoints; remem reads its own tables: "
-            f"`remem import {db.shown}` copies the threads into remem"
-        )
+        raise _no_checkpoints(db)
     if as_json:
         emit_json({"database": db.shown, "threads": [{"thread": t, "in": w} for t, w in where.items()]})
         return
@@ -189,11 +184,17 @@ def _has_thread(memory: Memory, thread_id: str) -> bool:
     return True
 
 
-def _no_checkpoints(shown: str) -> Exception:
+def _no_checkpoints(db: Database) -> Exception:
+    """No remem checkpoints in ``db``: when LangGraph's stock saver wrote it, the way to read them."""
     from remem.errors import NotFoundError
 
+    if db.has_stock_checkpoints:
+        return NotFoundError(
+            f"{db.shown} holds only LangGraph's stock saver's checkpoints; remem reads its own tables: "
+            f"`remem import {db.shown}` copies the threads into remem"
+        )
     return NotFoundError(
-        f"{shown} holds no checkpoints; `remem threads --db URL` shows what a database holds"
+        f"{db.shown} holds no checkpoints; `remem threads --db URL` shows what a database holds"
     )
 
 
@@ -224,7 +225,7 @@ def state_command(
     db = inspect_database(_url(database_url))
     with open_checkpointer(db) as saver:
         if saver is None:
-            raise _no_checkpoints(db.shown)
+            raise _no_checkpoints(db)
         with _hint_memory_thread(db, thread_id):
             snapshot = thread_snapshot(reader_graph(saver), thread_id, checkpoint_id)
     source = f"checkpoints in {db.shown}"
@@ -253,7 +254,7 @@ def history_command(thread_id: str, limit: int, database_url: str | None, as_jso
     db = inspect_database(_url(database_url))
     with open_checkpointer(db) as saver:
         if saver is None:
-            raise _no_checkpoints(db.shown)
+            raise _no_checkpoints(db)
         with _hint_memory_thread(db, thread_id):
             rows = thread_history(reader_graph(saver), thread_id, limit)
     if as_json:
@@ -349,6 +350,8 @@ def _load_agent(spec: str, saver: Any, settings: Any) -> Any:
     module_name, _, function_name = spec.partition(":")
     if not module_name or not function_name:
         raise ConfigError(f"--agent takes MODULE:FUNCTION (e.g. myapp.agents:build), got {spec!r}")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, "")  # the current directory, as `python -m` and `python -c` put it first
     try:
         factory = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as exc:
