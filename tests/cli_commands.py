@@ -78,14 +78,14 @@ def _walk(group: click.Group, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[s
 # The server's commands: `serve` runs until it is stopped, and `keys` prints a new secret by design or needs
 # a key's id; tests/test_server.py runs them (a real server, the keys commands on their own database).
 SERVICE_COMMANDS = {("serve",), ("keys", "create"), ("keys", "list"), ("keys", "revoke"), ("keys", "rotate")}
-# The evaluation commands read and write files of their own (a dataset, results), not a remem database;
-# tests/test_eval.py runs them.
-EVAL_COMMANDS = {("eval", "generate"), ("eval", "retrieval")}
+# Commands that write files of their own (a dataset, results, a backup copy) and are not about a database's
+# contents; tests/test_eval.py and tests/test_backup.py run them.
+FILE_COMMANDS = {("eval", "generate"), ("eval", "retrieval"), ("backup",)}
 
 
 def all_commands() -> list[tuple[str, ...]]:
     """Every leaf command of ``remem``, the ones that write last (so the reads see the data)."""
-    found = [path for path, _ in _walk(main, ()) if path not in SERVICE_COMMANDS | EVAL_COMMANDS]
+    found = [path for path, _ in _walk(main, ()) if path not in SERVICE_COMMANDS | FILE_COMMANDS]
     return sorted(found, key=lambda p: (p in WRITING, p == ("forget",), p))
 
 

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "remem._secrets",
             "remem._files",
             "remem._sqlite",
+            "remem._backup",
         ),
     ),
     ("messages", ("remem.messages",)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import checkpoints, eval, memory, queue, serve, store, threads, usage
+from remem.cli import backup, checkpoints, eval, memory, queue, serve, store, threads, usage
 
 COMMANDS: list[click.Command] = [
     *threads.COMMANDS,
@@ -15,4 +15,5 @@ COMMANDS: list[click.Command] = [
     *serve.COMMANDS,
     *queue.COMMANDS,
     *eval.COMMANDS,
+    *backup.COMMANDS,
 ]
