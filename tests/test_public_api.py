@@ -487,6 +487,7 @@ def test_every_declared_dependency_is_imported() -> None:
         "fastapi": "fastapi",
         "uvicorn": "uvicorn",
         "prometheus-client": "prometheus_client",
+        "mcp": "mcp",
     }
     project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
     requirements = list(project["dependencies"])  # and the extras remem's own errors point to

@@ -12,7 +12,7 @@ import click
 from remem.cli._options import database_url as url_of
 from remem.cli._options import db_option, json_option
 
-__all__ = ["COMMANDS", "keys_group", "serve_command"]
+__all__ = ["COMMANDS", "keys_group", "mcp_command", "serve_command"]
 
 OPTIONS_ENV = "_REMEM_SERVE_OPTIONS"  # how the options reach uvicorn's worker processes
 
@@ -208,4 +208,25 @@ def keys_rotate(database_url: str | None, key_id: str, grace: float, as_json: bo
     _show(info, as_json, secret)
 
 
-COMMANDS: list[click.Command] = [serve_command, keys_group]
+@click.command("mcp")
+@db_option
+def mcp_command(database_url: str | None) -> None:
+    """Serve the memory to an MCP client over stdio (tools: search_memory, add_memory, get_context_card,
+    list_threads, forget); the whole database, as its owner. `remem serve` has the same tools at /mcp.
+
+    \b
+    Example (a desktop client's configuration):
+      {"command": "remem", "args": ["mcp", "--db", "sqlite:///app.db"]}
+    """
+    from remem.config import load_settings
+    from remem.server._mcp import build_mcp
+    from remem.server._services import Services
+
+    services = Services(url_of(database_url), load_settings())
+    try:
+        build_mcp(lambda ctx: (services, None)).run("stdio")
+    finally:
+        services.close()
+
+
+COMMANDS: list[click.Command] = [serve_command, keys_group, mcp_command]

@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT, ThreadLease, athread_lease, thread_lease
 from remem.config import Settings, load_settings
-from remem.errors import ArgumentTypeError
+from remem.errors import ArgumentTypeError, ConfigError
 from remem.memory._args import check_ids, check_number, check_text, check_whole
 from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
@@ -129,8 +129,10 @@ class Memory:
         summarizer: Summarizer | None = None,
         meter_embeddings: bool = False,
         embedder: Embeddings | str | None = None,
+        api_key: str | None = None,
     ) -> Memory:
-        """Open the memory at ``url``: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``.
+        """Open the memory at ``url``: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``; or
+        ``http(s)://HOST:PORT``, a ``remem serve`` (with its ``api_key``), through the same methods.
 
         The embedder, the chat model that writes summaries (none: extractive) and the token counter come
         from ``settings`` (default: :func:`remem.load_settings`). ``embedder`` overrides the setting's: a
@@ -140,6 +142,12 @@ class Memory:
         """
         from remem.memory._backends import open_store
 
+        if isinstance(url, str) and url.startswith(("http://", "https://")):
+            from remem.memory._remote import RemoteMemory
+
+            return RemoteMemory(url, api_key=api_key)
+        if api_key is not None:
+            raise ConfigError("api_key is for a remem serve URL (http://...); a database URL takes none")
         if settings is not None and not isinstance(settings, Settings):
             raise ArgumentTypeError(
                 f"settings takes a remem.Settings (or None: load_settings()); got {settings!r}"

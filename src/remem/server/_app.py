@@ -110,7 +110,8 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
         holder["services"] = services
         app.state.services = services
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             await run_in_threadpool(services.close)
 
@@ -219,7 +220,30 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
 
     _v1.register(app)
     _langgraph.register(app)
+    mcp_server = _mount_mcp(app, holder, protect=not options.require_keys)
     return BodyLimit(app, options.max_body)
+
+
+def _mount_mcp(app: FastAPI, holder: dict[str, Services], *, protect: bool) -> Any:
+    """The MCP tools at ``/mcp`` (streamable HTTP, stateless, JSON answers), behind the same guard: the
+    tenant of a tool call is the request's key's. Without keys (loopback) the MCP transport's own check
+    of the Host header stays on, against DNS rebinding."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from remem.server._mcp import build_mcp
+
+    def resolve(ctx: Any) -> tuple[Services, str | None]:
+        request = ctx.request_context.request
+        principal: Principal = request.state.principal
+        return holder["services"], principal.tenant
+
+    server = build_mcp(resolve)
+    security = None if protect else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    mcp_app = server.streamable_http_app(
+        streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security
+    )
+    app.router.routes.extend(mcp_app.routes)
+    return server
 
 
 def _check_ready(url: str) -> None:
