@@ -27,10 +27,12 @@ the database, which a waiter killed with SIGKILL would leave behind for the othe
 bounded wait and :class:`~remem.errors.ThreadBusyError` were judged enough. Sync PostgreSQL waiters
 queue in the server (``pg_advisory_lock`` under ``lock_timeout``), in order; async ones poll as well.
 
-POSIX locks and advisory locks belong to a process (a session), not a thread, so a lock in this process
-per (database, thread) comes first. A context that holds a lease takes it again at no cost, so a turn may
-call code that takes the same lease. ``scope`` keeps the checkpointer's lease apart from the memory
-client's, which a turn takes inside its own.
+Byte-range and advisory locks belong to a process (a session), not a thread, so a lock in this process
+per (database, thread) comes first. :func:`thread_lease` in a context that holds the same lease yields
+that lease again at no cost (so a turn may call code that takes it), but no other code looks the lease up:
+a holder passes it on explicitly. A turn's runs carry it in their config (:data:`TURN_LEASE_KEY`), and
+the saver writes under the lease it finds there. ``scope`` keeps the checkpointer's lease apart from the
+memory client's, which a turn takes inside its own.
 """
 
 from __future__ import annotations
@@ -58,19 +60,25 @@ from remem.errors import StorageError, ThreadBusyError
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
+    "TURN_LEASE_KEY",
     "Scope",
     "ThreadLease",
-    "acheck_held",
     "athread_lease",
-    "check_held",
+    "carried_lease",
+    "carry_lease",
     "close_idle_connections",
-    "lease_scratch",
     "lease_target",
     "retain_idle_connections",
     "thread_lease",
 ]
 
 DEFAULT_LEASE_TIMEOUT = 30.0
+TURN_LEASE_KEY = "__pregel_remem_lease"
+"""Where a run's config carries the lease of the turn it belongs to (``config["configurable"]``): set by
+:func:`remem.run_turn` (:func:`carry_lease`), read by remem's savers (:func:`carried_lease`), which then
+write under it (verifying it before each write) instead of taking the lease themselves. The ``__pregel_``
+prefix keeps it out of checkpoint metadata and of the configs LangGraph streams, as LangGraph's own
+run-scoped keys are."""
 Scope = Literal["checkpoint", "memory"]
 _POLL_FIRST, _POLL_MAX = 0.001, 0.01  # seconds between tries of a POSIX lock (it has no timed wait)
 _IDLE_PG_CONNECTIONS = 4  # kept per server for the next lease
@@ -642,42 +650,22 @@ def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> ThreadLease 
     return lease if lease is not None and lease.active else None
 
 
-def _known_target(owner: Any) -> LeaseTarget | None:
-    """``owner``'s target if a lease was ever taken through it (else this context cannot hold one)."""
-    if not _held.get({}):
+def carry_lease(config: Any, lease: ThreadLease) -> Any:
+    """``config`` (a LangGraph ``RunnableConfig``) carrying ``lease`` under :data:`TURN_LEASE_KEY`: what
+    :func:`remem.run_turn` passes its runs, so that the saver writes under the lease the turn holds."""
+    return {**config, "configurable": {**config.get("configurable", {}), TURN_LEASE_KEY: lease}}
+
+
+def carried_lease(config: Any, target: LeaseTarget, *, scope: Scope) -> ThreadLease | None:
+    """The lease ``config`` carries (:func:`carry_lease`) when it is held, for ``config``'s thread and
+    ``scope``, in ``target``'s database; else None (a run outside a turn)."""
+    conf = config.get("configurable") or {}
+    lease = conf.get(TURN_LEASE_KEY)
+    if not isinstance(lease, ThreadLease) or not lease.active:
         return None
-    try:
-        return _targets.get(owner)
-    except TypeError:  # an owner that takes no weak reference is looked up again
-        return lease_target(owner)
-
-
-def lease_scratch(owner: Any, thread_id: str, *, scope: Scope) -> dict[Any, Any] | None:
-    """A dict that lives as long as this context holds the thread's lease (None when it does not): a
-    holder may keep there what it read, since no other remem writer can change the thread meanwhile."""
-    target = _known_target(owner)
-    lease = _held_lease(target, scope, thread_id) if target is not None else None
-    return lease.scratch if lease is not None else None
-
-
-def _lease_of(owner: Any, thread_id: str, scope: Scope) -> ThreadLease | None:
-    target = _known_target(owner)
-    return _held_lease(target, scope, thread_id) if target is not None else None
-
-
-def check_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
-    """Before a write: if this context holds the thread's lease, check that the database still holds it
-    (PostgreSQL: the lease's connection is alive; SQLite: its lease file is still there); StorageError if not."""
-    held = _lease_of(owner, thread_id, scope)
-    if held is not None:
-        held.verify()
-
-
-async def acheck_held(owner: Any, thread_id: str, *, scope: Scope) -> None:
-    """Async version of :func:`check_held` (the round trip runs off the event loop)."""
-    held = _lease_of(owner, thread_id, scope)
-    if held is not None:
-        await held.averify()
+    if lease.scope != scope or lease.thread_id != str(conf.get("thread_id")) or lease.target != target:
+        return None
+    return lease
 
 
 @contextlib.contextmanager

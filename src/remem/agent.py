@@ -57,7 +57,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.store.base import BaseStore
 from langgraph.types import Command
 
-from remem._lease import DEFAULT_LEASE_TIMEOUT, alease_target, athread_lease, thread_lease
+from remem._lease import DEFAULT_LEASE_TIMEOUT, alease_target, athread_lease, carry_lease, thread_lease
 from remem.config import Settings, load_settings
 from remem.errors import (
     ApprovalPendingError,
@@ -671,7 +671,10 @@ def run_turn(
     messages = coerce_messages(message, max_chars=max_message_chars)
     config = thread_config(thread_id, user_id, budgets)
     rules = _turn_rules(graph, gate, lease_timeout)
-    with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+    with thread_lease(
+        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+    ) as lease:
+        config = carry_lease(config, lease)  # the saver writes under the turn's lease
         snapshot = graph.get_state(config)
         _check_waiting(snapshot)
         if _unfinished(snapshot):
@@ -705,10 +708,13 @@ def resume_turn(
     """
     config = thread_config(thread_id, user_id)
     rules = _turn_rules(graph, gate, lease_timeout)
-    with thread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+    with thread_lease(
+        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+    ) as lease:
         config = thread_config(
             thread_id, user_id, _waiting_budgets(graph.get_state(config), thread_id, budgets)
         )
+        config = carry_lease(config, lease)
         result = graph.invoke(Command(resume=approved is True), config)
         _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
@@ -729,7 +735,10 @@ async def arun_turn(
     messages = coerce_messages(message, max_chars=max_message_chars)
     config = thread_config(thread_id, user_id, budgets)
     rules = _turn_rules(graph, gate, lease_timeout)
-    async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+    async with athread_lease(
+        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+    ) as lease:
+        config = carry_lease(config, lease)
         snapshot = await graph.aget_state(config)
         _check_waiting(snapshot)
         if _unfinished(snapshot):
@@ -756,9 +765,11 @@ async def aresume_turn(
     """Async version of :func:`resume_turn`."""
     config = thread_config(thread_id, user_id)
     rules = _turn_rules(graph, gate, lease_timeout)
-    async with athread_lease(_lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout):
+    async with athread_lease(
+        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+    ) as lease:
         waiting = _waiting_budgets(await graph.aget_state(config), thread_id, budgets)
-        config = thread_config(thread_id, user_id, waiting)
+        config = carry_lease(thread_config(thread_id, user_id, waiting), lease)
         result = await graph.ainvoke(Command(resume=approved is True), config)
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))

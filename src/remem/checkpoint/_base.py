@@ -29,7 +29,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem import _migrate
-from remem._lease import acheck_held, athread_lease, check_held, lease_scratch, thread_lease
+from remem._lease import ThreadLease, athread_lease, carried_lease, lease_target, thread_lease
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
@@ -193,31 +193,43 @@ class _RememSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         if conf.get("checkpoint_id") or conf.get("checkpoint_ns"):
             return None
-        return lease_scratch(self, str(conf["thread_id"]), scope="checkpoint")
+        lease = self._turn_lease(config)
+        return lease.scratch if lease is not None else None
 
     def _forget_read(self, config: RunnableConfig) -> None:
-        scratch = lease_scratch(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
-        if scratch is not None:
-            scratch.pop(_HEAD_READ, None)
+        lease = self._turn_lease(config)
+        if lease is not None:
+            lease.scratch.pop(_HEAD_READ, None)
 
-    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[Any]:
-        """The thread's lease around a checkpoint of a run that started from the thread's head.
+    def _turn_lease(self, config: RunnableConfig) -> ThreadLease | None:
+        """The lease of the turn this call belongs to: what ``config`` carries under
+        :data:`remem._lease.TURN_LEASE_KEY` (:func:`remem.run_turn` puts it there), if it is this thread's
+        in this saver's database; None for a call outside a turn."""
+        return carried_lease(config, lease_target(self), scope="checkpoint")
+
+    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[ThreadLease | None]:
+        """The lease a checkpoint is written under: the turn's (carried by ``config``), else, for a run that
+        started from the thread's head, the thread's lease taken for this write.
 
         Such a checkpoint must extend the head (``_ops.put`` refuses it otherwise, with
         :class:`~remem.errors.ThreadBusyError`); holding the lease while it is written makes it wait for a
         turn that holds the lease (:func:`remem.run_turn`) to finish, so that turn is never cut short by
-        a bare ``invoke``. Free when this context holds the lease already (a run inside ``run_turn``).
+        a bare ``invoke``. The write is made after the lease is verified (:meth:`ThreadLease.verify`).
         """
+        held = self._turn_lease(config)
         conf = config["configurable"]
-        if not ops.from_head(conf):
-            return contextlib.nullcontext()
+        if held is not None or not ops.from_head(conf):
+            return contextlib.nullcontext(held)
         return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
 
-    def _arun_lease(self, config: RunnableConfig) -> contextlib.AbstractAsyncContextManager[Any]:
+    def _arun_lease(
+        self, config: RunnableConfig
+    ) -> contextlib.AbstractAsyncContextManager[ThreadLease | None]:
         """Async version of :meth:`_run_lease`."""
+        held = self._turn_lease(config)
         conf = config["configurable"]
-        if not ops.from_head(conf):
-            return contextlib.nullcontext()
+        if held is not None or not ops.from_head(conf):
+            return contextlib.nullcontext(held)
         return athread_lease(self, str(conf["thread_id"]), scope="checkpoint")
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:
@@ -385,8 +397,9 @@ class SyncSaver(_RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        with self._run_lease(config):
-            check_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        with self._run_lease(config) as lease:
+            if lease is not None:
+                lease.verify()
             self._forget_read(config)
             return self._run(
                 lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
@@ -395,7 +408,9 @@ class SyncSaver(_RememSaver):
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        check_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        lease = self._turn_lease(config)
+        if lease is not None:
+            lease.verify()
         self._forget_read(config)
         self._run(lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
 
@@ -634,8 +649,9 @@ class AsyncSaver(_RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        async with self._arun_lease(config):
-            await acheck_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        async with self._arun_lease(config) as lease:
+            if lease is not None:
+                await lease.averify()
             self._forget_read(config)
             return await self._run(
                 lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
@@ -644,7 +660,9 @@ class AsyncSaver(_RememSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        await acheck_held(self, str(config["configurable"]["thread_id"]), scope="checkpoint")
+        lease = self._turn_lease(config)
+        if lease is not None:
+            await lease.averify()
         self._forget_read(config)
         await self._run(
             lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True
