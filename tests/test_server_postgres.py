@@ -1,5 +1,5 @@
 """``remem serve --workers 2`` on the machine's PostgreSQL: both workers append to one thread at once, and
-tenants stay apart. One server for the module."""
+tenants stay apart (one server for the module); and a SIGTERM in the middle of appends (SQLite)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from tests.conftest import POSTGRES_URL, _fresh_database
 from tests.server_process import Server, running_server
 
 pytest.importorskip("fastapi")
-pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +27,7 @@ def served() -> Iterator[tuple[Server, str, str]]:
             yield server, a, b
 
 
+@pytest.mark.postgres
 def test_two_workers_appending_to_one_thread_all_land_uniquely_numbered(
     served: tuple[Server, str, str],
 ) -> None:
@@ -56,6 +56,7 @@ def test_two_workers_appending_to_one_thread_all_land_uniquely_numbered(
     assert server.process.poll() is None
 
 
+@pytest.mark.postgres
 def test_tenants_stay_apart_on_postgres(served: tuple[Server, str, str]) -> None:
     server, a, b = served
     ca = httpx.Client(base_url=server.url, headers={"X-Api-Key": a}, timeout=60)
@@ -65,3 +66,48 @@ def test_tenants_stay_apart_on_postgres(served: tuple[Server, str, str]) -> None
     assert cb.get("/v1/threads/pg").status_code == 404
     assert cb.post("/v1/search", json={"query": "postgres secret", "user_id": "pat"}).json()["results"] == []
     assert ca.get("/readyz").json() == {"status": "ready"}
+
+
+def test_sigterm_lets_requests_in_flight_finish_and_loses_nothing_acknowledged(tmp_path: object) -> None:
+    """Its own server (SQLite): appenders keep writing while it gets SIGTERM; it shuts down gracefully, and every message
+    it acknowledged is stored, numbered without a gap."""
+    import threading
+    import time
+    from pathlib import Path
+
+    from remem import Memory, load_settings
+    from tests.server_process import start_server
+
+    db = f"sqlite:///{Path(str(tmp_path)) / 'term.db'}"
+    server = start_server(db).ready()
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def append(worker: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            n = 0
+            while not stop.is_set():
+                body = {"messages": [{"id": f"w{worker}-{n}", "role": "user", "content": f"m {n}"}]}
+                try:
+                    answer = c.post("/v1/threads/term/messages", json=body)
+                except httpx.HTTPError:
+                    return  # the server has stopped listening
+                if answer.status_code == 200:
+                    acknowledged.append(f"w{worker}-{n}")
+                n += 1
+
+    workers = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+    for w in workers:
+        w.start()
+    while len(acknowledged) < 20:
+        time.sleep(0.05)
+    # uvicorn shuts down gracefully, then ends with the signal it got (exit status -SIGTERM)
+    assert server.stop() in (0, -15)
+    stop.set()
+    for w in workers:
+        w.join()
+    assert "Application shutdown complete" in server.output() and "Finished server process" in server.output()
+    with Memory.from_url(db, settings=load_settings(config_file=None, embedder="fake")) as memory:
+        stored = memory.get_thread("term").messages()
+    assert set(acknowledged) <= {m.id for m in stored}
+    assert [m.seq for m in stored] == list(range(len(stored)))
