@@ -98,8 +98,9 @@ class JobQueue(ABC):
         self._lock = threading.Lock()
 
     @abstractmethod
-    def _run(self, program: _sql.Program) -> Any:
-        """Run ``program`` in one write transaction; returns its result."""
+    def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
+        """Run ``program`` in one write transaction; returns its result. ``claim``: the program claims a
+        job (on PostgreSQL claims take turns under a transaction lock; other operations do not wait)."""
 
     @abstractmethod
     def close(self) -> None:
@@ -173,7 +174,7 @@ class JobQueue(ABC):
         self, owner: str, *, lease: float = DEFAULT_LEASE, kinds: Sequence[str] | None = None
     ) -> Job | None:
         """Take the next ready job for ``owner`` (see :func:`new_owner`) for ``lease`` seconds; None if none."""
-        row = self._run(_sql.claim(self.dialect, owner=owner, lease=lease, kinds=kinds))
+        row = self._run(_sql.claim(self.dialect, owner=owner, lease=lease, kinds=kinds), claim=True)
         return None if row is None else Job.from_row(row)
 
     def heartbeat(self, job: Job, *, lease: float = DEFAULT_LEASE) -> bool:

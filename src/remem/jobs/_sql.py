@@ -6,8 +6,9 @@ backend runs one program in ONE write transaction (SQLite: ``BEGIN IMMEDIATE``; 
 transaction that first takes the queue's advisory lock), so each operation is atomic. This is the
 protocol :func:`remem.usage.forget_usage` uses, so erasure runs :func:`forget_jobs` in its own transaction.
 
-Times are the database's clock (:func:`now`), never the client's: a lease expires by the server's clock,
-whatever the clocks of the workers say.
+Times are the database's clock (:func:`now`), never the client's: on PostgreSQL a lease expires by the
+server's clock, whatever the clocks of the workers say; on SQLite the clock is the one of the machine that
+holds the file, which every process opening it shares (Python's ``time`` is never read).
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class PostgresQueue(JobQueue):
             cur.execute(statement.sql, statement.params)
             return list(cur.fetchall()) if statement.rows else []
 
-    def _run(self, program: _sql.Program) -> Any:
+    def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
         import psycopg
         from psycopg.rows import tuple_row
 
@@ -88,7 +88,8 @@ class PostgresQueue(JobQueue):
                 self.conn = self._connect()
             try:
                 with self.conn.transaction(), self.conn.cursor(row_factory=tuple_row) as cur:
-                    cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK_KEY,))
+                    if claim:
+                        cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK_KEY,))
                     try:
                         sql, params, fetch = next(program)
                         while True:

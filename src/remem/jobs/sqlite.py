@@ -103,7 +103,7 @@ class SqliteQueue(JobQueue):
             return None
         return queue
 
-    def _run(self, program: _sql.Program) -> Any:
+    def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
         with self._lock:
             conn = self.conn
             try:
