@@ -60,7 +60,7 @@ def worker_main(url: str, log: str, block: str | None, lease: float, pause: floa
     placeholder = "?" if url.startswith("sqlite:///") else "%s"
 
     def line(text: str) -> None:
-        out.write(text + "\n")
+        out.write(f"{text} {time.time():.6f}\n")  # one machine: the processes' clocks agree
         out.flush()
         os.fsync(out.fileno())
 
@@ -93,14 +93,20 @@ def start(url: str, log: Path, *, block: str | None = None, lease: float = 0.5, 
     return process
 
 
-def read_logs(folder: Path) -> list[tuple[str, str]]:
-    """Every (event, job id) line the workers logged."""
+def read_timed(folder: Path) -> list[tuple[float, str, str]]:
+    """Every (time, event, job id) line the workers logged, in time order."""
     found = []
     for path in sorted(folder.glob("worker-*.log")):
         for text in path.read_text(encoding="utf-8").splitlines():
-            event, _, job_id = text.partition(" ")
-            found.append((event, job_id))
-    return found
+            parts = text.split(" ")
+            if len(parts) == 3:  # a line cut by the kill has no time yet
+                found.append((float(parts[2]), parts[0], parts[1]))
+    return sorted(found)
+
+
+def read_logs(folder: Path) -> list[tuple[str, str]]:
+    """Every (event, job id) line the workers logged."""
+    return [(event, job_id) for _, event, job_id in read_timed(folder)]
 
 
 def wait_for(condition: Any, what: str, timeout: float = 60.0) -> None:

@@ -98,8 +98,8 @@ def test_workers_killed_at_random_moments_lose_no_job_and_complete_none_twice(
     queue_url: str, tmp_path: Path
 ) -> None:
     rng = random.Random(21)
-    with open_queue(queue_url) as queue:
-        ids = [queue.enqueue(jw.KIND, {"n": n}) for n in range(8)]
+    with open_queue(queue_url) as queue:  # jobs in pairs that share a serial key (a thread's jobs)
+        ids = [queue.enqueue(jw.KIND, {"n": n}, serial_key=f"thread-{n // 2}") for n in range(8)]
     jw.effects(queue_url)
     workers: dict[Path, Any] = {}
 
@@ -135,3 +135,7 @@ def test_workers_killed_at_random_moments_lose_no_job_and_complete_none_twice(
                 _kill(process)
     events = _check_every_job_done_once(queue_url, ids, tmp_path)
     assert sum(events[("start", i)] for i in ids) > len(ids)  # some job ran again after a kill
+    timed = jw.read_timed(tmp_path)
+    for first, second in zip(ids[::2], ids[1::2], strict=True):  # a thread's second job waits for its first
+        done = min(t for t, e, i in timed if (e, i) == ("done", first))
+        assert done <= min(t for t, e, i in timed if (e, i) == ("start", second))
