@@ -168,3 +168,18 @@ def test_eval_retrieval_compares_two_configurations_on_the_same_questions(
         main, ["eval", "retrieval", str(small_set), "--compare", "a.toml", "b.toml", "--db", "x"]
     )
     assert usage.exit_code == 2
+
+
+@pytest.mark.postgres
+def test_eval_retrieval_ingests_into_postgres_too(pg_url: str, tmp_path: Path) -> None:
+    data = tmp_path / "ko.json"
+    save_dataset(generate(seed=3, per_language=1, languages=["ko"], sessions=3, facts=1), data)
+    result = CliRunner().invoke(
+        main,
+        ["eval", "retrieval", str(data), "--db", pg_url, "--budget", "500", "--json"],
+        env={"REMEM_EMBEDDER": "fake"},
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["questions"] == 4 and report["modes_run"]["keyword"] == "keyword"
+    assert report["recall"]["hybrid"]["all"]["@25"] > 0  # Korean turns found (words split into bigrams)
