@@ -143,6 +143,21 @@ def test_park_and_retry_by_hand(queue: JobQueue) -> None:
     assert queue.retry() == 2 and queue.status().total("queued") == 3
 
 
+def test_workers_in_the_background_of_the_app_run_what_is_queued(queue: JobQueue) -> None:
+    from remem.jobs import start_workers
+
+    ran: list[int] = []
+    with start_workers(
+        queue, {"t": lambda job: ran.append(job.payload["n"])}, concurrency=2, poll=0.02
+    ) as pool:
+        for n in range(5):
+            queue.enqueue("t", {"n": n})
+        deadline = time.monotonic() + 30
+        while queue.status().total("done") < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert sorted(ran) == [0, 1, 2, 3, 4] and pool.stop() == 5
+
+
 def test_bad_arguments_are_refused_clearly(queue: JobQueue) -> None:
     with pytest.raises(ArgumentTypeError, match="JSON-ready"):
         queue.enqueue("t", {"when": object()})

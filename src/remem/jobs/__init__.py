@@ -5,6 +5,7 @@
     node = extraction_node(MemoryExtractor(model=llm), queue=queue)   # a turn queues its extraction
     handlers = BuiltinHandlers("sqlite:///app.db")
     run_workers(queue, handlers.as_mapping(), concurrency=2)  # or: remem worker --db ... --concurrency 2
+    pool = start_workers(queue, handlers.as_mapping())        # or in the background of the app; pool.stop()
 
 Jobs live in one table (``remem_jobs``, set up through :mod:`remem._migrate`). What is guaranteed:
 
@@ -34,7 +35,7 @@ from remem._url import parse_database_url
 from remem.jobs._handlers import EXTRACTION_JOB, SUMMARY_JOB, BuiltinHandlers, enqueue_summary_refresh
 from remem.jobs._queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, Job, JobQueue, QueueStatus, new_owner
 from remem.jobs._sql import forget_jobs
-from remem.jobs._worker import Backoff, Handler, Worker, run_workers
+from remem.jobs._worker import Backoff, Handler, Worker, WorkerPool, run_workers, start_workers
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -48,12 +49,14 @@ __all__ = [
     "JobQueue",
     "QueueStatus",
     "Worker",
+    "WorkerPool",
     "enqueue_summary_refresh",
     "forget_jobs",
     "new_owner",
     "open_queue",
     "open_queue_read_only",
     "run_workers",
+    "start_workers",
 ]
 
 

@@ -13,7 +13,7 @@ from remem._secrets import mask_secrets
 from remem.errors import ArgumentTypeError
 from remem.jobs._queue import DEFAULT_LEASE, Job, JobQueue, new_owner
 
-__all__ = ["Backoff", "Handler", "Worker", "run_workers"]
+__all__ = ["Backoff", "Handler", "Worker", "WorkerPool", "run_workers", "start_workers"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,3 +149,38 @@ def run_workers(
         for t in threads:
             t.join(0.2)
     return sum(counts)
+
+
+class WorkerPool:
+    """Workers running in background threads of this process (:func:`start_workers`); :meth:`stop` them."""
+
+    def __init__(self, thread: threading.Thread, stop: threading.Event, ran: list[int]) -> None:
+        self._thread, self._stop, self._ran = thread, stop, ran
+
+    def stop(self, timeout: float | None = None) -> int:
+        """Stop the workers after their current jobs; returns how many jobs they ran."""
+        self._stop.set()
+        self._thread.join(timeout)
+        return sum(self._ran)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_workers(
+    queue: JobQueue, handlers: Mapping[str, Handler], *, concurrency: int = 1, **options: Any
+) -> WorkerPool:
+    """Run :func:`run_workers` in the background of this process (an app that runs its own jobs); the
+    jobs stay in the database, so what a crash interrupts is run again by the next worker anywhere."""
+    stop = threading.Event()
+    ran: list[int] = []
+
+    def run() -> None:
+        ran.append(run_workers(queue, handlers, concurrency=concurrency, stop=stop, **options))
+
+    thread = threading.Thread(target=run, name="remem-workers", daemon=True)
+    thread.start()
+    return WorkerPool(thread, stop, ran)
