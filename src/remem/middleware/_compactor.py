@@ -14,7 +14,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 
-from remem.errors import RememUsageError
+from remem.errors import NotFoundError, RememUsageError
 from remem.memory import CARD_MESSAGE_NAME, ContextCard, Memory, Thread
 from remem.messages import TokenCounter, mark_derived
 from remem.middleware._compaction import (
@@ -115,11 +115,18 @@ class Compactor:
         return list(turns.values())
 
     def persist(self, messages: Sequence[BaseMessage]) -> None:
-        """Store the turns of ``messages`` this thread does not hold yet."""
+        """Store the turns of ``messages`` this thread does not hold yet.
+
+        A thread forgotten since it was opened (``remem forget``, in any process) is opened anew for what
+        is said from now on; the turns this compactor had stored stay forgotten (never sent again)."""
         thread = self.thread()
         turns = self._new_turns(thread.thread_id, messages)
         if turns:
-            thread.add_messages(turns)  # skips ids the store already holds (another process, a restart)
+            try:
+                thread.add_messages(turns)  # skips ids the store already holds (another process, a restart)
+            except NotFoundError:
+                del self._threads[thread.thread_id]
+                self.thread().add_messages(turns)
             self._persisted[thread.thread_id].update(t["id"] for t in turns)
 
     async def apersist(self, messages: Sequence[BaseMessage]) -> None:
@@ -127,7 +134,11 @@ class Compactor:
         thread = await self.athread()
         turns = self._new_turns(thread.thread_id, messages)
         if turns:
-            await thread.aadd_messages(turns)
+            try:
+                await thread.aadd_messages(turns)
+            except NotFoundError:
+                del self._threads[thread.thread_id]
+                await (await self.athread()).aadd_messages(turns)
             self._persisted[thread.thread_id].update(t["id"] for t in turns)
 
     def plan(
