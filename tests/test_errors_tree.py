@@ -55,7 +55,7 @@ _ALLOWED_QUALIFIED = {
     # Stock parity: LangGraph's async savers raise the same from their own event loop.
     ("checkpoint/_base.py", "asyncio.InvalidStateError"),
     # Internal: the WAL switch retries on it and setup() turns what is left into a StorageError.
-    ("store/sqlite.py", "sqlite3.OperationalError"),
+    ("_sqlite.py", "sqlite3.OperationalError"),
 }
 _CLICK_ERRORS = {"click.UsageError", "click.BadParameter"}  # click's own usage errors: exit 2, one line
 

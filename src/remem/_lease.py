@@ -177,7 +177,15 @@ def _describe(owner: Any) -> LeaseTarget | Any:
     """The target of ``owner`` (a saver, a store, a connection or pool), or an aiosqlite connection to ask."""
     conn = getattr(owner, "conn", owner)
     if isinstance(conn, sqlite3.Connection):
-        return _sqlite_target(_main_file(conn.execute("PRAGMA database_list").fetchall()), owner)
+        try:
+            rows = conn.execute("PRAGMA database_list").fetchall()
+        except sqlite3.ProgrammingError as exc:  # closed: the saver's `with` block has ended
+            from remem._sqlite import storage_error
+
+            raise storage_error(
+                exc, where=getattr(owner, "_where", "the SQLite database"), doing=""
+            ) from None
+        return _sqlite_target(_main_file(rows), owner)
     if type(conn).__module__.startswith("aiosqlite"):
         return conn
     conninfo = getattr(conn, "conninfo", None)  # psycopg_pool's pools, and subclasses such as remem's own

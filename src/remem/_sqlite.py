@@ -42,9 +42,20 @@ def database_file(conn: sqlite3.Connection) -> str:
     return repr(row[2]) if row and row[2] else "the in-memory SQLite database"
 
 
+def closed_error(where: str) -> StorageError:
+    """The error for a saver, store or ledger used after its ``with`` block closed its connection."""
+    return StorageError(
+        f"the connection to {where} is closed: the `with` block that opened it has ended (or its context "
+        "manager was dropped). Use the saver, and any agent built on it, inside the block: "
+        "`with checkpointer_from_url(url) as saver: agent = build_agent(..., checkpointer=saver); run_turn(...)`"
+    )
+
+
 def storage_error(exc: BaseException, *, where: str, doing: str) -> StorageError:
     """The :class:`StorageError` for ``exc``, raised while ``doing`` (e.g. "the checkpoint write") on
     ``where`` (the file): what is busy and what to do, or what else to check."""
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+        return closed_error(where)
     if is_busy(exc):
         return StorageError(
             f"{where} is busy: another process (or connection) holds its write lock and kept it past the "

@@ -57,6 +57,12 @@ def _password(dsn: str) -> str | None:
 
 
 def _storage_error(exc: BaseException) -> StorageError:
+    from psycopg_pool import PoolClosed
+
+    if isinstance(exc, PoolClosed) or (isinstance(exc, psycopg.OperationalError) and "is closed" in str(exc)):
+        from remem._sqlite import closed_error
+
+        return closed_error("PostgreSQL")
     return StorageError(
         f"PostgreSQL refused the checkpoint operation ({mask_secrets(_first_line(exc))}); check that the server "
         "is running, that the URL is right and that the user may create tables (setup() creates them)"

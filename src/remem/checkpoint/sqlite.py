@@ -124,7 +124,10 @@ class SqliteSaver(SyncSaver):
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Execute]:
         with self.lock:
-            cur = self.conn.cursor()
+            try:
+                cur = self.conn.cursor()
+            except sqlite3.ProgrammingError as exc:  # closed: the saver's `with` block has ended
+                raise _storage_error(exc, self._where) from None
 
             def execute(query: ops.Query) -> list[tuple[Any, ...]]:
                 if query.fetch == "many":
