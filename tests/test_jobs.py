@@ -269,3 +269,35 @@ def test_the_queue_commands(tmp_path: Path) -> None:
     with _store(tmp_path / "app.db") as store:  # the built-in handler indexed the turn (no model set)
         assert [i.key for i in store.search(thread_messages("t1"))] == ["p1"]
     assert _cli("worker", "--until-empty", "--concurrency", "2", "--db", url).exit_code == 0
+
+
+def test_remem_worker_runs_jobs_until_sigterm_then_finishes_cleanly(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    with _store(tmp_path / "app.db"), open_queue(url) as queue:
+        enqueue_extraction(queue, [HumanMessage("I live in Porto.", id="p1")], user_id="u1", thread_id="t1")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "REMEM_EMBEDDER": "fake"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "remem.cli", "worker", "--db", url, "--concurrency", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with open_queue(url) as queue:
+            deadline = time.monotonic() + 60
+            while queue.status().total("done") < 1:
+                assert worker.poll() is None and time.monotonic() < deadline, worker.communicate()
+                time.sleep(0.05)
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert "worker stopped after 1 job(s)" in out
