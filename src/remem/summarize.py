@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from functools import lru_cache
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -81,13 +82,23 @@ _CUES = (
     "deadline", "due", "budget", r"plan\w*", "favou?rite",
 )  # fmt: skip
 # Each cue as a whole word, case-insensitive, the first cue that fits winning (as in r"\b(i|i'm|...)\b").
-# The pattern starts on a class of first letters, so that the engine skips in C the places where no cue
-# can start; the lookbehinds then say which cue that letter begins, and that it begins a word.
-_FACT_CUES = re.compile(
-    "[" + "".join(sorted({c[0] for c in _CUES})) + r"](?<!\w.)(?:"
-    + "|".join(f"(?<={c[0]}){c[1:]}" for c in _CUES) + r")\b",
-    re.IGNORECASE,
-)  # fmt: skip
+# Such a match always spans one whole word, a run of \w: it starts and ends on a word boundary, and the
+# "i" of "i'm" or "i am" wins before the longer cue is tried. So the matches are counted as the words
+# that are cues, each distinct word matched once per process (a conversation reuses its words).
+_WORD_RUN = re.compile(r"\w+")
+_CUE_WORD = re.compile("|".join(_CUES), re.IGNORECASE)
+
+
+@lru_cache(maxsize=1 << 16)
+def _is_cue(word: str) -> bool:
+    return _CUE_WORD.fullmatch(word) is not None
+
+
+def _cue_count(sentence: str) -> int:
+    """How many times ``sentence`` says a fact cue (:data:`_CUES`)."""
+    return sum(map(_is_cue, _WORD_RUN.findall(sentence)))
+
+
 _NUMBER = re.compile(r"\d")
 # A capitalised word not opening the text or a sentence: r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}", written
 # to start on the capital for the same reason.
@@ -95,7 +106,7 @@ _PROPER_NOUN = re.compile(r"[A-Z](?<!\w.)(?<![.!?]\s.)(?<!^.)[a-z]{2,}")
 
 
 def _fact_score(sentence: str) -> int:
-    score = 2 * len(_FACT_CUES.findall(sentence))
+    score = 2 * _cue_count(sentence)
     score += 2 if _NUMBER.search(sentence) else 0
     score += len(_PROPER_NOUN.findall(sentence))
     # A question asks for a fact; it does not state one.
@@ -141,45 +152,26 @@ class ExtractiveSummarizer:
         if not text.strip():
             return []
         who = "User" if isinstance(message, HumanMessage) else "Assistant"
-        sentences = [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
-        sentences = [s for s in sentences if not is_chit_chat(s)]  # greetings and thanks are no memory
-        scored = [(_fact_score(s), i, s) for i, s in enumerate(sentences)]
         # A sentence must carry some fact; the assistant's must carry more (its chit-chat is no memory).
         threshold = 3 if isinstance(message, AIMessage) else 1
-        scored = [t for t in scored if t[0] >= threshold]
+        scored: list[tuple[int, int, str]] = []
+        for sentence in _SENTENCE.split(" ".join(text.split())):
+            if not (sentence := sentence.strip()):
+                continue
+            # Scored first: most sentences score below the threshold, and greetings and thanks (no
+            # memory) are then only looked for in the few that do not.
+            if (score := _fact_score(sentence)) >= threshold and not is_chit_chat(sentence):
+                scored.append((score, len(scored), sentence))
         best = sorted(scored, key=lambda t: (-t[0], t[1]))[: self.max_points_per_message]
         bonus = 1 if who == "User" else 0
         return [(score + bonus, f"- {who}: {_clip(s)}") for score, _, s in sorted(best, key=lambda t: t[1])]
 
-    def _extend(self, previous: str, messages: Sequence[BaseMessage], scores: dict[str, int]) -> str:
-        """One step: ``previous`` extended with the points of ``messages``, within the budget.
-        ``scores`` remembers the score of each line of a previous step's summary."""
-        omitted = 0
-        lines: list[tuple[int, str]] = []
-        for line in previous.splitlines():
-            if match := _OMITTED.match(line.strip()):
-                omitted += int(match.group(1))
-            elif line.strip():
-                if (score := scores.get(line)) is None:
-                    score = scores[line] = _fact_score(line) + (1 if line.startswith("- User:") else 0)
-                lines.append((score, line))
-        seen = [_key(line) for _, line in lines]
-        exact = set(seen)
-        for message in messages:
-            for point in self._points(message):
-                key = _key(point[1])
-                if key in exact or any(key in known or known in key for known in seen):
-                    continue  # said again: keep it once
-                lines.append(point)
-                seen.append(key)
-                exact.add(key)
-        return _render(*_within_budget(lines, omitted, self.max_tokens))
-
     def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
-        text, scores = previous, dict[str, int]()
+        state = _Points.parse(previous)
         for chunk in _chunks(messages, self.chunk_messages):
-            text = self._extend(text, chunk, scores)
-            scores = {line: scores[line] for line in text.splitlines() if line in scores}
+            state.extend(self._points(message) for message in chunk)
+            state.fit(self.max_tokens)
+        text = state.render()
         return SummaryResult(text=text, output_tokens=_tokens(text) if text else 0)
 
     async def asummarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
@@ -187,9 +179,71 @@ class ExtractiveSummarizer:
         return self.summarize(previous, messages)
 
 
-def _within_budget(
-    lines: list[tuple[int, str]], omitted: int, max_tokens: int
-) -> tuple[list[tuple[int, str]], int]:
+class _Point(NamedTuple):
+    score: int
+    line: str
+    key: str
+    """The line's words, for spotting repeats (:func:`_key`)."""
+    as_line: bool
+    """Whether ``score`` is the line's own (else the sentence's, in the step that added it)."""
+
+
+@dataclass
+class _Points:
+    """A summary being extended: its points, oldest first, and the count of the omitted ones.
+
+    It is what rendering the summary and reading it back gives, kept between the steps of one call, so
+    that a step reads its new messages and the points, never the text of the summary again. As when
+    the text was read back, a point keeps the score its sentence had in the step that added it, and
+    from the next step on the score of its line (a line of the previous summary scores as a line).
+    """
+
+    points: list[_Point] = field(default_factory=list)
+    omitted: int = 0
+
+    @classmethod
+    def parse(cls, previous: str) -> _Points:
+        state = cls()
+        for line in previous.splitlines():
+            if match := _OMITTED.match(line.strip()):
+                state.omitted += int(match.group(1))
+            elif line.strip():
+                state.points.append(_Point(0, line, _key(line), False))
+        return state
+
+    def extend(self, new_points: Iterable[list[tuple[int, str]]]) -> None:
+        """Add the points of a step's messages (one list per message), each once: a point whose words
+        are already in the summary, or contain a point's, is said again."""
+        self.points = [
+            p if p.as_line else p._replace(score=_line_score(p.line), as_line=True) for p in self.points
+        ]
+        seen = [p.key for p in self.points]
+        exact = set(seen)
+        for points in new_points:
+            for score, line in points:
+                key = _key(line)
+                if key in exact or any(key in known or known in key for known in seen):
+                    continue
+                self.points.append(_Point(score, line, key, False))
+                seen.append(key)
+                exact.add(key)
+
+    def fit(self, max_tokens: int) -> None:
+        """Drop the least informative, oldest points until the summary fits ``max_tokens``."""
+        self.points, self.omitted = _within_budget(self.points, self.omitted, max_tokens)
+
+    def render(self) -> str:
+        return _render(self.points, self.omitted)
+
+
+def _line_score(line: str) -> int:
+    return _fact_score(line) + (1 if line.startswith("- User:") else 0)
+
+
+_P = TypeVar("_P", bound=tuple[Any, ...])
+
+
+def _within_budget(lines: list[_P], omitted: int, max_tokens: int) -> tuple[list[_P], int]:
     """``lines`` less the least informative, oldest points (lowest score, then first) until the rendered
     summary fits ``max_tokens``, and the omitted count that says so; all points go if nothing fits.
 
@@ -201,7 +255,7 @@ def _within_budget(
         return lines, omitted
     order = sorted(range(len(lines)), key=lambda i: (lines[i][0], i))
 
-    def without(k: int) -> list[tuple[int, str]]:
+    def without(k: int) -> list[_P]:
         gone = set(order[:k])
         return [line for i, line in enumerate(lines) if i not in gone]
 
@@ -220,8 +274,9 @@ def _key(line: str) -> str:
     return " ".join(line.split(":", 1)[-1].lower().split())
 
 
-def _render(lines: list[tuple[int, str]], omitted: int) -> str:
-    body = [line for _, line in lines]
+def _render(lines: Sequence[tuple[Any, ...]], omitted: int) -> str:
+    """The summary's text: the omitted count, then each point's line (a point's second item)."""
+    body = [point[1] for point in lines]
     if omitted:
         body.insert(0, f"({omitted} earlier points omitted)")
     return "\n".join(body)

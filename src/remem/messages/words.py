@@ -67,8 +67,11 @@ _ELISION = re.compile(r"^(?:[cdjlmnst]|qu|jusqu|lorsqu|puisqu)['’]", re.IGNORE
 
 def _split(text: str) -> list[str]:
     """The words of ``text`` as written; a French elision (``l'``, ``j'``, ``qu'``) split off."""
+    found: list[str] = _WORD.findall(text)
+    if "'" not in text and "’" not in text:
+        return found  # an elision needs its apostrophe
     out: list[str] = []
-    for raw in _WORD.findall(text):
+    for raw in found:
         elided = _ELISION.match(raw)
         if elided and elided.end() < len(raw):
             out.append(raw[: elided.end() - 1])
@@ -80,6 +83,8 @@ def _split(text: str) -> list[str]:
 def words(text: str) -> list[str]:
     """The words of ``text``, lower-cased; a French elision (``l'``, ``j'``, ``qu'``) is split off as
     its own word, and a curly apostrophe reads as a straight one."""
+    if "’" not in text:
+        return [w.lower() for w in _split(text)]
     return [w.lower().replace("’", "'") for w in _split(text)]
 
 
