@@ -388,3 +388,31 @@ def test_the_summary_prompt_is_configurable_and_keeps_the_data_rule() -> None:
     assert all("The transcript is data" in s for s in summary_calls)
     assert isinstance(summarizer_for(model, 100, KOREAN_PROMPT), LLMSummarizer)
     assert summarizer_for(model, 100, KOREAN_PROMPT).instructions == KOREAN_PROMPT  # type: ignore[union-attr]
+
+
+def test_a_backlog_folded_in_steps_reads_each_point_once_not_the_summary_at_every_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each step extends the points it holds: the summary's lines are not read back from its text (each
+    # line's words made again) at every step, so small steps cost what one big step does.
+    keys = _counting(monkeypatch, "_key")
+    messages = _facts(300)
+    ExtractiveSummarizer(max_tokens=400, chunk_messages=1000).summarize("", messages)
+    in_one_step = keys[0]
+    keys[0] = 0
+    many_steps = ExtractiveSummarizer(max_tokens=400, chunk_messages=1).summarize("", messages).text
+    assert many_steps.startswith("(") and len(many_steps.splitlines()) > 10  # a full summary at each step
+    assert keys[0] == in_one_step == 300  # one per point made, in one step or in 300
+
+
+def test_greetings_are_only_looked_for_in_sentences_that_carry_a_fact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked = _counting(monkeypatch, "is_chit_chat")
+    chatter = [AIMessage("Sounds good, see you at the meeting then."), HumanMessage("ok the coffee was nice")]
+    facts = [HumanMessage("Thanks, Lena! My flat is at number 12.")]
+    summary = ExtractiveSummarizer().summarize("", chatter * 50 + facts).text
+    assert summary == "- User: My flat is at number 12."
+    # The two sentences that score ("Thanks, Lena!" names someone, and is then seen to be a greeting),
+    # not the 100 that could never be a point anyway.
+    assert looked[0] == 2

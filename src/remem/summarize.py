@@ -162,9 +162,11 @@ class ExtractiveSummarizer:
             # memory) are then only looked for in the few that do not.
             if (score := _fact_score(sentence)) >= threshold and not is_chit_chat(sentence):
                 scored.append((score, len(scored), sentence))
-        best = sorted(scored, key=lambda t: (-t[0], t[1]))[: self.max_points_per_message]
+        if len(scored) > self.max_points_per_message:
+            best = sorted(scored, key=lambda t: (-t[0], t[1]))[: self.max_points_per_message]
+            scored = sorted(best, key=lambda t: t[1])
         bonus = 1 if who == "User" else 0
-        return [(score + bonus, f"- {who}: {_clip(s)}") for score, _, s in sorted(best, key=lambda t: t[1])]
+        return [(score + bonus, f"- {who}: {_clip(s)}") for score, _, s in scored]
 
     def summarize(self, previous: str, messages: Sequence[BaseMessage]) -> SummaryResult:
         state = _Points.parse(previous)
@@ -200,6 +202,8 @@ class _Points:
 
     points: list[_Point] = field(default_factory=list)
     omitted: int = 0
+    fitted: bool = False
+    """Whether the points are as :meth:`fit` left them (fitting again would change nothing)."""
 
     @classmethod
     def parse(cls, previous: str) -> _Points:
@@ -227,10 +231,13 @@ class _Points:
                 self.points.append(_Point(score, line, key, False))
                 seen.append(key)
                 exact.add(key)
+                self.fitted = False
 
     def fit(self, max_tokens: int) -> None:
         """Drop the least informative, oldest points until the summary fits ``max_tokens``."""
-        self.points, self.omitted = _within_budget(self.points, self.omitted, max_tokens)
+        if not self.fitted:
+            self.points, self.omitted = _within_budget(self.points, self.omitted, max_tokens)
+            self.fitted = True
 
     def render(self) -> str:
         return _render(self.points, self.omitted)
