@@ -145,6 +145,8 @@ def test_eval_retrieval_reports_recall_cards_latency_and_cost(small_set: Path, t
     assert report["recall"]["hybrid"]["all"]["@5"] == found / len(rows)  # the table is the rows' count
     assert report["in_card"]["all"]["2000"] >= report["in_card"]["all"]["300"] > 0
     assert report["card_tokens_mean"]["300"] <= 300 < report["card_tokens_mean"]["2000"]
+    stale = [r["superseded_in_card"]["2000"] for r in rows if r["category"] == "supersession"]
+    assert len(stale) == 4 and report["superseded_in_card"]["2000"] == sum(stale) / 4
     assert set(report["latency_ms"]) == {"keyword", "vector", "hybrid"}
     assert report["ledger"]["calls"] > 0  # the embedder's batches, from the usage ledger
     assert (tmp_path / "res" / "retrieval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

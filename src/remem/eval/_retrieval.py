@@ -3,7 +3,7 @@
 For each question and each search mode (keyword, vector, hybrid) the rank of its evidence is kept: a
 question is *found at k* when all its evidence turns are in the top k of its conversation's messages.
 For each card budget, whether all its evidence is in the context card built for it (the card's records
-and recent messages). Search latency (p50/p95 per mode), the cards' tokens, and what the ledger recorded
+and recent messages), and, for a fact that changed, whether the card still holds the superseded turn. Search latency (p50/p95 per mode), the cards' tokens, and what the ledger recorded
 (calls, tokens, cost) are reported next to it. :func:`compare` runs two configurations on the same
 questions and gives a paired bootstrap confidence interval on each difference.
 """
@@ -73,6 +73,11 @@ class RetrievalReport:
         ]
         return sum(rows) / len(rows) if rows else None
 
+    def superseded_in_card(self, budget: int) -> float | None:
+        """Of the questions with a superseded fact, the share whose card still holds the old turn."""
+        rows = [q["superseded_in_card"][str(budget)] for q in self.questions if "superseded_in_card" in q]
+        return sum(rows) / len(rows) if rows else None
+
     def categories(self) -> list[str]:
         return sorted({q["category"] for q in self.questions})
 
@@ -94,6 +99,7 @@ class RetrievalReport:
                 for mode in self.modes
             },
             "in_card": {(c or "all"): {str(b): self.in_card(b, c) for b in self.budgets} for c in groups},
+            "superseded_in_card": {str(b): self.superseded_in_card(b) for b in self.budgets},
             "card_tokens_mean": {
                 str(b): (statistics.fmean(v) if v else None) for b, v in self.card_tokens.items()
             },
@@ -199,6 +205,9 @@ def evaluate_retrieval(
                         card = thread.get_context_card(query=q["question"], token_budget=budget)
                         shown = {r.id for r in card.records} | {m.id for m in card.recent}
                         row["in_card"][str(budget)] = bool(q["evidence"]) and set(q["evidence"]) <= shown
+                        if q.get("superseded"):  # the old fact still shown next to the new one
+                            stale = row.setdefault("superseded_in_card", {})
+                            stale[str(budget)] = bool(set(q["superseded"]) & shown)
                         report.card_tokens[budget].append(card.token_count)
                     report.questions.append(row)
                     done += 1
@@ -290,6 +299,12 @@ def markdown(report: RetrievalReport, comparison: Comparison | None = None) -> s
         lines.append(
             f"| {category or 'all'} | "
             + " | ".join(_cell(report.in_card(b, category)) for b in report.budgets)
+            + " |"
+        )
+    if any("superseded_in_card" in q for q in report.questions):
+        lines.append(
+            "| superseded fact still in card | "
+            + " | ".join(_cell(report.superseded_in_card(b)) for b in report.budgets)
             + " |"
         )
     data = report.as_dict()
