@@ -192,6 +192,19 @@ def test_remem_roots_are_refused_in_the_store(served: Served) -> None:
         assert refused.value.response.status_code == 422 and root in refused.value.response.text
     names = client.store.list_namespaces()["namespaces"]
     assert all(ns[0] not in ("_remem", "tenants") for ns in names)
+    # labels LangGraph refuses are a 422 naming the namespace, never a 500 (the SDK checks '.' itself)
+    for body in (
+        {"namespace": ["a.b"], "key": "k", "value": {}},
+        {"namespace": [""], "key": "k", "value": {}},
+    ):
+        answer = httpx.put(f"{served.open.url}/store/items", json=body, timeout=30)
+        assert answer.status_code == 422 and "namespace" in answer.json()["detail"]
+    listed = httpx.post(
+        f"{served.open.url}/store/namespaces", json={"prefix": ["x"], "suffix": ["a.b"]}, timeout=30
+    )
+    assert listed.status_code == 422
+    got = httpx.get(f"{served.open.url}/store/items", params={"namespace": "../..", "key": "k"}, timeout=30)
+    assert got.status_code == 422
 
 
 def test_runs_and_assistants_answer_501_naming_what_to_use(served: Served) -> None:

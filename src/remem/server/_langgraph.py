@@ -606,6 +606,14 @@ def _add_not_served(app: FastAPI) -> None:
     app.add_api_route("/threads/{thread_id}/stream", thread_runs, methods=methods, include_in_schema=False)
 
 
+async def _invalid_namespace(request: Request, exc: Exception) -> JSONResponse:
+    """LangGraph's own label check (``BaseStore.put``/``search``/...) refused a namespace: a 422."""
+    return JSONResponse({"detail": f"namespace: {exc}", "error": "NamespaceError"}, status_code=422)
+
+
 def register(app: FastAPI) -> None:
+    from langgraph.store.base import InvalidNamespaceError
+
     app.include_router(router)
+    app.add_exception_handler(InvalidNamespaceError, _invalid_namespace)
     _add_not_served(app)
