@@ -416,3 +416,61 @@ def test_greetings_are_only_looked_for_in_sentences_that_carry_a_fact(
     # The two sentences that score ("Thanks, Lena!" names someone, and is then seen to be a greeting),
     # not the 100 that could never be a point anyway.
     assert looked[0] == 2
+
+
+def _long_thread_turn_work(monkeypatch: pytest.MonkeyPatch, history: int) -> tuple[int, int, int]:
+    """(sentences scored, points made, messages counted) by a summary-strategy turn on a thread whose
+    ``history`` earlier messages a first turn folded into the summary."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from remem import build_agent, run_turn
+    from remem.agent import thread_config
+    from remem.config import Settings
+
+    counted = [0]
+
+    def count(messages: Sequence[BaseMessage]) -> int:
+        counted[0] += len(messages)
+        return approximate_token_count(messages)
+
+    settings_ = Settings(strategy="summary", keep_messages=2, summary_trigger_messages=3, embedder="fake")
+    agent = build_agent(
+        ScriptedChatModel(default="Noted."),
+        strategy="summary",
+        summarizer="extractive",
+        checkpointer=InMemorySaver(),
+        settings=settings_,
+        token_counter=count,
+        ledger=False,
+    )
+    backlog: list[BaseMessage] = []
+    for i in range(0, history, 2):
+        backlog += [
+            HumanMessage(f"My locker {i} is in hall {i}.", id=f"h{i}"),
+            AIMessage("Noted.", id=f"a{i}"),
+        ]
+    agent.update_state(thread_config("t"), {"messages": backlog}, as_node="summarize_conversation")
+    run_turn(agent, "t", "I live in Leeds.")  # folds the backlog
+    scores, points = _counting(monkeypatch, "_fact_score"), [0]
+    made = ExtractiveSummarizer._points
+
+    def counting_points(self: ExtractiveSummarizer, message: BaseMessage) -> list[tuple[int, str]]:
+        points[0] += 1
+        return made(self, message)
+
+    monkeypatch.setattr(ExtractiveSummarizer, "_points", counting_points)
+    counted[0] = 0
+    run_turn(agent, "t", "My sister Oksana moved to Porto.", budgets={"call_tokens": 10**9})
+    return scores[0], points[0], counted[0]
+
+
+def test_a_turn_on_a_long_thread_works_on_what_changed_not_on_the_history(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The second turn after a 200- or a 1,000-message backlog: the same sentences scored, the same
+    # messages read by the summariser and the same messages counted.
+    short = _long_thread_turn_work(monkeypatch, 200)
+    monkeypatch.undo()
+    long = _long_thread_turn_work(monkeypatch, 1000)
+    assert short == long, (short, long)
+    assert 0 < long[1] <= 6 and 0 < long[2] <= 12  # the few messages the turn added, not the thread
