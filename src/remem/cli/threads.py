@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 CHAT_COMMANDS = {
     "/state": "show the thread's messages, summary and usage",
     "/history": "list the thread's checkpoints",
+    "/summary": "show the thread's summary (as `remem summary`)",
+    "/card": "show the thread's context card (as `remem card`)",
+    "/usage": "show what the thread's model calls cost, turn by turn (as `remem usage --thread`)",
     "/help": "show these commands",
     "/exit": "leave (also /quit, or Ctrl-D)",
 }
@@ -378,7 +381,8 @@ def _load_agent(spec: str, saver: Any, settings: Any) -> Any:
 def chat_command(
     thread_id: str, strategy: str | None, agent_spec: str | None, database_url: str | None
 ) -> None:
-    """Talk to the configured model with memory. /state, /history, /help and /exit inside.
+    """Talk to the configured model with memory. /state, /history, /summary, /card, /usage, /help and /exit
+    inside.
 
     A model call that needs approval (above REMEM_APPROVAL_TOKEN_THRESHOLD or
     REMEM_APPROVAL_COST_THRESHOLD) is shown with its estimate and sent only after a yes.
@@ -423,6 +427,8 @@ def chat_command(
                     show_snapshot(thread_snapshot(agent, thread_id))
                 elif text == "/history":
                     show_history(thread_id, thread_history(agent, thread_id))
+                elif text in ("/summary", "/card", "/usage"):
+                    _chat_report(text, thread_id, url)
                 elif text.startswith("/") and not text.startswith("//"):
                     if text != "/help":
                         say(f"unknown command {text.split()[0]}; nothing was sent to the model")
@@ -445,6 +451,20 @@ def chat_command(
         say(f"bye: {len(values.get('messages', []))} messages in state for thread {thread_id}")
 
 
+def _chat_report(command: str, thread_id: str, url: str) -> None:
+    """``/summary``, ``/card``, ``/usage``: the commands of the same names on this thread and database."""
+    from remem.cli.memory import card_command, summary_command
+    from remem.cli.usage import usage_command
+
+    context = click.get_current_context()
+    if command == "/summary":
+        context.invoke(summary_command, thread_id=thread_id, database_url=url)
+    elif command == "/card":
+        context.invoke(card_command, thread_id=thread_id, database_url=url)
+    else:
+        context.invoke(usage_command, thread_id=thread_id, by="turn", database_url=url)
+
+
 def remem_command() -> str:
     """How to run this ``remem`` again: ``remem`` when that is what the PATH finds, else its full path."""
     here = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
@@ -459,6 +479,29 @@ def remem_command() -> str:
     return (
         str(beside) if beside.is_file() and os.access(beside, os.X_OK) else f"{sys.executable} -m remem.cli"
     )
+
+
+@contextmanager
+def _held_warnings() -> Iterator[list[str]]:
+    """remem's log warnings while the block runs, kept in the list (printed by the caller when its output
+    is laid out) instead of written in the middle of it."""
+    import logging
+
+    held: list[str] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record.getMessage())
+
+    logger = logging.getLogger("remem")
+    handler, propagate = Hold(logging.WARNING), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield held
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 @click.command("demo")
@@ -478,7 +521,7 @@ def demo_command(database_url: str | None, strategy: str | None, turns: int | No
     Example: remem demo --strategy trim
     """
     from remem._url import display_url
-    from remem.cli._render import clean, console, preview, say, show_table
+    from remem.cli._render import clean, console, error_line, preview, say, show_table
     from remem.cli._sources import writable
     from remem.config import load_settings
     from remem.demo import DemoTurn, run_demo
@@ -500,13 +543,14 @@ def demo_command(database_url: str | None, strategy: str | None, turns: int | No
             f"{note:<9}  {preview(t.user, 48)}{recall}"
         )
 
-    report = run_demo(settings, on_turn=show, turns=turns)
+    with _held_warnings() as held:  # a warning (the demo model has no price) would split the table
+        report = run_demo(settings, on_turn=show, turns=turns)
     got, asked = report.recalled
     saved = 1 - report.tokens_seen / max(report.tokens_full_history, 1)
     console().print()
     show_table(
         "final state",
-        ["", ""],
+        ["measure", "value"],
         [
             ("thread", report.thread_id),
             ("messages in state", report.messages_in_state),
@@ -518,6 +562,8 @@ def demo_command(database_url: str | None, strategy: str | None, turns: int | No
     )
     say("rolling summary:", style="bold")
     say(report.summary or "(none)")
+    for warning in dict.fromkeys(held):
+        click.echo(f"Warning: {error_line(warning)}", err=True)
     remem = remem_command()
     # The database again if it was not the configured one: a user is no secret (a password is masked).
     again = shown if shown.startswith("sqlite") else clean(database_url or "")
