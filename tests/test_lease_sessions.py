@@ -8,6 +8,9 @@ users"). Now only what remem opens itself keeps lease sessions between leases.
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
@@ -57,4 +60,32 @@ def test_a_saver_that_remem_opened_keeps_lease_sessions_until_it_is_closed(pg_ur
         saver.setup()
         run_turn(agent_for(saver), THREAD, "hello")
         assert _lease_sessions(pg_url) == 1  # kept for the next turn
+    assert _lease_sessions(pg_url) == 0
+
+
+def test_an_erasure_fence_holds_many_threads_on_one_session(pg_url: str) -> None:
+    """An erasure holds the lease of every thread it erases: one session for all of them, not one each
+    (a user with a hundred threads would take a hundred connections)."""
+    from remem import ThreadBusyError
+    from remem._lease import thread_lease, thread_leases
+
+    threads = [f"t{i}" for i in range(60)]
+    with PostgresSaver.from_conn_string(pg_url) as saver:
+        with thread_leases(saver, threads, scope="checkpoint", timeout=5):
+            assert _lease_sessions(pg_url) == 1
+            done: list[Any] = []
+
+            def other() -> None:  # another thread of this process, as another process would
+                try:
+                    with thread_lease(saver, "t42", scope="checkpoint", timeout=0.2):
+                        done.append("taken")
+                except ThreadBusyError:
+                    done.append("busy")
+
+            worker = threading.Thread(target=other)
+            worker.start()
+            worker.join(30)
+            assert done == ["busy"]
+        with thread_lease(saver, "t42", scope="checkpoint", timeout=1):
+            pass  # given back
     assert _lease_sessions(pg_url) == 0

@@ -50,7 +50,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -70,6 +70,7 @@ __all__ = [
     "lease_target",
     "retain_idle_connections",
     "thread_lease",
+    "thread_leases",
 ]
 
 DEFAULT_LEASE_TIMEOUT = 30.0
@@ -674,6 +675,54 @@ def carried_lease(config: Any, target: LeaseTarget, *, scope: Scope) -> ThreadLe
     if lease.scope != scope or lease.thread_id != str(conf.get("thread_id")) or lease.target != target:
         return None
     return lease
+
+
+@contextlib.contextmanager
+def thread_leases(
+    owner: Any, thread_ids: Sequence[str], *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+) -> Iterator[None]:
+    """Hold the leases of all of ``thread_ids`` for the block (an erasure's fence), taken in sorted order so
+    that two such holders never wait for each other in a circle; ``timeout`` bounds the whole wait. On
+    PostgreSQL they share one session, however many threads there are (a lease each would take a
+    connection each). Leases this context holds already are not taken again."""
+    target = lease_target(owner)
+    ids = [t for t in sorted(set(thread_ids)) if _held_lease(target, scope, t) is None]
+    if target.kind != "postgres":
+        deadline = time.monotonic() + timeout
+        with contextlib.ExitStack() as stack:
+            for thread_id in ids:
+                left = max(deadline - time.monotonic(), 0.0)
+                stack.enter_context(thread_lease(owner, thread_id, scope=scope, timeout=left))
+            yield
+        return
+    import psycopg
+
+    attempts: list[_Attempt] = []
+    conn: Any = None
+    try:
+        for thread_id in ids:
+            attempt = _Attempt(target, scope, thread_id, timeout)
+            if not attempt.local.acquire(timeout=attempt.left()):
+                attempt.give_up(locally_held=False)
+                raise attempt.busy()
+            attempts.append(attempt)
+        if attempts:
+            conn = _pg_connection(target.where, reuse=False)[0]
+        for attempt in attempts:
+            try:
+                got = _pg_try(conn, _advisory_key(scope, attempt.thread_id), attempt.left())
+            except psycopg.Error as exc:
+                raise StorageError(
+                    f"PostgreSQL failed while taking the threads' leases ({type(exc).__name__}); retry"
+                ) from exc
+            if not got:
+                raise attempt.busy()
+        yield
+    finally:
+        if conn is not None:
+            conn.close()  # the server drops every advisory lock of the session
+        for attempt in attempts:
+            attempt.give_up(locally_held=True)
 
 
 @contextlib.contextmanager

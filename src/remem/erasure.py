@@ -60,12 +60,12 @@ import hashlib
 import json
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from remem._clock import now_iso
-from remem._lease import DEFAULT_LEASE_TIMEOUT, thread_lease
+from remem._lease import DEFAULT_LEASE_TIMEOUT, thread_leases
 from remem._url import display_url, parse_database_url
 from remem.checkpoint import checkpointer_from_url, list_threads
 from remem.errors import (
@@ -313,16 +313,11 @@ class _Run:
     def _fenced(self, saver: Any) -> Iterator[None]:
         """Hold the leases of the planned threads (every checkpoint lease first, then every memory lease:
         the order a turn takes them in, so neither waits for the other in a circle)."""
-        threads = sorted(self.entry.plan["threads"])
-        with ExitStack() as held:
-            for thread in threads:
-                held.enter_context(
-                    thread_lease(saver, thread, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT)
-                )
-            for thread in threads:
-                held.enter_context(
-                    thread_lease(self.store, thread, scope="memory", timeout=DEFAULT_LEASE_TIMEOUT)
-                )
+        threads = self.entry.plan["threads"]
+        with (
+            thread_leases(saver, threads, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT),
+            thread_leases(self.store, threads, scope="memory", timeout=DEFAULT_LEASE_TIMEOUT),
+        ):
             yield
 
     def _store_steps(self) -> None:
