@@ -159,6 +159,31 @@ def import_stock_checkpoints(
     return report
 
 
+def _finish_writes(
+    source: _Source,
+    target: BaseCheckpointSaver[Any],
+    tup: Any,
+    config: RunnableConfig,
+    report: ImportReport,
+) -> None:
+    have = target.get_tuple(config)
+    present: dict[str, int] = {}
+    for task_id, _, _ in (have.pending_writes if have is not None else None) or []:
+        present[task_id] = present.get(task_id, 0) + 1
+    missing: dict[str, list[tuple[str, Any]]] = {}
+    for task_id, channel, value in tup.pending_writes or []:
+        missing.setdefault(task_id, []).append((channel, value))
+    missing = {task: writes for task, writes in missing.items() if present.get(task, 0) < len(writes)}
+    if not missing:
+        report.skipped += 1
+        return
+    ns, checkpoint_id = config["configurable"]["checkpoint_ns"], config["configurable"]["checkpoint_id"]
+    paths = source.task_paths(config["configurable"]["thread_id"], ns, checkpoint_id)
+    for task_id, writes in missing.items():
+        target.put_writes(config, writes, task_id, paths.get(task_id, ""))
+        report.writes += len(writes)
+
+
 def _import_thread(
     source: _Source,
     target: BaseCheckpointSaver[Any],
@@ -179,6 +204,12 @@ def _import_thread(
         }
         tup = source.saver.get_tuple(config)
         if tup is None:  # deleted meanwhile
+            continue
+        if checkpoint_id == done[ns]:
+            # The newest checkpoint already there: an earlier run may have stopped between it and its writes.
+            # Only the missing writes are added; the checkpoint is not written again (a run that finds
+            # everything there changes nothing, "last written" included).
+            _finish_writes(source, target, tup, config, report)
             continue
         parent = (tup.parent_config or {}).get("configurable", {}).get("checkpoint_id")
         where: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
