@@ -247,6 +247,7 @@ def _mount_mcp(app: FastAPI, holder: dict[str, Services], *, protect: bool) -> A
 
 
 def _check_ready(url: str) -> None:
+    from remem import layout
     from remem._url import parse_database_url
     from remem.checkpoint import checkpointer_from_url
     from remem.store import open_store
@@ -254,7 +255,7 @@ def _check_ready(url: str) -> None:
     if parse_database_url(url).kind == "memory":
         return
     with open_store(url, read_only=True) as store:
-        store.get(("_remem", "ready"), "probe")
+        store.get(layout.namespace(layout.INTERNAL_ROOT, "ready"), "probe")  # any read will do
     with checkpointer_from_url(url, create=False) as saver:
         saver.get_tuple({"configurable": {"thread_id": "_remem.ready", "checkpoint_ns": ""}})
 
