@@ -474,3 +474,13 @@ def test_a_turn_on_a_long_thread_works_on_what_changed_not_on_the_history(
     long = _long_thread_turn_work(monkeypatch, 1000)
     assert short == long, (short, long)
     assert 0 < long[1] <= 6 and 0 < long[2] <= 12  # the few messages the turn added, not the thread
+
+
+def test_a_step_that_adds_a_point_to_a_full_summary_counts_it_a_few_times_not_a_bisection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokens = _counting(monkeypatch, "_tokens")
+    summary = ExtractiveSummarizer(max_tokens=200, chunk_messages=1).summarize("", _facts(300)).text
+    assert summary.startswith("(") and len(summary.splitlines()) > 8  # full from early on: a drop per step
+    # Per step: the whole, the guess, one fewer than the guess; not 1 + log2(points) counts.
+    assert tokens[0] <= 3 * 300 + 1
