@@ -199,3 +199,31 @@ def test_importing_what_is_not_a_stock_database_says_so(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError, match="no LangGraph stock checkpoints"):
         import_stock_checkpoints(str(tmp_path / "remem.db"), str(tmp_path / "x.db"))
     assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("body", [b"\x93\x01garbage", b"\xc1\xc1\xc1"])  # a list, and no msgpack at all
+def test_a_damaged_stock_row_is_named_with_the_way_forward(tmp_path: Path, body: bytes) -> None:
+    import sqlite3
+
+    db = tmp_path / "app.db"
+    with _stock_sqlite(db) as stock:
+        _talk(stock)
+    conn = sqlite3.connect(db)
+    thread, checkpoint = conn.execute(
+        "SELECT thread_id, checkpoint_id FROM checkpoints WHERE checkpoint_ns = '' ORDER BY thread_id, checkpoint_id"
+        " LIMIT 1 OFFSET 2"
+    ).fetchone()
+    conn.execute("UPDATE checkpoints SET checkpoint = ? WHERE checkpoint_id = ?", (body, checkpoint))
+    conn.commit()
+    target = f"sqlite:///{tmp_path / 'remem.db'}"
+    result = CliRunner().invoke(main, ["import", f"sqlite:///{db}", "--into", target])
+    assert result.exit_code == 1, result.output
+    assert f"checkpoint {checkpoint} of thread {thread!r}" in result.output and "damaged" in result.output
+    assert "unexpected" not in result.output and "remem import` again" in result.output
+    # Following the advice: the damaged row and the thread's later ones deleted, the import finishes.
+    conn.execute("DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id >= ?", (thread, checkpoint))
+    conn.execute("DELETE FROM writes WHERE thread_id = ? AND checkpoint_id >= ?", (thread, checkpoint))
+    conn.commit()
+    conn.close()
+    again = CliRunner().invoke(main, ["import", f"sqlite:///{db}", "--into", target])
+    assert again.exit_code == 0, again.output

@@ -31,7 +31,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from remem._url import display_url, parse_database_url
 from remem.checkpoint._open import checkpointer_from_url
 from remem.checkpoint._serde import RememSerializer
-from remem.errors import ConfigError, NotFoundError
+from remem.errors import ConfigError, NotFoundError, RememError, StorageError
 
 __all__ = ["ImportReport", "import_stock_checkpoints"]
 
@@ -56,6 +56,7 @@ class _Source:
         self.saver = saver
         self.run = run
         self.writes_table = writes_table
+        self.shown = display_url(url)
         try:
             run("SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints LIMIT 1", ())
         except Exception:
@@ -159,6 +160,42 @@ def import_stock_checkpoints(
     return report
 
 
+def _damaged(source: _Source, config: RunnableConfig, report: ImportReport, reason: str) -> StorageError:
+    where = config["configurable"]
+    ns = f", namespace {where['checkpoint_ns']!r}" if where["checkpoint_ns"] else ""
+    return StorageError(
+        f"checkpoint {where['checkpoint_id']} of thread {where['thread_id']!r}{ns} in {source.shown} cannot "
+        f"be read ({reason[:200]}): the row is damaged. {report.checkpoints} checkpoint(s) before it were "
+        "imported. Restore the stock database from a backup, or delete that row (and the thread's later rows, "
+        "which build on it) from its checkpoints table, then run `remem import` again: it continues where it "
+        "stopped"
+    )
+
+
+def _read(source: _Source, config: RunnableConfig, report: ImportReport) -> Any:
+    """The stock checkpoint at ``config``; a row the stock saver cannot decode, or that decodes to something
+    that is not a checkpoint, is a StorageError naming it."""
+    try:
+        tup = source.saver.get_tuple(config)
+    except RememError:
+        raise
+    except Exception as exc:  # the stock saver's own decoding fails, whatever its error
+        raise _damaged(source, config, report, f"{type(exc).__name__}: {exc}") from exc
+    if tup is None:
+        return None
+    checkpoint = tup.checkpoint
+    if not (
+        isinstance(checkpoint, dict)
+        and isinstance(checkpoint.get("channel_values", {}), dict)
+        and isinstance(checkpoint.get("channel_versions", {}), dict)
+        and isinstance(tup.metadata, dict)
+    ):
+        raise _damaged(
+            source, config, report, f"it decodes to a {type(checkpoint).__name__}, not a checkpoint"
+        )
+    return tup
+
+
 def _finish_writes(
     source: _Source,
     target: BaseCheckpointSaver[Any],
@@ -202,7 +239,7 @@ def _import_thread(
         config: RunnableConfig = {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
         }
-        tup = source.saver.get_tuple(config)
+        tup = _read(source, config, report)
         if tup is None:  # deleted meanwhile
             continue
         if checkpoint_id == done[ns]:
