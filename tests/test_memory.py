@@ -486,3 +486,31 @@ def test_search_returns_only_matches_scored_in_their_order_and_the_summary(memor
         found = memory.search("Biscuit", thread_id="t1", k=20)
         assert found[-1].type == "summary" and found[-1].id == f"summary:{summary.revision}"
         assert [h.score for h in found] == sorted((h.score for h in found), reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ({"role": "user", "content": ""}, "empty content"),
+        ({"role": "user", "content": "  \n"}, "empty content"),
+        ({"role": "tool", "content": "42"}, "tool_call_id"),
+        ({"role": "user", "content": "hi", "timestamp": "yesterday-ish"}, "not a date"),
+        ({"role": "user", "content": "a\ud800b"}, "lone surrogate"),
+        (HumanMessage(content=""), "empty content"),
+    ],
+)
+def test_add_messages_refuses_what_it_could_not_keep_faithfully(
+    memory: Memory, message: object, said: str
+) -> None:
+    thread = memory.thread("t1")
+    with pytest.raises(InvalidMessagesError, match=said):
+        thread.add_messages([{"role": "user", "content": "kept?"}, message])
+    assert thread.messages() == []  # nothing of the batch was written
+    ok = thread.add_messages(
+        [
+            AIMessage(content="", tool_calls=[{"name": "f", "args": {}, "id": "c1"}]),
+            {"role": "tool", "content": "", "tool_call_id": "c1"},
+            {"role": "user", "content": "fine", "timestamp": "2026-01-02T03:04:05+01:00"},
+        ]
+    )
+    assert [m.role for m in ok] == ["assistant", "tool", "user"] and ok[1].metadata["tool_call_id"] == "c1"

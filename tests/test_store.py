@@ -65,18 +65,17 @@ def test_search_filters_offset_limit_order(make_store: Any) -> None:
     for i in range(12):
         store.put(("docs", "a" if i % 2 else "b"), f"k{i:02}", {"i": i, "kind": "odd" if i % 2 else "even"})
     everything = store.search(("docs",), limit=100)
-    assert [it.key for it in everything] == [f"k{i:02}" for i in range(0, 12, 2)] + [
-        f"k{i:02}" for i in range(1, 12, 2)
-    ]  # namespace first created first, then items in the order they were first put
+    # as LangGraph's SQL stores list: the most recently updated first
+    assert [it.key for it in everything] == [f"k{i:02}" for i in range(11, -1, -1)]
     assert [it.key for it in store.search(("docs",), limit=3, offset=2)] == [it.key for it in everything[2:5]]
     odd = store.search(("docs",), filter={"kind": "odd"}, limit=100)
     assert {it.value["i"] for it in odd} == {1, 3, 5, 7, 9, 11}
     assert {it.value["i"] for it in store.search(("docs",), filter={"i": {"$gte": 9}})} == {9, 10, 11}
     assert {it.value["i"] for it in store.search(("docs",), filter={"i": {"$lt": 2}, "kind": "even"})} == {0}
     assert {it.value["i"] for it in store.search(("docs",), filter={"kind": {"$ne": "odd"}}, limit=3)} == {
-        0,
-        2,
-        4,
+        10,
+        8,
+        6,
     }
     assert store.search(("docs", "a"), filter={"kind": "even"}) == []
     assert store.search(("nothing",)) == []
@@ -90,7 +89,7 @@ def test_nested_and_list_filters(make_store: Any) -> None:
     store.put(("f",), "2", {"meta": {"lang": "en", "n": 2}, "tags": ["a"]})
     assert [i.key for i in store.search(("f",), filter={"meta": {"lang": "pt"}})] == ["1"]
     assert [i.key for i in store.search(("f",), filter={"tags": ["a"]})] == ["2"]
-    assert [i.key for i in store.search(("f",), filter={"weird key 'x'": None})] == ["1", "2"]
+    assert [i.key for i in store.search(("f",), filter={"weird key 'x'": None})] == ["2", "1"]  # newest first
 
 
 def test_list_namespaces_prefix_suffix_depth(make_store: Any) -> None:
@@ -214,7 +213,8 @@ class Clock:
 
 def test_ttl_expiry_refresh_and_sweep(make_store: Any) -> None:
     clock = Clock()
-    store = make_store(ttl={"default_ttl": 1.0, "refresh_on_read": True}, clock=clock)  # 60 s
+    ttl = {"default_ttl": 1.0, "refresh_on_read": True, "omit_expired": True}  # 60 s; expired: unseen
+    store = make_store(ttl=ttl, clock=clock)
     store.put(("t",), "short", {"v": 1})
     store.put(("t",), "forever", {"v": 2}, ttl=None)
     store.put(("t",), "norefresh", {"v": 3})

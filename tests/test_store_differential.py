@@ -127,9 +127,19 @@ def run_differential(store: Any, root: str, ops: list[tuple[Any, ...]]) -> None:
                 continue
             expected, got = _norm(reference.get(ns, key)), _drop_root(_norm(store.get((root, *ns), key)))
         elif kind == "search":
+            # The same items as InMemoryStore's; listed as LangGraph's SQL stores list them (the most
+            # recently updated first, ties by namespace and key; InMemoryStore lists in insertion order),
+            # and a page is that listing's slice.
             _, prefix, filt, limit, offset = op
-            expected = _norm(reference.search(prefix, filter=filt, limit=limit, offset=offset))
-            got = _drop_root(_norm(store.search((root, *prefix), filter=filt, limit=limit, offset=offset)))
+            every = store.search((root, *prefix), filter=filt, limit=10_000)
+            stamps = [(-i.updated_at.timestamp(), i.namespace, i.key) for i in every]
+            assert stamps == sorted(stamps), (op, stamps)
+            page = store.search((root, *prefix), filter=filt, limit=limit, offset=offset)
+            assert [(i.namespace, i.key) for i in page] == [(i.namespace, i.key) for i in every][
+                offset : offset + limit
+            ]
+            expected = sorted(_norm(reference.search(prefix, filter=filt, limit=10_000)), key=repr)
+            got = sorted(_drop_root(_norm(every)), key=repr)
         else:
             _, prefix, suffix, depth, limit, offset = op
             if any(not keys for keys in counts.values()):

@@ -60,7 +60,7 @@ def test_keyword_ranking_inside_a_namespace_matches_ranking_of_everything(make_s
 @pytest.mark.parametrize("crowd", [0, 200])  # the namespace holds every item, then a small share of them
 def test_expired_items_are_skipped_before_the_limit(make_store: Any, crowd: int) -> None:
     now = [1_800_000_000.0]
-    store = make_store(search_mode="keyword", clock=lambda: now[0])
+    store = make_store(search_mode="keyword", clock=lambda: now[0], ttl={"omit_expired": True})
     store.batch([PutOp(("threads", "t2", "messages"), f"c{i}", {"text": "dinner"}) for i in range(crowd)])
     ns = ("threads", "t1", "messages")
     store.batch([PutOp(ns, f"old{i}", {"text": "lunch plans lunch"}, ttl=1) for i in range(30)])

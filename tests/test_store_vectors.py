@@ -127,11 +127,13 @@ def test_sign_bit_prefilter_keeps_recall_at_10() -> None:
     assert hits / (10 * len(queries)) >= 0.95
 
 
-def test_vector_search_with_no_vector_stored_finds_the_keyword_hits(make_store: Any) -> None:
+def test_vector_search_with_no_vector_stored_finds_nothing(make_store: Any) -> None:
     """An indexed store whose only item was put with ``index=False`` (so no vector exists): the exact
-    path's empty matrix gives no vector hits instead of failing, and the keyword side still answers."""
+    path's empty matrix gives no vector hits instead of failing, and the item (not searchable by a query,
+    as in LangGraph's stores) is not a keyword hit either; it is still listed."""
     index = {"dims": 16, "embed": FakeEmbedder(16, seed=2), "fields": ["text"]}
     store = make_store(index=index)
     store.put(("docs",), "plain", {"text": "green tea by the river"}, index=False)
-    assert [it.key for it in store.search(("docs",), query="green tea")] == ["plain"]
+    assert store.search(("docs",), query="green tea") == []
+    assert [it.key for it in store.search(("docs",))] == ["plain"]
     assert make_store(index=index, search_mode="vector").search(("docs",), query="green tea") == []

@@ -231,10 +231,14 @@ def stored_message_from_input(item: Any, position: int) -> StoredMessage:
             metadata["tool_call_id"] = item.tool_call_id
         if item.name:
             metadata["name"] = item.name
+        kind = _role_of(item)
+        text = item.text if isinstance(item.content, list) else str(item.content)
+        # a reply may be only tool calls, and a tool may return nothing; a user or system turn says something
+        _check_content(text, position, empty_ok=kind in ("assistant", "tool"))
         return StoredMessage(
             id=str(item.id or uuid.uuid4()),
-            role=_role_of(item),
-            content=item.text if isinstance(item.content, list) else str(item.content),
+            role=kind,
+            content=text,
             timestamp=now_iso(),
             metadata=metadata,
         )
@@ -251,10 +255,20 @@ def stored_message_from_input(item: Any, position: int) -> StoredMessage:
     content = item.get("content")
     if not isinstance(content, str):
         raise InvalidMessagesError(f"message {position} has no text 'content'; give it a string")
+    _check_content(content, position, empty_ok=role == "tool")  # a tool may return nothing
     metadata = item.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise InvalidMessagesError(f"message {position}: 'metadata' must be a dict")
     metadata = dict(metadata)
+    call_id = item.get("tool_call_id", metadata.get("tool_call_id"))
+    if role == "tool":
+        if not isinstance(call_id, str) or not call_id.strip():
+            raise InvalidMessagesError(
+                f"message {position} is a tool result without a 'tool_call_id'; give the id of the "
+                "assistant's tool call it answers, e.g. {'role': 'tool', 'content': '...', "
+                "'tool_call_id': 'call_1'}"
+            )
+        metadata["tool_call_id"] = call_id
     for key in ("speaker", "name"):  # who said it (a chat's participant), kept with the message
         if isinstance(item.get(key), str) and item[key].strip() and key not in metadata:
             metadata[key] = item[key]
@@ -263,6 +277,11 @@ def stored_message_from_input(item: Any, position: int) -> StoredMessage:
         raise InvalidMessagesError(
             f"message {position} has timestamp {timestamp!r}; give an ISO 8601 text "
             "('2026-11-29T12:00:00Z') or a datetime"
+        )
+    if isinstance(timestamp, str) and parse_timestamp(timestamp) is None:
+        raise InvalidMessagesError(
+            f"message {position} has timestamp {timestamp!r:.60}, which is not a date; give an ISO 8601 "
+            "text ('2026-11-29T12:00:00Z') or a datetime"
         )
     if isinstance(timestamp, dt.datetime):
         timestamp = (
@@ -278,6 +297,20 @@ def stored_message_from_input(item: Any, position: int) -> StoredMessage:
         timestamp=str(timestamp) if timestamp else now_iso(),
         metadata=dict(metadata),
     )
+
+
+def _check_content(text: str, position: int, *, empty_ok: bool) -> None:
+    if not empty_ok and not text.strip():
+        raise InvalidMessagesError(
+            f"message {position} has empty content; send the text it says (or leave the message out)"
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessagesError(
+            f"message {position}'s content holds a lone surrogate, which is not Unicode text; decode "
+            "the text from its bytes with errors='strict' (or 'replace') before sending it"
+        ) from None
 
 
 @dataclass(frozen=True)

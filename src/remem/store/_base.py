@@ -75,6 +75,8 @@ class RememStoreBase(BaseStore):
       ``InvalidStateError`` there, to avoid a deadlock that these stores cannot have).
     - The tables are remem's (``remem_ns``, ``remem_items``, ``remem_vectors``, and ``remem_fts`` on
       SQLite), not LangGraph's ``store`` table; ``MIGRATIONS`` lists remem's statements.
+    - A listing without a query comes the most recently updated first, ties by namespace and key (as
+      LangGraph's SqliteStore and PostgresStore; InMemoryStore lists in insertion order).
     - Vectors are stored as float32 whatever ``ann_index_config["vector_type"]`` says (``halfvec`` is
       accepted and stored at full precision).
     """
@@ -195,7 +197,15 @@ class RememStoreBase(BaseStore):
             )
         ready = self._embed_ahead(ops, self.search_mode)
         results: list[Result] = self._run(
-            lambda tx: prog.batch_program(self.dialect, tx, self.plan, ops, self.search_mode, self.clock()),
+            lambda tx: prog.batch_program(
+                self.dialect,
+                tx,
+                self.plan,
+                ops,
+                self.search_mode,
+                self.clock(),
+                omit_expired=self._omit_expired(),
+            ),
             write=write,
             ready=ready,
         )
@@ -268,6 +278,11 @@ class RememStoreBase(BaseStore):
 
     def _refresh_default(self) -> bool:
         return bool((self.ttl_config or {}).get("refresh_on_read", True))
+
+    def _omit_expired(self) -> bool:
+        """``TTLConfig["omit_expired"]``: reads leave out expired items no sweep has deleted yet (default
+        False, as LangGraph's stores: they are seen until a sweep)."""
+        return bool((self.ttl_config or {}).get("omit_expired", False))
 
     def forget(
         self,

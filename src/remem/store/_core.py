@@ -29,6 +29,7 @@ MAX_KEY = 4096
 RRF_K = 60
 CHUNK = 500  # ids per statement where a statement lists them
 _SAFE_FILTER_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_EXACT_INT = 2**53  # integers a filter may compare in SQL: exact as an int64 and as a double
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 
 
@@ -95,7 +96,17 @@ def dumps(value: Mapping[str, Any]) -> str:
         ) from None
     except (TypeError, ValueError) as exc:
         raise RememUsageError(f"an item value must be JSON-serialisable (finite numbers): {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
     return text
+
+
+def too_deep() -> RememUsageError:
+    """The error for a value nested deeper than Python's JSON reaches."""
+    return RememUsageError(
+        "an item value nests too deep to store (JSON in Python reaches about 1,000 levels): "
+        "flatten it, e.g. keep the deep part as a JSON text in one field"
+    )
 
 
 def loads(text: str | bytes) -> dict[str, Any]:
@@ -248,8 +259,11 @@ def plan_filter(filter: Mapping[str, Any]) -> Pushdown:
             exact = False
         elif isinstance(value, str) and value == clean_text(value) and "\ufffd" not in value:
             conditions.append((key, "str", value))
-        elif isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _EXACT_INT:
             conditions.append((key, "num", value))
+        # A float is matched in Python, as InMemoryStore does: the databases' numbers differ from
+        # Python's at the edges (PostgreSQL casts a float8 to numeric with 15 digits, so 0.30000000000000004
+        # matched 0.3; a subnormal like 5e-324 was lost), and an integer past 64 bits cannot be bound.
         else:
             exact = False
     return Pushdown(tuple(conditions), exact)
@@ -298,7 +312,10 @@ def texts_for(value: Mapping[str, Any], fields: Sequence[tuple[str, Any]]) -> li
     """(path, text) pairs to embed for a value, LangGraph's way (a list field gives one text per element)."""
     out: list[tuple[str, str]] = []
     for path, tokens in fields:
-        texts = get_text_at_path(value, tokens)
+        try:
+            texts = get_text_at_path(value, tokens)
+        except RecursionError:
+            raise too_deep() from None
         if len(texts) > 1:
             out.extend((f"{path}.{i}", t) for i, t in enumerate(texts))
         elif texts:

@@ -7,6 +7,7 @@ programs never touch a connection. SQL is written with ``?`` placeholders; a dia
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -111,14 +112,18 @@ def batch_program(
     ops: Iterable[Op],
     mode: SearchMode,
     now: float | None = None,
+    *,
+    omit_expired: bool = False,
 ) -> Program[list[Result]]:
     """All ops of a batch: reads in order against the state before the batch, then the puts (last one wins).
     ``tx.ready``: vectors embedded ahead (see :func:`texts_to_embed_program`); ``now``: the store's clock
-    (default: the system's)."""
+    (default: the system's). ``omit_expired`` (``TTLConfig["omit_expired"]``): reads leave out items past
+    their expiry that no sweep has deleted yet; without it they see them until a sweep, as LangGraph's."""
     ops = list(ops)
     results: list[Result] = [None] * len(ops)
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time() if now is None else now
+    seen = now if omit_expired else -math.inf  # reads see the items that expire after this
     for op in ops:
         validate_op(op)
     answered: dict[
@@ -129,7 +134,7 @@ def batch_program(
         core.validate_key(op.key)
     found: dict[tuple[str, str], tuple[Any, ...]] | None = None
     if len(gets) > 1:  # every get of the batch in a few statements instead of one each
-        found = yield from _rows_by_key(d, [(core.ns_path(op.namespace), op.key) for op in gets], now)
+        found = yield from _rows_by_key(d, [(core.ns_path(op.namespace), op.key) for op in gets], seen)
     for i, op in enumerate(ops):
         same = None if isinstance(op, PutOp) else repr(op)
         if same is not None and same in answered:
@@ -141,11 +146,11 @@ def batch_program(
                 _touch(tx, [row])
             results[i] = None if row is None else _item(row)
         elif isinstance(op, GetOp):
-            results[i] = yield from get_program(d, tx, op, now)
+            results[i] = yield from get_program(d, tx, op, seen)
         elif isinstance(op, SearchOp):
-            results[i] = list[SearchItem]((yield from search_program(d, tx, plan, op, mode, now)))
+            results[i] = list[SearchItem]((yield from search_program(d, tx, plan, op, mode, seen)))
         elif isinstance(op, ListNamespacesOp):
-            results[i] = yield from list_namespaces_program(d, op, now)
+            results[i] = yield from list_namespaces_program(d, op, seen)
         elif isinstance(op, PutOp):
             check_put(op)
             puts[(op.namespace, op.key)] = op
@@ -288,7 +293,8 @@ def _matches(kind: str, path: tuple[str, ...], ns: tuple[str, ...]) -> bool:
 def _filtered_rows(
     d: Dialect, prefix: Sequence[str], filt: dict[str, Any], now: float, page: tuple[int, int] | None
 ) -> Program[Rows]:
-    """Live items under ``prefix`` matching ``filt``, in insertion order; ``page`` = (offset, limit)."""
+    """Live items under ``prefix`` matching ``filt``, as LangGraph's SQL stores list them: the most
+    recently updated first, ties by namespace and key; ``page`` = (offset, limit)."""
     ns_where, params = d.ns_condition(prefix)
     where = [ns_where, _LIVE]
     params.append(now)
@@ -299,7 +305,7 @@ def _filtered_rows(
         params.extend(extra)
     sql = (
         f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
-        f"WHERE {' AND '.join(where)} ORDER BY n.id, i.id"
+        f"WHERE {' AND '.join(where)} ORDER BY i.updated_at DESC, n.path, i.key"
     )
     exact = push.exact and page is not None
     if exact and page is not None:
@@ -559,8 +565,9 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
     values: list[tuple[PutOp, dict[str, Any], str]] = []  # (op, value, keyword text)
     for op, _ in wanted:
         assert op.value is not None
-        fields = core.index_fields(plan, None if op.index is False else op.index)
-        values.append((op, dict(op.value), core.keyword_text(op.value, fields)))
+        # index=False: not searchable by a query, neither by its words nor by a vector (as LangGraph's)
+        text = "" if op.index is False else core.keyword_text(op.value, core.index_fields(plan, op.index))
+        values.append((op, dict(op.value), text))
     ns_ids: dict[str, int] = {}
     item_ids: dict[tuple[int, str], int] = {}
     if len(values) == 1:

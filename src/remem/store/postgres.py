@@ -812,7 +812,15 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         self._check_writable(write)
         ready = await self._aembed_ahead(ops, self.search_mode)
         return await self._arun(
-            lambda tx: prog.batch_program(self.dialect, tx, self.plan, ops, self.search_mode, self.clock()),
+            lambda tx: prog.batch_program(
+                self.dialect,
+                tx,
+                self.plan,
+                ops,
+                self.search_mode,
+                self.clock(),
+                omit_expired=self._omit_expired(),
+            ),
             write=write,
             ready=ready,
         )

@@ -222,7 +222,13 @@ class _SqliteBackend(RememStoreBase):
                 ready = self._embed_ahead(list(pending), self.search_mode)
                 super()._run(
                     lambda tx: prog.batch_program(
-                        self.dialect, tx, self.plan, pending, self.search_mode, self.clock()
+                        self.dialect,
+                        tx,
+                        self.plan,
+                        pending,
+                        self.search_mode,
+                        self.clock(),
+                        omit_expired=self._omit_expired(),
                     ),
                     write=True,
                     ready=ready,
