@@ -48,7 +48,7 @@ OPENERS: dict[str, list[Callable[[str], AbstractContextManager[Any]]]] = {
 COMMANDS: dict[str, list[list[str]]] = {
     "checkpoint": [["checkpoints", "stats"], ["state", "t"], ["history", "t"]],
     "store": [["store", "stats"], ["forget", "--user", "maya", "--yes"]],
-    "usage": [["usage"]],
+    "usage": [["usage"], ["forget", "--thread", "t", "--yes"]],  # forget must not erase a newer ledger's rows
 }
 
 
@@ -100,3 +100,7 @@ def test_every_part_refuses_a_schema_a_newer_remem_wrote(component: str, url: st
         assert len(lines) == 1 and "upgrade remem" in lines[0], (argv, result.stderr)
     # nothing was migrated, recorded or rolled back by any of them
     assert _execute(url, f"SELECT component, version FROM {TABLE} ORDER BY component, version") == before
+    if component == "usage":  # and the newer ledger's rows are all there
+        from remem.layout import USAGE_LEDGER_TABLE
+
+        assert _execute(url, f"SELECT count(*) FROM {USAGE_LEDGER_TABLE}") == [(1,)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from remem import _migrate
 from remem.errors import RememUsageError
@@ -396,6 +396,19 @@ def _exists(dialect: str, table: str) -> Generator[Statement, Any, bool]:
     return bool(rows)
 
 
+def _refuse_newer_ledger(dialect: str) -> Generator[Statement, Any, None]:
+    """:func:`remem._migrate.check` of the ledger in this protocol: SchemaTooNewError for a ledger a newer
+    remem wrote (which this one refuses to record into, and so must not erase from either)."""
+    plan = _migrate.check(LEDGER, cast("_migrate.Dialect", dialect))
+    try:
+        statement = next(plan)
+        while True:
+            rows = yield (statement.sql, statement.params, statement.rows)
+            statement = plan.send(rows)
+    except StopIteration:
+        return
+
+
 def forget_usage(
     dialect: str, *, user_id: str | None = None, thread_ids: Sequence[str] = ()
 ) -> UsageForgetting:
@@ -408,6 +421,7 @@ def forget_usage(
     """
     if not (yield from _exists(dialect, USAGE_TABLE)):
         return 0
+    yield from _refuse_newer_ledger(dialect)  # a newer remem's rows: this one may not even read them right
     totals = yield from _exists(dialect, TOTALS_TABLE)
     ph = _ph(dialect)
     threads = sorted(set(thread_ids))
