@@ -161,7 +161,7 @@ def test_a_failed_summary_keeps_the_reply_and_resumes_without_calling_the_model_
     )
     run_turn(agent, "t", "first")
     with pytest.raises(SummarizationError, match="retry the summary step"):
-        run_turn(agent, "t", "second")
+        agent.invoke({"messages": [HumanMessage(content="second")]}, thread_config("t"))
     snapshot = agent.get_state(thread_config("t"))
     assert snapshot.next == ("summarize_conversation",)
     assert snapshot.values["messages"][-1].text.startswith("noted")  # the reply was kept
@@ -184,7 +184,7 @@ def test_run_turn_finishes_an_interrupted_turn_before_the_next() -> None:
     )
     run_turn(agent, "t", "first")
     with pytest.raises(SummarizationError):
-        run_turn(agent, "t", "second")
+        agent.invoke({"messages": [HumanMessage(content="second")]}, thread_config("t"))
     run_turn(agent, "t", "third")
     assert len(chat.calls) == 3  # one call per user turn, none repeated
     assert state_of(agent)["summary"] == "A summary."

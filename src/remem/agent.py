@@ -67,6 +67,7 @@ from remem.errors import (
     ModelError,
     NotFoundError,
     RememError,
+    SummarizationError,
 )
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
@@ -77,6 +78,9 @@ from remem.messages import (
     coerce_messages,
     history_problems,
     is_refusal,
+    is_retry,
+    retried_copy,
+    unanswered,
     without_refusals,
 )
 from remem.messages import token_counter as counter_named
@@ -103,6 +107,7 @@ if TYPE_CHECKING:
     from remem.middleware.budget import BudgetMiddleware
 
 __all__ = [
+    "SUMMARY_ERROR_KEY",
     "TURN_RULES_ATTRIBUTE",
     "MemoryState",
     "TurnRules",
@@ -333,6 +338,10 @@ class _Nodes:
 
     def call_model(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
         caller = _Caller.of(config)
+        copy = retried_copy(state.get("messages") or [])
+        if copy is not None:  # the same message sent again after a failure: the kept turn is answered once
+            state = cast("MemoryState", {**state, "messages": state["messages"][:-1]})
+        dropped: list[BaseMessage] = [] if copy is None else [RemoveMessage(id=str(copy.id))]
         view = self.view(state)
         check_provider_valid(view)
         turn = _call_turn(state)
@@ -343,7 +352,7 @@ class _Nodes:
         if turn != state.get("remem_turn"):
             update["remem_turn"] = turn
         if decision.not_sent is not None:  # nothing is sent: the turn ends with a message saying so
-            update["messages"] = [decision.not_sent]
+            update["messages"] = [*dropped, decision.not_sent]
             return update
         sent = list(decision.messages)
         started = time.perf_counter()
@@ -354,9 +363,10 @@ class _Nodes:
         except Exception as exc:
             raise ModelError(
                 f"the chat model call failed ({type(exc).__name__}: {exc}); your message is kept in the "
-                "thread: invoke again (or send the next message) to retry"
+                "thread: send the same message again to retry (the kept turn is answered, not a copy), or the "
+                "next message"
             ) from exc
-        update["messages"] = [reply]
+        update["messages"] = [*dropped, reply]
         if self.gate.recording is not None:
             event = self.gate.event(decision, reply, sent=sent, started=started, node="call_model")
             kept = self.gate.after(decision, event)
@@ -678,10 +688,22 @@ def run_turn(
         snapshot = graph.get_state(config)
         _check_waiting(snapshot)
         if _unfinished(snapshot):
-            _check_paused(graph.invoke(None, config), lambda: graph.get_state(config))
+            retry = is_retry(snapshot.values.get("messages", []), messages)
+            try:
+                done = graph.invoke(None, config)
+            except SummarizationError as exc:  # the kept turn's summary failed again: the turn goes on
+                done = _drop_compaction(
+                    graph.get_state(config), exc, lambda: graph.update_state(config, None, END)
+                )
+            _check_paused(done, lambda: graph.get_state(config))
+            if retry:  # the same message again: the kept turn's reply is its answer, no copy is added
+                return _last_reply(done)
             snapshot = graph.get_state(config)
         _check_input(rules, snapshot.values, messages, config)
-        result = graph.invoke({"messages": messages}, config)
+        try:
+            result = graph.invoke({"messages": messages}, config)
+        except SummarizationError as exc:
+            return _reply_despite(graph.get_state(config), exc)
         _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
 
@@ -742,11 +764,22 @@ async def arun_turn(
         snapshot = await graph.aget_state(config)
         _check_waiting(snapshot)
         if _unfinished(snapshot):
-            done = await graph.ainvoke(None, config)
+            retry = is_retry(snapshot.values.get("messages", []), messages)
+            try:
+                done = await graph.ainvoke(None, config)
+            except SummarizationError as exc:
+                state = await graph.aget_state(config)
+                await graph.aupdate_state(config, None, END)
+                done = _drop_compaction(state, exc, lambda: None)
             snapshot = await graph.aget_state(config)
             _check_paused(done, lambda: snapshot)
+            if retry:
+                return _last_reply(done)
         await asyncio.to_thread(_check_input, rules, snapshot.values, messages, config)
-        result = await graph.ainvoke({"messages": messages}, config)
+        try:
+            result = await graph.ainvoke({"messages": messages}, config)
+        except SummarizationError as exc:
+            return _reply_despite(await graph.aget_state(config), exc)
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))
     return _last_reply(result)
@@ -774,6 +807,42 @@ async def aresume_turn(
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))
     return _last_reply(result)
+
+
+SUMMARY_ERROR_KEY = "remem_summary_error"  # in the returned reply's response_metadata: the failed summary
+
+
+def _reply_despite(snapshot: Any, exc: SummarizationError) -> AIMessage:
+    """The reply of a turn whose summary step failed after the model answered: returned (it was paid
+    for), the error logged and attached (``response_metadata["remem_summary_error"]``); the summary step
+    stays pending and the next turn runs it first. A failure before any reply raises."""
+    messages = snapshot.values.get("messages", [])
+    if not messages or unanswered(messages) is not None:
+        raise exc
+    log.warning(
+        "the summary step after the reply failed (%s); the reply is kept and returned, and the next "
+        "run_turn on the thread runs the summary again first (or invoke the graph with None)",
+        exc,
+    )
+    reply = _last_reply(snapshot.values)
+    return reply.model_copy(
+        update={"response_metadata": {**reply.response_metadata, SUMMARY_ERROR_KEY: str(exc)}}
+    )
+
+
+def _drop_compaction(snapshot: Any, exc: SummarizationError, clear: Callable[[], Any]) -> dict[str, Any]:
+    """A kept turn's summary failed again: its pending step is cleared (``clear``) so the next turn goes on
+    (the strategy compacts again at its end); the state's values. A failure before any reply raises."""
+    messages = snapshot.values.get("messages", [])
+    if not messages or unanswered(messages) is not None:
+        raise exc
+    log.warning(
+        "the summary step left by an earlier turn failed again (%s); it is skipped so that this turn goes "
+        "on, and the strategy compacts at the end of this turn",
+        exc,
+    )
+    clear()
+    return cast("dict[str, Any]", snapshot.values)
 
 
 _INTERRUPTS = "__interrupt__"  # the key of a paused run's interrupts in what invoke returns

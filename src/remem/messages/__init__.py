@@ -19,9 +19,12 @@ from remem.messages.history import (
     coerce_messages,
     history_problems,
     is_provider_valid,
+    is_retry,
     last_human_index,
+    retried_copy,
     safe_cut_at_or_before,
     system_prefix_length,
+    unanswered,
 )
 from remem.messages.markup import escape_attribute, escape_text
 from remem.messages.tokens import (
@@ -56,11 +59,14 @@ __all__ = [
     "is_derived",
     "is_provider_valid",
     "is_refusal",
+    "is_retry",
     "last_human_index",
     "mark_derived",
     "mark_refusal",
+    "retried_copy",
     "safe_cut_at_or_before",
     "system_prefix_length",
     "token_counter",
+    "unanswered",
     "without_refusals",
 ]

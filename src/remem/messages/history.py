@@ -19,6 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.messages.utils import convert_to_messages
 
 from remem.errors import InvalidMessagesError
+from remem.messages.derived import is_derived
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_CHARS",
@@ -27,9 +28,12 @@ __all__ = [
     "coerce_messages",
     "history_problems",
     "is_provider_valid",
+    "is_retry",
     "last_human_index",
+    "retried_copy",
     "safe_cut_at_or_before",
     "system_prefix_length",
+    "unanswered",
 ]
 
 DEFAULT_MAX_MESSAGE_CHARS = 100_000
@@ -160,3 +164,33 @@ def coerce_messages(
         if isinstance(message, HumanMessage) and not message.text.strip():
             raise InvalidMessagesError(f"message {n} is empty; send some text")
     return messages
+
+
+def unanswered(messages: Sequence[BaseMessage]) -> HumanMessage | None:
+    """The latest user message of ``messages`` when no reply ends its turn yet (a turn a failure cut short
+    after its input was stored: tool calls and results may follow it, no final reply); else None.
+    Derived messages (cards, recalls) are not the user's; a refusal note ends a turn as a reply does."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) and not is_derived(message):
+            return message
+        if isinstance(message, AIMessage) and not message.tool_calls:
+            return None
+    return None
+
+
+def is_retry(history: Sequence[BaseMessage], new: Sequence[BaseMessage]) -> bool:
+    """Whether ``new`` sends again, alone, the user message of ``history``'s unanswered turn (the same
+    content): a retry after a failure, which finishes the kept turn instead of adding a copy of it."""
+    if len(new) != 1 or not isinstance(new[0], HumanMessage):
+        return False
+    kept = unanswered(history)
+    return kept is not None and kept.content == new[0].content
+
+
+def retried_copy(messages: Sequence[BaseMessage]) -> HumanMessage | None:
+    """The latest message of ``messages`` when it is a retry (:func:`is_retry`) of the unanswered user
+    message before it: the copy to drop (a plain ``invoke`` of the same text after a failure); else None."""
+    last = messages[-1] if messages else None
+    if isinstance(last, HumanMessage) and is_retry(messages[:-1], [last]):
+        return last
+    return None

@@ -67,10 +67,23 @@ from langchain.agents.middleware.types import (
     ModelRequest,
     ModelResponse,
 )
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+)
 from langgraph.types import Command
 
-from remem.messages import TokenCounter, approximate_token_count, counter_for_model, without_refusals
+from remem.messages import (
+    TokenCounter,
+    approximate_token_count,
+    counter_for_model,
+    retried_copy,
+    without_refusals,
+)
 from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
 from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, UsageEvent
@@ -113,14 +126,21 @@ def _turn_of(state: Mapping[str, Any]) -> int:
 
 
 def _with_update(
-    response: ModelResponse[Any], estimate: Estimate, state: Any, unrecorded: list[dict[str, Any]] | None
+    response: ModelResponse[Any],
+    estimate: Estimate | None,
+    state: Any,
+    unrecorded: list[dict[str, Any]] | None,
+    copy: BaseMessage | None = None,
 ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
-    """``response`` with the turn number when it changed, and the kept ledger rows when they changed
-    (``unrecorded`` None: unchanged), riding on the model call's own update: no extra node, no extra
-    checkpoint; the rows are stored in the same checkpoint as the reply."""
+    """``response`` with the turn number when it changed, the kept ledger rows when they changed
+    (``unrecorded`` None: unchanged), and the removal of a retried ``copy`` of the user's message, riding
+    on the model call's own update: no extra node, no extra checkpoint; the rows are stored in the same
+    checkpoint as the reply."""
     update: dict[str, Any] = {}
+    if copy is not None:
+        update["messages"] = [RemoveMessage(id=str(copy.id))]
     before = state.get("remem_turn") if isinstance(state, Mapping) else None
-    if estimate.turn is not None and before != estimate.turn:
+    if estimate is not None and estimate.turn is not None and before != estimate.turn:
         update["remem_turn"] = estimate.turn
     if unrecorded is not None:
         update[UNRECORDED] = unrecorded
@@ -369,14 +389,19 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         self.gate.precheck(call, exact=False)
 
     # -- the hooks -----------------------------------------------------------------------------------
-    def _decide(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], Decision]:
+    def _decide(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], Decision, BaseMessage | None]:
+        """The request to send, the gate's decision, and the copy of the user's message a retry added
+        (the same message sent again after a failure: dropped, so the kept turn is answered once)."""
         request = _without_refusals(request)
+        copy = retried_copy(request.messages)
+        if copy is not None:
+            request = request.override(messages=list(request.messages[:-1]))
         estimate = self.estimate(request)  # counted always: the rate limiter is charged it too
         self._model = estimate.model
         decision = self.gate.before(self._call(request, estimate.input_tokens), request.state)
         if decision.messages is not request.messages:  # compacted to fit
             request = request.override(messages=cast("list[AnyMessage]", list(decision.messages)))
-        return request, decision
+        return request, decision, copy
 
     def _finish(
         self, request: ModelRequest[Any], decision: Decision, response: ModelResponse[Any], started: float
@@ -399,21 +424,22 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         return not isinstance(request.model, RateLimitedChatModel)
 
     @staticmethod
-    def _refused(message: AIMessage, flushed: bool) -> AIMessage | ExtendedModelResponse[Any]:
-        if not flushed:
+    def _refused(
+        message: AIMessage, decision: Decision, state: Any, copy: BaseMessage | None
+    ) -> AIMessage | ModelResponse[Any] | ExtendedModelResponse[Any]:
+        if not decision.flushed and copy is None:
             return message
-        return ExtendedModelResponse(
-            model_response=ModelResponse(result=[message]), command=Command(update={UNRECORDED: []})
-        )
+        response = ModelResponse(result=[message])
+        return _with_update(response, None, state, [] if decision.flushed else None, copy)
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        request, decision = self._decide(request)
+        request, decision, copy = self._decide(request)
         if decision.not_sent is not None:
-            return self._refused(decision.not_sent, decision.flushed)
+            return self._refused(decision.not_sent, decision, request.state, copy)
         assert decision.estimate is not None
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
@@ -426,16 +452,16 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         else:
             response = handler(request)
         _, kept = self._finish(request, decision, response, started)
-        return _with_update(response, decision.estimate, request.state, kept)
+        return _with_update(response, decision.estimate, request.state, kept, copy)
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        request, decision = await asyncio.to_thread(self._decide, request)
+        request, decision, copy = await asyncio.to_thread(self._decide, request)
         if decision.not_sent is not None:
-            return self._refused(decision.not_sent, decision.flushed)
+            return self._refused(decision.not_sent, decision, request.state, copy)
         assert decision.estimate is not None
         limited = self._limited(request)
         if limited and self.rate_limiter is not None:
@@ -448,4 +474,4 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         else:
             response = await handler(request)
         _, kept = await asyncio.to_thread(self._finish, request, decision, response, started)
-        return _with_update(response, decision.estimate, request.state, kept)
+        return _with_update(response, decision.estimate, request.state, kept, copy)
