@@ -165,3 +165,49 @@ def test_contributing_md_states_the_same_order() -> None:
     assert all(len(rank) == 1 and None not in rank for rank in ranks), dict(zip(steps, ranks, strict=True))
     order = [rank.pop() for rank in ranks]
     assert order == sorted(order) and len(set(order)) == len(order), dict(zip(steps, order, strict=True))
+
+
+# What an import loads at run time, which the AST walk above cannot see: a package's ``__init__`` runs
+# before any of its modules, so an eager ``__init__`` would pull a higher layer into a lower one's import.
+LOADED_CHECKS = ("remem.errors", "remem.config", "remem.messages", "remem.usage.ratelimit", "remem.models")
+
+
+def loaded_by(module: str) -> set[str]:
+    """The remem modules a fresh interpreter has loaded once ``import module`` returns."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        f"import {module}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'remem' or m.startswith('remem.'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return set(json.loads(out.stdout))
+
+
+def test_an_import_loads_no_module_of_a_higher_layer() -> None:
+    problems = []
+    for module in LOADED_CHECKS:
+        loaded = loaded_by(module)
+        assert module in loaded
+        problems += [
+            f"import {module} loads {other}"
+            for other in sorted(loaded)
+            # a package runs before its modules: itself allowed, what it loads is checked
+            if not module.startswith(f"{other}.") and (layer_of(other) or 0) > (layer_of(module) or 0)
+        ]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_rate_limiter_loads_no_ledger() -> None:
+    # The models layer needs the rate limiter only; remem.usage's __init__ loads its names on first use.
+    assert loaded_by("remem.usage.ratelimit") <= {
+        "remem",
+        "remem.errors",
+        "remem.usage",
+        "remem.usage.ratelimit",
+    }
