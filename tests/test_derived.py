@@ -21,8 +21,7 @@ from remem.extraction._schema import extraction_prompt, update_prompt
 from remem.layout import thread_messages
 from remem.memory import ContextCard, Recall, is_card_message
 from remem.messages import DERIVED_KEY, DERIVED_SOURCES, derived_source, is_derived, mark_derived
-from remem.middleware._compaction import persistable
-from remem.middleware._compactor import Compactor
+from remem.middleware._compaction import Compactor, persistable
 from remem.strategies import Plan, build_view, summary_message
 from remem.summarize import build_summary_prompt
 from remem.testing import ScriptedChatModel

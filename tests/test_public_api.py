@@ -197,6 +197,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "safe_cut_at_or_before",
         "system_prefix_length",
         "token_counter",
+        "tool_schema_text",
         "unanswered",
         "without_refusals",
     ],

@@ -232,8 +232,7 @@ class _Recording(BudgetMiddleware):
 def test_a_known_models_estimate_is_counted_in_its_own_encoding(name: str) -> None:
     from langchain_core.messages import SystemMessage
 
-    from remem.messages import chat_token_counter
-    from remem.middleware._compaction import tool_schema_text
+    from remem.messages import chat_token_counter, tool_schema_text
 
     call = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}])
     model = ScriptedChatModel(replies=[call, "It is sunny.", "Bye."], model_name=name)
@@ -300,7 +299,7 @@ def test_a_system_prompt_that_changes_per_call_is_counted_as_sent_and_the_schema
     from langchain_core.messages import SystemMessage
 
     import remem.middleware.budget as budget_module
-    from remem.middleware._compaction import tool_schema_text
+    from remem.messages import tool_schema_text
 
     built: list[int] = []
 

@@ -80,11 +80,11 @@ from remem.messages import (
     is_refusal,
     is_retry,
     retried_copy,
+    tool_schema_text,
     unanswered,
     without_refusals,
 )
 from remem.messages import token_counter as counter_named
-from remem.middleware._compaction import tool_schema_text
 from remem.models import check_chat_model, model_name
 from remem.strategies import Plan, Strategy, build_view, strategy_from_name
 from remem.summarize import ExtractiveSummarizer, LLMSummarizer, Summarizer

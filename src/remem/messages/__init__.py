@@ -35,6 +35,7 @@ from remem.messages.tokens import (
     encoding_for_model,
     exact_token_counter,
     token_counter,
+    tool_schema_text,
 )
 
 __all__ = [
@@ -67,6 +68,7 @@ __all__ = [
     "safe_cut_at_or_before",
     "system_prefix_length",
     "token_counter",
+    "tool_schema_text",
     "unanswered",
     "without_refusals",
 ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from remem.errors import ConfigError, MissingDependencyError
 
@@ -19,6 +21,7 @@ __all__ = [
     "encoding_for_model",
     "exact_token_counter",
     "token_counter",
+    "tool_schema_text",
 ]
 
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
@@ -147,3 +150,14 @@ def token_counter(name: str) -> TokenCounter:
     if name in ("o200k", "cl100k"):
         return exact_token_counter(f"{name}_base")
     raise ConfigError(f"unknown token counter {name!r}; use approximate, o200k or cl100k")
+
+
+def tool_schema_text(tools: Sequence[Any]) -> str:
+    """The tool schemas as the provider receives them (JSON), to be counted toward the prompt."""
+    schemas = []
+    for tool in tools:
+        try:
+            schemas.append(convert_to_openai_tool(tool))
+        except (TypeError, ValueError, NotImplementedError):
+            schemas.append({"tool": str(tool)})
+    return json.dumps(schemas, sort_keys=True, default=str) if schemas else ""

@@ -82,9 +82,9 @@ from remem.messages import (
     approximate_token_count,
     counter_for_model,
     retried_copy,
+    tool_schema_text,
     without_refusals,
 )
-from remem.middleware._compaction import tool_schema_text
 from remem.models import RateLimitedChatModel, model_name
 from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, UsageEvent
 from remem.usage._gate import Call, Decision, Gate

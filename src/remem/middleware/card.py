@@ -53,8 +53,7 @@ from langgraph.types import Command
 
 from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
 from remem.messages import TokenCounter
-from remem.middleware._compaction import CompactionPlan, Pattern
-from remem.middleware._compactor import Compactor
+from remem.middleware._compaction import CompactionPlan, Compactor, Pattern
 
 __all__ = ["ContextCardMiddleware", "ContextCardNode"]
 
