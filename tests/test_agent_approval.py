@@ -26,7 +26,7 @@ from remem.errors import ApprovalPendingError, NotFoundError
 from remem.middleware import budget
 from remem.testing import ScriptedChatModel
 from remem.usage import open_ledger
-from remem.usage.approval import Estimate, approved, is_refusal
+from remem.usage._approval import Estimate, approved, is_refusal
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -354,7 +354,7 @@ def test_compacting_any_history_keeps_it_valid_and_within_the_room() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from remem.usage.breach import fit_messages
+    from remem.usage._breach import fit_messages
     from tests.histories import histories
 
     cases = {"fitted": 0, "cut": 0, "none": 0}

@@ -227,6 +227,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "open_store",
     ],
     "remem.usage": [
+        "APPROVAL_KIND",
         "BUDGETS_KEY",
         "BY",
         "KINDS",
@@ -234,6 +235,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "SOURCES",
         "USAGE_TABLE",
         "Budgets",
+        "Estimate",
         "Kind",
         "LazyLedger",
         "Ledger",
@@ -251,6 +253,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "ledger_for",
         "ledger_from_url",
         "open_ledger",
+        "pending_approval",
         "read_ledger",
         "read_ledger_of",
         "usage_meter",

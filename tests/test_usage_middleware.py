@@ -335,7 +335,7 @@ def test_a_system_prompt_that_changes_per_call_is_counted_as_sent_and_the_schema
 
 
 def test_a_refusal_note_is_not_stored_as_the_assistants_words(ledger: Ledger, url: str) -> None:
-    from remem.usage.approval import is_refusal
+    from remem.messages import is_refusal
 
     with Memory.from_url(url, settings=SETTINGS) as memory:
         card = ContextCardMiddleware(memory, thread_id="t1", user_id="maya")

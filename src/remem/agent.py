@@ -19,7 +19,7 @@ graph again with ``None`` resumes at the compaction step without calling the cha
 across threads and processes, so two turns never fork the thread's history.
 
 Above ``approval_token_threshold`` / ``approval_cost_threshold`` a model call pauses before it is sent
-(:mod:`remem.usage.approval`, the same interrupt as ``BudgetMiddleware``'s): :func:`run_turn` raises
+(:mod:`remem.usage._approval`, the same interrupt as ``BudgetMiddleware``'s): :func:`run_turn` raises
 :class:`~remem.errors.ApprovalPendingError`, :func:`resume_turn` answers it; a refusal ends the turn with a
 message and no compaction.
 """
@@ -98,10 +98,10 @@ from remem.usage import (
     ledger_for,
     ledger_from_url,
 )
+from remem.usage._approval import pending_approval
 from remem.usage._gate import Call, Gate
 from remem.usage._pending import UNRECORDED
 from remem.usage._prefix import PrefixCounter
-from remem.usage.approval import pending_approval
 
 if TYPE_CHECKING:
     from remem.middleware.budget import BudgetMiddleware
@@ -497,13 +497,13 @@ def build_agent(
 
     A model call whose counted estimate is above ``approve_tokens`` tokens or costs more than
     ``approve_cost`` (default: the settings' ``approval_token_threshold`` / ``approval_cost_threshold``;
-    0: never) pauses before it is sent, as ``BudgetMiddleware`` does (:mod:`remem.usage.approval`):
+    0: never) pauses before it is sent, as ``BudgetMiddleware`` does (:mod:`remem.usage._approval`):
     :func:`run_turn` raises :class:`~remem.errors.ApprovalPendingError` with the estimate, and
     :func:`resume_turn` answers (True sends the call; False ends the turn with a message saying it was not
     approved). A checkpointer is needed to pause. ``budget_action`` (default: the settings') is what a call
     that would pass a budget does: ``error`` (:class:`~remem.errors.BudgetExceededError`; ``run_turn``
     raises it before the input is stored), ``refuse``, ``approve`` or ``compact``
-    (:mod:`remem.usage.breach`).
+    (:mod:`remem.usage._breach`).
     """
     s = settings or load_settings()
     chat = check_chat_model(model, s)

@@ -31,7 +31,7 @@ __all__ = ["STRATEGY_NAMES", "Settings", "check_summary_sizes", "environment_war
 STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
 TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
 EMBEDDERS = ("minilm", "e5", "fake")
-BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage.breach says what each does
+BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage._breach says what each does
 DEFAULT_CONFIG_FILE = "remem.toml"
 PYPROJECT_FILE = "pyproject.toml"  # its [tool.remem] table, read when there is no remem.toml
 # REMEM_* names that are not settings: the config file's path, and the project's own test and benchmark knobs.

@@ -293,7 +293,7 @@ def _chat_help() -> None:
 def _pending_approval(agent: Any, config: Any) -> dict[str, Any] | None:
     """The estimate of a model call that waits for approval on the thread (an interrupt from
     BudgetMiddleware or remem's agent: ``{"kind": "remem.approval", ...}``), or None."""
-    from remem.usage.approval import pending_approval
+    from remem.usage import pending_approval
 
     return pending_approval(agent.get_state(config))
 

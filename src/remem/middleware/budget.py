@@ -34,7 +34,7 @@ prompt that is really sent; in the other order the budget checks the uncompacted
 Budgets for one run go in its config, over the middleware's: ``configurable["remem_budgets"]`` (a
 :class:`~remem.usage.Budgets`, or a mapping such as ``{"turn_cost": 0.05}``); resume a pause with the
 same config (LangGraph keeps no object of a run's config: the pause's payload has them as
-``run_budgets``). What a call over a budget does is ``budget_action`` (:mod:`remem.usage.breach`): an
+``run_budgets``). What a call over a budget does is ``budget_action`` (:mod:`remem.usage._breach`): an
 error by default. Refusal notes of earlier turns are never sent to the model.
 
 Rate limits: ``rate_limiter`` (a :class:`~remem.usage.ratelimit.RateLimiter`; by default the process's
@@ -87,10 +87,10 @@ from remem.messages import (
 )
 from remem.models import RateLimitedChatModel, model_name
 from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, UsageEvent
+from remem.usage._approval import Estimate
 from remem.usage._gate import Call, Decision, Gate
 from remem.usage._pending import UNRECORDED
 from remem.usage._prefix import PrefixCounter, sums_per_message
-from remem.usage.approval import Estimate
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
 
 __all__ = ["BudgetMiddleware", "BudgetState", "Estimate"]

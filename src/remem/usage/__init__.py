@@ -16,6 +16,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from remem.usage._approval import APPROVAL_KIND, Estimate, pending_approval
     from remem.usage._base import LazyLedger, Ledger
     from remem.usage._open import (
         ledger_for,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 # Names are imported on first use (PEP 562): ``import remem.usage.ratelimit`` (which the models layer
 # needs) runs this file first, and must not load the ledger, its SQL and the lease machinery with it.
 _SOURCES: dict[str, tuple[str, ...]] = {
+    "remem.usage._approval": ("APPROVAL_KIND", "Estimate", "pending_approval"),
     "remem.usage._base": ("LazyLedger", "Ledger"),
     "remem.usage._open": (
         "ledger_for",
@@ -66,6 +68,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "APPROVAL_KIND",
     "BUDGETS_KEY",
     "BY",
     "KINDS",
@@ -73,6 +76,7 @@ __all__ = [
     "SOURCES",
     "USAGE_TABLE",
     "Budgets",
+    "Estimate",
     "Kind",
     "LazyLedger",
     "Ledger",
@@ -90,6 +94,7 @@ __all__ = [
     "ledger_for",
     "ledger_from_url",
     "open_ledger",
+    "pending_approval",
     "read_ledger",
     "read_ledger_of",
     "usage_meter",

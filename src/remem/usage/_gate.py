@@ -13,9 +13,9 @@ The rules, the same on every path:
 
 - **Before the call** the counted estimate (:class:`Call`'s ``count``), added to what the ledger says the
   turn, the thread and the user's UTC day spent, is checked against every budget; a breach does what
-  ``budget_action`` says (:mod:`remem.usage.breach`): ``error`` raises
+  ``budget_action`` says (:mod:`remem.usage._breach`): ``error`` raises
   :class:`~remem.errors.BudgetExceededError` and nothing is sent. Above an approval threshold the run
-  pauses (:mod:`remem.usage.approval`).
+  pauses (:mod:`remem.usage._approval`).
 - **Before the input is stored**: :meth:`Gate.precheck` runs the same check on the turn that is about to be
   sent (``run_turn`` calls it), so an input that ``error`` (or ``compact`` that cannot fit) would refuse
   leaves nothing in the thread. The call that follows reuses that check's count and reads.
@@ -40,12 +40,12 @@ from langchain_core.messages import AIMessage, BaseMessage
 
 from remem.errors import BudgetExceededError
 from remem.messages import TokenCounter
+from remem.usage._approval import Estimate, ask_approval, needs_approval, refusal
 from remem.usage._base import Ledger
+from remem.usage._breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
 from remem.usage._pending import flush_unrecorded, record_or_keep
 from remem.usage._prefix import signatures
 from remem.usage._records import Totals, UsageEvent
-from remem.usage.approval import Estimate, ask_approval, needs_approval, refusal
-from remem.usage.breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
 from remem.usage.budgets import Budgets, Scope, check, run_budgets
 from remem.usage.meter import Meter
 from remem.usage.prices import PriceTable
@@ -262,7 +262,7 @@ class Gate:
         quiet: bool = False,
     ) -> tuple[list[BaseMessage], Estimate]:
         """budget_action ``compact``: the newest messages of the call that keep it within every budget
-        (:mod:`remem.usage.breach`) and their estimate; raises when not even the latest user message fits."""
+        (:mod:`remem.usage._breach`) and their estimate; raises when not even the latest user message fits."""
         room = fitting_tokens(budgets, spent, self.prices.price(call.model)) - call.head
         fitted = fit_messages(call.messages, room, call.fit_count, quiet=quiet)
         if fitted is None:

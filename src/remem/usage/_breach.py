@@ -5,7 +5,7 @@ The ``budget_action`` setting (or the parameter of either) is one of:
 - ``error`` (the default): :class:`~remem.errors.BudgetExceededError` naming the budget, its limit, the
   amount and what to do; nothing is sent (remem's ``run_turn`` raises it before the input is stored).
 - ``refuse``: the turn ends with a message naming the budget and the amount
-  (:func:`~remem.usage.approval.refusal`); nothing is sent and the thread keeps every message.
+  (:func:`~remem.usage._approval.refusal`); nothing is sent and the thread keeps every message.
 - ``approve``: the run pauses as above an approval threshold, the interrupt carrying the estimate and
   the budget it would pass; yes sends the call anyway, no ends the turn as ``refuse`` does.
 - ``compact``: the call is sent the newest messages that keep it within every budget (system messages
@@ -31,8 +31,8 @@ from remem.config import BUDGET_ACTIONS
 from remem.errors import BudgetExceededError, ConfigError
 from remem.messages import TokenCounter
 from remem.strategies import trim_plan
+from remem.usage._approval import Estimate, ask_approval, refusal
 from remem.usage._records import Totals
-from remem.usage.approval import Estimate, ask_approval, refusal
 from remem.usage.budgets import SCOPES, Budgets, Scope
 from remem.usage.prices import Price
 
