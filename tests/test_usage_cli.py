@@ -272,3 +272,16 @@ def test_turn_numbers_count_back_from_the_state_and_never_below_the_turns_held()
     # A state whose number is behind its own turns (edited by hand), or none (a stock graph): from 1.
     assert turn_numbers(roles("user", "assistant", "user", "tool", "assistant"), 1) == [1, 1, 2, 2, 2]
     assert turn_numbers(roles("system", "user", "assistant"), None) == [None, 1, 1]
+
+
+def test_no_usage_says_which_graphs_record_it(tmp_path: Path) -> None:
+    # A create_agent graph without BudgetMiddleware records no call, although every reply carries
+    # usage_metadata: `remem usage` says so and what to add, instead of a bare "0 calls".
+    from langchain.agents import create_agent
+
+    path = tmp_path / "stock.db"
+    with checkpointer_from_url(path) as saver:
+        agent = create_agent(model=ScriptedChatModel(default="hi"), tools=[], checkpointer=saver)
+        agent.invoke({"messages": [HumanMessage(content="hello")]}, thread_config("t"))
+    shown = _run("usage", "--db", f"sqlite:///{path}")
+    assert "no usage recorded" in shown and "BudgetMiddleware" in shown and "build_agent" in shown

@@ -152,6 +152,7 @@ def usage_command(
     if not rows:
         if fmt == "table":
             say(f"no usage recorded in {db.shown}" + (" for this selection" if ledger is not None else ""))
+            say(_NOTHING_RECORDED)
         return
     columns = list(rows[0])
     if fmt == "csv":
@@ -174,6 +175,13 @@ def usage_command(
             say(line)
     if total and total.get("unpriced_calls"):
         say(f"{total['unpriced_calls']} call(s) have no price: add their models under [remem.prices]")
+
+
+_NOTHING_RECORDED = (
+    "model calls are recorded by remem's agent (build_agent), by BudgetMiddleware(ledger_for(saver)) in a "
+    "create_agent graph's middleware, or by Meter(ledger).record_reply(...) in your own node; a plain "
+    "StateGraph, or create_agent without BudgetMiddleware, records none (README: Cost control)"
+)
 
 
 def _turn_label(totals: Totals, many_threads: bool) -> str:
