@@ -154,3 +154,19 @@ def test_a_summary_that_keeps_failing_does_not_stop_the_thread(saver: Any) -> No
     assert SUMMARY_ERROR_KEY not in reply.response_metadata and len(chat.calls) == 4
     values = agent.get_state(thread_config("t")).values
     assert values["summary"] == "A summary." and agent.get_state(thread_config("t")).next == ()
+
+
+def test_the_memory_thread_stores_a_retried_message_once(saver: Any, tmp_path: Path) -> None:
+    from remem import Memory
+    from remem.middleware import ContextCardMiddleware
+
+    with Memory.from_url(f"sqlite:///{tmp_path / 'memory.db'}") as memory:
+        model = _flaky()
+        budget = BudgetMiddleware(ledger_for(saver))
+        card = ContextCardMiddleware(memory)
+        graph = create_agent(model=model, tools=[], middleware=[card, budget], checkpointer=saver)
+        with pytest.raises(ConnectionError):
+            graph.invoke({"messages": [HumanMessage(content="hello")]}, thread_config("k1"))
+        graph.invoke({"messages": [HumanMessage(content="hello")]}, thread_config("k1"))
+        stored = [m.content for m in memory.thread("k1").messages()]
+        assert stored == ["hello", "hello to you"]

@@ -33,6 +33,7 @@ from remem.messages import (
     is_refusal,
     last_human_index,
     mark_derived,
+    retried_copy,
     safe_cut_at_or_before,
     system_prefix_length,
     tool_schema_text,
@@ -247,7 +248,8 @@ class Compactor:
     def _new_turns(self, thread_id: str, messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
         seen = self._persisted.setdefault(thread_id, set())
         turns: dict[str, dict[str, Any]] = {}
-        for message in messages:
+        copy = retried_copy(messages)  # the same message sent again after a failure: stored once
+        for message in messages if copy is None else messages[:-1]:
             turn = persistable(message)
             if turn is not None and turn["id"] not in seen:
                 turns.setdefault(turn["id"], turn)
