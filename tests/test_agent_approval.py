@@ -263,7 +263,7 @@ def test_remem_chat_asks_yes_no_for_remem_s_own_agent(tmp_path: Path) -> None:
         **os.environ,
         "REMEM_DATABASE_URL": url,
         "REMEM_APPROVAL_TOKEN_THRESHOLD": "3",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),  # the code under test
         "NO_COLOR": "1",
     }
     env.pop("REMEM_CONFIG", None)

@@ -17,7 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _chat(url: str, stdin: str, agent: str = "approval_agent") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "REMEM_DATABASE_URL": url, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "REMEM_DATABASE_URL": url,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        "NO_COLOR": "1",
+    }
     env.pop("REMEM_CONFIG", None)
     return subprocess.run(
         [
