@@ -119,3 +119,34 @@ def test_a_libpq_key_value_dsn_opens_the_store_like_a_url(pg_url: str) -> None:
     result = run(("store", "stats"), dsn)
     assert result.exit_code == 0, result.output
     assert "items" in result.output
+
+
+def test_a_database_on_a_read_only_file_system_is_read_and_writes_say_why_not(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from click.testing import CliRunner
+
+    from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
+    from remem.cli import main
+
+    source = tmp_path / "app.db"
+    with checkpointer_from_url(source) as saver:
+        run_turn(
+            build_agent(ScriptedChatModel(default="ok"), strategy="filter", checkpointer=saver), "t", "hi"
+        )
+    media = tmp_path / "media"
+    media.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(media)], check=False).returncode:
+        pytest.skip("mounting a file system needs root (CI runs as root)")
+    try:
+        shutil.copyfile(source, media / "app.db")
+        subprocess.run(["mount", "-o", "remount,ro", str(media)], check=True)
+        url = f"sqlite:///{media / 'app.db'}"
+        shown = CliRunner().invoke(main, ["threads", "--db", url])
+        assert shown.exit_code == 0 and "│ t " in shown.output, shown.output
+        refused = CliRunner().invoke(main, ["forget", "--thread", "t", "--yes", "--db", url])
+        assert refused.exit_code == 1 and "read-only file system" in refused.output, refused.output
+        assert "backup" not in shown.output + refused.output
+    finally:
+        subprocess.run(["umount", str(media)], check=False)

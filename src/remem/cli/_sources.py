@@ -122,6 +122,15 @@ def _read_only_copy(path: Path) -> str:
     return f"sqlite:///{folder / path.name}"
 
 
+def _why_read_only(path: Path) -> str:
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "it is on a read-only file system"
+    except OSError:
+        pass
+    return "this user may not write the file or its folder"
+
+
 def _writable_file(path: Path) -> bool:
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
@@ -135,10 +144,22 @@ def inspect_database(url: str, *, for_writing: bool = False) -> Database:
     shown = display_url(url)
     if parsed.kind == "memory":
         tables: set[str] = set()
+    elif parsed.kind == "sqlite" and parsed.target == ":memory:":
+        tables = set()
     elif parsed.kind == "sqlite":
-        tables = set() if parsed.target == ":memory:" else _sqlite_tables(parsed.sqlite_path)
-        if tables and not for_writing and not _writable_file(parsed.sqlite_path):
-            url = _read_only_copy(parsed.sqlite_path)
+        path = parsed.sqlite_path
+        if path.is_file() and not _writable_file(path):
+            # SQLite's readers write beside the file (the WAL index): on a read-only file system or folder
+            # even a read-only open fails, so the file is read from a private copy, its tables too.
+            if for_writing:
+                raise StorageError(
+                    f"{path} is read-only ({_why_read_only(path)}); this command writes to it: run it where "
+                    "the file can be written, or on a writable copy (--db sqlite:///COPY)"
+                )
+            url = _read_only_copy(path)
+            tables = _sqlite_tables(parse_database_url(url).sqlite_path)
+        else:
+            tables = _sqlite_tables(path)
     else:
         tables = _postgres_tables(parsed.target)
     return Database(
