@@ -304,6 +304,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "USAGE_TOTALS_TABLE",
         "USERS_ROOT",
         "Namespace",
+        "check_label",
         "chunk_key",
         "escape_label",
         "extraction_root",

@@ -57,6 +57,7 @@ from typing import Any, Literal
 
 from remem._files import make_private_file
 from remem.errors import StorageError, ThreadBusyError
+from remem.layout import check_label
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
@@ -685,6 +686,8 @@ def thread_leases(
     that two such holders never wait for each other in a circle; ``timeout`` bounds the whole wait. On
     PostgreSQL they share one session, however many threads there are (a lease each would take a
     connection each). Leases this context holds already are not taken again."""
+    for thread_id in thread_ids:
+        check_label(thread_id, "thread_id")
     target = lease_target(owner)
     ids = [t for t in sorted(set(thread_ids)) if _held_lease(target, scope, t) is None]
     if target.kind != "postgres":
@@ -730,7 +733,9 @@ def thread_lease(
     owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> Iterator[ThreadLease]:
     """Hold the lease of ``thread_id`` in ``owner``'s database for the block (waiting up to ``timeout`` s);
-    the block gets the :class:`ThreadLease` to verify before each write."""
+    the block gets the :class:`ThreadLease` to verify before each write. An id that is not valid text (a
+    lone surrogate, NUL, empty) is refused here, before anything is taken or written."""
+    check_label(thread_id, "thread_id")
     target = lease_target(owner)
     key = _key_of(target, scope, thread_id)
     held = _held_lease(target, scope, thread_id)
@@ -758,6 +763,7 @@ async def athread_lease(
     owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> AsyncIterator[ThreadLease]:
     """Async version of :func:`thread_lease`."""
+    check_label(thread_id, "thread_id")
     target = await alease_target(owner)
     key = _key_of(target, scope, thread_id)
     held = _held_lease(target, scope, thread_id)

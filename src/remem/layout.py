@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from remem.errors import ConfigError
+from remem.errors import ArgumentTypeError, ConfigError, RememUsageError
 
 __all__ = [
     "CHECKPOINT_MIGRATIONS_TABLE",
@@ -62,6 +62,7 @@ __all__ = [
     "USAGE_TOTALS_TABLE",
     "USERS_ROOT",
     "Namespace",
+    "check_label",
     "chunk_key",
     "escape_label",
     "extraction_root",
@@ -284,3 +285,26 @@ def extraction_root(*, tenant: str | None = None) -> Namespace:
 def extraction_state(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's extraction watermark (key :data:`EXTRACTION_STATE_KEY`)."""
     return namespace(INTERNAL_ROOT, _EXTRACTION, escape_label(thread_id), tenant=tenant)
+
+
+def check_label(value: str, what: str) -> str:
+    """A thread or user id: any non-empty Unicode text without NUL (:func:`escape_label` puts it in namespace
+    labels, so ``.`` and every other character are kept). The one check of ids: the memory client, the
+    savers and ``run_turn`` (through the thread lease) all refuse the same ids with the same words."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(
+            f"{what} takes a text (str), e.g. {what}='support-42'; got {type(value).__name__} {value!r}"
+        )
+    if not value or "\x00" in value:
+        raise RememUsageError(
+            f"{what} {value!r} cannot be used: give a non-empty text without NUL characters "
+            "(e.g. 'support-42' or 'maya@example.com')"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RememUsageError(
+            f"{what} {value!r:.80} cannot be used: it holds a lone surrogate, which is not Unicode text; "
+            "decode the id from its bytes with errors='strict' (or 'replace') before passing it"
+        ) from None
+    return value

@@ -34,6 +34,7 @@ from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
 from remem.errors import RememUsageError, ThreadBusyError
+from remem.layout import check_label
 
 T = TypeVar("T")
 
@@ -93,6 +94,12 @@ class Context:
 
 Encoded = tuple[str, Any]
 """("item", EncodedItem), ("list", [EncodedItem, ...]) or ("dict", [(key, Encoded), ...])."""
+
+
+def _thread_id(conf: Mapping[str, Any]) -> str:
+    """The thread id a config names, as text; an id that is not valid text (a lone surrogate, NUL) is refused
+    with remem's one check of ids before any statement is sent."""
+    return check_label(str(conf["thread_id"]), "thread_id")
 
 
 def _encode(ctx: Context, value: Any, *, nested: bool = False) -> Encoded:
@@ -299,7 +306,7 @@ def put(
     new_versions: ChannelVersions,
 ) -> Op[RunnableConfig]:
     conf = config["configurable"]
-    thread_id = str(conf["thread_id"])
+    thread_id = _thread_id(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     parent_id = conf.get("checkpoint_id")
     values = checkpoint["channel_values"]
@@ -353,7 +360,7 @@ def put_writes(
     task_path: str,
 ) -> Op[None]:
     conf = config["configurable"]
-    thread_id = str(conf["thread_id"])
+    thread_id = _thread_id(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     checkpoint_id = conf["checkpoint_id"]
     encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
@@ -583,7 +590,7 @@ def _materialize(
 
 def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
     conf = config["configurable"]
-    thread_id = str(conf["thread_id"])
+    thread_id = _thread_id(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     checkpoint_id = conf.get("checkpoint_id")
     if checkpoint_id:
@@ -606,7 +613,7 @@ a tuple read before is still the one :func:`get_tuple` would read."""
 
 def head_stamp(ctx: Context, config: RunnableConfig) -> Op[Stamp | None]:
     conf = config["configurable"]
-    rows = yield ctx.q(sql.HEAD_STAMP, (str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))))
+    rows = yield ctx.q(sql.HEAD_STAMP, (_thread_id(conf), str(conf.get("checkpoint_ns", ""))))
     return tuple(rows[0]) if rows else None
 
 
@@ -697,7 +704,7 @@ def list_page(
     checkpoint_id = conf.get("checkpoint_id")
     before_id = (before or {}).get("configurable", {}).get("checkpoint_id")
     if thread:
-        params.append(str(conf["thread_id"]))
+        params.append(_thread_id(conf))
     if ns:
         params.append(str(conf["checkpoint_ns"]))
     if checkpoint_id:

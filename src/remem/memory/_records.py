@@ -20,11 +20,11 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 from remem._clock import now_iso
-from remem.errors import ArgumentTypeError, InvalidMessagesError, RememUsageError
+from remem.errors import InvalidMessagesError
 
 # The memory client's short names for the layout's namespaces and keys (imported, never redefined).
 from remem.layout import THREAD_META_KEY as META_KEY
-from remem.layout import chunk_key
+from remem.layout import check_label, chunk_key
 from remem.layout import thread_messages as messages_ns
 from remem.layout import thread_meta as meta_ns
 from remem.layout import thread_order as order_ns
@@ -69,28 +69,6 @@ when (:func:`index_context`). It is never shown as the message's text."""
 ROLES = ("user", "assistant", "system", "tool")
 _ROLE_ALIASES = {"human": "user", "ai": "assistant", "user": "user", "assistant": "assistant"}
 _ROLE_ALIASES |= {"system": "system", "tool": "tool", "developer": "system"}
-
-
-def check_label(value: str, what: str) -> str:
-    """A thread or user id: any non-empty Unicode text without NUL (``remem.layout.escape_label`` puts it
-    in namespace labels, so ``.`` and every other character are kept)."""
-    if not isinstance(value, str):
-        raise ArgumentTypeError(
-            f"{what} takes a text (str), e.g. {what}='support-42'; got {type(value).__name__} {value!r}"
-        )
-    if not value or "\x00" in value:
-        raise RememUsageError(
-            f"{what} {value!r} cannot be used: give a non-empty text without NUL characters "
-            "(e.g. 'support-42' or 'maya@example.com')"
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise RememUsageError(
-            f"{what} {value!r:.80} cannot be used: it holds a lone surrogate, which is not Unicode text; "
-            "decode the id from its bytes with errors='strict' (or 'replace') before passing it"
-        ) from None
-    return value
 
 
 @dataclass(frozen=True)
