@@ -67,6 +67,7 @@ from remem.errors import (
     ModelError,
     NotFoundError,
     RememError,
+    StorageError,
     SummarizationError,
 )
 from remem.messages import (
@@ -704,6 +705,10 @@ def run_turn(
             result = graph.invoke({"messages": messages}, config)
         except SummarizationError as exc:
             return _reply_despite(graph.get_state(config), exc)
+        except StorageError as exc:
+            if type(exc) is not StorageError:
+                raise
+            raise _what_was_kept(exc, messages, lambda: graph.get_state(config)) from exc
         _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
 
@@ -780,6 +785,14 @@ async def arun_turn(
             result = await graph.ainvoke({"messages": messages}, config)
         except SummarizationError as exc:
             return _reply_despite(await graph.aget_state(config), exc)
+        except StorageError as exc:
+            if type(exc) is not StorageError:
+                raise
+            try:
+                snapshot = await graph.aget_state(config)
+            except RememError:
+                raise exc from None
+            raise _what_was_kept(exc, messages, lambda: snapshot) from exc
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))
     return _last_reply(result)
@@ -810,6 +823,25 @@ async def aresume_turn(
 
 
 SUMMARY_ERROR_KEY = "remem_summary_error"  # in the returned reply's response_metadata: the failed summary
+
+
+def _what_was_kept(exc: StorageError, messages: list[BaseMessage], read: Callable[[], Any]) -> StorageError:
+    """The storage error of a turn (a full disk after the model call, say), saying whether the user's input
+    was kept in the thread and what finishes the turn; the error as it was when the thread cannot be read."""
+    try:
+        history = read().values.get("messages", [])
+    except RememError:
+        return exc
+    if is_retry(history, messages):
+        note = (
+            "your message was kept in the thread: send the same message again (once the database can "
+            "write) to finish the turn; it is not stored twice"
+        )
+    elif [m.content for m in history[-len(messages) :]] == [m.content for m in messages]:
+        note = "your messages were kept in the thread: the next run_turn on it finishes this turn first"
+    else:
+        note = "your message was not stored: send it again once the database can write"
+    return StorageError(f"{exc}; {note}")
 
 
 def _reply_despite(snapshot: Any, exc: SummarizationError) -> AIMessage:
