@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from remem.cli import main
+from remem.testing import offline_settings
 
 # Stored strings that broke or fooled the CLI before: rich markup (a lone "[/]" raised MarkupError),
 # styling that must be shown rather than applied, terminal control sequences, an emoji code, and text
@@ -118,7 +119,7 @@ def run(path: tuple[str, ...], url: str | None, env: dict[str, str] | None = Non
 
 def seed(url: str) -> None:
     """An agent thread (checkpoints only) and a memory-client thread, both full of hostile strings."""
-    from remem import Memory, ScriptedChatModel, build_agent, checkpointer_from_url, load_settings, run_turn
+    from remem import Memory, ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
     from remem.agent import thread_config
 
     with checkpointer_from_url(url) as saver:
@@ -152,7 +153,7 @@ def seed(url: str) -> None:
                 node=TOOL,
             )
         )
-    settings = load_settings(environ={}, config_file=None, embedder="fake")
+    settings = offline_settings()
     with Memory.from_url(url, settings=settings) as memory:
         memory.thread(MEMORY_THREAD, user_id=USER).add_messages(
             [

@@ -14,14 +14,15 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.store.base import GetOp, Op, Result
 from langgraph.store.memory import InMemoryStore
 
-from remem import ExtractiveSummarizer, Memory, load_settings
+from remem import ExtractiveSummarizer, Memory
 from remem.memory import MemoryRecord, Thread
 from remem.memory._backends import index_config
 from remem.memory._plans import CARD_RECORDS, SUMMARY_PAGE
 from remem.memory._records import messages_ns
 from remem.summarize import SummaryResult
+from remem.testing import offline_settings
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 
 
 @pytest.fixture(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from remem.testing import offline_settings
 from tests.cli_commands import all_commands, run, seed
 
 PASSWORD = "Pw-h0ney-badger-77"
@@ -90,12 +91,12 @@ def test_config_masks_a_key_in_the_endpoint_query() -> None:
 
 
 def _open_each(url: str) -> list[str]:
-    from remem import Memory, checkpointer_from_url, load_settings
+    from remem import Memory, checkpointer_from_url
     from remem.checkpoint.postgres import PostgresSaver
     from remem.errors import RememError
     from remem.store.postgres import PostgresStore
 
-    settings = load_settings(environ={}, config_file=None, embedder="fake")
+    settings = offline_settings()
     openers = [
         lambda: checkpointer_from_url(url),
         lambda: Memory.from_url(url, settings=settings),

@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.store.memory import InMemoryStore
 
-from remem import Memory, load_settings
+from remem import Memory
 from remem.extraction import Candidate, MemoryExtractor, is_extractable
 from remem.extraction._schema import extraction_prompt, update_prompt
 from remem.layout import thread_messages
@@ -24,10 +24,10 @@ from remem.messages import DERIVED_KEY, DERIVED_SOURCES, derived_source, is_deri
 from remem.middleware._compaction import Compactor, persistable
 from remem.strategies import Plan, build_view, summary_message
 from remem.summarize import build_summary_prompt
-from remem.testing import ScriptedChatModel
+from remem.testing import ScriptedChatModel, offline_settings
 from tests.histories import histories
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=200).filter(str.strip)
 
 

@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 import remem
-from remem import ConfigError, Memory, load_settings
+from remem import ConfigError, Memory
 from remem import layout as L
 from remem.extraction import MemoryExtractor
 from remem.store import SqliteStore
-from remem.testing import FakeEmbedder, ScriptedChatModel
+from remem.testing import FakeEmbedder, ScriptedChatModel, offline_settings
 
 SRC = Path(remem.__file__).parent
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 
 # What remem 0.1 wrote, spelled out literally: the layout must keep producing exactly these.
 OLD_NAMESPACES = {

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.store.memory import InMemoryStore
 
-from remem import Memory, NotFoundError, RememUsageError, load_settings
+from remem import Memory, NotFoundError, RememUsageError
 from remem.errors import ArgumentTypeError, InvalidMessagesError
 from remem.memory import MemoryRecord, StoredMessage, Thread
+from remem.testing import offline_settings
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 
 
 def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:

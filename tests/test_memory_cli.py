@@ -9,8 +9,9 @@ from click.testing import CliRunner
 
 from remem import Memory, load_settings
 from remem.cli import main
+from remem.testing import offline_settings
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 
 
 @pytest.fixture

@@ -14,13 +14,14 @@ from langchain_core.tools import StructuredTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 
-from remem import Memory, RememUsageError, load_settings
+from remem import Memory, RememUsageError
 from remem.memory import is_card_message
 from remem.messages import is_provider_valid
 from remem.middleware import ContextCardMiddleware, ContextCardNode
 from remem.models import ScriptedChatModel
+from remem.testing import offline_settings
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 LONG_SYSTEM_PROMPT = "You are a careful assistant who answers in full sentences. " * 40
 
 

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from remem.cli import main
 from remem.store import PostgresStore, SqliteStore
+from remem.testing import offline_settings
 
 
 def _seed(store: SqliteStore | PostgresStore) -> None:
@@ -90,16 +91,14 @@ def test_store_stats_reads_and_never_creates(tmp_path: Path) -> None:
 def test_forget_and_threads_take_ids_with_dots(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    from remem import Memory, load_settings
+    from remem import Memory
     from remem.layout import escape_label, user_memories
 
     url = (
         f"sqlite:///{tmp_path / 'cli.db'}" if backend == "sqlite" else str(request.getfixturevalue("pg_url"))
     )
     user, thread = "maya@example.com", "tenant.42.chat"
-    with Memory.from_url(
-        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
-    ) as memory:
+    with Memory.from_url(url, settings=offline_settings()) as memory:
         memory.thread(thread, user_id=user).add_messages([{"role": "user", "content": "kites", "id": "h1"}])
         memory.thread("other.thread", user_id="bob").add_messages([{"role": "user", "content": "boats"}])
         memory.store.put(user_memories(user), "m1", {"content": "maya likes kites", "user_id": user})
@@ -113,7 +112,5 @@ def test_forget_and_threads_take_ids_with_dots(
     assert namespace == "threads.%other%2Ethread"
     by_ns = runner.invoke(main, ["forget", "--namespace", namespace, "--db", url, "--yes"])
     assert by_ns.exit_code == 0, by_ns.output + by_ns.stderr
-    with Memory.from_url(
-        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
-    ) as memory:
+    with Memory.from_url(url, settings=offline_settings()) as memory:
         assert memory.store.list_namespaces() == []

@@ -14,6 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
 from remem.agent import thread_config
 from remem.cli import main
+from remem.testing import offline_settings
 from remem.usage import UsageEvent, open_ledger
 
 
@@ -134,12 +135,10 @@ def test_reading_usage_creates_nothing(tmp_path: Path) -> None:
 
 
 def test_export_reads_a_memory_client_thread_when_no_checkpoint_holds_it(tmp_path: Path) -> None:
-    from remem import Memory, load_settings
+    from remem import Memory
 
     url = f"sqlite:///{tmp_path / 'mem.db'}"
-    with Memory.from_url(
-        url, settings=load_settings(environ={}, config_file=None, embedder="fake")
-    ) as memory:
+    with Memory.from_url(url, settings=offline_settings()) as memory:
         memory.thread("m1", user_id="maya").add_messages(
             [
                 {"role": "user", "content": "first"},

@@ -19,9 +19,10 @@ from remem.memory import is_card_message
 from remem.messages import approximate_token_count
 from remem.middleware import BudgetMiddleware, ContextCardMiddleware
 from remem.models import ScriptedChatModel
+from remem.testing import offline_settings
 from remem.usage import Budgets, Ledger, Price, PriceTable, open_ledger
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 PRICES = PriceTable({"scripted": Price(1.0, 2.0)})
 
 

@@ -14,12 +14,13 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 
-from remem import Memory, checkpointer_from_url, load_settings
+from remem import Memory, checkpointer_from_url
 from remem.middleware import BudgetMiddleware, ContextCardMiddleware
 from remem.models import ScriptedChatModel
+from remem.testing import offline_settings
 from remem.usage import Budgets, Price, PriceTable, open_ledger
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
+SETTINGS = offline_settings()
 CONFIG: Any = {"configurable": {"thread_id": "t1", "user_id": "maya"}}
 
 
