@@ -84,3 +84,46 @@ def running_server(
         yield server.ready()
     finally:
         server.stop()
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                parent = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def server_side_option(server: Server, client: socket.socket, level: int, option: int) -> int:
+    """A socket option of the server's end of ``client``'s connection, read from the worker process that
+    accepted it (a copy of its descriptor through ``pidfd_getfd``, Linux 5.6+: the server is our child)."""
+    import ctypes
+
+    getfd = 438  # SYS_pidfd_getfd, the same number on every Linux architecture
+    libc = ctypes.CDLL(None, use_errno=True)
+    peer = client.getsockname()
+    for pid in _descendants(server.process.pid):
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+            try:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):
+                        continue
+                    copy = libc.syscall(getfd, pidfd, int(fd), 0)
+                    if copy < 0:
+                        raise OSError(ctypes.get_errno(), "pidfd_getfd failed")
+                    with socket.socket(fileno=copy) as theirs, contextlib.suppress(OSError):
+                        if theirs.getpeername() == peer:
+                            return int(theirs.getsockopt(level, option))
+            finally:
+                os.close(pidfd)
+    raise LookupError(f"no process of the server holds the other end of {peer}")

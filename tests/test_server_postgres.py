@@ -4,6 +4,8 @@ tenants stay apart (one server for the module); and a SIGTERM in the middle of a
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import socket
 from collections.abc import Iterator
 
 import httpx
@@ -12,7 +14,7 @@ import pytest
 from remem.server.keys import create_key
 from remem.store import open_store
 from tests.conftest import POSTGRES_URL, _fresh_database
-from tests.server_process import Server, running_server
+from tests.server_process import Server, running_server, server_side_option
 
 pytest.importorskip("fastapi")
 
@@ -111,3 +113,48 @@ def test_sigterm_lets_requests_in_flight_finish_and_loses_nothing_acknowledged(t
         stored = memory.get_thread("term").messages()
     assert set(acknowledged) <= {m.id for m in stored}
     assert [m.seq for m in stored] == list(range(len(stored)))
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(
+    not hasattr(os, "pidfd_open"), reason="reads the worker's socket through pidfd_getfd (Linux)"
+)
+def test_two_workers_answer_on_connections_with_nagle_off(served: tuple[Server, str, str]) -> None:
+    """With --workers N uvicorn's own socket never gets TCP_NODELAY (Kludex/uvicorn#3149) and each small
+    answer waits ~40 ms on Nagle and delayed ACK; remem serve binds the socket itself. Read on the worker's
+    end of a live connection."""
+    server, _, _ = served
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as client:
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert client.recv(4096).startswith(b"HTTP/1.1 200")  # accepted and answered by a worker
+        assert server_side_option(server, client, socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_the_listening_socket_hands_nagle_off_to_accepted_connections() -> None:
+    """The factory itself, accepted the way uvicorn's workers accept (asyncio's create_server on it), next
+    to uvicorn's own socket, which does not (so the check can tell them apart)."""
+    import asyncio
+
+    from remem.cli.serve import listening_socket
+
+    async def accepted_option(sock: socket.socket) -> int:
+        got: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                theirs = transport.get_extra_info("socket")
+                got.set_result(theirs.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=sock)
+        async with server:
+            _, writer = await asyncio.open_connection(*sock.getsockname())
+            value = await asyncio.wait_for(got, 30)
+            writer.close()
+        return value
+
+    ours = listening_socket("127.0.0.1", 0)
+    assert asyncio.run(accepted_option(ours)) != 0
+    uvicorns = socket.socket(family=socket.AF_INET)  # uvicorn.Config.bind_socket's
+    uvicorns.bind(("127.0.0.1", 0))
+    assert asyncio.run(accepted_option(uvicorns)) == 0

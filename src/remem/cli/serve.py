@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
+import socket
 from typing import Any
 
 import click
@@ -25,6 +27,50 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here rather than by uvicorn: a TCP socket (``IPPROTO_TCP``, so
+    asyncio sets ``TCP_NODELAY`` on each accepted connection) with ``TCP_NODELAY`` set (Linux hands it on to
+    accepted connections). uvicorn's own socket for ``--workers N`` has ``proto=0``, so neither happens and
+    every small answer waits on Nagle and delayed ACK, about 40 ms (Kludex/uvicorn#3149)."""
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((address, port))
+    except OSError as exc:
+        sock.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run_uvicorn(host: str, port: int, workers: int) -> None:
+    """uvicorn on :func:`listening_socket`: one process, or ``workers`` processes sharing the socket."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config(
+        "remem.cli.serve:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        timeout_graceful_shutdown=30,
+        log_level="info",
+    )
+    sock = listening_socket(host, port)
+    if workers > 1:
+        Multiprocess(config, sockets=[sock]).run()
+        return
+    server = uvicorn.Server(config)
+    with contextlib.suppress(KeyboardInterrupt):  # the signal handlers normally take it
+        server.run(sockets=[sock])
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's STARTUP_FAILURE: the app did not start (its log says why)
 
 
 def app_from_environment() -> Any:
@@ -77,8 +123,6 @@ def serve_command(
       remem keys create --tenant acme --db sqlite:///app.db
       remem serve --db sqlite:///app.db --port 8420
     """
-    import uvicorn
-
     from remem._url import parse_database_url
     from remem.server.keys import has_keys
 
@@ -104,15 +148,7 @@ def serve_command(
         f"remem serve: http://{host}:{port} ({'keys required' if options['require_keys'] else 'no keys: loopback only'})",
         err=True,
     )
-    uvicorn.run(
-        "remem.cli.serve:app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        timeout_graceful_shutdown=30,
-        log_level="info",
-    )
+    _run_uvicorn(host, port, workers)
 
 
 @click.group("keys")
