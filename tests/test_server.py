@@ -283,6 +283,33 @@ def test_keys_commands(tmp_path: Path) -> None:
     assert runner.invoke(main, ["keys", "create", "--tenant", "a.b", "--db", db]).exit_code == 2
 
 
+def test_the_key_cache_sees_a_revoke_made_elsewhere_within_its_ttl(tmp_path: Path) -> None:
+    """Another worker's (or the CLI's) revoke reaches this process within the cache's ttl; a grace that
+    ends is honoured on time from the cache; a key unknown at first is read again (not kept unknown)."""
+    from remem.server.keys import KeyCache, revoke_key, rotate_key, verify_key
+
+    now = [0.0]
+    with open_store(f"sqlite:///{tmp_path / 'c.db'}") as store:
+        cache = KeyCache(store, ttl=1.0, clock=lambda: now[0])
+        assert not cache.has_keys()
+        secret, info = create_key(store, tenant="a")
+        assert cache.has_keys() is False  # known for ttl seconds
+        now[0] += 1.0
+        assert cache.has_keys() and cache.keyed() is True
+        assert cache.lookup(secret) is None and cache.verify(secret) == info
+        revoke_key(store, info.key_id)  # as another process would: this cache is not told
+        assert cache.lookup(secret) == info and verify_key(store, secret) is None
+        now[0] += 1.0
+        assert cache.lookup(secret) is None and cache.verify(secret) is None
+        assert cache.keyed() is True  # keys never go away
+
+        other, kept = create_key(store, tenant="b")
+        assert cache.verify(other) == kept
+        rotate_key(store, kept.key_id, grace=0.0)  # its grace ends now
+        cache.clear()  # what the server does after a rotation through it
+        assert cache.verify(other) is None
+
+
 def test_a_server_beyond_loopback_refuses_to_start_without_keys(tmp_path: Path) -> None:
     from remem.cli import main
 

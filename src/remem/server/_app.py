@@ -7,9 +7,10 @@ the event loop. remem's errors become status codes in one place (:func:`status_o
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,23 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 
 from remem import errors
 from remem.config import Settings, load_settings
-from remem.server._guard import BodyLimit, Metrics, RateLimiter, api_key_of
+from remem.server._guard import (
+    BodyLimit,
+    Message,
+    Metrics,
+    RateLimiter,
+    Receive,
+    Scope,
+    Send,
+    api_key_of,
+    send_json,
+)
 from remem.server._services import Principal, Services
+from remem.server.keys import KeyCache
 
 __all__ = ["ServerOptions", "create_app", "status_of"]
 
@@ -78,21 +91,112 @@ def _route_of(request: Request) -> str:
     return str(path) if path else "unmatched"
 
 
-def _principal(services: Services, options: ServerOptions, request: Request) -> Principal | JSONResponse:
-    from remem.server.keys import has_keys, verify_key
+class Guard:
+    """The key, the rate limit, the admin/tenant split and the request metrics, as a plain ASGI
+    middleware (no task or stream per request, as Starlette's ``@app.middleware`` costs). The key is
+    checked from :class:`~remem.server.keys.KeyCache` on the event loop, and read from the store in the
+    thread pool only when the cache does not know it."""
 
-    secret = api_key_of(request.headers)
-    needed = options.require_keys or has_keys(services.store)
-    if not needed:
-        return Principal("anonymous", None)
-    if secret is None:
-        return error_response(
-            401, "this server needs an API key: send it as the X-Api-Key header", "Unauthorized"
-        )
-    info = verify_key(services.store, secret)
-    if info is None:
-        return error_response(401, "the API key is unknown, revoked or expired", "Unauthorized")
-    return Principal(info.key_id, info.tenant, admin=info.role == "admin")
+    def __init__(
+        self,
+        app: Any,
+        *,
+        options: ServerOptions,
+        holder: dict[str, Any],
+        metrics: Metrics,
+        limiter: RateLimiter,
+    ) -> None:
+        self.app, self.options, self.holder = app, options, holder
+        self.metrics, self.limiter = metrics, limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+        metrics = self.metrics
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        metrics.in_flight.inc()
+        try:
+            await self._guarded(scope, receive, sent)
+        finally:
+            metrics.in_flight.dec()
+            route = getattr(scope.get("route"), "path", None)
+            metrics.observe(
+                scope["method"], str(route) if route else "unmatched", status, time.perf_counter() - started
+            )
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        if path in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
+            return
+        cache: KeyCache | None = self.holder.get("keys")
+        if cache is None:
+            await _refuse(send, 503, "the server is starting; retry in a moment", "Starting")
+            return
+        try:
+            found = await self._principal(cache, Headers(scope=scope))
+        except errors.RememError as exc:
+            await _refuse(send, status_of(exc), str(exc), type(exc).__name__)
+            return
+        if isinstance(found, str):
+            self.metrics.refused.labels("unauthorized").inc()
+            await _refuse(send, 401, found, "Unauthorized")
+            return
+        wait = self.limiter.wait_for(found.key_id)
+        if wait > 0:
+            self.metrics.refused.labels("rate_limited").inc()
+            after = RateLimiter.retry_after(wait)
+            await _refuse(
+                send, 429, f"too many requests for this key; retry in {after} s", "RateLimited", after
+            )
+            return
+        admin_path = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
+        if admin_path and not found.admin and found.tenant is not None:
+            await _refuse(send, 403, "key management needs an admin key", "Forbidden")
+            return
+        if found.admin and not admin_path:
+            await _refuse(
+                send, 403, "an admin key manages keys only; use a tenant's key for its data", "Forbidden"
+            )
+            return
+        scope.setdefault("state", {})["principal"] = found
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if admin_path and scope["method"] != "GET":
+                cache.clear()  # a revoke or rotation here holds in this process at once
+
+    async def _principal(self, cache: KeyCache, headers: Headers) -> Principal | str:
+        """Who sent the request, or why it is refused."""
+        secret = api_key_of(headers)
+        needed = self.options.require_keys or cache.keyed()
+        if needed is None:
+            needed = await run_in_threadpool(cache.has_keys)
+        if not needed:
+            return Principal("anonymous", None)
+        if secret is None:
+            return "this server needs an API key: send it as the X-Api-Key header"
+        info = cache.lookup(secret)
+        if info is None:
+            info = await run_in_threadpool(cache.verify, secret)
+        if info is None:
+            return "the API key is unknown, revoked or expired"
+        return Principal(info.key_id, info.tenant, admin=info.role == "admin")
+
+
+async def _refuse(send: Send, status: int, detail: str, error: str, retry_after: str | None = None) -> None:
+    headers = [(b"retry-after", retry_after.encode())] if retry_after else []
+    body = json.dumps({"detail": detail, "error": error}).encode()
+    await send_json(send, status, body, headers)
 
 
 def create_app(options: ServerOptions, *, settings: Settings | None = None) -> Any:
@@ -102,12 +206,13 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
     settings = settings or load_settings()
     metrics = Metrics()
     limiter = RateLimiter(options.rate_limit)
-    holder: dict[str, Services] = {}
+    holder: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await run_in_threadpool(Services, options.url, settings)
         holder["services"] = services
+        holder["keys"] = KeyCache(services.store)
         app.state.services = services
         try:
             async with mcp_server.session_manager.run():
@@ -123,49 +228,6 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
     )
     app.state.options = options
     app.state.metrics = metrics
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        started = time.perf_counter()
-        metrics.in_flight.inc()
-        try:
-            response = await _guarded(request, call_next)
-        finally:
-            metrics.in_flight.dec()
-        metrics.observe(
-            request.method, _route_of(request), response.status_code, time.perf_counter() - started
-        )
-        return response
-
-    async def _guarded(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        path = request.url.path
-        if path in PUBLIC_PATHS:
-            return await call_next(request)
-        services = holder.get("services")
-        if services is None:
-            return error_response(503, "the server is starting; retry in a moment", "Starting")
-        found = await run_in_threadpool(_principal, services, options, request)
-        if isinstance(found, JSONResponse):
-            metrics.refused.labels("unauthorized").inc()
-            return found
-        wait = limiter.wait_for(found.key_id)
-        if wait > 0:
-            metrics.refused.labels("rate_limited").inc()
-            return error_response(
-                429,
-                f"too many requests for this key; retry in {RateLimiter.retry_after(wait)} s",
-                "RateLimited",
-                {"Retry-After": RateLimiter.retry_after(wait)},
-            )
-        admin_path = path == ADMIN_PREFIX or path.startswith(ADMIN_PREFIX + "/")
-        if admin_path and not found.admin and found.tenant is not None:
-            return error_response(403, "key management needs an admin key", "Forbidden")
-        if found.admin and not admin_path:
-            return error_response(
-                403, "an admin key manages keys only; use a tenant's key for its data", "Forbidden"
-            )
-        request.state.principal = found
-        return await call_next(request)
 
     @app.exception_handler(errors.RememError)
     async def remem_error(request: Request, exc: errors.RememError) -> JSONResponse:
@@ -218,13 +280,14 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
         body, content_type = metrics.text()
         return Response(body, media_type=content_type)
 
+    app.add_middleware(Guard, options=options, holder=holder, metrics=metrics, limiter=limiter)
     _v1.register(app)
     _langgraph.register(app)
     mcp_server = _mount_mcp(app, holder, protect=not options.require_keys)
     return BodyLimit(app, options.max_body)
 
 
-def _mount_mcp(app: FastAPI, holder: dict[str, Services], *, protect: bool) -> Any:
+def _mount_mcp(app: FastAPI, holder: dict[str, Any], *, protect: bool) -> Any:
     """The MCP tools at ``/mcp`` (streamable HTTP, stateless, JSON answers), behind the same guard: the
     tenant of a tool call is the request's key's. Without keys (loopback) the MCP transport's own check
     of the Host header stays on, against DNS rebinding."""

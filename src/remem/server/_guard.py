@@ -19,7 +19,17 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-__all__ = ["BodyLimit", "Metrics", "RateLimiter", "api_key_of"]
+__all__ = [
+    "BodyLimit",
+    "Message",
+    "Metrics",
+    "RateLimiter",
+    "Receive",
+    "Scope",
+    "Send",
+    "api_key_of",
+    "send_json",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -28,7 +38,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-async def _send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
     await send(
         {
             "type": "http.response.start",
@@ -65,7 +75,7 @@ class BodyLimit:
                 except ValueError:
                     announced = 0
                 if announced > self.max_body:
-                    await _send_json(send, 413, self._too_large(), [])
+                    await send_json(send, 413, self._too_large(), [])
                     return
         chunks: list[bytes] = []
         size = 0
@@ -77,7 +87,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                await _send_json(send, 413, self._too_large(), [])
+                await send_json(send, 413, self._too_large(), [])
                 return
             chunks.append(chunk)
             more = bool(message.get("more_body"))

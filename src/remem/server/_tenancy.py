@@ -31,11 +31,13 @@ from langgraph.store.base import (
     Op,
     PutOp,
     Result,
+    SearchItem,
     SearchOp,
 )
 
 from remem import layout
 from remem.errors import ConfigError
+from remem.store import ScoredItem
 from remem.usage import Meter, UsageEvent
 
 __all__ = [
@@ -124,8 +126,34 @@ class TenantStore(BaseStore):
     def _item(self, item: Item | None) -> Item | None:
         if item is None:
             return None
-        own = copy.copy(item)
-        own.namespace = self._out(item.namespace)
+        namespace = self._out(item.namespace)
+        kind = type(item)
+        # built directly: copy.copy's generic protocol costs more than the rest of the call
+        if isinstance(item, ScoredItem) and kind is ScoredItem:
+            return ScoredItem(
+                namespace,
+                item.key,
+                item.value,
+                item.created_at,
+                item.updated_at,
+                score=item.score,
+                mode=item.mode,
+                scores=item.scores,
+            )
+        if isinstance(item, SearchItem) and kind is SearchItem:
+            return SearchItem(
+                namespace, item.key, item.value, item.created_at, item.updated_at, score=item.score
+            )
+        if kind is Item:
+            return Item(
+                value=item.value,
+                key=item.key,
+                namespace=namespace,
+                created_at=item.created_at,
+                updated_at=item.updated_at,
+            )
+        own = copy.copy(item)  # an inner store's own kind of item
+        own.namespace = namespace
         return own
 
     def _result(self, op: Op, result: Result) -> Result:

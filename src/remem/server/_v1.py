@@ -116,10 +116,24 @@ def _memory(request: Request) -> Memory:
     return _services(request).memory_for(_who(request).tenant)
 
 
+_SCALARS = (str, int, float, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass's field names, found once per class
+
+
 def as_json(value: Any) -> Any:
     """A result of the public API as JSON (dataclasses as dicts, tuples as lists)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {str(k): as_json(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [as_json(v) for v in value]
+    names = _FIELDS.get(kind)
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {name: as_json(getattr(value, name)) for name in names}
     if isinstance(value, dict):
         return {str(k): as_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

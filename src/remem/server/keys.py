@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +31,7 @@ from remem.server._tenancy import check_tenant
 
 __all__ = [
     "KEYS_NAMESPACE",
+    "KeyCache",
     "KeyInfo",
     "create_key",
     "has_keys",
@@ -134,6 +137,71 @@ def verify_key(store: BaseStore, secret: str) -> KeyInfo | None:
         return None
     info = KeyInfo.from_value(item.value)
     return info if info.active() else None
+
+
+class KeyCache:
+    """What a server process knows of the keys, read from the store at most once every ``ttl`` seconds
+    per key: :meth:`lookup` answers from memory (no I/O, so on the event loop), :meth:`verify` and
+    :meth:`has_keys` read the store when memory does not know. Only a key found active is kept (an unknown
+    key is read again each time, so a key just created works at once), and a kept key is checked
+    :meth:`KeyInfo.active` on each use, so a rotated key's grace ends on time. A revoke or rotation through
+    this process :meth:`clear` s it at once; one made elsewhere (another worker, ``remem keys`` on the
+    command line) reaches this process within ``ttl`` seconds. That "there are keys" is kept for good once
+    true: keys are never deleted (revoked ones stay listed)."""
+
+    def __init__(self, store: BaseStore, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic):
+        self.store, self.ttl, self.clock = store, ttl, clock
+        self._known: dict[str, tuple[float, KeyInfo]] = {}
+        self._keyed: tuple[float, bool] | None = None
+        self._lock = threading.Lock()
+
+    def lookup(self, secret: str) -> KeyInfo | None:
+        """The active key ``secret`` is if this process read it less than ``ttl`` ago, else None."""
+        with self._lock:
+            kept = self._known.get(_digest(secret))
+        if kept is None or self.clock() - kept[0] >= self.ttl:
+            return None
+        return kept[1] if kept[1].active() else None
+
+    def verify(self, secret: str) -> KeyInfo | None:
+        """:func:`verify_key`, from memory when fresh."""
+        found = self.lookup(secret)
+        if found is not None:
+            return found
+        found = verify_key(self.store, secret)
+        digest = _digest(secret)
+        with self._lock:
+            if found is None:
+                self._known.pop(digest, None)
+                return None
+            if len(self._known) >= 10_000:  # a bound: drop the oldest half
+                for old, _ in sorted(self._known.items(), key=lambda kv: kv[1][0])[:5_000]:
+                    del self._known[old]
+            self._known[digest] = (self.clock(), found)
+        return found
+
+    def keyed(self) -> bool | None:
+        """:meth:`has_keys` from memory: None when it must be read."""
+        with self._lock:
+            known = self._keyed
+        if known is None or not (known[1] or self.clock() - known[0] < self.ttl):
+            return None
+        return known[1]
+
+    def has_keys(self) -> bool:
+        """:func:`has_keys`, from memory when known."""
+        known = self.keyed()
+        if known is not None:
+            return known
+        found = has_keys(self.store)
+        with self._lock:
+            self._keyed = (self.clock(), found)
+        return found
+
+    def clear(self) -> None:
+        """Forget every key read (after a revoke or rotation through this process)."""
+        with self._lock:
+            self._known.clear()
 
 
 def has_keys(store: BaseStore) -> bool:
