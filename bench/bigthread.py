@@ -8,13 +8,19 @@ summary, on threads of 1k, 10k and 100k messages, with this code and (optionally
 Each thread is written directly, in batches (not one agent turn per message): into a remem
 ``SqliteSaver`` through ``graph.update_state`` (ten checkpoints), and into a ``Memory`` on
 SQLite through ``thread.add_messages`` (1,000 at a time, the fake embedder so that no model runs). Every
-measurement then runs in a fresh process on a copy of those files, so that its peak RSS is its own:
+measurement then runs in a fresh process on a copy of those files, so that its peak RSS is its own (what a
+refresh follows is done before, in a process of its own, on that copy):
 
 - turn: ``run_turn`` on the saver's thread with the summary strategy and the extractive summariser (the
-  scripted model answers; the whole backlog is folded into the summary and removed);
+  scripted model answers; the whole backlog is folded into the summary and removed): a catch-up, linear
+  in the backlog by nature;
+- next-turn: the turn after that one (a user message on the thread as the strategy left it): what every
+  turn of a long-running thread costs;
 - card: ``thread.get_context_card()`` (the summary catches up from nothing, then search and render);
+- next-card: after that card, one exchange is added and the card is asked for again (a card refresh);
 - history: ``inspection.thread_history`` (what ``remem history`` prints, its default 50 checkpoints);
-- extractive: ``ExtractiveSummarizer().summarize("", messages)`` over the whole thread.
+- extractive: ``ExtractiveSummarizer().summarize("", messages)`` over the whole thread (a catch-up);
+- next-summary: that summary extended with one more exchange (a summary refresh).
 
 The code before runs from another checkout through ``PYTHONPATH`` (same interpreter and dependencies)
 and is stopped at ``--cap`` seconds ("> cap"). Wall time is shown with CPU time next to it, since other
@@ -38,7 +44,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-OPERATIONS = ("turn", "card", "history", "extractive")
+OPERATIONS = ("turn", "next-turn", "card", "next-card", "history", "extractive", "next-summary")
 THREAD = "big"
 _WORDS_TEXT = """project plan meeting report team review design code test release feature bug customer ticket
 email call schedule weekend travel train coffee lunch dinner weather garden book movie music concert gym
@@ -69,6 +75,14 @@ def conversation(n: int, seed: int = 7) -> list[BaseMessage]:
             text = f"My {rng.choice(_WORDS)} friend {name} lives in {city} at number {rng.randint(1, 999)}. {text}"
         out.append(HumanMessage(text, id=f"m{i}"))
     return out
+
+
+def _exchange(n: int) -> list[BaseMessage]:
+    """One more exchange after the ``n`` messages of :func:`conversation`."""
+    return [
+        HumanMessage("My cousin Oksana moved to Porto last spring.", id=f"m{n}"),
+        AIMessage("Porto is a fine city; I will remember that Oksana lives there.", id=f"m{n + 1}"),
+    ]
 
 
 # --- workers: each runs in its own process ---------------------------------------------------------
@@ -119,19 +133,45 @@ def build_memory(path: str, n: int) -> None:
             thread.add_messages(messages[start : start + 1000])
 
 
+def prepare(operation: str, path: str, n: int) -> None:
+    """What the refresh ``operation`` follows, done in a process of its own (its peak RSS is not the
+    refresh's): the catch-up turn, the first card and one more exchange, the whole thread's summary."""
+    if operation == "next-turn":
+        from remem.agent import run_turn
+        from remem.checkpoint import SqliteSaver
+
+        with SqliteSaver.from_conn_string(path) as saver:
+            run_turn(_agent(saver), THREAD, "Hello. My brother Piotr works in Gdansk.")
+    elif operation == "next-card":
+        from remem import Memory
+
+        with Memory.from_url(f"sqlite:///{path}", settings=_memory_settings()) as memory:
+            thread = memory.get_thread(THREAD)
+            thread.get_context_card()
+            thread.add_messages(_exchange(n))
+    elif operation == "next-summary":
+        from remem.summarize import ExtractiveSummarizer
+
+        Path(path).write_text(ExtractiveSummarizer().summarize("", conversation(n)).text, encoding="utf-8")
+
+
 def run_operation(operation: str, path: str, n: int) -> dict[str, Any]:
     """Do ``operation`` once and say what it took (the input is made before the clock starts)."""
     import remem
 
     result: dict[str, Any] = {"code": str(Path(remem.__file__).resolve().parents[1])}
-    if operation == "extractive":
+    if operation in ("extractive", "next-summary"):
         from remem.summarize import ExtractiveSummarizer
 
-        messages = conversation(n)
+        summarizer, previous = ExtractiveSummarizer(), ""
+        if operation == "next-summary":
+            previous, messages = Path(path).read_text(encoding="utf-8"), _exchange(n)
+        else:
+            messages = conversation(n)
         started, cpu = time.perf_counter(), time.process_time()
-        text = ExtractiveSummarizer().summarize("", messages).text
+        text = summarizer.summarize(previous, messages).text
         result["detail"] = f"{len(text)} chars"
-    elif operation == "card":
+    elif operation in ("card", "next-card"):
         from remem import Memory
 
         with Memory.from_url(f"sqlite:///{path}", settings=_memory_settings()) as memory:
@@ -143,7 +183,7 @@ def run_operation(operation: str, path: str, n: int) -> dict[str, Any]:
         from remem.checkpoint import SqliteSaver
 
         with SqliteSaver.from_conn_string(path) as saver:
-            if operation == "turn":
+            if operation in ("turn", "next-turn"):
                 from remem.agent import run_turn, thread_config
 
                 graph = _agent(saver)
@@ -169,6 +209,9 @@ def worker(args: argparse.Namespace) -> None:
         print(json.dumps({}))
     elif args.worker == "build-memory":
         build_memory(args.path, args.n)
+        print(json.dumps({}))
+    elif args.worker.startswith("prepare-"):
+        prepare(args.worker.removeprefix("prepare-"), args.path, args.n)
         print(json.dumps({}))
     else:
         print(json.dumps(run_operation(args.worker, args.path, args.n)))
@@ -238,12 +281,14 @@ def main() -> None:
             _spawn("build-memory", str(memory_db), n, None, None)
             print(f"{n:>8}  (threads written in {time.perf_counter() - started:.0f} s)", flush=True)
             for operation in operations:
-                source = memory_db if operation == "card" else saver_db
+                source = memory_db if operation in ("card", "next-card") else saver_db
                 results: dict[str, dict[str, Any] | None] = {}
                 for label, code in (("before", args.before), ("after", None)):
                     if label == "before" and code is None:
                         continue
                     copy = _copy_db(source, root / f"{label}-{operation}-{n}.db")
+                    if operation.startswith("next-"):
+                        _spawn(f"prepare-{operation}", copy, n, code, None)
                     results[label] = _spawn(operation, copy, n, code, args.cap if label == "before" else None)
                 before = results.get("before") if args.before else None
                 after = results["after"]
