@@ -10,8 +10,9 @@ import psycopg
 import pytest
 
 from remem.embeddings import CachedEmbedder, text_hash
+from remem.erasure import forget
 from remem.layout import thread_messages, user_memories
-from remem.store import PostgresStore, SqliteStore, forget, hybrid_search
+from remem.store import PostgresStore, SqliteStore, hybrid_search
 from remem.testing import FakeEmbedder
 
 INDEX_FIELDS = ["text"]
@@ -84,7 +85,7 @@ def test_forget_thread_takes_its_memories_and_state_only(tmp_path: Path) -> None
         store.put(user_memories("u"), "from-t1", {"text": "x", "thread_id": "t-1"})
         store.put(user_memories("u"), "from-t10", {"text": "y", "thread_id": "t-10"})
         store.put(("_remem", "extraction", "t-1"), "state", {"user_id": "u"})
-        report = store.forget(thread_id="t-1")
+        report = forget(store, thread_id="t-1")
         assert report.items == 3 and report.queued == 1
         assert sorted(k for _, k in report.item_keys) == ["a", "from-t1", "state"]
         assert store.get(thread_messages("t-10"), "a") is not None
@@ -97,7 +98,7 @@ def test_forget_namespace(tmp_path: Path) -> None:
         store.put(("a", "b"), "k", {"v": 1})
         store.put(("a", "b", "c"), "k", {"v": 2})
         store.put(("a", "bc"), "k", {"v": 3})
-        report = store.forget(namespace="a.b")
+        report = forget(store, namespace="a.b")
         assert report.items == 2
         assert store.list_namespaces() == [("a", "bc")]
 
@@ -119,7 +120,7 @@ def _check_postgres(url: str) -> None:
         url, index={"dims": 32, "embed": FakeEmbedder(32), "fields": ["text"]}
     ) as store:
         _seed(store, user, other, secret, other_secret)
-        report = store.forget(user_id=user)
+        report = forget(store, user_id=user)
         assert report.items == 3 and report.queued == 1 and report.compacted
         assert store.get(user_memories(other), "m1") is not None
     with psycopg.connect(url) as conn:
@@ -149,7 +150,7 @@ def test_forget_user_takes_their_whole_threads_but_not_shared_ones(tmp_path: Pat
         store.put(("threads", "t-shared", "messages"), "b", {"content": "from bob", "user_id": "bob"})
         store.put(("threads", "t-shared", "order"), "00000000", {"ids": ["a", "b"]})
         store.put(("threads", "t-bob", "meta"), "thread", {"user_id": "bob"})
-        report = store.forget(user_id="alice")
+        report = forget(store, user_id="alice")
         assert report.items == 4
         assert store.list_namespaces(prefix=("threads",)) == [
             ("threads", "t-bob", "meta"),

@@ -173,6 +173,7 @@ def test_killed_before_the_ledger_step_then_a_rerun_finishes_it(
 
 def test_a_failure_before_the_ledger_step_leaves_it_open_then_erase_again_finishes(tmp_path: Path) -> None:
     import remem.erasure
+    import remem.errors
 
     url = _sqlite(tmp_path)
     _, before = seeded_with_calls(url)
@@ -183,7 +184,7 @@ def test_a_failure_before_the_ledger_step_leaves_it_open_then_erase_again_finish
 
     remem.erasure._on_step = fail
     try:
-        with pytest.raises(remem.erasure.ErasureIncompleteError):
+        with pytest.raises(remem.errors.ErasureIncompleteError):
             erase(url, user_id="alice")
     finally:
         remem.erasure._on_step = None

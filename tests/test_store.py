@@ -12,11 +12,11 @@ from langgraph.graph import START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, PutOp, SearchOp
 
+from remem.erasure import ForgetReport, aforget, forget
 from remem.errors import ConfigError, RememUsageError
 from remem.layout import thread_messages, user_memories
 from remem.store import (
     AsyncSqliteStore,
-    ForgetReport,
     InvalidFilterError,
     ScoredItem,
     SqliteStore,
@@ -284,10 +284,10 @@ def test_graph_compile_with_store_and_runtime_store(make_store: Any) -> None:
 def test_forget_report_type(make_store: Any) -> None:
     store = make_store()
     store.put(thread_messages("t1"), "m1", {"text": "hi", "user_id": "u1"})
-    report = store.forget(thread_id="t1")
+    report = forget(store, thread_id="t1")
     assert isinstance(report, ForgetReport) and report.items == 1
     with pytest.raises(RememUsageError):
-        store.forget(user_id="a", thread_id="b")
+        forget(store, user_id="a", thread_id="b")
 
 
 def test_dims_mismatch_is_a_config_error(make_store: Any) -> None:
@@ -331,7 +331,7 @@ async def test_async_sqlite_store(tmp_path: Any) -> None:
         assert len(results[0]) == 1 and results[1] == [("users", "u")]
         await asyncio.gather(*(store.aput(("users", "u"), f"k{i}", {"text": f"n{i}"}) for i in range(10)))
         assert len(await store.asearch(("users", "u"), limit=50)) == 11
-        report = await store.aforget(user_id="u")
+        report = await aforget(store, user_id="u")
         assert report.items == 11
         await store.adelete(("users", "u"), "k")
 
@@ -401,5 +401,5 @@ async def test_async_postgres_store(pg_url: str) -> None:
         hits = await store.ahybrid_search(("users",), "sailing", mode="keyword")
         assert [h.key for h in hits] == ["k"]
         assert (await store.alist_namespaces()) == [("users", "u")]
-        assert (await store.aforget(user_id="u")).items == 1
+        assert (await aforget(store, user_id="u")).items == 1
         assert await store.aget(("users", "u"), "k") is None

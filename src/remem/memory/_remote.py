@@ -196,8 +196,7 @@ class _Wire:
 
 
 def _reports(data: Mapping[str, Any]) -> list[Any]:
-    from remem.erasure import ErasureReport
-    from remem.store import ForgetReport
+    from remem.erasure import ErasureReport, ForgetReport
 
     found = []
     for report in data.get("erasures", ()):

@@ -35,10 +35,11 @@ by keyword and says so). ``hybrid_search`` takes any ``BaseStore``: a stock stor
 The store stores any namespace and knows none of remem's own: which namespace holds what (a user's
 memories, a thread's turns, extraction watermarks) is named in ``remem.layout``.
 
-Erasure: ``forget(store, user_id=...)``, ``forget(store, thread_id=...)``, ``forget(store, namespace=...)``
-delete items, their vectors, keyword-index rows, queued extraction state, cached embeddings, then compact the
-storage, and return a ``ForgetReport``. Labels, keys and filter keys are validated before any SQL is built;
-every value is a bound parameter.
+Deleting: ``store.delete_items(prefixes, keys=..., matching=...)`` deletes items with their vectors,
+keyword-index rows and cached embeddings in one transaction and returns a ``DeleteReport``;
+``store.compact(wait=...)`` then makes the deleted bytes leave the files, checked (a ``Compaction``). What a
+user's or a thread's data is, is decided above the store (:mod:`remem.erasure`). Labels, keys and filter
+keys are validated before any SQL is built; every value is a bound parameter.
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ from langgraph.store.base import BaseStore, SearchItem
 from remem._url import parse_database_url
 from remem.errors import InvalidFilterError, NamespaceError
 from remem.store._base import RememStoreBase
+from remem.store._compact import Compaction
 from remem.store._core import ScoredItem, SearchMode
-from remem.store._erasure import ForgetReport
+from remem.store._delete import DeleteReport, Statement, Statements, check_delete
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
 
 if TYPE_CHECKING:
@@ -73,7 +75,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AsyncPostgresStore",
     "AsyncSqliteStore",
-    "ForgetReport",
+    "Compaction",
+    "DeleteReport",
     "InvalidFilterError",
     "NamespaceError",
     "PostgresStore",
@@ -81,9 +84,10 @@ __all__ = [
     "ScoredItem",
     "SearchMode",
     "SqliteStore",
-    "aforget",
+    "Statement",
+    "Statements",
     "ahybrid_search",
-    "forget",
+    "check_delete",
     "hybrid_search",
     "open_store",
 ]
@@ -148,28 +152,6 @@ def _scored(hit: SearchItem) -> ScoredItem:
         mode="vector" if scored else "list",
         scores={"vector": float(hit.score)} if hit.score is not None else {},
     )
-
-
-def forget(
-    store: RememStoreBase,
-    *,
-    user_id: str | None = None,
-    thread_id: str | None = None,
-    namespace: tuple[str, ...] | str | None = None,
-) -> ForgetReport:
-    """Erase one user's, thread's or namespace's data from ``store`` and return what was deleted."""
-    return store.forget(user_id=user_id, thread_id=thread_id, namespace=namespace)
-
-
-async def aforget(
-    store: RememStoreBase,
-    *,
-    user_id: str | None = None,
-    thread_id: str | None = None,
-    namespace: tuple[str, ...] | str | None = None,
-) -> ForgetReport:
-    """Async version of :func:`forget`."""
-    return await store.aforget(user_id=user_id, thread_id=thread_id, namespace=namespace)
 
 
 @contextmanager

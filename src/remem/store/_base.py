@@ -1,4 +1,4 @@
-"""The base every remem store shares: LangGraph's ``BaseStore`` plus hybrid search, erasure, TTL sweeping.
+"""The base every remem store shares: LangGraph's ``BaseStore`` plus hybrid search, a generic delete, TTL sweeping.
 
 A backend supplies a dialect and the few I/O hooks below (``_transaction``, its vector search); all store
 logic lives in :mod:`remem.store._program` as programs (:mod:`remem.store._exec`) that ``_run`` drives.
@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -20,43 +21,17 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, Sear
 
 from remem.embeddings import embed_array
 from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
-from remem.layout import extraction_root, extraction_state, thread_root, threads_root, user_root, users_root
+from remem.store import _compact, _delete, _exec
 from remem.store import _core as core
-from remem.store import _erasure, _exec
 from remem.store import _program as prog
+from remem.store._compact import Compaction
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-from remem.store._erasure import ForgetReport
+from remem.store._delete import DeleteReport, Statements
 from remem.store._exec import Execute, Program, Tx, VecChanged, Vector, VectorSearch
 
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-
-def forget_scopes(
-    user_id: str | None, thread_id: str | None, namespace: tuple[str, ...] | str | None
-) -> tuple[list[tuple[str, ...]], list[tuple[tuple[str, ...], str, str]], list[str]]:
-    """The prefixes and value matches that an erasure request covers (exactly one scope must be given)."""
-    given = [x for x in (user_id, thread_id, namespace) if x is not None]
-    if len(given) != 1:
-        raise RememUsageError("forget needs exactly one of user_id=, thread_id= or namespace=")
-    if user_id is not None:
-        core._check_text("user_id", user_id, core.MAX_LABEL)
-        return (
-            [user_root(user_id)],
-            [(threads_root(), "user_id", user_id), (extraction_root(), "user_id", user_id)],
-            [f"user {user_id}"],
-        )
-    if thread_id is not None:
-        core._check_text("thread_id", thread_id, core.MAX_LABEL)
-        return (
-            [thread_root(thread_id), extraction_state(thread_id)],
-            [(users_root(), "thread_id", thread_id)],
-            [f"thread {thread_id}"],
-        )
-    ns = tuple(namespace.split(core.SEP)) if isinstance(namespace, str) else tuple(namespace or ())
-    core.validate_namespace(ns)
-    return [ns], [], [f"namespace {core.ns_path(ns)}"]
 
 
 class RememStoreBase(BaseStore):
@@ -284,36 +259,74 @@ class RememStoreBase(BaseStore):
         False, as LangGraph's stores: they are seen until a sweep)."""
         return bool((self.ttl_config or {}).get("omit_expired", False))
 
-    def forget(
+    def delete_items(
         self,
+        prefixes: Sequence[tuple[str, ...]] = (),
         *,
-        user_id: str | None = None,
-        thread_id: str | None = None,
-        namespace: tuple[str, ...] | str | None = None,
-    ) -> ForgetReport:
-        """Erase a user's, a thread's or a namespace's items, vectors and keyword rows, then compact storage.
+        keys: Sequence[tuple[tuple[str, ...], str]] = (),
+        matching: Sequence[tuple[tuple[str, ...], Mapping[str, str]]] = (),
+        compact: bool = False,
+        then: Callable[[DeleteReport], Statements[Any]] | None = None,
+    ) -> DeleteReport:
+        """Delete, in one transaction, every item under ``prefixes``, the items ``keys`` names as
+        (namespace, key), and every item under a prefix of ``matching`` whose value holds each of the
+        given (key, text) pairs; with their vectors, keyword-index rows and cached embeddings, and the
+        namespaces this leaves empty. ``compact=True`` then rewrites storage (VACUUM) so that the deleted
+        bytes leave the files; :meth:`compact` does it checked, waiting for other readers.
 
-        ``user_id`` covers ``("users", user_id, ...)``, items under ``("threads",)`` whose ``user_id`` is that
-        user (and the whole thread when no other user is named in it) and that user's queued extraction work; ``thread_id`` covers ``("threads", thread_id, ...)``, that thread's extraction
-        state and memories extracted from it. Nothing outside the scope is touched.
+        ``then(report)``: statements of a higher layer (:data:`~remem.store.Statements`, such as the erasure
+        journal's) run in the same transaction after the delete, so that they commit together or not at all.
+        Labels, keys and match keys are checked before any transaction (:func:`check_delete`).
         """
-        report, values = self._run(self._forget_program(user_id, thread_id, namespace), write=True)
+        _delete.check_delete(prefixes, keys, matching)
+        report, values = self._run(self._delete_program(prefixes, keys, matching, then), write=True)
         self._evict_texts(values)
-        with self._lock:
-            report.compacted = self._compact()
+        if compact:
+            with self._lock:
+                report.compacted = self._compact()
         return report
 
-    def _forget_program(
-        self, user_id: str | None, thread_id: str | None, namespace: tuple[str, ...] | str | None
-    ) -> Callable[[Tx], Program[tuple[ForgetReport, list[str]]]]:
-        """What :meth:`forget` runs (the scope checked now, before any transaction)."""
-        prefixes, matches, scopes = forget_scopes(user_id, thread_id, namespace)
-        owner = ("user_id", user_id) if user_id is not None else None
-        return lambda tx: _erasure.forget_program(self.dialect, tx, prefixes, matches, scopes, owner)
+    def _delete_program(
+        self,
+        prefixes: Sequence[tuple[str, ...]],
+        keys: Sequence[tuple[tuple[str, ...], str]],
+        matching: Sequence[tuple[tuple[str, ...], Mapping[str, str]]],
+        then: Callable[[DeleteReport], Statements[Any]] | None,
+    ) -> Callable[[Tx], Program[tuple[DeleteReport, list[str]]]]:
+        def program(tx: Tx) -> Program[tuple[DeleteReport, list[str]]]:
+            report, values = yield from _delete.delete_program(self.dialect, tx, prefixes, keys, matching)
+            if then is not None:
+                yield from _delete.statements_program(then(report))
+            return report, values
 
-    async def aforget(self, **scope: Any) -> ForgetReport:
-        """Async version of :meth:`forget`."""
-        return await asyncio.to_thread(self.forget, **scope)
+        return program
+
+    async def adelete_items(
+        self,
+        prefixes: Sequence[tuple[str, ...]] = (),
+        *,
+        keys: Sequence[tuple[tuple[str, ...], str]] = (),
+        matching: Sequence[tuple[tuple[str, ...], Mapping[str, str]]] = (),
+        compact: bool = False,
+        then: Callable[[DeleteReport], Statements[Any]] | None = None,
+    ) -> DeleteReport:
+        """Async version of :meth:`delete_items`."""
+        return await asyncio.to_thread(
+            functools.partial(
+                self.delete_items, prefixes, keys=keys, matching=matching, compact=compact, then=then
+            )
+        )
+
+    def run_statements(self, make: Callable[[str], Statements[T]]) -> T:
+        """Run a higher layer's statements, ``make(backend)`` (``"sqlite"`` or ``"postgres"``), in one write
+        transaction of this store: for tables kept in the store's database (the erasure journal, the usage
+        ledger's rows an erasure deletes). The store may build them again to retry on a new connection."""
+        return self._run(lambda _: _delete.statements_program(make(self.dialect.name)), write=True)
+
+    def compact(self, *, wait: float = 30.0) -> Compaction:
+        """Rewrite storage so that deleted rows' bytes leave the database's files, waiting up to ``wait``
+        seconds for other connections that still need the old rows; says plainly when that was not done."""
+        return _compact.compact(self, wait=wait)
 
     def _evict_texts(self, values: list[str]) -> None:
         evict = getattr(self.plan.embed, "evict", None) if self.plan else None
@@ -327,7 +340,7 @@ class RememStoreBase(BaseStore):
         raise NotImplementedError
 
     def _sweep_now(self) -> int:
-        return self._run(lambda tx: _erasure.sweep_program(self.dialect, tx, self.clock()), write=True)
+        return self._run(lambda tx: _delete.sweep_program(self.dialect, tx, self.clock()), write=True)
 
     async def asweep_ttl(self) -> int:
         """Delete expired items now; returns how many."""
@@ -364,7 +377,7 @@ class RememStoreBase(BaseStore):
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""
-        return self._run(lambda _: _erasure.stats_program(self.dialect), write=False)
+        return self._run(lambda _: _delete.stats_program(self.dialect), write=False)
 
 
 def check_read_only_schema(version: int, where: str) -> None:

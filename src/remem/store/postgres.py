@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
-from remem.store import _erasure, _exec
+from remem.store import _delete, _exec
 from remem.store import _keyword as kw
 from remem.store import _program as prog
 from remem.store import _schema as schema
@@ -49,7 +49,7 @@ from remem.store._base import (
     query_texts,
 )
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-from remem.store._erasure import ForgetReport
+from remem.store._delete import DeleteReport, Statements
 from remem.store._exec import Hits, Program, Rows, Sql, Tx, Vector
 from remem.store._vectors import top_items
 
@@ -860,13 +860,22 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
             ready=ready,
         )
 
-    async def aforget(self, **scope: Any) -> ForgetReport:
-        """Async version of :meth:`forget`."""
-        make = self._forget_program(scope.get("user_id"), scope.get("thread_id"), scope.get("namespace"))
-        report, values = await self._arun(make, write=True)
+    async def adelete_items(
+        self,
+        prefixes: Sequence[tuple[str, ...]] = (),
+        *,
+        keys: Sequence[tuple[tuple[str, ...], str]] = (),
+        matching: Sequence[tuple[tuple[str, ...], Mapping[str, str]]] = (),
+        compact: bool = False,
+        then: Callable[[DeleteReport], Statements[Any]] | None = None,
+    ) -> DeleteReport:
+        """Async version of :meth:`delete_items`."""
+        _delete.check_delete(prefixes, keys, matching)
+        report, values = await self._arun(self._delete_program(prefixes, keys, matching, then), write=True)
         self._evict_texts(values)
-        async with self._async_lock():
-            report.compacted = await self._acompact()
+        if compact:
+            async with self._async_lock():
+                report.compacted = await self._acompact()
         return report
 
     async def _acompact(self) -> bool:
@@ -882,7 +891,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         return True
 
     async def asweep_ttl(self) -> int:
-        return await self._arun(lambda tx: _erasure.sweep_program(self.dialect, tx, self.clock()), write=True)
+        return await self._arun(lambda tx: _delete.sweep_program(self.dialect, tx, self.clock()), write=True)
 
     @classmethod
     @contextlib.asynccontextmanager

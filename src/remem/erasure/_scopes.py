@@ -1,0 +1,255 @@
+"""What an erasure scope covers in the store, and the store-only erasure :func:`forget`.
+
+The store deletes what it is told (:meth:`~remem.store.RememStoreBase.delete_items`: prefixes, keys, value
+matches); this module says what a user's, a thread's or a namespace's data is, in remem's layout
+(:mod:`remem.layout`):
+
+- a **user** U: ``("users", U, ...)``, the items under ``("threads",)`` and the extraction state whose
+  ``user_id`` is U, and every thread held by U alone, whole (a thread in which only U is named as an item's
+  ``user_id``; one shared with another user keeps the other's items);
+- a **thread** T: ``("threads", T, ...)``, its extraction state, and the memories extracted from it (items
+  under ``("users",)`` whose ``thread_id`` is T);
+- a **namespace**: everything under it.
+
+The memory client's thread records (``("threads", T, "meta")`` naming U) are read here too, through the
+store's public search: they tell an erasure whose checkpoints go (:func:`threads_of_user`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from remem.errors import RememUsageError
+from remem.layout import (
+    THREAD_META_KEY,
+    check_label,
+    extraction_root,
+    extraction_state,
+    thread_id_of,
+    thread_meta,
+    thread_root,
+    threads_root,
+    user_root,
+    users_root,
+)
+from remem.store import DeleteReport, RememStoreBase, Statements, check_delete
+
+__all__ = [
+    "ForgetReport",
+    "StoreScope",
+    "aforget",
+    "delete_scope",
+    "forget",
+    "store_scope",
+    "threads_of_user",
+]
+
+Namespace = tuple[str, ...]
+_PAGE = 1000
+
+
+@dataclass
+class ForgetReport:
+    """What an erasure removed from the store. ``scopes`` says what was asked; counts are rows deleted."""
+
+    scopes: list[str]
+    items: int = 0
+    vectors: int = 0
+    keyword_rows: int = 0
+    namespaces: int = 0
+    queued: int = 0
+    compacted: bool = False
+    item_keys: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+
+    def as_rows(self) -> list[tuple[str, str]]:
+        return [
+            ("scopes", ", ".join(self.scopes)),
+            ("items", str(self.items)),
+            ("vectors", str(self.vectors)),
+            ("keyword index rows", str(self.keyword_rows)),
+            ("namespaces", str(self.namespaces)),
+            ("queued extraction work", str(self.queued)),
+            ("storage compacted", "yes" if self.compacted else "no"),
+        ]
+
+    @classmethod
+    def of(cls, deleted: DeleteReport, scopes: list[str]) -> ForgetReport:
+        """The report of a store delete: its counts, and how many items were queued extraction work."""
+        root = extraction_root()
+        return cls(
+            scopes=scopes,
+            items=deleted.items,
+            vectors=deleted.vectors,
+            keyword_rows=deleted.keyword_rows,
+            namespaces=deleted.namespaces,
+            queued=sum(1 for ns, _ in deleted.item_keys if ns[: len(root)] == root),
+            compacted=deleted.compacted,
+            item_keys=list(deleted.item_keys),
+        )
+
+
+@dataclass(frozen=True)
+class StoreScope:
+    """One scope as the store's delete takes it; ``user_id``: whose whole threads go too."""
+
+    prefixes: list[Namespace]
+    matching: list[tuple[Namespace, dict[str, str]]]
+    label: str
+    user_id: str | None = None
+
+
+def store_scope(
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    namespace: Sequence[str] | str | None = None,
+) -> StoreScope:
+    """The prefixes and value matches of exactly one scope, checked as the store checks them."""
+    given = [x for x in (user_id, thread_id, namespace) if x is not None]
+    if len(given) != 1:
+        raise RememUsageError("forget needs exactly one of user_id=, thread_id= or namespace=")
+    if user_id is not None:
+        check_label(user_id, "user_id")
+        scope = StoreScope(
+            [user_root(user_id)],
+            [(threads_root(), {"user_id": user_id}), (extraction_root(), {"user_id": user_id})],
+            f"user {user_id}",
+            user_id,
+        )
+    elif thread_id is not None:
+        check_label(thread_id, "thread_id")
+        scope = StoreScope(
+            [thread_root(thread_id), extraction_state(thread_id)],
+            [(users_root(), {"thread_id": thread_id})],
+            f"thread {thread_id}",
+        )
+    else:
+        ns = tuple(namespace.split(".")) if isinstance(namespace, str) else tuple(namespace or ())
+        scope = StoreScope([ns], [], "namespace " + ".".join(ns))
+    check_delete(scope.prefixes, (), scope.matching)
+    return scope
+
+
+# ---------------------------------------------------------------- reads: the user's threads
+
+
+def _pages(store: RememStoreBase, prefix: Namespace, filter: Mapping[str, Any] | None) -> Iterator[Any]:
+    offset = 0
+    while True:
+        page = store.search(
+            prefix, filter=dict(filter) if filter else None, limit=_PAGE, offset=offset, refresh_ttl=False
+        )
+        yield from page
+        if len(page) < _PAGE:
+            return
+        offset += _PAGE
+
+
+async def _apages(
+    store: RememStoreBase, prefix: Namespace, filter: Mapping[str, Any] | None
+) -> AsyncIterator[Any]:
+    offset = 0
+    while True:
+        page = await store.asearch(
+            prefix, filter=dict(filter) if filter else None, limit=_PAGE, offset=offset, refresh_ttl=False
+        )
+        for item in page:
+            yield item
+        if len(page) < _PAGE:
+            return
+        offset += _PAGE
+
+
+def _named(items: Sequence[Any]) -> dict[Namespace, None]:
+    """The threads (``("threads", T)``) holding these items."""
+    root = threads_root()
+    return {tuple(i.namespace[: len(root) + 1]): None for i in items if len(i.namespace) > len(root)}
+
+
+def _alone(user_id: str, items: Sequence[Any]) -> bool:
+    """Whether every item of a thread that names a user names ``user_id``."""
+    return {i.value.get("user_id") for i in items} - {None} == {user_id}
+
+
+def _meta_threads(user_id: str, items: Sequence[Any]) -> list[str]:
+    found = set()
+    for item in items:
+        thread = thread_id_of(tuple(item.namespace))
+        if (
+            thread is not None
+            and tuple(item.namespace) == thread_meta(thread)
+            and item.key == THREAD_META_KEY
+        ):
+            found.add(thread)
+    return sorted(found)
+
+
+def threads_of_user(store: RememStoreBase, user_id: str) -> list[str]:
+    """Threads whose memory-client record (``("threads", T, "meta")``) names ``user_id`` as their user."""
+    return _meta_threads(user_id, list(_pages(store, threads_root(), {"user_id": user_id})))
+
+
+def _whole_threads(store: RememStoreBase, scope: StoreScope) -> list[Namespace]:
+    if scope.user_id is None:
+        return []
+    named = _named(list(_pages(store, threads_root(), {"user_id": scope.user_id})))
+    return [t for t in named if _alone(scope.user_id, list(_pages(store, t, None)))]
+
+
+async def _awhole_threads(store: RememStoreBase, scope: StoreScope) -> list[Namespace]:
+    if scope.user_id is None:
+        return []
+    named = _named([i async for i in _apages(store, threads_root(), {"user_id": scope.user_id})])
+    return [t for t in named if _alone(scope.user_id, [i async for i in _apages(store, t, None)])]
+
+
+# ---------------------------------------------------------------- deleting a scope
+
+
+def delete_scope(
+    store: RememStoreBase,
+    scope: StoreScope,
+    *,
+    compact: bool = False,
+    then: Callable[[ForgetReport], Statements[Any]] | None = None,
+) -> ForgetReport:
+    """Delete ``scope`` from ``store`` in one transaction; ``then(report)``: statements committed with it."""
+    whole = _whole_threads(store, scope)
+    deleted = store.delete_items(
+        [*scope.prefixes, *whole],
+        matching=scope.matching,
+        compact=compact,
+        then=None if then is None else (lambda d: then(ForgetReport.of(d, [scope.label]))),
+    )
+    return ForgetReport.of(deleted, [scope.label])
+
+
+def forget(
+    store: RememStoreBase,
+    *,
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    namespace: tuple[str, ...] | str | None = None,
+) -> ForgetReport:
+    """Erase a user's, a thread's or a namespace's items from ``store`` (vectors, keyword rows, queued
+    extraction work, cached embeddings included), then compact storage; what was deleted.
+
+    The store's part only: :func:`remem.erasure.erase` also takes the checkpoints and the usage ledger's
+    rows, journaled so that it always finishes.
+    """
+    return delete_scope(store, store_scope(user_id, thread_id, namespace), compact=True)
+
+
+async def aforget(
+    store: RememStoreBase,
+    *,
+    user_id: str | None = None,
+    thread_id: str | None = None,
+    namespace: tuple[str, ...] | str | None = None,
+) -> ForgetReport:
+    """Async version of :func:`forget`."""
+    scope = store_scope(user_id, thread_id, namespace)
+    whole = await _awhole_threads(store, scope)
+    deleted = await store.adelete_items([*scope.prefixes, *whole], matching=scope.matching, compact=True)
+    return ForgetReport.of(deleted, [scope.label])
