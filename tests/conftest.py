@@ -110,6 +110,32 @@ def sqlite_path(tmp_path: Path) -> Path:
     return tmp_path / "remem.db"
 
 
+def _database_url(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> str:
+    if backend == "memory":
+        return "memory://"
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'remem.db'}"
+    return str(request.getfixturevalue("pgvector_url" if backend == "pgvector" else "pg_url"))
+
+
+@pytest.fixture(params=matrix.backend_params("sqlite", "postgres"))
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a fresh database on each durable backend: a SQLite file, the machine's PostgreSQL."""
+    return _database_url(request, request.param, tmp_path)
+
+
+@pytest.fixture(params=matrix.backend_params("memory", "sqlite", "postgres"))
+def any_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """As ``db_url``, and ``memory://`` (remem's in-process backend) too."""
+    return _database_url(request, request.param, tmp_path)
+
+
+@pytest.fixture(params=matrix.backend_params("memory", "sqlite", "postgres", "pgvector"))
+def memory_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each backend the memory client runs on: ``any_db_url``'s, and PostgreSQL with pgvector."""
+    return _database_url(request, request.param, tmp_path)
+
+
 @pytest.fixture(params=matrix.backend_params("sqlite", "postgres", "pgvector"))
 def store_backend(request: pytest.FixtureRequest) -> str:
     """Each remem store backend: a SQLite file, the machine's PostgreSQL, an embedded pgvector server."""

@@ -31,16 +31,9 @@ from remem.usage._approval import Estimate, approved, is_refusal
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'agent.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
-def saver(url: str) -> Iterator[Any]:
-    with checkpointer_from_url(url) as opened:
+def saver(db_url: str) -> Iterator[Any]:
+    with checkpointer_from_url(db_url) as opened:
         yield opened
 
 
@@ -52,8 +45,8 @@ def agent_with(saver: Any, model: ScriptedChatModel, **settings: Any) -> Any:
     return build_agent(model, strategy="filter", checkpointer=saver, settings=Settings(**settings))
 
 
-def paid_calls(url: str) -> int:
-    with open_ledger(url) as ledger:
+def paid_calls(db_url: str) -> int:
+    with open_ledger(db_url) as ledger:
         return ledger.spent(thread_id="t").calls
 
 
@@ -62,7 +55,9 @@ def kept(agent: Any) -> list[tuple[str, str]]:
     return [(type(m).__name__, str(m.text)) for m in messages]
 
 
-def test_a_call_above_the_token_threshold_pauses_and_yes_sends_exactly_one_call(url: str, saver: Any) -> None:
+def test_a_call_above_the_token_threshold_pauses_and_yes_sends_exactly_one_call(
+    db_url: str, saver: Any
+) -> None:
     model = echo()
     agent = agent_with(saver, model, approval_token_threshold=3)
     with pytest.raises(ApprovalPendingError, match="needs approval") as paused:
@@ -75,50 +70,52 @@ def test_a_call_above_the_token_threshold_pauses_and_yes_sends_exactly_one_call(
         1,
         "scripted",
     )
-    assert model.calls == [] and paid_calls(url) == 0  # nothing was sent
+    assert model.calls == [] and paid_calls(db_url) == 0  # nothing was sent
     assert kept(agent) == [("HumanMessage", "hello there, model")]
 
     reply = resume_turn(agent, "t", True, user_id="maya")
     assert reply.text == "Reply to: hello there, model"
-    assert len(model.calls) == 1 and paid_calls(url) == 1
+    assert len(model.calls) == 1 and paid_calls(db_url) == 1
     assert kept(agent) == [
         ("HumanMessage", "hello there, model"),
         ("AIMessage", "Reply to: hello there, model"),
     ]
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         assert [(r.turn, r.user_id) for r in ledger.events(thread_id="t")] == [(1, "maya")]
 
 
-def test_no_ends_the_turn_with_a_message_sends_nothing_and_the_next_turn_works(url: str, saver: Any) -> None:
+def test_no_ends_the_turn_with_a_message_sends_nothing_and_the_next_turn_works(
+    db_url: str, saver: Any
+) -> None:
     model = echo()
     agent = agent_with(saver, model, approval_token_threshold=3)
     with pytest.raises(ApprovalPendingError):
         run_turn(agent, "t", "first question")
     refused = resume_turn(agent, "t", False)
     assert is_refusal(refused) and "not approved" in refused.text and "nothing was sent" in refused.text
-    assert model.calls == [] and paid_calls(url) == 0
+    assert model.calls == [] and paid_calls(db_url) == 0
     assert agent.get_state(thread_config("t")).next == ()  # the turn ended: nothing waits
 
     with pytest.raises(ApprovalPendingError) as paused:  # the next turn pauses too, and goes through
         run_turn(agent, "t", "second question")
     assert paused.value.estimate["turn"] == 2
     assert resume_turn(agent, "t", True).text == "Reply to: second question"
-    assert len(model.calls) == 1 and paid_calls(url) == 1
+    assert len(model.calls) == 1 and paid_calls(db_url) == 1
     # The refusal is a note to the person, kept in the thread, never sent to the model.
     assert [m.text for m in model.calls[0]] == ["first question", "second question"]
     assert [kind for kind, _ in kept(agent)] == ["HumanMessage", "AIMessage", "HumanMessage", "AIMessage"]
 
 
-def test_below_the_threshold_or_at_zero_nothing_pauses(url: str, saver: Any) -> None:
+def test_below_the_threshold_or_at_zero_nothing_pauses(db_url: str, saver: Any) -> None:
     model = echo()
     below = agent_with(saver, model, approval_token_threshold=100_000, approval_cost_threshold=100.0)
     assert run_turn(below, "t", "hi").text == "Reply to: hi"
     never = agent_with(saver, model, approval_token_threshold=0, approval_cost_threshold=0.0)
     assert run_turn(never, "t", "again " * 200).text.startswith("Reply to: again")
-    assert len(model.calls) == 2 and paid_calls(url) == 2
+    assert len(model.calls) == 2 and paid_calls(db_url) == 2
 
 
-def test_a_call_costing_more_than_the_cost_threshold_pauses(url: str, saver: Any) -> None:
+def test_a_call_costing_more_than_the_cost_threshold_pauses(db_url: str, saver: Any) -> None:
     model = echo()
     agent = agent_with(
         saver, model, prices=(("scripted", 1000.0, 1000.0, None),), approval_cost_threshold=0.001
@@ -135,7 +132,7 @@ def test_a_call_costing_more_than_the_cost_threshold_pauses(url: str, saver: Any
 
 
 def test_each_call_of_a_tool_loop_is_asked_for_and_no_completed_call_is_repeated(
-    url: str, saver: Any
+    db_url: str, saver: Any
 ) -> None:
     seen: list[str] = []
 
@@ -160,9 +157,9 @@ def test_each_call_of_a_tool_loop_is_asked_for_and_no_completed_call_is_repeated
     with pytest.raises(ApprovalPendingError) as again:  # the call answering the tool result asks again
         resume_turn(agent, "t", True)
     assert again.value.estimate["turn"] == 1
-    assert len(model.calls) == 1 and seen == ["a"] and paid_calls(url) == 1
+    assert len(model.calls) == 1 and seen == ["a"] and paid_calls(db_url) == 1
     assert resume_turn(agent, "t", True).text == "a is 1"
-    assert len(model.calls) == 2 and seen == ["a"] and paid_calls(url) == 2
+    assert len(model.calls) == 2 and seen == ["a"] and paid_calls(db_url) == 2
 
 
 def test_the_stock_resume_command_works_and_a_waiting_thread_refuses_a_new_message(saver: Any) -> None:

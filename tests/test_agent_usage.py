@@ -33,16 +33,9 @@ from remem.messages import approximate_token_count
 from remem.usage import open_ledger
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'agent.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
-def saver(url: str) -> Iterator[Any]:
-    with checkpointer_from_url(url) as opened:
+def saver(db_url: str) -> Iterator[Any]:
+    with checkpointer_from_url(db_url) as opened:
         yield opened
 
 
@@ -66,13 +59,13 @@ def call(key: str, call_id: str) -> AIMessage:
     return AIMessage("", tool_calls=[{"name": "lookup", "args": {"key": key}, "id": call_id}])
 
 
-def test_every_call_is_a_row_in_the_threads_own_database(url: str, saver: Any) -> None:
+def test_every_call_is_a_row_in_the_threads_own_database(db_url: str, saver: Any) -> None:
     lookup, _ = lookup_tool()
     model = ScriptedChatModel(replies=[call("a", "c1"), "a is known", "plain"])
     agent = build_agent(model, tools=[lookup], strategy="filter", checkpointer=saver)
     run_turn(agent, "t1", "what is a?", user_id="maya")
     run_turn(agent, "t1", "thanks", user_id="maya")
-    with open_ledger(url) as ledger:  # another connection to the same database
+    with open_ledger(db_url) as ledger:  # another connection to the same database
         rows = ledger.events(thread_id="t1")
     assert [(r.kind, r.turn, r.node, r.user_id) for r in rows] == [
         ("chat", 1, "call_model", "maya"),
@@ -88,15 +81,15 @@ def _replies(agent: Any, thread: str) -> list[Any]:
     return [m for m in agent.get_state(thread_config(thread)).values["messages"] if isinstance(m, AIMessage)]
 
 
-def test_the_thread_budget_counts_what_earlier_runs_spent(url: str) -> None:
-    with checkpointer_from_url(url) as saver:
+def test_the_thread_budget_counts_what_earlier_runs_spent(db_url: str) -> None:
+    with checkpointer_from_url(db_url) as saver:
         run_turn(build_agent(echo(), strategy="filter", checkpointer=saver), "t", "one two three")
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         spent = ledger.spent(thread_id="t").tokens
     # A new process (a new saver, a new agent): the budget reads the ledger, not a list in memory.
     settings = Settings(session_token_budget=spent + 5)
     model = echo()
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(db_url) as saver:
         agent = build_agent(model, strategy="filter", checkpointer=saver, settings=settings)
         with pytest.raises(BudgetExceededError, match="session_token_budget") as raised:
             run_turn(agent, "t", "four five six seven")
@@ -104,7 +97,7 @@ def test_the_thread_budget_counts_what_earlier_runs_spent(url: str) -> None:
     assert raised.value.budget == "session_token_budget" and raised.value.limit == spent + 5
 
 
-def test_a_users_daily_cost_budget_spans_threads(url: str, saver: Any) -> None:
+def test_a_users_daily_cost_budget_spans_threads(db_url: str, saver: Any) -> None:
     settings = Settings(prices=(("scripted", 1000.0, 1000.0, None),), user_day_cost_budget=0.2)
     model = echo()
     agent = build_agent(model, strategy="filter", checkpointer=saver, settings=settings)
@@ -176,11 +169,11 @@ def test_an_unpriced_model_is_recorded_with_cost_null(saver: Any) -> None:
     assert row.cost is None and ledger.totals()[0].unpriced == 1
 
 
-def test_ledger_false_records_nothing(saver: Any, url: str) -> None:
+def test_ledger_false_records_nothing(saver: Any, db_url: str) -> None:
     agent = build_agent(echo(), strategy="filter", checkpointer=saver, ledger=False)
     run_turn(agent, "t", "hello")
     assert ledger_of(agent) is None
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         assert ledger.events() == []
 
 
@@ -238,7 +231,9 @@ def _write_legacy_thread(saver: Any, thread: str, turns: int) -> None:
         old.invoke({"messages": [HumanMessage(f"old question {n}")]}, thread_config(thread))
 
 
-def test_a_checkpoint_with_a_legacy_usage_list_loads_and_moves_into_the_ledger(url: str, saver: Any) -> None:
+def test_a_checkpoint_with_a_legacy_usage_list_loads_and_moves_into_the_ledger(
+    db_url: str, saver: Any
+) -> None:
     _write_legacy_thread(saver, "old", 3)
     model = echo()
     agent = build_agent(model, strategy="filter", checkpointer=saver)
@@ -247,7 +242,7 @@ def test_a_checkpoint_with_a_legacy_usage_list_loads_and_moves_into_the_ledger(u
 
     run_turn(agent, "old", "a new question")
     run_turn(agent, "old", "and another")
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         rows = ledger.events(thread_id="old")
     assert [(r.model, r.turn) for r in rows] == [
         ("old-model", 1),
@@ -282,7 +277,7 @@ def test_legacy_spending_counts_against_the_thread_budget(saver: Any) -> None:
 
 @pytest.mark.parametrize("resume", ["invoke", "run_turn"])
 def test_a_failure_after_a_tool_round_resumes_without_repeating_the_first_call(
-    url: str, saver: Any, resume: str
+    db_url: str, saver: Any, resume: str
 ) -> None:
     lookup, seen = lookup_tool()
     model = ScriptedChatModel(
@@ -299,14 +294,14 @@ def test_a_failure_after_a_tool_round_resumes_without_repeating_the_first_call(
         run_turn(agent, "t", "and next?")  # finishes the interrupted turn first
     first_calls = [c for c in model.calls if c[-1].text == "what is a?"]
     assert len(first_calls) == 1 and seen == ["a"]  # neither the paid call nor the tool ran again
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         rows = ledger.events(thread_id="t")
     paid = 3 if resume == "run_turn" else 2  # the failed call raised: nothing was paid, nothing recorded
     assert [r.turn for r in rows] == [1, 1, 2][:paid]
     assert len(model.calls) == paid + 1
 
 
-def test_a_failed_summary_resumes_without_calling_the_chat_model_again(url: str, saver: Any) -> None:
+def test_a_failed_summary_resumes_without_calling_the_chat_model_again(db_url: str, saver: Any) -> None:
     chat = echo()
     summariser = ScriptedChatModel(replies=[RuntimeError("summariser down")], default="A summary.")
     agent = build_agent(
@@ -323,7 +318,7 @@ def test_a_failed_summary_resumes_without_calling_the_chat_model_again(url: str,
     agent.invoke(None, config)
     agent.invoke(None, config)  # nothing left to run: invoking again changes nothing
     assert len(chat.calls) == 2 and len(summariser.calls) == 2
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         rows = ledger.events(thread_id="t")
     assert [(r.kind, r.turn) for r in rows] == [("chat", 1), ("chat", 2), ("summariser", 2)]
 

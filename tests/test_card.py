@@ -25,18 +25,9 @@ from remem.testing import offline_settings
 SETTINGS = offline_settings()
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("pgvector", marks=pytest.mark.pgvector),
-    ]
-)
-def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
-    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'card.db'}"}.get(request.param)
-    url = url or str(request.getfixturevalue("pgvector_url" if request.param == "pgvector" else "pg_url"))
-    with Memory.from_url(url, settings=SETTINGS) as mem:
+@pytest.fixture
+def memory(memory_url: str) -> Iterator[Memory]:
+    with Memory.from_url(memory_url, settings=SETTINGS) as mem:
         yield mem
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_turn
@@ -11,15 +9,8 @@ from remem.agent import thread_config
 from remem.errors import StorageError
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'app.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-def test_an_agent_used_after_the_saver_closed_says_to_use_with(url: str) -> None:
-    with checkpointer_from_url(url) as saver:
+def test_an_agent_used_after_the_saver_closed_says_to_use_with(db_url: str) -> None:
+    with checkpointer_from_url(db_url) as saver:
         agent = build_agent(ScriptedChatModel(default="ok"), strategy="filter", checkpointer=saver)
         run_turn(agent, "t", "hello")
     with pytest.raises(StorageError, match=r"is closed: the `with` block .* inside the block"):

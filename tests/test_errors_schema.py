@@ -11,7 +11,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -52,55 +51,48 @@ COMMANDS: dict[str, list[list[str]]] = {
 }
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'remem.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-def _execute(url: str, sql: str) -> list[tuple[Any, ...]]:
-    if url.startswith("sqlite:///"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+def _execute(db_url: str, sql: str) -> list[tuple[Any, ...]]:
+    if db_url.startswith("sqlite:///"):
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
         try:
             return conn.execute(sql).fetchall()
         finally:
             conn.close()
-    with psycopg.connect(url, autocommit=True) as pg:
+    with psycopg.connect(db_url, autocommit=True) as pg:
         cur = pg.execute(sql)
         return cur.fetchall() if cur.description else []
 
 
-def _create_everything(url: str) -> None:
+def _create_everything(db_url: str) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
 
     from remem.usage import Meter
 
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(db_url) as saver:
         saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
-    with open_store(url) as store:
+    with open_store(db_url) as store:
         store.put(("docs",), "k", {"text": "tea"})
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         Meter(ledger).record("chat", "fake", input_tokens=1, output_tokens=1, thread_id="t")
 
 
 @pytest.mark.parametrize("component", sorted(OPENERS))
-def test_every_part_refuses_a_schema_a_newer_remem_wrote(component: str, url: str) -> None:
-    _create_everything(url)
-    _execute(url, f"INSERT INTO {TABLE} (component, version, applied_at) VALUES ('{component}', 99, 0)")
-    before = _execute(url, f"SELECT component, version FROM {TABLE} ORDER BY component, version")
+def test_every_part_refuses_a_schema_a_newer_remem_wrote(component: str, db_url: str) -> None:
+    _create_everything(db_url)
+    _execute(db_url, f"INSERT INTO {TABLE} (component, version, applied_at) VALUES ('{component}', 99, 0)")
+    before = _execute(db_url, f"SELECT component, version FROM {TABLE} ORDER BY component, version")
     for opener in OPENERS[component]:
-        with pytest.raises(SchemaTooNewError, match="upgrade remem") as caught, opener(url):
+        with pytest.raises(SchemaTooNewError, match="upgrade remem") as caught, opener(db_url):
             pass
         assert f"{component} schema is at version 99" in str(caught.value)
     for argv in COMMANDS[component]:
-        result = CliRunner().invoke(main, [*argv, "--db", url], env={"REMEM_EMBEDDER": "fake"})
+        result = CliRunner().invoke(main, [*argv, "--db", db_url], env={"REMEM_EMBEDDER": "fake"})
         assert result.exit_code == SchemaTooNewError.exit_code == 1, (argv, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "upgrade remem" in lines[0], (argv, result.stderr)
     # nothing was migrated, recorded or rolled back by any of them
-    assert _execute(url, f"SELECT component, version FROM {TABLE} ORDER BY component, version") == before
+    assert _execute(db_url, f"SELECT component, version FROM {TABLE} ORDER BY component, version") == before
     if component == "usage":  # and the newer ledger's rows are all there
         from remem.layout import USAGE_LEDGER_TABLE
 
-        assert _execute(url, f"SELECT count(*) FROM {USAGE_LEDGER_TABLE}") == [(1,)]
+        assert _execute(db_url, f"SELECT count(*) FROM {USAGE_LEDGER_TABLE}") == [(1,)]

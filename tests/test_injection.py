@@ -45,11 +45,9 @@ ALLOWED_TAGS = {
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
-    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'inj.db'}"}.get(request.param)
-    url = url or str(request.getfixturevalue("pg_url"))
-    with Memory.from_url(url, settings=SETTINGS) as mem:
+@pytest.fixture
+def memory(any_db_url: str) -> Iterator[Memory]:
+    with Memory.from_url(any_db_url, settings=SETTINGS) as mem:
         yield mem
 
 

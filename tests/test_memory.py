@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,24 +20,9 @@ from remem.testing import offline_settings
 SETTINGS = offline_settings()
 
 
-def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if kind == "memory":
-        return "memory://"
-    if kind == "sqlite":
-        return f"sqlite:///{tmp_path / 'memory.db'}"
-    return str(request.getfixturevalue("pgvector_url" if kind == "pgvector" else "pg_url"))
-
-
-@pytest.fixture(
-    params=[
-        "memory",
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("pgvector", marks=pytest.mark.pgvector),
-    ]
-)
-def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
-    with Memory.from_url(_url(request.param, request, tmp_path), settings=SETTINGS) as mem:
+@pytest.fixture
+def memory(memory_url: str) -> Iterator[Memory]:
+    with Memory.from_url(memory_url, settings=SETTINGS) as mem:
         yield mem
 
 

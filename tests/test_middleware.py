@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +24,9 @@ SETTINGS = offline_settings()
 LONG_SYSTEM_PROMPT = "You are a careful assistant who answers in full sentences. " * 40
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Memory]:
-    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'mw.db'}"}.get(request.param)
-    url = url or str(request.getfixturevalue("pg_url"))
-    with Memory.from_url(url, settings=SETTINGS) as mem:
+@pytest.fixture
+def memory(any_db_url: str) -> Iterator[Memory]:
+    with Memory.from_url(any_db_url, settings=SETTINGS) as mem:
         yield mem
 
 

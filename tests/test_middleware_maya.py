@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 from remem.memory import is_card_message
 from remem.models import ScriptedChatModel
 
@@ -26,19 +24,10 @@ def _example() -> ModuleType:
     return module
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory://"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'maya.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-def test_maya_final_answer_sees_who_what_and_which_step(url: str) -> None:
+def test_maya_final_answer_sees_who_what_and_which_step(any_db_url: str) -> None:
     example = _example()
     model = ScriptedChatModel(default=example._answer_from_prompt)
-    final_answer, card, _ = example.run(url, model)
+    final_answer, card, _ = example.run(any_db_url, model)
     final_input = model.calls[-1]
     assert final_input[0].type == "system"  # the system prompt is kept, the card is not put there
     card_message = final_input[1]

@@ -34,16 +34,9 @@ from remem.usage._sql import TOTALS_TABLE, TOTALS_TRIGGER
 from remem.usage.embeddings import MeteredEmbedder
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'usage.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
-def ledger(url: str) -> Iterator[object]:
-    with open_ledger(url) as opened:
+def ledger(db_url: str) -> Iterator[object]:
+    with open_ledger(db_url) as opened:
         yield opened
 
 
@@ -51,8 +44,8 @@ def _event(**kw: Any) -> UsageEvent:
     return UsageEvent(**{"kind": "chat", "model": "m", "input_tokens": 100, "output_tokens": 10, **kw})
 
 
-def test_events_limit_is_checked_and_kept(url: str) -> None:
-    with open_ledger(url) as ledger:
+def test_events_limit_is_checked_and_kept(db_url: str) -> None:
+    with open_ledger(db_url) as ledger:
         for n in range(3):
             ledger.record(_event(thread_id="a", call_id=f"c{n}", at=1_700_000_000.0 + n))
         assert [e.call_id for e in ledger.events(limit=2)] == ["c0", "c1"]
@@ -65,16 +58,16 @@ def test_events_limit_is_checked_and_kept(url: str) -> None:
             ledger.events(limit=-1)
 
 
-def test_one_row_per_call_queryable_across_threads_users_and_days(url: str) -> None:
+def test_one_row_per_call_queryable_across_threads_users_and_days(db_url: str) -> None:
     day1, day2 = 1_700_000_000.0, 1_700_000_000.0 + 86_400
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         ledger.record(_event(thread_id="a", user_id="maya", turn=1, at=day1, cost=0.5))
         ledger.record(
             _event(thread_id="a", user_id="maya", turn=1, kind="summariser", at=day1 + 1, cost=None)
         )
         ledger.record(_event(thread_id="a", user_id="maya", turn=2, model="n", at=day2, cost=0.25))
         ledger.record(_event(thread_id="b", user_id="lea", turn=1, at=day2 + 5, cached_tokens=40, cost=1.0))
-    with open_ledger(url) as ledger:  # another connection (another process would see the same)
+    with open_ledger(db_url) as ledger:  # another connection (another process would see the same)
         assert len(ledger.events()) == 4
         assert [e.kind for e in ledger.events(thread_id="a", turn=1)] == ["chat", "summariser"]
         by_thread = {t.key: t for t in ledger.totals(by="thread")}
@@ -409,8 +402,8 @@ def test_a_check_passes_exactly_when_the_total_stays_within_the_limit(
     assert passed == (earlier + call <= limit)
 
 
-def test_running_totals_match_the_rows_on_every_backend(url: str) -> None:
-    with open_ledger(url) as ledger:
+def test_running_totals_match_the_rows_on_every_backend(db_url: str) -> None:
+    with open_ledger(db_url) as ledger:
         for n in range(6):
             ledger.record(
                 _event(

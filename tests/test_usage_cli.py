@@ -18,15 +18,8 @@ from remem.testing import offline_settings
 from remem.usage import UsageEvent, open_ledger
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'app.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-def _seed(url: str) -> None:
-    with checkpointer_from_url(url) as saver:
+def _seed(db_url: str) -> None:
+    with checkpointer_from_url(db_url) as saver:
         # ledger=False: the rows below stand for the thread's calls (the agent would record its own).
         agent = build_agent(
             ScriptedChatModel(default="Sunny."), strategy="filter", checkpointer=saver, ledger=False
@@ -46,7 +39,7 @@ def _seed(url: str) -> None:
             as_node="call_model",
         )
     now = time.time()
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         for turn, model, cost in ((1, "gpt-x", 0.25), (2, "gpt-x", 0.5), (2, "gpt-y", None)):
             ledger.record(
                 UsageEvent(
@@ -73,24 +66,24 @@ def _run(*args: str) -> str:
     return result.output
 
 
-def test_usage_totals_by_model_turn_and_since_in_every_format(url: str) -> None:
-    _seed(url)
-    data = json.loads(_run("usage", "--db", url, "--by", "model", "--json"))
+def test_usage_totals_by_model_turn_and_since_in_every_format(db_url: str) -> None:
+    _seed(db_url)
+    data = json.loads(_run("usage", "--db", db_url, "--by", "model", "--json"))
     assert {r["model"]: r["calls"] for r in data["rows"]} == {"gpt-x": 2, "gpt-y": 1, "minilm": 1}
     assert data["total"]["calls"] == 4 and data["total"]["unpriced_calls"] == 2
-    recent = json.loads(_run("usage", "--db", url, "--since", "7d", "--json"))
+    recent = json.loads(_run("usage", "--db", db_url, "--since", "7d", "--json"))
     assert len(recent["rows"]) == 3 and recent["total"]["cost"] == 0.75
-    lines = _run("usage", "--db", url, "--by", "turn", "--thread", "t1", "--format", "jsonl").splitlines()
+    lines = _run("usage", "--db", db_url, "--by", "turn", "--thread", "t1", "--format", "jsonl").splitlines()
     assert [(json.loads(x)["turn"], json.loads(x)["calls"]) for x in lines] == [(1, 1), (2, 2)]
-    csv_text = _run("usage", "--db", url, "--by", "day", "--format", "csv")
+    csv_text = _run("usage", "--db", db_url, "--by", "day", "--format", "csv")
     assert csv_text.splitlines()[0].startswith("day,calls,input_tokens")
-    table = _run("usage", "--db", url, "--by", "user", "--user", "maya")
+    table = _run("usage", "--db", db_url, "--by", "user", "--user", "maya")
     assert "maya" in table and "total" in table and "0.750000" in table and "have no price" in table
 
 
-def test_export_gives_each_turn_its_messages_and_its_ledger_totals(url: str) -> None:
-    _seed(url)
-    records = [json.loads(x) for x in _run("export", "t1", "--db", url).splitlines()]
+def test_export_gives_each_turn_its_messages_and_its_ledger_totals(db_url: str) -> None:
+    _seed(db_url)
+    records = [json.loads(x) for x in _run("export", "t1", "--db", db_url).splitlines()]
     assert records[0] == {
         "type": "thread",
         "format": "remem.transcript/1",
@@ -112,9 +105,9 @@ def test_export_gives_each_turn_its_messages_and_its_ledger_totals(url: str) -> 
         (2, "assistant"),
     ]
     assert messages[3]["tool_calls"][0]["name"] == "lookup" and messages[4]["tool_call_id"] == "c1"
-    md = _run("export", "t1", "--db", url, "--format", "md")
+    md = _run("export", "t1", "--db", db_url, "--format", "md")
     assert "## Turn 2" in md and "gpt-x, gpt-y" in md and "tokens in/out/cached: 400/20/0" in md
-    assert json.loads(_run("export", "t1", "--db", url, "--json"))["records"] == records[1:]
+    assert json.loads(_run("export", "t1", "--db", db_url, "--json"))["records"] == records[1:]
 
 
 def test_reading_usage_creates_nothing(tmp_path: Path) -> None:
@@ -159,16 +152,16 @@ def test_export_reads_a_memory_client_thread_when_no_checkpoint_holds_it(tmp_pat
     ]
 
 
-def test_by_turn_the_table_is_followed_by_a_chart_of_tokens_per_turn(url: str) -> None:
-    _seed(url)
-    out = _run("usage", "--db", url, "--by", "turn", "--thread", "t1")
+def test_by_turn_the_table_is_followed_by_a_chart_of_tokens_per_turn(db_url: str) -> None:
+    _seed(db_url)
+    out = _run("usage", "--db", db_url, "--by", "turn", "--thread", "t1")
     chart = out[out.index("tokens per turn") :].splitlines()
     turn1, turn2 = (line for line in chart if "│" in line)
     # Turn 2 (420 tokens) is the longest bar (40 cells); turn 1 (110 tokens) about a quarter of it.
     assert turn2.count("█") + turn2.count("▒") == 40 and turn1.count("█") + turn1.count("▒") == 10
     assert turn1.count("█") == round(100 / 420 * 40)  # input, then output
     assert "110 tok" in turn1 and "cost 0.250000" in turn1 and "420 tok" in turn2
-    assert "tokens per turn" not in _run("usage", "--db", url, "--by", "model")
+    assert "tokens per turn" not in _run("usage", "--db", db_url, "--by", "model")
 
 
 def _colour_share(path: Path, hex_colour: str) -> float:
@@ -180,10 +173,10 @@ def _colour_share(path: Path, hex_colour: str) -> float:
     return float(close.mean())
 
 
-def test_plot_writes_a_png_of_tokens_and_cost_per_turn(url: str, tmp_path: Path) -> None:
-    _seed(url)
+def test_plot_writes_a_png_of_tokens_and_cost_per_turn(db_url: str, tmp_path: Path) -> None:
+    _seed(db_url)
     png = tmp_path / "usage.png"
-    out = _run("usage", "--db", url, "--thread", "t1", "--plot", str(png))
+    out = _run("usage", "--db", db_url, "--thread", "t1", "--plot", str(png))
     assert "wrote a chart of 2 turn(s)" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Bars of each series are drawn: input (blue), output (red), cost (green).
@@ -191,7 +184,7 @@ def test_plot_writes_a_png_of_tokens_and_cost_per_turn(url: str, tmp_path: Path)
     assert _colour_share(png, "#ee6677") > 0.0005
     assert _colour_share(png, "#228833") > 0.01
     empty = CliRunner().invoke(
-        main, ["usage", "--db", url, "--thread", "nobody", "--plot", str(tmp_path / "x.png")]
+        main, ["usage", "--db", db_url, "--thread", "nobody", "--plot", str(tmp_path / "x.png")]
     )
     assert empty.exit_code == 1 and "nothing to plot" in empty.output
     assert not (tmp_path / "x.png").exists()
@@ -210,19 +203,19 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 1 and "pip install 'remem[plot]'" in result.output
 
 
-def _export(url: str, thread_id: str, *extra: str) -> list[dict[str, object]]:
-    out = _run("export", thread_id, "--db", url, *extra)
+def _export(db_url: str, thread_id: str, *extra: str) -> list[dict[str, object]]:
+    out = _run("export", thread_id, "--db", db_url, *extra)
     return [json.loads(line) for line in out.splitlines()]
 
 
-def test_export_of_the_demo_thread_pairs_each_turn_with_its_own_ledger_row(url: str) -> None:
+def test_export_of_the_demo_thread_pairs_each_turn_with_its_own_ledger_row(db_url: str) -> None:
     from remem.config import Settings
     from remem.demo import load_script, run_demo
 
-    report = run_demo(Settings(database_url=url, embedder="fake"), thread_id="demo")  # summary, 65 turns
+    report = run_demo(Settings(database_url=db_url, embedder="fake"), thread_id="demo")  # summary, 65 turns
     script = load_script()
-    records = _export(url, "demo")
-    with open_ledger(url) as ledger:
+    records = _export(db_url, "demo")
+    with open_ledger(db_url) as ledger:
         sent = {e.turn: e.input_tokens for e in ledger.events(thread_id="demo") if e.kind == "chat"}
     assert sorted(sent) == list(range(1, len(script) + 1))
     # Each message kept in the state sits under the turn that said it, with that turn's ledger row.
@@ -237,7 +230,7 @@ def test_export_of_the_demo_thread_pairs_each_turn_with_its_own_ledger_row(url: 
     first_kept = min(int(m["turn"]) for m in kept)  # type: ignore[call-overload]
     assert records[1] == {"type": "summary", "replaces_turns": [1, first_kept - 1], "content": report.summary}
     assert [turns[n].get("in_state") for n in (1, first_kept - 1, first_kept)] == [False, False, None]
-    md = _run("export", "demo", "--db", url, "--format", "md")
+    md = _run("export", "demo", "--db", db_url, "--format", "md")
     assert f"## Summary (replaces turns 1-{first_kept - 1})" in md and f"## Turn {first_kept}\n" in md
     assert "## Turn 1\n" not in md and "- turn 1 (not in the state)" in md
 

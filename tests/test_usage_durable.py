@@ -12,7 +12,6 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -38,30 +37,23 @@ CONFIG: Any = {"configurable": {"thread_id": "t1", "user_id": "maya"}}
 FAILURE = "the ledger refuses this row (injected)"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'app.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 @contextmanager
-def ledger_refuses_rows(url: str) -> Iterator[Callable[[], None]]:
+def ledger_refuses_rows(db_url: str) -> Iterator[Callable[[], None]]:
     """While inside, the database itself refuses every new ledger row (a trigger that raises), until the
     function it yields is called (the ledger recovers)."""
-    with open_ledger(url):  # the ledger's tables exist before the trigger is put on them
+    with open_ledger(db_url):  # the ledger's tables exist before the trigger is put on them
         pass
-    sqlite = url.startswith("sqlite:///")
+    sqlite = db_url.startswith("sqlite:///")
     if sqlite:
         conn: Any = sqlite3.connect(
-            url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
+            db_url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
         )
         conn.execute(
             "CREATE TRIGGER refuse_usage BEFORE INSERT ON remem_usage "
             f"BEGIN SELECT RAISE(ABORT, '{FAILURE}'); END"
         )
     else:
-        conn = psycopg.connect(url, autocommit=True)
+        conn = psycopg.connect(db_url, autocommit=True)
         conn.execute(
             "CREATE FUNCTION refuse_usage() RETURNS trigger LANGUAGE plpgsql AS "
             f"$$ BEGIN RAISE EXCEPTION '{FAILURE}'; END $$"
@@ -81,22 +73,22 @@ def ledger_refuses_rows(url: str) -> Iterator[Callable[[], None]]:
         conn.close()
 
 
-def _rows(url: str) -> list[Any]:
-    with open_ledger(url) as ledger:
+def _rows(db_url: str) -> list[Any]:
+    with open_ledger(db_url) as ledger:
         return ledger.events(thread_id="t1")
 
 
-def test_agent_a_refused_row_is_kept_with_the_reply_and_written_by_the_next_call(url: str) -> None:
+def test_agent_a_refused_row_is_kept_with_the_reply_and_written_by_the_next_call(db_url: str) -> None:
     model = ScriptedChatModel(replies=["first", "second", "third"])
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(db_url) as saver:
         agent = build_agent(
             model, strategy="filter", checkpointer=saver, budgets=Budgets(thread_tokens=10**9)
         )
         run_turn(agent, "t1", "one", user_id="maya")
-        with ledger_refuses_rows(url):
+        with ledger_refuses_rows(db_url):
             assert run_turn(agent, "t1", "two", user_id="maya").text == "second"  # the reply is kept
         assert len(model.calls) == 2  # nothing was called again
-        assert len(_rows(url)) == 1
+        assert len(_rows(db_url)) == 1
         kept = agent.get_state(CONFIG).values[UNRECORDED]
         assert [row["turn"] for row in kept] == [2]  # stored in the checkpoint, with the reply
 
@@ -105,17 +97,17 @@ def test_agent_a_refused_row_is_kept_with_the_reply_and_written_by_the_next_call
             model, strategy="filter", checkpointer=saver, budgets=Budgets(thread_tokens=10**9)
         )
         run_turn(again, "t1", "three", user_id="maya")
-    rows = _rows(url)
+    rows = _rows(db_url)
     assert sorted(r.turn for r in rows) == [1, 2, 3]  # exactly one row per call
     assert len({r.call_id for r in rows}) == 3
     assert len(model.calls) == 3
 
 
-def test_agent_the_kept_row_counts_against_the_budget_of_the_next_call(url: str) -> None:
+def test_agent_the_kept_row_counts_against_the_budget_of_the_next_call(db_url: str) -> None:
     model = ScriptedChatModel(default="ok")
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(db_url) as saver:
         agent = build_agent(model, strategy="filter", checkpointer=saver)
-        with ledger_refuses_rows(url):
+        with ledger_refuses_rows(db_url):
             run_turn(agent, "t1", "one", user_id="maya")
         kept = agent.get_state(CONFIG).values[UNRECORDED]
         spent = sum(r["input_tokens"] + r["output_tokens"] for r in kept)
@@ -126,7 +118,7 @@ def test_agent_the_kept_row_counts_against_the_budget_of_the_next_call(url: str)
         with pytest.raises(BudgetExceededError, match="session_token_budget"):
             run_turn(strict, "t1", "two", user_id="maya")
     assert len(model.calls) == 1
-    assert len(_rows(url)) == 1  # the check wrote the kept row first, so it counted it
+    assert len(_rows(db_url)) == 1  # the check wrote the kept row first, so it counted it
 
 
 def _middleware_agent(model: ScriptedChatModel, saver: Any, ledger: Any, tools: list[Any]) -> Any:
@@ -151,58 +143,55 @@ def _weather(recover: Callable[[], None] | None, seen: list[str]) -> Any:
 CALL = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}])
 
 
-def test_middleware_a_row_refused_once_does_not_fail_the_call_and_is_written_by_the_next(url: str) -> None:
+def test_middleware_a_row_refused_once_does_not_fail_the_call_and_is_written_by_the_next(db_url: str) -> None:
     seen: list[str] = []
     model = ScriptedChatModel(replies=[CALL, "It is sunny in Lyon."])
-    with checkpointer_from_url(url) as saver, open_ledger(url) as ledger:
-        with ledger_refuses_rows(url) as recover:
+    with checkpointer_from_url(db_url) as saver, open_ledger(db_url) as ledger:
+        with ledger_refuses_rows(db_url) as recover:
             # Before, the refused write failed the model step: its reply was lost and a resume paid again.
             agent = _middleware_agent(model, saver, ledger, [_weather(recover, seen)])
             result = agent.invoke({"messages": [HumanMessage(content="Weather in Lyon?")]}, CONFIG)
         assert result["messages"][-1].text == "It is sunny in Lyon."
         assert not agent.get_state(CONFIG).next  # the run finished: nothing to resume
         assert agent.get_state(CONFIG).values[UNRECORDED] == []  # the second call wrote the first's row
-    rows = _rows(url)
+    rows = _rows(db_url)
     assert len(rows) == 2 and len({r.call_id for r in rows}) == 2  # one row per paid call
     assert len(model.calls) == 2 and seen == ["Lyon"]
 
 
-def test_middleware_a_resumed_run_writes_the_kept_row_and_repeats_no_call(url: str) -> None:
+def test_middleware_a_resumed_run_writes_the_kept_row_and_repeats_no_call(db_url: str) -> None:
     seen: list[str] = []
     model = ScriptedChatModel(replies=[CALL, "It is sunny in Lyon.", "Bye."])
-    with checkpointer_from_url(url) as saver:
-        with open_ledger(url) as ledger:
+    with checkpointer_from_url(db_url) as saver:
+        with open_ledger(db_url) as ledger:
             agent = _middleware_agent(model, saver, ledger, [_weather(None, seen)])
             # The first call is paid and its row refused: kept with its reply. The second call cannot
             # write that row before its check, so it is not sent: the run stops there, nothing lost.
-            with ledger_refuses_rows(url), pytest.raises(StorageError):
+            with ledger_refuses_rows(db_url), pytest.raises(StorageError):
                 agent.invoke({"messages": [HumanMessage(content="Weather in Lyon?")]}, CONFIG)
             assert len(model.calls) == 1 and seen == ["Lyon"]
             assert agent.get_state(CONFIG).next
             assert len(agent.get_state(CONFIG).values[UNRECORDED]) == 1
-            assert _rows(url) == []
+            assert _rows(db_url) == []
 
-        with open_ledger(url) as fresh:  # a new ledger and agent, as another process would have
+        with open_ledger(db_url) as fresh:  # a new ledger and agent, as another process would have
             again = _middleware_agent(model, saver, fresh, [_weather(None, seen)])
             result = again.invoke(None, CONFIG)
             assert result["messages"][-1].text == "It is sunny in Lyon."
             assert again.get_state(CONFIG).values[UNRECORDED] == []
-    rows = _rows(url)
+    rows = _rows(db_url)
     assert len(rows) == 2 and len({r.call_id for r in rows}) == 2  # the first call's row exactly once
     assert len(model.calls) == 2 and seen == ["Lyon"]  # neither the first call nor its tool again
 
 
-@pytest.mark.parametrize(
-    "url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
-)
-def test_plain_ainvoke_on_an_async_saver_records_in_its_database(url: str) -> None:
+def test_plain_ainvoke_on_an_async_saver_records_in_its_database(db_url: str) -> None:
     model = ScriptedChatModel(default="noted")
 
     async def main() -> None:
-        async with acheckpointer_from_url(url) as saver:
+        async with acheckpointer_from_url(db_url) as saver:
             agent = build_agent(model, strategy="filter", checkpointer=saver)
             await agent.ainvoke({"messages": [HumanMessage(content="hello")]}, CONFIG)
             await agent.ainvoke({"messages": [HumanMessage(content="again")]}, CONFIG)
 
     asyncio.run(main())
-    assert [(r.turn, r.user_id) for r in _rows(url)] == [(1, "maya"), (2, "maya")]
+    assert [(r.turn, r.user_id) for r in _rows(db_url)] == [(1, "maya"), (2, "maya")]

@@ -18,14 +18,6 @@ from remem.store import SqliteStore
 from remem.testing import FakeEmbedder
 from remem.usage import Meter, open_ledger
 
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'memory.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 SETTINGS = Settings(embedder="fake")
 TURNS = [
     {"role": "user", "content": "I'm Maya. We are migrating our billing workflow."},
@@ -34,14 +26,14 @@ TURNS = [
 ]
 
 
-def test_the_memory_clients_summaries_are_recorded_for_the_thread_and_user(url: str) -> None:
+def test_the_memory_clients_summaries_are_recorded_for_the_thread_and_user(db_url: str) -> None:
     model = ScriptedChatModel(default="Maya is migrating billing; the invoice export times out.")
-    with Memory.from_url(url, settings=SETTINGS, summarizer=LLMSummarizer(model)) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS, summarizer=LLMSummarizer(model)) as memory:
         thread = memory.thread("t1", user_id="maya")
         thread.add_messages(TURNS)
         thread.get_summary()
         thread.get_summary()  # up to date: no model call, no row
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         rows = ledger.events()
     assert len(model.calls) == 1
     assert [(r.kind, r.thread_id, r.user_id, r.node, r.model) for r in rows] == [
@@ -50,7 +42,7 @@ def test_the_memory_clients_summaries_are_recorded_for_the_thread_and_user(url: 
     assert rows[0].input_tokens == approximate_token_count(model.calls[0])  # what the model reported
 
 
-def test_a_summary_rows_source_says_whether_the_provider_reported_its_numbers(url: str) -> None:
+def test_a_summary_rows_source_says_whether_the_provider_reported_its_numbers(db_url: str) -> None:
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
     from remem import build_agent, checkpointer_from_url, run_turn
@@ -58,14 +50,14 @@ def test_a_summary_rows_source_says_whether_the_provider_reported_its_numbers(ur
     summary = "Maya is migrating billing; the invoice export times out."
     silent = GenericFakeChatModel(messages=iter([AIMessage(content=summary)] * 3))  # reports no usage
     reporting = ScriptedChatModel(default=summary)
-    with Memory.from_url(url, settings=SETTINGS, summarizer=LLMSummarizer(silent)) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS, summarizer=LLMSummarizer(silent)) as memory:
         memory.thread("t1", user_id="maya").add_messages(TURNS)
         memory.thread("t1", user_id="maya").get_summary()
-    with Memory.from_url(url, settings=SETTINGS, summarizer=LLMSummarizer(reporting)) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS, summarizer=LLMSummarizer(reporting)) as memory:
         memory.thread("t2", user_id="maya").add_messages(TURNS)
         memory.thread("t2", user_id="maya").get_summary()
     # The agent's own summary step too: its chat model reports usage, its summariser does not.
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(db_url) as saver:
         agent = build_agent(
             ScriptedChatModel(default="ok"),
             strategy="summary",
@@ -75,7 +67,7 @@ def test_a_summary_rows_source_says_whether_the_provider_reported_its_numbers(ur
         )
         for text in ("one", "two", "three"):
             run_turn(agent, "t3", text, user_id="maya")
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         sources = {(r.thread_id, r.kind, r.source) for r in ledger.events()}
     assert ("t1", "summariser", "counted") in sources
     assert ("t2", "summariser", "provider") in sources
@@ -83,21 +75,21 @@ def test_a_summary_rows_source_says_whether_the_provider_reported_its_numbers(ur
     assert ("t1", "summariser", "provider") not in sources and ("t3", "summariser", "provider") not in sources
 
 
-def test_the_extractive_summariser_and_reads_record_nothing(url: str) -> None:
-    with Memory.from_url(url, settings=SETTINGS) as memory:  # no model configured: extractive
+def test_the_extractive_summariser_and_reads_record_nothing(db_url: str) -> None:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:  # no model configured: extractive
         thread = memory.thread("t1", user_id="maya")
         thread.add_messages(TURNS)
         thread.get_summary()
         memory.search("billing", user_id="maya", thread_id="t1")
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         assert ledger.events() == []
 
 
-def test_embedder_batches_are_recorded_when_asked(url: str) -> None:
-    with Memory.from_url(url, settings=SETTINGS, meter_embeddings=True) as memory:
+def test_embedder_batches_are_recorded_when_asked(db_url: str) -> None:
+    with Memory.from_url(db_url, settings=SETTINGS, meter_embeddings=True) as memory:
         memory.thread("t1", user_id="maya").add_messages(TURNS)
         memory.search("billing", user_id="maya")
-    with open_ledger(url) as ledger:
+    with open_ledger(db_url) as ledger:
         rows = ledger.events(kind="embedder")
     assert rows and all(r.model == "fake" and r.source == "counted" and r.output_tokens == 0 for r in rows)
     assert sum(r.input_tokens for r in rows) >= sum(len(t["content"]) // 4 for t in TURNS)
