@@ -18,6 +18,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from remem import summarize as summarize_module
 from remem.agent import build_agent, run_turn, thread_config
 from remem.checkpoint import SqliteSaver, _codec
+from remem.checkpoint._cache import SaverCache
+from remem.checkpoint._serde import RememSerializer
 from remem.config import Settings
 from remem.messages import tokens
 from remem.models import ScriptedChatModel
@@ -143,3 +145,31 @@ def test_a_summary_refresh_reads_only_the_new_messages_and_its_own_points(
     # they came from), only the new messages' sentences are scored.
     assert short[0] == long[0] == 2
     assert short[1] == long[1] <= 4, (short[1], long[1])
+
+
+def test_a_long_list_is_decoded_in_bounded_runs_as_one_at_a_time_would() -> None:
+    serde = RememSerializer()
+    messages = _conversation(2 * _codec.DECODE_RUN + 5)
+    payloads = [serde.dumps_typed(m) for m in messages]
+    sizes: list[int] = []
+
+    class Counting(RememSerializer):
+        def loads_typed(self, data: tuple[str, bytes]) -> Any:
+            value = super().loads_typed(data)
+            sizes.append(len(value) if isinstance(value, list) else 1)
+            return value
+
+    assert _codec.loads_many(Counting(), payloads) == messages
+    # Three arrays, none longer than a run: the copy made to join them stays small however long the list.
+    assert sizes == [_codec.DECODE_RUN, _codec.DECODE_RUN, 5]
+
+
+def test_a_read_larger_than_a_quarter_of_the_payload_cache_is_not_kept() -> None:
+    cache = SaverCache(max_payload_bytes=4000)
+    small = {n: ("msgpack", b"x" * 100) for n in range(10)}  # 1,000 bytes: kept
+    cache.put_payloads(1, small)
+    assert cache.payloads(1, small) == small
+    big = {n: ("msgpack", b"y" * 100) for n in range(100, 111)}  # 1,100 bytes, past a quarter
+    cache.put_payloads(1, big)
+    assert cache.payloads(1, big) == {}
+    assert cache.payloads(1, small) == small  # and it pushed nothing out

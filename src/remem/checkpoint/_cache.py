@@ -89,6 +89,11 @@ class SaverCache:
         return out
 
     def put_payloads(self, tid: int, payloads: Mapping[int, tuple[str, bytes]]) -> None:
+        """Keep the payloads of a read, unless they pass a quarter of the cache: a long thread's list (a
+        100,000-message state is tens of MB) would push out every other thread's values and stay in memory
+        beside its decoded objects, for a read that the next turn makes again anyway."""
+        if sum(len(data) for _, data in payloads.values()) > self._max_payload_bytes // 4:
+            return
         with self._lock:
             for no, payload in payloads.items():
                 if (tid, no) not in self._payloads:

@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from remem.errors import StorageError
 
 __all__ = [
+    "DECODE_RUN",
     "INLINE_LIST_MAX",
     "MAX_CHAIN",
     "EncodedItem",
@@ -134,11 +135,20 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
+DECODE_RUN = 1024
+"""The most msgpack values :func:`loads_many` joins into one array: the copy it makes stays small however
+long the list (a 100,000-message thread would otherwise be copied whole next to its payloads)."""
+
+
 def loads_many(serde: SerializerProtocol, payloads: Sequence[tuple[str, bytes]]) -> list[Any]:
-    """Deserialize many values; runs of msgpack values are read as one msgpack array (much faster)."""
+    """Deserialize many values; runs of msgpack values are read as msgpack arrays of up to
+    :data:`DECODE_RUN` values (much faster than one at a time)."""
     if payloads and all(t == "msgpack" for t, _ in payloads):
-        joined = _array_header(len(payloads)) + b"".join(d for _, d in payloads)
-        return list(serde.loads_typed(("msgpack", joined)))
+        out: list[Any] = []
+        for start in range(0, len(payloads), DECODE_RUN):
+            run = payloads[start : start + DECODE_RUN]
+            out.extend(serde.loads_typed(("msgpack", _array_header(len(run)) + b"".join(d for _, d in run))))
+        return out
     return [serde.loads_typed(p) for p in payloads]
 
 
