@@ -220,6 +220,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "Pattern",
     ],
     "remem.server": ["ServerOptions", "create_app"],
+    "remem.server._ui": ["PREFIX", "PUBLIC", "is_ui", "register", "session_key", "signed_out"],
     "remem.store": [
         "AsyncPostgresStore",
         "AsyncSqliteStore",

@@ -261,6 +261,18 @@ def list_messages_plan(thread_id: str, last: int | None = None) -> Plan[list[Sto
     return (yield from _messages_by_id(thread_id, ids))
 
 
+def message_page_plan(thread_id: str, offset: int, limit: int) -> Plan[tuple[list[StoredMessage], int]]:
+    """One page of the thread's messages (``limit`` from ``offset``) and how many the thread holds.
+
+    Reads the thread's metadata, the order chunks that hold the page and the page's messages: a page of a
+    10,000-message thread costs what a page of a short one does."""
+    offset = check_whole(offset, "offset", meaning="where the page starts")
+    limit = check_whole(limit, "limit", meaning="how many messages a page holds")
+    info = yield from thread_info_plan(thread_id)
+    ids = yield from _ids_between(thread_id, offset, min(info.message_count, offset + limit))
+    return (yield from _messages_by_id(thread_id, ids)), info.message_count
+
+
 def _revision_within(thread_id: str, revision: int, boundary: int) -> Plan[Summary]:
     """The newest summary revision that covers no message at or past ``boundary``."""
     while revision > 0:
@@ -485,10 +497,11 @@ def search_plan(
             where = (item.namespace[-1], item.key)
             if only_matches and where not in matched:
                 continue
+            signals = dict(getattr(item, "scores", None) or {})
             if kind == "memory":
-                record = record_from_memory(item.key, item.value, item.score)
+                record = record_from_memory(item.key, item.value, item.score, signals)
             else:
-                record = record_from_message(item.value, item.score)
+                record = record_from_message(item.value, item.score, signals)
             if record.id in exclude or record.status in _HIDDEN_STATUSES:
                 continue
             if wanted is not None and record.type not in wanted:

@@ -364,9 +364,14 @@ class MemoryRecord:
     """A message record's place in its thread (-1 for a long-term memory)."""
     role: str = ""
     """A message record's role ("" for a long-term memory)."""
+    signals: dict[str, float] = field(default_factory=dict, compare=False)
+    """Why search found it: the store's per-signal scores (``keyword``, ``keyword_rank``, ``vector``,
+    ``vector_rank``, ``fused``, where that signal found it; empty on a stock store). Not compared."""
 
 
-def record_from_message(value: Mapping[str, Any], score: float | None) -> MemoryRecord:
+def record_from_message(
+    value: Mapping[str, Any], score: float | None, signals: Mapping[str, float] | None = None
+) -> MemoryRecord:
     message = StoredMessage.from_value(value)
     return MemoryRecord(
         id=message.id,
@@ -382,6 +387,7 @@ def record_from_message(value: Mapping[str, Any], score: float | None) -> Memory
         speaker=speaker_of(message.metadata) or message.role,
         seq=message.seq,
         role=message.role,
+        signals=dict(signals or {}),
     )
 
 
@@ -393,7 +399,9 @@ def _texts(value: Any) -> tuple[str, ...]:
     return ()
 
 
-def record_from_memory(key: str, value: Mapping[str, Any], score: float | None) -> MemoryRecord:
+def record_from_memory(
+    key: str, value: Mapping[str, Any], score: float | None, signals: Mapping[str, float] | None = None
+) -> MemoryRecord:
     """Read a long-term memory item, tolerating the shapes extraction and hand-written puts use."""
     content = value.get("content", value.get("text", value.get("memory")))
     if not isinstance(content, str):
@@ -411,4 +419,5 @@ def record_from_memory(key: str, value: Mapping[str, Any], score: float | None) 
         user_id=value.get("user_id") if isinstance(value.get("user_id"), str) else None,
         timestamp=str(value.get("updated_at", value.get("created_at", ""))),
         metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+        signals=dict(signals or {}),
     )

@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 
 from remem import errors
 from remem.config import Settings, load_settings
+from remem.server import _ui
 from remem.server._guard import (
     BodyLimit,
     Message,
@@ -135,7 +136,7 @@ class Guard:
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
-        if path in PUBLIC_PATHS:
+        if path in PUBLIC_PATHS or path in _ui.PUBLIC:
             await self.app(scope, receive, send)
             return
         cache: KeyCache | None = self.holder.get("keys")
@@ -143,12 +144,15 @@ class Guard:
             await _refuse(send, 503, "the server is starting; retry in a moment", "Starting")
             return
         try:
-            found = await self._principal(cache, Headers(scope=scope))
+            found = await self._principal(cache, path, Headers(scope=scope))
         except errors.RememError as exc:
             await _refuse(send, status_of(exc), str(exc), type(exc).__name__)
             return
         if isinstance(found, str):
             self.metrics.refused.labels("unauthorized").inc()
+            if _ui.is_ui(path):  # a page: to the sign-in form
+                await _ui.signed_out(Headers(scope=scope))(scope, receive, send)
+                return
             await _refuse(send, 401, found, "Unauthorized")
             return
         wait = self.limiter.wait_for(found.key_id)
@@ -175,9 +179,9 @@ class Guard:
             if admin_path and scope["method"] != "GET":
                 cache.clear()  # a revoke or rotation here holds in this process at once
 
-    async def _principal(self, cache: KeyCache, headers: Headers) -> Principal | str:
-        """Who sent the request, or why it is refused."""
-        secret = api_key_of(headers)
+    async def _principal(self, cache: KeyCache, path: str, headers: Headers) -> Principal | str:
+        """Who sent the request, or why it is refused (a page of ``/ui`` sends its key in its cookie)."""
+        secret = api_key_of(headers) or _ui.session_key(path, headers)
         needed = self.options.require_keys or cache.keyed()
         if needed is None:
             needed = await run_in_threadpool(cache.has_keys)
@@ -283,6 +287,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
     app.add_middleware(Guard, options=options, holder=holder, metrics=metrics, limiter=limiter)
     _v1.register(app)
     _langgraph.register(app)
+    _ui.register(app)
     mcp_server = _mount_mcp(app, holder, protect=not options.require_keys)
     return BodyLimit(app, options.max_body)
 

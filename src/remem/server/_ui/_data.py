@@ -1,0 +1,308 @@
+"""What the inspector's pages read, through the service's own parts and always in the key's tenant.
+
+Every function takes the :class:`~remem.server._services.Services` and the signed-in key's tenant, and
+reads through the tenant's view (:meth:`Services.memory_for`, its store, the checkpointer under
+:func:`~remem.server._tenancy.checkpoint_thread` ids, ledger rows of those ids): nothing here can name
+another tenant's rows. Pages of messages read only the page (:func:`message_page`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from remem import layout
+from remem.errors import NotFoundError, RememUsageError
+from remem.memory import Memory, StoredMessage
+from remem.memory._card import ContextCard
+from remem.memory._plans import message_page_plan
+from remem.server._services import Services
+from remem.server._tenancy import checkpoint_thread, tenant_thread
+
+__all__ = [
+    "CardSection",
+    "Spend",
+    "ThreadRow",
+    "card_sections",
+    "checkpoints",
+    "jobs_of",
+    "message_page",
+    "state_at",
+    "thread_rows",
+    "turn_usage",
+    "usage_overview",
+]
+
+MAX_THREADS = 10_000  # listed for sorting; past it the list says it stopped
+
+
+@dataclass
+class Spend:
+    """Tokens and cost of some calls (cost None while some of them had no price)."""
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost: float = 0.0
+    unpriced: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def priced_cost(self) -> float | None:
+        return None if self.calls and self.unpriced == self.calls else self.cost
+
+    def add(self, totals: Any) -> None:
+        self.calls += totals.calls
+        self.input_tokens += totals.input_tokens
+        self.output_tokens += totals.output_tokens
+        self.cached_tokens += totals.cached_tokens
+        self.cost += totals.cost
+        self.unpriced += totals.unpriced
+
+
+@dataclass
+class ThreadRow:
+    thread_id: str
+    user_id: str | None
+    agent_id: str | None
+    created_at: str
+    messages: int
+    last_activity: str
+    spend: Spend = field(default_factory=Spend)
+
+
+def _ledger(services: Services) -> Any:
+    meter = services.memory.meter
+    return None if meter is None else meter.ledger
+
+
+def _thread_ids(memory: Memory) -> Iterator[str]:
+    from langgraph.store.base import ListNamespacesOp, MatchCondition
+
+    offset = 0
+    while offset < MAX_THREADS:
+        op = ListNamespacesOp(
+            match_conditions=(
+                MatchCondition("prefix", layout.threads_root()),
+                MatchCondition("suffix", ("meta",)),
+            ),
+            max_depth=3,
+            limit=1000,
+            offset=offset,
+        )
+        spaces: Any = memory.store.batch([op])[0]
+        for ns in spaces:
+            if len(ns) == 3:
+                yield layout.unescape_label(ns[1])
+        if len(spaces) < 1000:
+            return
+        offset += 1000
+
+
+def thread_rows(services: Services, tenant: str | None) -> list[ThreadRow]:
+    """Every thread of the tenant (up to :data:`MAX_THREADS`), with its last activity and its spend."""
+    memory = services.memory_for(tenant)
+    spend: dict[str, Spend] = {}
+    ledger = _ledger(services)
+    if ledger is not None:
+        for totals in ledger.totals(by="thread"):
+            own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
+            if own is not None:
+                spend.setdefault(own, Spend()).add(totals)
+    rows = []
+    for thread_id in _thread_ids(memory):
+        try:
+            thread = memory.get_thread(thread_id)
+            info = thread.info()
+            last = thread.messages(last=1)
+        except (NotFoundError, RememUsageError):
+            continue
+        rows.append(
+            ThreadRow(
+                thread_id=info.thread_id,
+                user_id=info.user_id,
+                agent_id=info.agent_id,
+                created_at=info.created_at,
+                messages=info.message_count,
+                last_activity=last[-1].timestamp if last else info.created_at,
+                spend=spend.get(thread_id, Spend()),
+            )
+        )
+    return rows
+
+
+def message_page(memory: Memory, thread_id: str, offset: int, limit: int) -> tuple[list[StoredMessage], int]:
+    """One page of a thread's messages and how many it holds (reads only the page)."""
+    memory.get_thread(thread_id)  # NotFoundError when it is not the tenant's
+    page: tuple[list[StoredMessage], int] = memory._run(message_page_plan(thread_id, offset, limit))
+    return page
+
+
+@dataclass(frozen=True)
+class CardSection:
+    name: str
+    tokens: int
+
+
+_SECTIONS = (
+    ("note", "instructions"),
+    ("topics", "topics"),
+    ("summary", "summary"),
+    ("relevant_information", "relevant information"),
+    ("recent_messages", "recent messages"),
+)
+
+
+def card_sections(memory: Memory, card: ContextCard) -> list[CardSection]:
+    """The card's sections in order with the tokens each takes (by the memory's own counter)."""
+    found = []
+    for tag, name in _SECTIONS:
+        match = re.search(rf"<{tag}\b.*?</{tag}>", card.content, flags=re.DOTALL)
+        if match:
+            found.append(CardSection(name, memory.count_text(match.group(0))))
+    return found
+
+
+def _threads(services: Services, tenant: str | None) -> Any:
+    from remem.server._langgraph import _Threads
+
+    return _Threads(services, tenant)
+
+
+def checkpoints(
+    services: Services, tenant: str | None, thread_id: str, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The thread's checkpoints, newest first: id, time, step, source and how many messages it held."""
+    threads = _threads(services, tenant)
+    out = []
+    for tup in threads.saver.list(threads.config(thread_id), limit=limit):
+        channels = tup.checkpoint.get("channel_values", {})
+        messages = channels.get("messages")
+        out.append(
+            {
+                "id": tup.config["configurable"]["checkpoint_id"],
+                "ts": tup.checkpoint.get("ts", ""),
+                "step": tup.metadata.get("step"),
+                "source": tup.metadata.get("source", ""),
+                "messages": len(messages) if isinstance(messages, list) else 0,
+            }
+        )
+    return out
+
+
+def state_at(services: Services, tenant: str | None, thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    """The thread's state values at ``checkpoint_id`` (as the SDK's state endpoint gives them)."""
+    threads = _threads(services, tenant)
+    tup = threads.saver.get_tuple(threads.config(thread_id, checkpoint_id))
+    if tup is None:
+        raise NotFoundError(f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}")
+    state: dict[str, Any] = threads.state(thread_id, tup)
+    return state
+
+
+def turn_usage(services: Services, tenant: str | None, thread_id: str) -> list[dict[str, Any]]:
+    """Per turn of the thread: input, output and cached tokens, cost, and whether a summary was written."""
+    ledger = _ledger(services)
+    if ledger is None:
+        return []
+    stored = checkpoint_thread(thread_id, tenant)
+    summarised = {
+        t.key[1] if isinstance(t.key, tuple) else t.key
+        for t in ledger.totals(by="turn", thread_id=stored, kind="summariser")
+    }
+    turns = []
+    for t in ledger.totals(by="turn", thread_id=stored):
+        turn = t.key[1] if isinstance(t.key, tuple) else t.key
+        turns.append(
+            {
+                "turn": turn,
+                "input": t.input_tokens,
+                "output": t.output_tokens,
+                "cached": t.cached_tokens,
+                "cost": t.cost if t.calls > t.unpriced else None,
+                "summary": turn in summarised,
+            }
+        )
+    return sorted(turns, key=lambda t: (t["turn"] is None, t["turn"] if t["turn"] is not None else 0))
+
+
+def usage_overview(services: Services, tenant: str | None) -> dict[str, Any]:
+    """The tenant's spend per day, model and thread, and each budget with how much of it is used."""
+    from remem.usage import Budgets, day_of
+
+    ledger = _ledger(services)
+    per: dict[str, dict[str, Spend]] = {"day": defaultdict(Spend), "model": defaultdict(Spend)}
+    threads: dict[str, Spend] = defaultdict(Spend)
+    users: dict[str, Spend] = defaultdict(Spend)
+    today = day_of(time.time())
+    if ledger is not None:
+        for totals in ledger.totals(by="thread"):
+            own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
+            if own is None:
+                continue
+            threads[own].add(totals)
+            for by in ("day", "model"):
+                for part in ledger.totals(by=by, thread_id=str(totals.key)):
+                    per[by][str(part.key)].add(part)
+        for totals in ledger.totals(by="user", day=today):
+            own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
+            if own is not None:
+                users[own].add(totals)
+    budgets = Budgets.from_settings(services.settings)
+    scopes = []
+    for scope, label, spent in (
+        ("thread", "thread", threads),
+        ("user_day", "user today (UTC)", users),
+    ):
+        for unit in ("tokens", "cost"):
+            limit = budgets.limit(scope, unit)  # type: ignore[arg-type]
+            if not limit:
+                continue
+            for name, s in sorted(spent.items()):
+                used = s.tokens if unit == "tokens" else s.cost
+                scopes.append({"scope": label, "name": name, "unit": unit, "used": used, "limit": limit})
+    limits = {
+        f"{scope}_{unit}": budgets.limit(scope, unit)
+        for scope in ("call", "turn", "thread", "user_day")
+        for unit in ("tokens", "cost")
+    }
+    return {
+        "day": dict(sorted(per["day"].items())),
+        "model": dict(sorted(per["model"].items())),
+        "thread": dict(sorted(threads.items())),
+        "budgets": scopes,
+        "limits": limits,
+    }
+
+
+def jobs_of(services: Services, tenant: str | None, limit: int = 200) -> list[Any]:
+    """The queue's jobs that belong to the tenant (by their thread or user), newest first."""
+    from remem.jobs import open_queue_read_only
+
+    queue = open_queue_read_only(services.url)
+    if queue is None:
+        return []
+    try:
+        found = []
+        for status in ("queued", "running", "parked"):
+            found.extend(queue.jobs(status=status, limit=limit))
+    finally:
+        queue.close()
+    return [job for job in found if owns_job(job, tenant)]
+
+
+def owns_job(job: Any, tenant: str | None) -> bool:
+    for value in (job.thread_id, job.user_id):
+        if isinstance(value, str):
+            own = tenant_thread(value, tenant)
+            foreign = tenant is None and value.startswith(f"{layout.TENANTS_ROOT}:")
+            return own is not None and not foreign
+    return tenant is None
