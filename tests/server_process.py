@@ -127,3 +127,21 @@ def server_side_option(server: Server, client: socket.socket, level: int, option
             finally:
                 os.close(pidfd)
     raise LookupError(f"no process of the server holds the other end of {peer}")
+
+
+def pid_with_local_port(server: Server, port: int) -> int | None:
+    """The server's process (a worker) that holds a TCP socket bound locally to ``port`` (from /proc)."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes[fields[9]] = port
+    for pid in _descendants(server.process.pid):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return pid
+    return None

@@ -158,3 +158,83 @@ def test_the_listening_socket_hands_nagle_off_to_accepted_connections() -> None:
     uvicorns = socket.socket(family=socket.AF_INET)  # uvicorn.Config.bind_socket's
     uvicorns.bind(("127.0.0.1", 0))
     assert asyncio.run(accepted_option(uvicorns)) == 0
+
+
+@pytest.mark.postgres
+def test_a_worker_killed_mid_append_loses_nothing_acknowledged_and_leaves_no_lease() -> None:
+    """Two workers; four clients append to one thread, each retrying a message until it is acknowledged
+    (the same id: a retry stores nothing twice). The worker whose database session holds the thread's
+    lease (a PostgreSQL advisory lock) is SIGKILLed while it holds it. The others go on at once (the lease
+    died with the session, well before the 300 s a waiter would wait for it), every acknowledged message
+    is stored once, numbered without a gap, and no lease is left held."""
+    import signal
+    import threading
+    import time
+
+    import psycopg
+
+    from tests.server_process import pid_with_local_port
+
+    for url in _fresh_database(POSTGRES_URL):
+        env = {"REMEM_THREAD_LEASE_TIMEOUT": "300"}
+        with running_server(url, ["--workers", "2", "--rate-limit", "0"], env=env) as server:
+            acknowledged: list[str] = []
+            stop = threading.Event()
+
+            def append(worker: int, stop: threading.Event = stop, acked: list[str] = acknowledged) -> None:
+                n = 0
+                c = httpx.Client(base_url=server.url, timeout=60)
+                while not stop.is_set():
+                    body = {"messages": [{"id": f"w{worker}-{n}", "role": "user", "content": f"m {n}"}]}
+                    try:
+                        answer = c.post("/v1/threads/killed/messages", json=body)
+                    except httpx.HTTPError:  # its worker died under it: again, on a new connection
+                        c.close()
+                        c = httpx.Client(base_url=server.url, timeout=60)
+                        continue
+                    if answer.status_code == 200:
+                        acked.append(body["messages"][0]["id"])
+                        n += 1
+                c.close()
+
+            appenders = [threading.Thread(target=append, args=(w,)) for w in range(4)]
+            for a in appenders:
+                a.start()
+            try:
+                deadline = time.monotonic() + 120
+                while len(acknowledged) < 12 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert len(acknowledged) >= 12, server.output()
+                killed = None
+                with psycopg.connect(url, autocommit=True) as db:
+                    while killed is None and time.monotonic() < deadline:
+                        row = db.execute(
+                            "SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                            " WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()"
+                            " AND a.pid <> pg_backend_pid() LIMIT 1"
+                        ).fetchone()
+                        holder = None if row is None else pid_with_local_port(server, row[0])
+                        if holder is not None and holder != server.process.pid:
+                            os.kill(holder, signal.SIGKILL)
+                            killed = holder
+                assert killed is not None, "no worker was seen holding the thread's lease"
+                before = len(acknowledged)
+                while len(acknowledged) < before + 12 and time.monotonic() < deadline + 60:
+                    time.sleep(0.05)
+                assert len(acknowledged) >= before + 12, "appends stopped after the kill: a lease left held?"
+            finally:
+                stop.set()
+                for a in appenders:
+                    a.join()
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                stored = c.get("/v1/threads/killed/messages", params={"limit": 1000}).json()["messages"]
+            ids = [m["id"] for m in stored]
+            assert set(acknowledged) <= set(ids) and len(ids) == len(set(ids))
+            assert [m["seq"] for m in stored] == list(range(len(stored)))
+            with psycopg.connect(url, autocommit=True) as db:
+                held = db.execute(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                    " WHERE l.locktype = 'advisory' AND a.datname = current_database()"
+                ).fetchone()
+            assert held == (0,)
+            assert "died" in server.output().lower() or "killed" in server.output().lower(), server.output()
