@@ -39,6 +39,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("forget",): ["--thread", "{thread}", "--yes"],
     ("history",): ["{thread}"],
     ("import",): ["{db}"],
+    ("ingest", "undo"): ["--last"],
     ("queue", "park"): ["--kind", "extraction"],
     ("queue", "retry"): ["--all"],
     ("search",): ["alert", "--thread", "{thread}", "--user", "{user}"],
@@ -54,6 +55,7 @@ WRITING = {
     ("forget",),
     ("checkpoints", "prune"),
     ("import",),
+    ("ingest", "undo"),
     ("worker",),
     ("queue", "drain"),
     ("queue", "retry"),
@@ -88,8 +90,8 @@ SERVICE_COMMANDS = {
     ("keys", "rotate"),
 }
 # Commands that write files of their own (a dataset, results, a backup copy) and are not about a database's
-# contents; tests/test_eval.py and tests/test_backup.py run them.
-FILE_COMMANDS = {("eval", "generate"), ("eval", "retrieval"), ("backup",)}
+# contents (or load one: `ingest load`); tests/test_eval.py, test_backup.py and test_ingestion.py run them.
+FILE_COMMANDS = {("eval", "generate"), ("eval", "retrieval"), ("backup",), ("ingest", "load")}
 
 
 def all_commands() -> list[tuple[str, ...]]:
@@ -163,3 +165,7 @@ def seed(url: str) -> None:
             ]
         )
         memory.store.put(("users", USER, "memories"), "[/]f1", {"content": MARKUP + " fact", "type": "fact"})
+        from remem.ingestion import begin_ingestion
+
+        with begin_ingestion(memory, kind="load", source=MARKUP + CONTROL) as ing:  # `ingest list | undo`
+            ing.add_messages("[/]loaded", [{"role": "user", "content": "loaded " + MARKUP, "id": "[/]l1"}])

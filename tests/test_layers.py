@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("long-term store", ("remem.store",)),
     ("usage ledger", ("remem.usage",)),  # model calls, prices, budgets: next to the thread's storage
     ("extraction", ("remem.extraction",)),
-    ("memory client", ("remem.memory", "remem.erasure", "remem.jobs")),
+    ("memory client", ("remem.memory", "remem.erasure", "remem.jobs", "remem.ingestion")),
     ("agent", ("remem.agent", "remem.middleware", "remem.inspection", "remem.eval")),
     ("surfaces", ("remem.cli", "remem.server", "remem.demo")),
     ("package", ("remem",)),  # the package's __init__ re-exports the public API of every layer

@@ -323,6 +323,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "escape_label",
         "extraction_root",
         "extraction_state",
+        "ingestions_root",
         "is_thread_messages",
         "namespace",
         "thread_id_of",

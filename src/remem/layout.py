@@ -15,6 +15,7 @@ Namespaces in a LangGraph ``BaseStore`` (T: a thread id, U: a user id)::
     ("users", U, "memories")         memory id       one long-term memory, with provenance     extraction,
                                                                                                memory tools
     ("_remem", "extraction", T)      "state"         the thread's extraction watermark         extraction
+    ("_remem", "ingestions")         ingestion id    one ingestion: what it wrote, its undo       remem.ingestion
 
 Ids in labels: a thread, user or tenant id may hold any text. LangGraph refuses namespace labels that
 are empty or hold ``.`` or NUL, so :func:`escape_label` writes such an id as ``%`` followed by the id
@@ -67,6 +68,7 @@ __all__ = [
     "escape_label",
     "extraction_root",
     "extraction_state",
+    "ingestions_root",
     "is_thread_messages",
     "namespace",
     "thread_id_of",
@@ -96,6 +98,7 @@ _MESSAGES: Final = "messages"
 _SUMMARIES: Final = "summaries"
 _MEMORIES: Final = "memories"
 _EXTRACTION: Final = "extraction"
+_INGESTIONS: Final = "ingestions"
 
 # ----------------------------------------------------------------------------- keys
 
@@ -285,6 +288,11 @@ def extraction_root(*, tenant: str | None = None) -> Namespace:
 def extraction_state(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's extraction watermark (key :data:`EXTRACTION_STATE_KEY`)."""
     return namespace(INTERNAL_ROOT, _EXTRACTION, escape_label(thread_id), tenant=tenant)
+
+
+def ingestions_root(*, tenant: str | None = None) -> Namespace:
+    """The ingestion journal (:mod:`remem.ingestion`), keyed by ingestion id."""
+    return namespace(INTERNAL_ROOT, _INGESTIONS, tenant=tenant)
 
 
 def check_label(value: str, what: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from remem.cli import backup, checkpoints, eval, memory, queue, serve, store, threads, usage
+from remem.cli import backup, checkpoints, eval, ingest, memory, queue, serve, store, threads, usage
 
 COMMANDS: list[click.Command] = [
     *threads.COMMANDS,
@@ -16,4 +16,5 @@ COMMANDS: list[click.Command] = [
     *queue.COMMANDS,
     *eval.COMMANDS,
     *backup.COMMANDS,
+    *ingest.COMMANDS,
 ]

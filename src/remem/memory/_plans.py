@@ -274,10 +274,11 @@ def message_page_plan(thread_id: str, offset: int, limit: int) -> Plan[tuple[lis
 
 
 def _revision_within(thread_id: str, revision: int, boundary: int) -> Plan[Summary]:
-    """The newest summary revision that covers no message at or past ``boundary``."""
+    """The newest summary revision that covers no message at or past ``boundary``; a revision marked
+    ``stale`` (it covered messages an undone ingestion removed: :mod:`remem.ingestion`) is passed over."""
     while revision > 0:
         (item,) = yield StoreCall([GetOp(summaries_ns(thread_id), chunk_key(revision))])
-        if item is not None:
+        if item is not None and not item.value.get("stale"):
             summary = Summary.from_value(item.value)
             if summary.covered_count <= boundary:
                 return summary
@@ -565,13 +566,11 @@ def _summary_match(
     (meta,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     if meta is None:
         return None
-    revision = ThreadInfo.from_value(meta.value).summary_revision
-    if revision <= 0:
+    info = ThreadInfo.from_value(meta.value)
+    summary = yield from _revision_within(thread_id, info.summary_revision, info.message_count)  # not stale
+    if summary.revision <= 0:
         return None
-    (item,) = yield StoreCall([GetOp(summaries_ns(thread_id), chunk_key(revision))])
-    if item is None:
-        return None
-    return summary_record(Summary.from_value(item.value).text, query, thread_id, revision)
+    return summary_record(summary.text, query, thread_id, summary.revision)
 
 
 def summary_record(text: str, query: str, thread_id: str, revision: int) -> MemoryRecord | None:
