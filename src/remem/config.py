@@ -5,7 +5,9 @@ is ``REMEM_CONFIG`` when set, else ``remem.toml`` in the working directory, else
 of ``pyproject.toml`` there: the first found is read, whole, and the others are not merged in (as ruff
 reads ``ruff.toml`` before ``pyproject.toml``).
 Secrets (API keys) are read from the environment only; a key in the TOML file is an error,
-so that no key ends up committed next to the code.
+so that no key ends up committed next to the code. ``REMEM_LLM_API_KEY_FILE`` (``<variable>_FILE`` of
+any secret) names a file that holds the secret instead (a mounted secret), read at every load: rotate the
+key by rewriting the file, and a long-running ``remem worker`` takes it on SIGHUP.
 
 The settings are checked whole when they are built: a wrong type, an unknown name (with the closest
 known one), a database URL remem cannot open, an endpoint without ``http://`` or ``https://``, or sizes
@@ -173,6 +175,7 @@ def environment_warnings(environ: Mapping[str, str] | None = None) -> list[str]:
     """
     env = os.environ if environ is None else environ
     known = [_env_name(f.name) for f in fields(Settings)] + list(_OTHER_ENV_NAMES)
+    known += [_env_name(f.name) + "_FILE" for f in fields(Settings) if f.metadata["secret"]]
     warnings = []
     for name in sorted(env):
         if not name.startswith("REMEM_") or name in known or name.startswith(_OTHER_ENV_PREFIXES):
@@ -282,6 +285,18 @@ def _config_source(
     return None
 
 
+def _secret_file(variable: str, path: str) -> str:
+    """The secret held by the file ``variable`` names (a mounted secret: read again by every
+    ``load_settings``, so a long-running ``remem worker`` picks a rotated key up on SIGHUP)."""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or exc
+        raise ConfigError(
+            f"{variable} names {path}, which cannot be read ({why}); fix the file or unset it"
+        ) from None
+
+
 def load_settings(
     *,
     environ: Mapping[str, str] | None = None,
@@ -307,7 +322,8 @@ def load_settings(
                 raise ConfigError(f"{path}: unknown setting {key!r}{_did_you_mean(key, list(known))}")
             if known[key].metadata["secret"]:
                 raise ConfigError(
-                    f"{path}: {key} must not be written in a file; set {_env_name(key)} in the environment"
+                    f"{path}: {key} must not be written in a file; set {_env_name(key)} in the environment, "
+                    f"or {_env_name(key)}_FILE to a file that holds only the secret"
                 )
 
     for key in overrides:
@@ -323,6 +339,8 @@ def load_settings(
             raw = env[_env_name(name)]
         elif name in file_values:
             raw = file_values[name]
+        elif f.metadata["secret"] and env.get(_env_name(name) + "_FILE"):
+            raw = _secret_file(_env_name(name) + "_FILE", env[_env_name(name) + "_FILE"])
         else:
             continue
         values[name] = _convert(name, raw, kind, f.metadata["choices"])

@@ -10,7 +10,7 @@ import click
 from remem.cli._options import db_option, json_option
 
 if TYPE_CHECKING:
-    from remem.jobs import JobQueue
+    from remem.jobs import BuiltinHandlers, JobQueue
 
 __all__ = ["COMMANDS", "queue_group", "worker_command"]
 
@@ -40,6 +40,11 @@ _lease = click.option(
 )
 
 
+def _reload(handlers: BuiltinHandlers) -> None:
+    handlers.reload()
+    click.echo("SIGHUP: the configuration is read again at the next job", err=True)
+
+
 def _run(database_url: str | None, concurrency: int, lease: float, *, until_empty: bool) -> int:
     from remem.jobs import BuiltinHandlers, run_workers
 
@@ -52,6 +57,7 @@ def _run(database_url: str | None, concurrency: int, lease: float, *, until_empt
                 concurrency=concurrency,
                 until_empty=until_empty,
                 handle_signals=True,
+                on_hangup=lambda: _reload(handlers),
                 lease=lease,
             )
         finally:
@@ -68,7 +74,8 @@ def worker_command(database_url: str | None, concurrency: int, lease: float, unt
 
     Start as many workers as you like, on any machine that reaches the database: each job runs once, a
     worker that dies leaves its job to the others once its lease expires. A stopped worker finishes its
-    current job first.
+    current job first. SIGHUP reads the configuration again (a rotated model key in remem.toml) from the
+    next job on, with no restart.
 
     Example: remem worker --db sqlite:///.remem/remem.db --concurrency 2
     """

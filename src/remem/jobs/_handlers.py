@@ -32,8 +32,9 @@ def enqueue_summary_refresh(queue: JobQueue, thread_id: str, *, user_id: str | N
 
 class BuiltinHandlers:
     """The handlers of the built-in kinds, on the memory at ``url`` (opened at the first job, closed by
-    :meth:`close`). The chat model (for extraction and summaries) and the embedder come from ``settings``;
-    model calls are recorded in the database's usage ledger."""
+    :meth:`close`). The chat model (for extraction and summaries) and the embedder come from ``settings``
+    (default: :func:`remem.load_settings`, read again after :meth:`reload`); model calls are recorded in
+    the database's usage ledger."""
 
     def __init__(self, url: str, settings: Settings | None = None) -> None:
         self.url = url
@@ -41,10 +42,24 @@ class BuiltinHandlers:
         self._memory: Memory | None = None
         self._extractor: Any = None
         self._lock = threading.Lock()
+        self._retired: list[Memory] = []  # opened before a reload; a job may still be using one
+        self.reloads = 0
+        self._opened_at = 0
+
+    def reload(self) -> None:
+        """Read the configuration again at the next job (``remem worker`` on SIGHUP): a model key rotated in
+        ``remem.toml`` (or the file ``REMEM_CONFIG`` names) is used from then on, with no restart. Safe to
+        call from a signal handler: it only marks the parts to rebuild; jobs already running finish with the
+        parts they started with."""
+        self.reloads += 1
 
     def _open(self) -> tuple[Memory, Any]:
         with self._lock:
+            if self._memory is not None and self._opened_at != self.reloads and self.settings is None:
+                self._retired.append(self._memory)
+                self._memory = None
             if self._memory is None:
+                self._opened_at = self.reloads
                 from remem.config import load_settings
                 from remem.extraction import MemoryExtractor
                 from remem.memory import Memory
@@ -75,6 +90,7 @@ class BuiltinHandlers:
 
     def close(self) -> None:
         with self._lock:
-            if self._memory is not None:
-                self._memory.close()
-                self._memory = None
+            for memory in [*self._retired, *([self._memory] if self._memory is not None else [])]:
+                memory.close()
+            self._retired.clear()
+            self._memory = None

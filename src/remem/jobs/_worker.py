@@ -125,17 +125,22 @@ def run_workers(
     until_empty: bool = False,
     stop: threading.Event | None = None,
     handle_signals: bool = False,
+    on_hangup: Callable[[], None] | None = None,
     **options: Any,
 ) -> int:
     """Run ``concurrency`` workers in threads of this process until ``stop`` (or the queue is empty, with
     ``until_empty``); returns how many jobs ran. ``handle_signals``: SIGTERM and SIGINT stop the workers
-    after their current job (the main thread only)."""
+    after their current job, and SIGHUP calls ``on_hangup`` (:meth:`BuiltinHandlers.reload`: the
+    configuration is read again, so a rotated model key is used from the next job on) (the main thread
+    only)."""
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ArgumentTypeError(f"concurrency is a whole number of workers, at least 1; got {concurrency!r}")
     stop = stop or threading.Event()
     if handle_signals:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        if on_hangup is not None:
+            signal.signal(signal.SIGHUP, lambda *_: on_hangup())
     workers = [Worker(queue, handlers, **options) for _ in range(concurrency)]
     counts = [0] * concurrency
 
