@@ -217,6 +217,23 @@ def test_settings_are_checked() -> None:
         ContextCardMiddleware(memory, thread_id="t", pattern="middle")  # type: ignore[arg-type]
     with pytest.raises(RememUsageError, match="compaction_token_trigger"):
         ContextCardMiddleware(memory, thread_id="t", compaction_token_trigger=0)
+    with pytest.raises(RememUsageError, match="kept_message_count"):
+        ContextCardNode(memory, thread_id="t", kept_message_count=-1)
+    with pytest.raises(RememUsageError, match="recall_results"):
+        ContextCardMiddleware(memory, thread_id="t", recall_results=-1)
+
+
+def test_an_option_neither_takes_is_refused_as_a_signature_would_refuse_it() -> None:
+    # The options are written once (CardOptions) and taken as keywords, so a misspelt one must still fail.
+    memory = Memory.from_url("memory://", settings=SETTINGS)
+    with pytest.raises(TypeError, match="'kept_mesage_count'; did you mean 'kept_message_count'"):
+        ContextCardMiddleware(memory, kept_mesage_count=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="ContextCardNode does no per-turn recall: recall_results"):
+        ContextCardNode(memory, recall_results=2)  # type: ignore[call-arg]
+    node = ContextCardNode(memory, system_prompt="be brief", card_token_budget=900, kept_message_count=1)
+    assert (node.compactor.card_token_budget, node.compactor.kept, node.compactor.trigger) == (900, 1, 6000)
+    middleware = ContextCardMiddleware(memory, recall_results=2)
+    assert (middleware.compactor.recall_results, middleware.compactor.recall_token_budget) == (2, 400)
 
 
 def test_node_in_a_state_graph(memory: Memory) -> None:

@@ -215,9 +215,11 @@ PINNED_ALL: dict[str, list[str]] = {
     "remem.middleware": [
         "PATTERNS",
         "BudgetMiddleware",
+        "CardOptions",
         "ContextCardMiddleware",
         "ContextCardNode",
         "Pattern",
+        "RecallCardOptions",
     ],
     "remem.server": ["ServerOptions", "create_app"],
     "remem.server._ui": ["PREFIX", "PUBLIC", "is_ui", "register", "session_key", "signed_out"],

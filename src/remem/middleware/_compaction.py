@@ -16,17 +16,18 @@ sync and async methods run the same pure steps.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 
-from remem.errors import NotFoundError, RememUsageError
-from remem.memory import CARD_MESSAGE_NAME, ContextCard, Memory, Thread
+from remem.errors import ArgumentTypeError, NotFoundError, RememUsageError
+from remem.memory import CARD_MESSAGE_NAME, DEFAULT_CARD_TOKEN_BUDGET, ContextCard, Memory, Thread
 from remem.messages import (
     TokenCounter,
     is_derived,
@@ -42,10 +43,11 @@ from remem.messages import (
 __all__ = [
     "PATTERNS",
     "PLACEHOLDER_CARD",
+    "CardOptions",
     "CompactionPlan",
     "Compactor",
     "Pattern",
-    "check_settings",
+    "RecallCardOptions",
     "latest_question",
     "organic_messages",
     "persistable",
@@ -59,15 +61,81 @@ PATTERNS: tuple[str, ...] = ("external_tail", "self_contained")
 PLACEHOLDER_CARD = "<context_card>\n<note>No earlier context yet.</note>\n</context_card>"
 
 
-def check_settings(trigger: int, kept: int, pattern: str) -> None:
-    if trigger <= 0:
+class CardOptions(TypedDict, total=False):
+    """The options ``ContextCardMiddleware`` and ``ContextCardNode`` share, written once; every one may be
+    left out (its default in brackets).
+
+    - ``thread_id`` (None: the run's ``configurable.thread_id``), ``user_id``, ``agent_id`` (None).
+    - ``compaction_token_trigger`` (6000): the prompt size (system prompt, tool schemas and messages) that
+      calls for a card.
+    - ``kept_message_count`` (3): raw messages kept after the card.
+    - ``pattern`` (``"external_tail"``): see :mod:`remem.middleware.card`.
+    - ``card_token_budget`` (``DEFAULT_CARD_TOKEN_BUDGET``): bounds the card.
+    - ``max_relevant_results`` (None: as many as fill the budget): caps the records the card recalls.
+    - ``token_counter`` (None: the memory's).
+    - ``context_summary_update_frequency`` (None: the thread's default).
+    """
+
+    thread_id: str | None
+    user_id: str | None
+    agent_id: str | None
+    compaction_token_trigger: int
+    kept_message_count: int
+    pattern: Pattern
+    card_token_budget: int
+    max_relevant_results: int | None
+    token_counter: TokenCounter | None
+    context_summary_update_frequency: int | None
+
+
+class RecallCardOptions(CardOptions, total=False):
+    """``CardOptions`` and per-turn recall, which only the middleware does: ``recall_results`` (0: none),
+    ``recall_token_budget`` (400)."""
+
+    recall_results: int
+    recall_token_budget: int
+
+
+_DEFAULTS: RecallCardOptions = {
+    "thread_id": None,
+    "user_id": None,
+    "agent_id": None,
+    "compaction_token_trigger": 6000,
+    "kept_message_count": 3,
+    "pattern": "external_tail",
+    "card_token_budget": DEFAULT_CARD_TOKEN_BUDGET,
+    "max_relevant_results": None,
+    "token_counter": None,
+    "context_summary_update_frequency": None,
+    "recall_results": 0,
+    "recall_token_budget": 400,
+}
+
+
+def _checked(options: Mapping[str, Any], accepted: type[CardOptions], owner: str) -> RecallCardOptions:
+    """``options`` over the defaults; a name ``accepted`` does not have is refused as a signature would."""
+    known = sorted(accepted.__annotations__)
+    for name in options:
+        if name in RecallCardOptions.__annotations__ and name not in known:
+            raise ArgumentTypeError(
+                f"{owner} does no per-turn recall: {name} is ContextCardMiddleware's option"
+            )
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(known)}"
+            raise ArgumentTypeError(f"{owner} got an unexpected keyword argument {name!r}{hint}")
+    merged: dict[str, Any] = {**_DEFAULTS, **options}
+    if merged["compaction_token_trigger"] <= 0:
         raise RememUsageError(
             "compaction_token_trigger must be positive: the prompt size that calls for a card"
         )
-    if kept < 0:
+    if merged["kept_message_count"] < 0:
         raise RememUsageError("kept_message_count must be non-negative (raw messages kept after the card)")
-    if pattern not in PATTERNS:
-        raise RememUsageError(f"pattern must be one of {', '.join(PATTERNS)}; got {pattern!r}")
+    if merged["pattern"] not in PATTERNS:
+        raise RememUsageError(f"pattern must be one of {', '.join(PATTERNS)}; got {merged['pattern']!r}")
+    if merged["recall_results"] < 0:
+        raise RememUsageError("recall_results must be non-negative (0: no per-turn recall)")
+    return merged  # type: ignore[return-value]
 
 
 def organic_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
@@ -177,36 +245,25 @@ class Compactor:
     def __init__(
         self,
         memory: Memory,
+        options: Mapping[str, Any],
         *,
-        thread_id: str | None,
-        user_id: str | None,
-        agent_id: str | None,
-        compaction_token_trigger: int,
-        kept_message_count: int,
-        pattern: str,
-        card_token_budget: int,
-        max_relevant_results: int | None,
-        token_counter: TokenCounter | None,
-        context_summary_update_frequency: int | None,
-        recall_results: int = 0,
-        recall_token_budget: int = 400,
+        accepted: type[CardOptions] = RecallCardOptions,
+        owner: str = "Compactor",
     ) -> None:
-        check_settings(compaction_token_trigger, kept_message_count, pattern)
+        checked = _checked(options, accepted, owner)
         self.memory = memory
-        self.thread_id = thread_id
-        self.user_id = user_id
-        self.agent_id = agent_id
-        self.trigger = compaction_token_trigger
-        self.kept = kept_message_count
-        self.pattern = pattern
-        self.card_token_budget = card_token_budget
-        self.max_relevant_results = max_relevant_results
-        self.count: TokenCounter = token_counter or memory.token_counter
-        self.frequency = context_summary_update_frequency
-        if recall_results < 0:
-            raise RememUsageError("recall_results must be non-negative (0: no per-turn recall)")
-        self.recall_results = recall_results
-        self.recall_token_budget = recall_token_budget
+        self.thread_id = checked["thread_id"]
+        self.user_id = checked["user_id"]
+        self.agent_id = checked["agent_id"]
+        self.trigger = checked["compaction_token_trigger"]
+        self.kept = checked["kept_message_count"]
+        self.pattern = checked["pattern"]
+        self.card_token_budget = checked["card_token_budget"]
+        self.max_relevant_results = checked["max_relevant_results"]
+        self.count: TokenCounter = checked["token_counter"] or memory.token_counter
+        self.frequency = checked["context_summary_update_frequency"]
+        self.recall_results = checked["recall_results"]
+        self.recall_token_budget = checked["recall_token_budget"]
         self._threads: dict[str, Thread] = {}
         self._persisted: dict[str, set[str]] = {}
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 from langchain.agents.middleware.types import (
     AgentMiddleware,
@@ -51,15 +51,10 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
-from remem.messages import TokenCounter
-from remem.middleware._compaction import CompactionPlan, Compactor, Pattern
+from remem.memory import Memory
+from remem.middleware._compaction import CardOptions, CompactionPlan, Compactor, RecallCardOptions
 
 __all__ = ["ContextCardMiddleware", "ContextCardNode"]
-
-
-def _compactor(memory: Memory, **kwargs: Any) -> Compactor:
-    return Compactor(memory, **kwargs)
 
 
 def _as_any(messages: list[BaseMessage]) -> list[AnyMessage]:
@@ -86,9 +81,10 @@ def _compacted(
 class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Persist an agent's turns to a remem thread and compact its prompt with a context card.
 
-    ``thread_id`` may be left out: the run's ``configurable.thread_id`` is used. ``card_token_budget``
-    bounds the card; ``max_relevant_results`` caps the records it recalls (None: as many as fill the
-    budget); ``token_counter`` defaults to the memory's. See the module docstring for the two patterns.
+    The options, each with its default, are :class:`~remem.middleware.RecallCardOptions`'s (written once, for
+    the node too): ``thread_id`` may be left out (the run's ``configurable.thread_id`` is used),
+    ``card_token_budget`` bounds the card, ``max_relevant_results`` caps the records it recalls. See the
+    module docstring for the two patterns.
 
     ``recall_results`` > 0 adds per-turn recall: on calls that do not compact, the records best matching
     the latest user message and not already in the prompt are sent in a ``memory_recall`` user message
@@ -96,39 +92,9 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     prompt before it is unchanged, so the card stays cached while recall follows each new question.
     """
 
-    def __init__(
-        self,
-        memory: Memory,
-        *,
-        thread_id: str | None = None,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        compaction_token_trigger: int = 6000,
-        kept_message_count: int = 3,
-        pattern: Pattern = "external_tail",
-        card_token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
-        max_relevant_results: int | None = None,
-        token_counter: TokenCounter | None = None,
-        context_summary_update_frequency: int | None = None,
-        recall_results: int = 0,
-        recall_token_budget: int = 400,
-    ) -> None:
+    def __init__(self, memory: Memory, **options: Unpack[RecallCardOptions]) -> None:
         super().__init__()
-        self.compactor = _compactor(
-            memory,
-            thread_id=thread_id,
-            user_id=user_id,
-            agent_id=agent_id,
-            compaction_token_trigger=compaction_token_trigger,
-            kept_message_count=kept_message_count,
-            pattern=pattern,
-            card_token_budget=card_token_budget,
-            max_relevant_results=max_relevant_results,
-            token_counter=token_counter,
-            context_summary_update_frequency=context_summary_update_frequency,
-            recall_results=recall_results,
-            recall_token_budget=recall_token_budget,
-        )
+        self.compactor = Compactor(memory, options, owner="ContextCardMiddleware")
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         self.compactor.persist(state["messages"])
@@ -181,41 +147,20 @@ class ContextCardNode:
     Add it before the model node: ``builder.add_node("memory", ContextCardNode(memory, ...))`` (or
     ``node.acall`` in an async graph). It persists new turns and, past the trigger, returns the compacted
     history ``[card, *tail]``. Pass the model's ``system_prompt`` and ``tools`` so they count toward the
-    trigger. A reply is persisted by the next call; :meth:`record` persists without compacting.
+    trigger; the other options are :class:`~remem.middleware.CardOptions`. A reply is persisted by the next call; :meth:`record` persists without compacting.
     """
 
     def __init__(
         self,
         memory: Memory,
         *,
-        thread_id: str | None = None,
-        user_id: str | None = None,
-        agent_id: str | None = None,
-        compaction_token_trigger: int = 6000,
-        kept_message_count: int = 3,
-        pattern: Pattern = "external_tail",
-        card_token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
-        max_relevant_results: int | None = None,
-        token_counter: TokenCounter | None = None,
-        context_summary_update_frequency: int | None = None,
         system_prompt: str | None = None,
         tools: Sequence[Any] = (),
+        **options: Unpack[CardOptions],
     ) -> None:
         from langchain_core.messages import SystemMessage
 
-        self.compactor = _compactor(
-            memory,
-            thread_id=thread_id,
-            user_id=user_id,
-            agent_id=agent_id,
-            compaction_token_trigger=compaction_token_trigger,
-            kept_message_count=kept_message_count,
-            pattern=pattern,
-            card_token_budget=card_token_budget,
-            max_relevant_results=max_relevant_results,
-            token_counter=token_counter,
-            context_summary_update_frequency=context_summary_update_frequency,
-        )
+        self.compactor = Compactor(memory, options, accepted=CardOptions, owner="ContextCardNode")
         self.system = SystemMessage(content=system_prompt) if system_prompt else None
         self.tools = list(tools)
 
