@@ -316,6 +316,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "TENANTS_ROOT",
         "THREADS_ROOT",
         "THREAD_META_KEY",
+        "USAGE_HOLDS_TABLE",
         "USAGE_LEDGER_TABLE",
         "USAGE_TOTALS_TABLE",
         "USERS_ROOT",

@@ -30,6 +30,7 @@ from remem.usage import (
     ledger_from_url,
     open_ledger,
 )
+from remem.usage._holds import HOLDS_TABLE
 from remem.usage._sql import TOTALS_TABLE, TOTALS_TRIGGER
 from remem.usage.embeddings import MeteredEmbedder
 
@@ -103,7 +104,7 @@ def test_the_schema_is_one_migration_component_and_setup_is_idempotent(tmp_path:
         ledger_from_url(f"sqlite:///{path}").close()
     conn = sqlite3.connect(path)
     rows = conn.execute(f"SELECT component, version FROM {_migrate.TABLE}").fetchall()
-    assert rows == [("usage", 1), ("usage", 2), ("usage", 3)]
+    assert rows == [("usage", 1), ("usage", 2), ("usage", 3), ("usage", 4)]
     assert (path.stat().st_mode & 0o777) == 0o600
 
 
@@ -183,6 +184,7 @@ def test_a_version_1_ledger_gets_its_running_totals_from_its_rows(tmp_path: Path
     conn = sqlite3.connect(path, isolation_level=None)  # back to version 1: no running totals
     conn.execute(f"DROP TRIGGER {TOTALS_TRIGGER}")
     conn.execute(f"DROP TABLE {TOTALS_TABLE}")
+    conn.execute(f"DROP TABLE {HOLDS_TABLE}")
     conn.execute(f"DELETE FROM {_migrate.TABLE} WHERE component = 'usage' AND version > 1")
     for n in range(5):
         conn.execute(

@@ -359,9 +359,10 @@ class _Nodes:
         started = time.perf_counter()
         try:
             reply = self.model.invoke(sent)
-        except RememError:
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            self.gate.release(decision)  # not paid: what it held of the budgets is free again
+            if isinstance(exc, RememError) or not isinstance(exc, Exception):
+                raise
             raise ModelError(
                 f"the chat model call failed ({type(exc).__name__}: {exc}); your message is kept in the "
                 "thread: send the same message again to retry (the kept turn is answered, not a copy), or the "
@@ -494,7 +495,8 @@ def build_agent(
     or database URL given as ``ledger``; ``ledger=False`` records nothing. ``budgets`` (default: the
     settings', :meth:`~remem.usage.Budgets.from_settings`) are checked before each call against what the
     ledger says the turn, the thread and the user's UTC day spent (``run_turn(..., user_id=...)`` or
-    ``configurable.user_id``); prices come from ``[remem.prices]``. :func:`ledger_of` gives the ledger.
+    ``configurable.user_id``), and what calls still running (in any process) hold of them, so processes
+    sharing a budget cannot all pass it (:mod:`remem.usage._holds`); prices come from ``[remem.prices]``. :func:`ledger_of` gives the ledger.
 
     A model call whose counted estimate is above ``approve_tokens`` tokens or costs more than
     ``approve_cost`` (default: the settings' ``approval_token_threshold`` / ``approval_cost_threshold``;

@@ -59,6 +59,7 @@ __all__ = [
     "TENANTS_ROOT",
     "THREADS_ROOT",
     "THREAD_META_KEY",
+    "USAGE_HOLDS_TABLE",
     "USAGE_LEDGER_TABLE",
     "USAGE_TOTALS_TABLE",
     "USERS_ROOT",
@@ -132,6 +133,7 @@ ERASURE_JOURNAL_TABLE: Final = "remem_erasures"  # each erasure's plan and steps
 ERASURE_REGISTRY_TABLE: Final = "remem_erasure_registry"  # namespaces and threads registered for a user
 USAGE_LEDGER_TABLE: Final = "remem_usage"  # the usage ledger: one row per model call
 USAGE_TOTALS_TABLE: Final = "remem_usage_totals"  # its running totals per thread, turn and user-day
+USAGE_HOLDS_TABLE: Final = "remem_usage_holds"  # what calls in flight hold of those budgets, until settled
 JOBS_TABLE: Final = "remem_jobs"  # the durable job queue (remem.jobs): background work, retried, parked
 TABLES: Final = frozenset(
     {
@@ -145,6 +147,7 @@ TABLES: Final = frozenset(
         STORE_MIGRATIONS_TABLE,
         USAGE_LEDGER_TABLE,
         USAGE_TOTALS_TABLE,
+        USAGE_HOLDS_TABLE,
         JOBS_TABLE,
     }
 )

@@ -18,6 +18,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from remem import _migrate
+from remem._clock import database_now
 from remem.layout import JOBS_TABLE
 
 __all__ = [
@@ -78,9 +79,7 @@ _J_COLUMNS = ", ".join(f"j.{c.strip()}" for c in COLUMNS.split(","))
 
 def now(dialect: str) -> str:
     """The database's clock in seconds since the epoch, as an SQL expression."""
-    if dialect == "sqlite":
-        return "((julianday('now') - 2440587.5) * 86400.0)"
-    return "extract(epoch from clock_timestamp())::double precision"
+    return database_now(dialect)
 
 
 def _ph(dialect: str, sql: str) -> str:

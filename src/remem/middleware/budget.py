@@ -16,6 +16,11 @@ Every model call is checked twice and recorded once:
 - after: the provider's ``usage_metadata`` (counted when it has none) is recorded in the ledger, priced from
   the price table, then checked the same way: a breach only these numbers show is logged, and the reply,
   paid for, is kept; the next call meets the budget before it is sent.
+- across processes: a call that a turn, thread or user-day budget could refuse holds its expected spending
+  in the ledger while it runs, checked in the same transaction against what the scopes spent and what
+  other calls hold, so processes sharing a budget (one user's threads in several workers) cannot all pass
+  it; the ledger row settles the hold, a failed call releases it, and a crashed process's hold expires
+  after ``hold_seconds`` (10 minutes by default; :mod:`remem.usage._holds`).
 
 remem's agent (``build_agent``) drives the same :class:`~remem.usage._gate.Gate`, so both paths act the
 same on every budget, threshold and action. ``run_turn(agent, thread, text, gate=budget)`` also checks a
@@ -88,7 +93,7 @@ from remem.messages import (
 from remem.models import RateLimitedChatModel, model_name
 from remem.usage import BUDGETS_KEY, Budgets, Ledger, Meter, PriceTable, UsageEvent
 from remem.usage._approval import Estimate
-from remem.usage._gate import Call, Decision, Gate
+from remem.usage._gate import HOLD_SECONDS, Call, Decision, Gate
 from remem.usage._pending import UNRECORDED
 from remem.usage._prefix import PrefixCounter, sums_per_message
 from remem.usage.ratelimit import Backoff, RateLimiter, acall_with_retries, call_with_retries, shared_limiter
@@ -201,6 +206,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         rate_limiter: RateLimiter | None = None,
         backoff: Backoff | None = None,
         budget_action: str | None = None,
+        hold_seconds: float = HOLD_SECONDS,
     ) -> None:
         super().__init__()
         if prices is None and settings is not None:
@@ -221,6 +227,7 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
             approve_tokens=approve_tokens,
             approve_cost=approve_cost,
             budget_action=budget_action,
+            hold_seconds=hold_seconds,
         )
         self.thread_id, self.user_id, self.node = thread_id, user_id, node
         if rate_limiter is None and settings is not None:
@@ -441,17 +448,21 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         if decision.not_sent is not None:
             return self._refused(decision.not_sent, decision, request.state, copy)
         assert decision.estimate is not None
-        limited = self._limited(request)
-        if limited and self.rate_limiter is not None:
-            self.rate_limiter.acquire(decision.call.model, decision.estimate.input_tokens)
-        started = time.perf_counter()
-        if limited and self.backoff is not None:
-            response = call_with_retries(
-                lambda: handler(request), model=decision.call.model, backoff=self.backoff
-            )
-        else:
-            response = handler(request)
-        _, kept = self._finish(request, decision, response, started)
+        try:
+            limited = self._limited(request)
+            if limited and self.rate_limiter is not None:
+                self.rate_limiter.acquire(decision.call.model, decision.estimate.input_tokens)
+            started = time.perf_counter()
+            if limited and self.backoff is not None:
+                response = call_with_retries(
+                    lambda: handler(request), model=decision.call.model, backoff=self.backoff
+                )
+            else:
+                response = handler(request)
+            _, kept = self._finish(request, decision, response, started)
+        except BaseException:
+            self.gate.release(decision)  # not paid: what it held of the budgets is free again
+            raise
         return _with_update(response, decision.estimate, request.state, kept, copy)
 
     async def awrap_model_call(
@@ -463,15 +474,19 @@ class BudgetMiddleware(AgentMiddleware[BudgetState, Any, Any]):
         if decision.not_sent is not None:
             return self._refused(decision.not_sent, decision, request.state, copy)
         assert decision.estimate is not None
-        limited = self._limited(request)
-        if limited and self.rate_limiter is not None:
-            await self.rate_limiter.aacquire(decision.call.model, decision.estimate.input_tokens)
-        started = time.perf_counter()
-        if limited and self.backoff is not None:
-            response = await acall_with_retries(
-                lambda: handler(request), model=decision.call.model, backoff=self.backoff
-            )
-        else:
-            response = await handler(request)
-        _, kept = await asyncio.to_thread(self._finish, request, decision, response, started)
+        try:
+            limited = self._limited(request)
+            if limited and self.rate_limiter is not None:
+                await self.rate_limiter.aacquire(decision.call.model, decision.estimate.input_tokens)
+            started = time.perf_counter()
+            if limited and self.backoff is not None:
+                response = await acall_with_retries(
+                    lambda: handler(request), model=decision.call.model, backoff=self.backoff
+                )
+            else:
+                response = await handler(request)
+            _, kept = await asyncio.to_thread(self._finish, request, decision, response, started)
+        except BaseException:
+            await asyncio.to_thread(self.gate.release, decision)
+            raise
         return _with_update(response, decision.estimate, request.state, kept, copy)

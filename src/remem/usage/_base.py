@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from remem.errors import ArgumentTypeError, RememUsageError
-from remem.usage import _sql
+from remem.usage import _holds, _sql
 from remem.usage._records import Totals, UsageEvent, day_of
 from remem.usage._sql import Filters
 
-__all__ = ["LazyLedger", "Ledger"]
+__all__ = ["LazyLedger", "Ledger", "scope_keys"]
 
 
 class Ledger(ABC):
@@ -128,22 +129,57 @@ class Ledger(ABC):
         at: float | None = None,
     ) -> dict[str, Totals]:
         """What a call's ``scopes`` spent (``turn``, ``thread``, ``user_day``: of ``user_id`` on the UTC
-        day of ``at``, default today), read from their running totals in one query. A scope whose key
-        is not given is left out."""
-        keys: list[tuple[str, str, str]] = []
-        if thread_id is not None and "thread" in scopes:
-            keys.append(("thread", thread_id, ""))
-        if thread_id is not None and turn is not None and "turn" in scopes:
-            keys.append(("turn", thread_id, str(turn)))
-        if user_id is not None and "user_day" in scopes:
-            keys.append(("user_day", user_id, day_of(time.time() if at is None else at)))
+        day of ``at``, default today), read from their running totals in one query, with what calls in
+        flight hold of them (``held_tokens``, ``held_cost``). A scope whose key is not given is left out."""
+        keys = scope_keys(scopes, thread_id=thread_id, turn=turn, user_id=user_id, at=at)
         if not keys:
             return {}
-        found = {row[0]: row for row in self._read(*_sql.select_scopes(self._dialect(), keys))}
-        # Read at every model call: a scope with no row yet is the shared empty Totals (frozen).
-        return {
-            scope: _NONE if (row := found.get(scope)) is None else _running(row, 1) for scope, _, _ in keys
-        }
+        return _holds.spent_of(self._read(*_holds.select_spent(self._dialect(), keys)), keys)
+
+    # -- holds: budgets that hold across processes (remem.usage._holds) ---------------------------
+    def hold(
+        self,
+        keys: Sequence[_holds.Key],
+        *,
+        tokens: int,
+        cost: float,
+        seconds: float,
+        fits: Callable[[Mapping[str, Totals]], bool],
+    ) -> tuple[str | None, dict[str, Totals]]:
+        """In one transaction: read what ``keys`` (:func:`scope_keys`) spent and what calls in flight hold
+        of them; when ``fits`` says the call fits, hold ``tokens`` and ``cost`` of each for at most
+        ``seconds`` (database clock). Returns the hold's id (None: nothing held) and what was read."""
+        hold_id = uuid.uuid4().hex
+        held, spent = self._transact(
+            _holds.hold(self._dialect(), keys, hold_id, tokens=tokens, cost=cost, seconds=seconds, fits=fits)
+        )
+        return (hold_id if held else None), spent
+
+    def settle(self, event: UsageEvent, hold_id: str) -> None:
+        """:meth:`record` the held call and remove its hold, in one transaction."""
+        dialect = self._dialect()
+        record = _sql.record_sqlite(event) if dialect == "sqlite" else _sql.record_postgres(event)
+        self._transact(_holds.settle(dialect, record, hold_id))
+
+    def release(self, hold_id: str) -> None:
+        """Remove a hold whose call was not paid (it failed, or was not sent)."""
+        self._transact(_holds.release(self._dialect(), hold_id))
+
+    def _transact(self, program: Generator[_sql.Statement, Any, _T]) -> _T:
+        """Run a ``(sql, params, fetch)`` program (sent back the rows, or the row count) in one write
+        transaction. remem's backends do (SQLite: ``BEGIN IMMEDIATE``); this default runs it statement by
+        statement, for a backend that has only :meth:`_read` and :meth:`_write`."""
+        try:
+            sql, params, fetch = next(program)
+            while True:
+                if fetch:
+                    sent: Any = self._read(sql, params)
+                else:
+                    self._write(sql, params)
+                    sent = 0
+                sql, params, fetch = program.send(sent)
+        except StopIteration as done:
+            return cast("_T", done.value)
 
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
@@ -151,6 +187,26 @@ class Ledger(ABC):
 
 
 _NONE = Totals()
+_T = TypeVar("_T")
+
+
+def scope_keys(
+    scopes: Sequence[str],
+    *,
+    thread_id: str | None,
+    turn: int | None,
+    user_id: str | None,
+    at: float | None = None,
+) -> list[_holds.Key]:
+    """The running totals' keys of a call's ``scopes`` (a scope whose key is not given is left out)."""
+    keys: list[_holds.Key] = []
+    if thread_id is not None and "thread" in scopes:
+        keys.append(("thread", thread_id, ""))
+    if thread_id is not None and turn is not None and "turn" in scopes:
+        keys.append(("turn", thread_id, str(turn)))
+    if user_id is not None and "user_day" in scopes:
+        keys.append(("user_day", user_id, day_of(time.time() if at is None else at)))
+    return keys
 
 
 def _running(row: Sequence[Any], at: int) -> Totals:
@@ -203,6 +259,9 @@ class LazyLedger(Ledger):
 
     def _record_event(self, event: UsageEvent) -> None:
         self.inner()._record_event(event)
+
+    def _transact(self, program: Generator[_sql.Statement, Any, _T]) -> _T:
+        return self.inner()._transact(program)
 
     def close(self) -> None:
         with self._lock:

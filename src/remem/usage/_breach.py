@@ -68,16 +68,17 @@ def refuse_or_ask(action: str, breach: BudgetExceededError, estimate: Estimate) 
 
 def fitting_tokens(budgets: Budgets, spent: Mapping[Scope, Totals], price: Price | None) -> float:
     """The most input tokens one call may be sent within every budget set, after what its scopes spent
-    (its output is unknown before it: counted as 0). A cost budget counts only for a priced model, as
+    and what calls in flight hold of them (its output is unknown before it: counted as 0). A cost budget counts only for a priced model, as
     :func:`~remem.usage.budgets.check` does; ``inf`` when nothing limits the call."""
     allowed = math.inf
     for scope in SCOPES:
         before = spent.get(scope) if scope != "call" else None
         tokens_limit, cost_limit = budgets.limit(scope, "tokens"), budgets.limit(scope, "cost")
         if tokens_limit:
-            allowed = min(allowed, tokens_limit - (before.tokens if before is not None else 0))
+            used = 0 if before is None else before.tokens + before.held_tokens
+            allowed = min(allowed, tokens_limit - used)
         if cost_limit and price is not None and price.input > 0:
-            left = cost_limit - (before.cost if before is not None else 0.0)
+            left = cost_limit - (0.0 if before is None else before.cost + before.held_cost)
             allowed = min(allowed, left * 1_000_000 / price.input)
     return allowed
 

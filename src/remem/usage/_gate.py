@@ -4,9 +4,13 @@ remem's agent (``build_agent``'s ``call_model``) and ``BudgetMiddleware`` both d
 two paths cannot drift::
 
     call = Call(model, messages, count, head=..., fit_count=..., thread_id=..., user_id=..., turn=...)
-    decision = gate.before(call, state)        # kept rows flushed; estimate; budgets; approval; action
+    decision = gate.before(call, state)        # kept rows flushed; estimate; budgets; hold; approval
     if decision.not_sent is not None: ...      # the turn ends with that message; nothing is sent
-    reply = model.invoke(decision.messages)
+    try:
+        reply = model.invoke(decision.messages)
+    except BaseException:
+        gate.release(decision)                 # not paid: its hold goes
+        raise
     kept = gate.after(decision, gate.event(decision, reply, sent=..., started=..., node=...))
 
 The rules, the same on every path:
@@ -19,6 +23,11 @@ The rules, the same on every path:
 - **Before the input is stored**: :meth:`Gate.precheck` runs the same check on the turn that is about to be
   sent (``run_turn`` calls it), so an input that ``error`` (or ``compact`` that cannot fit) would refuse
   leaves nothing in the thread. The call that follows reuses that check's count and reads.
+- **Across processes**: a call that a turn, thread or user-day budget could refuse is *held* before it
+  is sent (:mod:`remem.usage._holds`): the check is made again in the transaction that holds the call's
+  expected spending, against what the scopes spent and what other calls in flight hold, so processes
+  sharing a budget cannot all pass it at once. The ledger row settles the hold; a call that fails, or is
+  not sent, releases it; a crashed process's hold expires after ``hold_seconds``.
 - **After the call** the provider's numbers (counted when it gives none) are recorded, then checked: a
   breach that only they show is logged, never raised: the reply was paid for, so it is kept (in the
   thread and returned to the caller), and the ledger holds the spending, so the next call meets the
@@ -30,6 +39,7 @@ The rules, the same on every path:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -38,10 +48,10 @@ from typing import Any, cast
 
 from langchain_core.messages import AIMessage, BaseMessage
 
-from remem.errors import BudgetExceededError
+from remem.errors import ArgumentTypeError, BudgetExceededError, RememError, StorageError
 from remem.messages import TokenCounter
 from remem.usage._approval import Estimate, ask_approval, needs_approval, refusal
-from remem.usage._base import Ledger
+from remem.usage._base import Ledger, scope_keys
 from remem.usage._breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
 from remem.usage._pending import flush_unrecorded, record_or_keep
 from remem.usage._prefix import signatures
@@ -50,11 +60,13 @@ from remem.usage.budgets import Budgets, Scope, check, run_budgets
 from remem.usage.meter import Meter
 from remem.usage.prices import PriceTable
 
-__all__ = ["Call", "Decision", "Gate"]
+__all__ = ["HOLD_SECONDS", "Call", "Decision", "Gate"]
 
 log = logging.getLogger("remem.usage")
 
 _CHECKS_KEPT = 1024  # threads whose precheck a gate keeps for the call that follows
+HOLD_SECONDS = 600.0  # how long a call's hold lasts when its process dies before settling it
+_HOLD_TRIES = 20  # holds refused by other processes' spending before the gate gives up
 
 
 @dataclass(frozen=True)
@@ -84,8 +96,9 @@ class Call:
 class Decision:
     """What :meth:`Gate.before` decided: the messages to send (compacted or as given), their estimate (None:
     nothing had to be counted), what the call's scopes had spent, the budgets it was checked against, the
-    message that ends the turn instead of the call (None: send it), and whether kept ledger rows were
-    written (the caller empties the state's key with its update)."""
+    message that ends the turn instead of the call (None: send it), whether kept ledger rows were
+    written (the caller empties the state's key with its update), and the call's hold (None: none taken;
+    :meth:`Gate.after` settles it, :meth:`Gate.release` drops it)."""
 
     call: Call
     messages: Sequence[BaseMessage]
@@ -94,6 +107,25 @@ class Decision:
     budgets: Budgets
     not_sent: AIMessage | None = None
     flushed: bool = False
+    hold: str | None = None
+
+
+def _always(fresh: Mapping[str, Totals]) -> bool:
+    return True
+
+
+def _fitting(budgets: Budgets, estimate: Estimate) -> Callable[[Mapping[str, Totals]], bool]:
+    """Whether a call of ``estimate`` passes ``budgets`` on a hold's fresh read of its scopes."""
+
+    def fits(fresh: Mapping[str, Totals]) -> bool:
+        spent = cast("Mapping[Scope, Totals]", fresh)
+        try:
+            check(budgets, tokens=estimate.input_tokens, cost=estimate.cost, spent=spent, estimated=True)
+        except BudgetExceededError:
+            return False
+        return True
+
+    return fits
 
 
 class _NoLedger(Ledger):
@@ -113,7 +145,8 @@ class Gate:
     """Budgets, approval thresholds, the breach action and the ledger of one agent (see the module).
 
     ``ledger`` None checks the call budget only (nothing to read spending from) and records nothing.
-    ``count`` counts a reply (and a prompt) that carries no provider usage. Thread-safe.
+    ``count`` counts a reply (and a prompt) that carries no provider usage. ``hold_seconds``: how long a
+    call's hold outlives a process that died during the call. Thread-safe.
     """
 
     def __init__(
@@ -126,7 +159,11 @@ class Gate:
         approve_tokens: int | None = None,
         approve_cost: float | None = None,
         budget_action: str = "error",
+        hold_seconds: float = HOLD_SECONDS,
     ) -> None:
+        if isinstance(hold_seconds, bool) or not isinstance(hold_seconds, int | float) or hold_seconds <= 0:
+            raise ArgumentTypeError(f"hold_seconds is a number of seconds above 0; got {hold_seconds!r}")
+        self.hold_seconds = float(hold_seconds)
         self.ledger = ledger
         self.budgets = budgets or Budgets()
         self.meter = Meter(ledger if ledger is not None else _NoLedger(), prices, count=count)
@@ -233,20 +270,98 @@ class Gate:
         else:
             tokens = call.tokens if call.tokens is not None else call.count(call.messages)
             spent = self.spent(call, budgets)
+        decision, over = self._decide(
+            Decision(call, call.messages, None, spent, budgets, None, flushed), tokens
+        )
+        decision, over = self._held(decision, over, tokens)
+        if over or decision.not_sent is not None:  # approved over the budget: no threshold asks again
+            return decision
+        estimate = decision.estimate
+        assert estimate is not None
+        try:
+            asked = needs_approval(estimate, self.approve_tokens, self.approve_cost)
+            if asked and not ask_approval(estimate):
+                self.release(decision)
+                return dataclasses.replace(decision, not_sent=refusal(estimate), hold=None)
+        except BaseException:  # the run pauses for a person (LangGraph's interrupt): nothing is sent yet
+            self.release(decision)
+            raise
+        return decision
+
+    def _decide(self, decision: Decision, tokens: int) -> tuple[Decision, bool]:
+        """The budgets' part of a decision, on what ``decision.spent`` says the scopes spent: the messages
+        to send and their estimate, or the message that ends the turn (``budget_action``); and whether
+        a person approved the call over a budget."""
+        call, budgets, spent = decision.call, decision.budgets, decision.spent
         messages, estimate = call.messages, self.estimate(call, tokens)
         try:
             check(budgets, tokens=tokens, cost=estimate.cost, spent=spent, estimated=True)
         except BudgetExceededError as breach:
             if self.budget_action == "error":
                 raise
-            if self.budget_action != "compact":  # approved over the budget: no threshold asks again
+            if self.budget_action != "compact":
                 not_sent = refuse_or_ask(self.budget_action, breach, estimate)
-                return Decision(call, messages, estimate, spent, budgets, not_sent, flushed)
+                return dataclasses.replace(decision, estimate=estimate, not_sent=not_sent), not_sent is None
             messages, estimate = self._fit(breach, call, spent, budgets)
-        not_sent = None
-        if needs_approval(estimate, self.approve_tokens, self.approve_cost) and not ask_approval(estimate):
-            not_sent = refusal(estimate)
-        return Decision(call, messages, estimate, spent, budgets, not_sent, flushed)
+        return dataclasses.replace(decision, messages=messages, estimate=estimate, not_sent=None), False
+
+    def _held(self, decision: Decision, over: bool, tokens: int) -> tuple[Decision, bool]:
+        """The decision with its call held (:mod:`remem.usage._holds`): the budgets checked again in the
+        hold's transaction, against what the scopes spent and what other calls hold; when that spending
+        no longer lets the call through, decided again on it. A call approved over a budget is held
+        without a check (a person said yes); one with no scope budget, or no ledger, is not held."""
+        for _ in range(_HOLD_TRIES):
+            estimate = decision.estimate
+            if decision.not_sent is not None or estimate is None or self.ledger is None:
+                return decision, over
+            call, budgets = decision.call, decision.budgets
+            keys = scope_keys(
+                budgets.read_scopes, thread_id=call.thread_id, turn=call.turn, user_id=call.user_id
+            )
+            if not keys:
+                return decision, over
+            output = self._expected_output(decision.spent)
+            extra = self.prices.cost(call.model, 0, output) if output and estimate.cost is not None else 0.0
+            hold, fresh = self.ledger.hold(
+                keys,
+                tokens=estimate.input_tokens + output,
+                cost=(estimate.cost or 0.0) + (extra or 0.0),
+                seconds=self.hold_seconds,
+                fits=_always if over else _fitting(budgets, estimate),
+            )
+            spent = cast("dict[Scope, Totals]", fresh)
+            if hold is not None:
+                return dataclasses.replace(decision, spent=spent, hold=hold), over
+            # Other processes spent (or hold) more since the read: decided again on what they did.
+            decision, over = self._decide(dataclasses.replace(decision, spent=spent), tokens)
+        raise StorageError(
+            f"the budgets of this call could not be held: {_HOLD_TRIES} times, other calls in flight took "
+            "what the check had seen free; try the call again"
+        )
+
+    @staticmethod
+    def _expected_output(spent: Mapping[Scope, Totals]) -> int:
+        """The output a call is expected to add, held with its input: what its scopes' calls averaged (0
+        before any). Its own check counts its input only, as a lone process's does; another process's
+        check counts this output too, so that concurrent calls near a budget pass it no further than one
+        call alone would."""
+        averages = [-(-t.output_tokens // t.calls) for t in spent.values() if t.calls]
+        return max(averages, default=0)
+
+    def release(self, decision: Decision) -> None:
+        """Drop the hold of a call that was not paid (its model call failed, or it was not sent); a ledger
+        that refuses leaves it to expire (``hold_seconds``)."""
+        if decision.hold is None or self.ledger is None:
+            return
+        try:
+            self.ledger.release(decision.hold)
+        except RememError as exc:
+            log.warning(
+                "the budget hold of a model call that was not paid could not be removed (%s); it expires "
+                "in %d s",
+                exc,
+                int(self.hold_seconds),
+            )
 
     def _cost(self, call: Call, tokens: int) -> float | None:
         # No model yet (a check before a middleware's first call): the cost is unknown, and not warned of.
@@ -304,18 +419,21 @@ class Gate:
             call_id=f"{call.thread_id}:{reply_id}" if reply_id and call.thread_id else None,
         )
 
-    def keep(self, event: UsageEvent) -> list[dict[str, Any]]:
-        """Record a paid call; when the ledger refuses it, the row to keep in the state with the reply."""
-        return [] if self.ledger is None else record_or_keep(self.ledger, event)
+    def keep(self, event: UsageEvent, hold: str | None = None) -> list[dict[str, Any]]:
+        """Record a paid call (settling its ``hold``); when the ledger refuses it, the row to keep in the
+        state with the reply."""
+        return [] if self.ledger is None else record_or_keep(self.ledger, event, hold)
 
     def after(self, decision: Decision, event: UsageEvent | None) -> list[dict[str, Any]] | None:
-        """Record the paid call and check it; the state's kept rows when they change (else None).
+        """Record the paid call (settling its hold) and check it; the state's kept rows when they change
+        (else None). ``event`` None: the call gave no reply to record, and its hold is released.
 
         A breach that only the provider's numbers show is logged, not raised (the module's rule): the
         reply it paid for is kept, and the next call's check counts it."""
         if event is None:
+            self.release(decision)
             return [] if decision.flushed else None
-        kept = self.keep(event)
+        kept = self.keep(event, decision.hold)
         try:
             check(
                 decision.budgets, tokens=event.tokens, cost=event.cost, spent=decision.spent, estimated=False

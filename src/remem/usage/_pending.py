@@ -34,10 +34,14 @@ def _with_call_id(event: UsageEvent) -> UsageEvent:
     return event if event.call_id else dataclasses.replace(event, call_id=f"unrecorded:{uuid.uuid4().hex}")
 
 
-def record_or_keep(ledger: Ledger, event: UsageEvent) -> list[dict[str, Any]]:
-    """Record ``event``; when the ledger refuses, the event as a state value to keep with the reply."""
+def record_or_keep(ledger: Ledger, event: UsageEvent, hold: str | None = None) -> list[dict[str, Any]]:
+    """Record ``event`` (and remove the call's ``hold`` with it); when the ledger refuses, the event as a
+    state value to keep with the reply (the hold then expires on its own)."""
     try:
-        ledger.record(event)
+        if hold is None:
+            ledger.record(event)
+        else:
+            ledger.settle(event, hold)
     except RememError as exc:
         log.warning(
             "a paid model call could not be written to the usage ledger (%s); it is kept in the thread's "

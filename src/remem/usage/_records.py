@@ -80,7 +80,8 @@ class UsageEvent:
 @dataclass(frozen=True)
 class Totals:
     """The sum of some calls. ``cost`` sums the priced calls only; ``unpriced`` counts the others, so a
-    total is never shown as complete when part of it is unknown."""
+    total is never shown as complete when part of it is unknown. ``held_tokens`` and ``held_cost``: what
+    calls still in flight hold of the scope's budgets (what a budget check reads; 0 in every report)."""
 
     key: Any = None  # the group: a model, a thread, a day...; (thread, turn) by turn
     calls: int = 0
@@ -90,6 +91,8 @@ class Totals:
     cost: float = 0.0
     unpriced: int = 0
     latency_ms: float = 0.0
+    held_tokens: int = 0
+    held_cost: float = 0.0
 
     @property
     def tokens(self) -> int:

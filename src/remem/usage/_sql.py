@@ -10,6 +10,7 @@ from typing import Any, Literal, cast
 from remem import _migrate
 from remem.errors import RememUsageError
 from remem.layout import USAGE_LEDGER_TABLE, USAGE_TOTALS_TABLE
+from remem.usage._holds import HOLDS_TABLE, holds_schema
 from remem.usage._records import Totals, UsageEvent, day_of
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "record_sqlite",
     "select_events",
     "select_running_totals",
-    "select_scopes",
     "select_totals",
 ]
 
@@ -146,9 +146,19 @@ def _totals_trigger() -> tuple[str, ...]:
 
 LEDGER = _migrate.Component(
     "usage",
-    sqlite=(_create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"), _totals("REAL"), _totals_trigger()),
+    sqlite=(
+        _create("INTEGER PRIMARY KEY AUTOINCREMENT", "REAL"),
+        _totals("REAL"),
+        _totals_trigger(),
+        holds_schema("REAL"),  # v4: what calls in flight hold of the budgets (remem.usage._holds)
+    ),
     # PostgreSQL writes the row and its totals in one statement already (record_postgres): v3 is empty.
-    postgres=(_create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"), _totals("DOUBLE PRECISION"), ()),
+    postgres=(
+        _create("BIGSERIAL PRIMARY KEY", "DOUBLE PRECISION"),
+        _totals("DOUBLE PRECISION"),
+        (),
+        holds_schema("DOUBLE PRECISION"),
+    ),
 )
 
 By = Literal["turn", "thread", "model", "day", "user", "kind"]
@@ -320,18 +330,6 @@ def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[An
     return sql, key
 
 
-def select_scopes(dialect: str, keys: Sequence[tuple[str, str, str]]) -> tuple[str, tuple[Any, ...]]:
-    """One read of several running totals (scope, key1, key2): each found row starts with its scope."""
-    return _select_scopes_sql(dialect, len(keys)), tuple(value for key in keys for value in key)
-
-
-@lru_cache(maxsize=16)
-def _select_scopes_sql(dialect: str, n: int) -> str:
-    ph = _ph(dialect)
-    one = f"(scope = {ph} AND key1 = {ph} AND key2 = {ph})"
-    return f"SELECT scope, {', '.join(_SUM_COLUMNS)} FROM {TOTALS_TABLE} WHERE " + " OR ".join([one] * n)
-
-
 def select_events(dialect: str, filters: Filters, limit: int | None) -> tuple[str, tuple[Any, ...]]:
     where, params = filters.where(_ph(dialect))
     sql = f"SELECT {', '.join(COLUMNS)} FROM {USAGE_TABLE}{where} ORDER BY at, id"
@@ -450,16 +448,18 @@ def forget_usage(
         removed += int((yield (f"DELETE FROM {USAGE_TABLE} WHERE {where}", params, False)))
     if not totals:
         return removed
-    if user_id is not None:
-        yield (f"DELETE FROM {TOTALS_TABLE} WHERE scope = 'user_day' AND key1 = {ph}", (user_id,), False)
-    for i in range(0, len(threads), _CHUNK):
-        chunk = tuple(threads[i : i + _CHUNK])
-        marks = ", ".join([ph] * len(chunk))
-        yield (
-            f"DELETE FROM {TOTALS_TABLE} WHERE scope IN ('thread', 'turn') AND key1 IN ({marks})",
-            chunk,
-            False,
-        )
+    holds = yield from _exists(dialect, HOLDS_TABLE)  # the ids of calls in flight go too
+    for table in (TOTALS_TABLE, HOLDS_TABLE) if holds else (TOTALS_TABLE,):
+        if user_id is not None:
+            yield (f"DELETE FROM {table} WHERE scope = 'user_day' AND key1 = {ph}", (user_id,), False)
+        for i in range(0, len(threads), _CHUNK):
+            chunk = tuple(threads[i : i + _CHUNK])
+            marks = ", ".join([ph] * len(chunk))
+            yield (
+                f"DELETE FROM {table} WHERE scope IN ('thread', 'turn') AND key1 IN ({marks})",
+                chunk,
+                False,
+            )
     for key in sorted(touched):
         scope, owner, _ = key
         if owner == user_id if scope == "user_day" else owner in threads:

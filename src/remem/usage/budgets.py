@@ -3,7 +3,7 @@
 A budget of 0 or None is no limit. :func:`check` is run twice per call: before it, with a counted estimate
 of what will be sent (system prompt, tool schemas and messages; output unknown, so 0), and after it, with
 the provider's numbers. ``spent`` holds what the turn, the thread and the user's day had spent before
-this call (from the ledger). A breach raises :class:`~remem.errors.BudgetExceededError` naming the budget,
+this call (from the ledger), and what calls still in flight hold of them (:mod:`remem.usage._holds`). A breach raises :class:`~remem.errors.BudgetExceededError` naming the budget,
 its limit, the amount and what to do; nothing is cut to fit.
 """
 
@@ -152,16 +152,18 @@ def check(
         if mine is None:
             continue
         before = spent.get(scope) if scope != "call" else None
+        held = 0.0 if before is None else (before.held_tokens if unit == "tokens" else before.held_cost)
         earlier = 0.0 if before is None else (before.tokens if unit == "tokens" else before.cost)
-        total = earlier + mine
+        total = earlier + held + mine
         if total <= limit:
             continue
         setting = _SETTING[(scope, unit)]
         how = "would need" if estimated else "used"
+        running = f", {_amount(unit, held)} held by calls still running" if held else ""
         detail = (
             f"{_amount(unit, mine)} for this call"
             if scope == "call"
-            else f"{_amount(unit, earlier)} spent and {_amount(unit, mine)} for this call"
+            else f"{_amount(unit, earlier)} spent{running} and {_amount(unit, mine)} for this call"
         )
         counted = "counted before the call" if estimated else "as the provider reported it"
         raise BudgetExceededError(

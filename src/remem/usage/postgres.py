@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from remem import _migrate
 from remem.errors import MissingDependencyError, StorageError
@@ -15,6 +15,8 @@ from remem.usage._records import UsageEvent
 from remem.usage._sql import LEDGER
 
 __all__ = ["PostgresLedger"]
+
+_T = TypeVar("_T")
 
 
 def _error(exc: BaseException) -> StorageError:
@@ -178,6 +180,24 @@ class PostgresLedger(Ledger):
                     if cur.fetchall():
                         for statement in then:
                             cur.execute(*statement)
+            except psycopg.Error as exc:
+                raise _error(exc) from exc
+
+    def _transact(self, program: Generator[_sql.Statement, Any, _T]) -> _T:
+        import psycopg
+        from psycopg.rows import tuple_row
+
+        with self._connection() as conn:
+            try:
+                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                    try:
+                        sql, params, fetch = next(program)
+                        while True:
+                            cur.execute(sql, params)
+                            sent: Any = list(cur.fetchall()) if fetch else cur.rowcount
+                            sql, params, fetch = program.send(sent)
+                    except StopIteration as done:
+                        return cast("_T", done.value)
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 

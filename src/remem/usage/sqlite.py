@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from remem import _migrate, _sqlite
 from remem._files import make_private_file
 from remem.errors import StorageError
 from remem.usage._base import Ledger
 from remem.usage._records import UsageEvent
-from remem.usage._sql import LEDGER, record_sqlite
+from remem.usage._sql import LEDGER, Statement, record_sqlite
 
 __all__ = ["SqliteLedger"]
+
+_T = TypeVar("_T")
 
 
 def _error(exc: BaseException, conn: sqlite3.Connection | None = None) -> StorageError:
@@ -152,6 +154,28 @@ class SqliteLedger(Ledger):
                 self.conn.execute(sql, params)
             except sqlite3.Error as exc:
                 raise _error(exc, self.conn) from exc
+
+    def _transact(self, program: Generator[Statement, Any, _T]) -> _T:
+        # On the writing connection (never the WAL reader): BEGIN IMMEDIATE takes the file's write lock
+        # first, so that what the program reads cannot change before it writes.
+        with self._lock:
+            conn = self.conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    sql, params, fetch = next(program)
+                    while True:
+                        cursor = conn.execute(sql, params)
+                        sent: Any = cursor.fetchall() if fetch else cursor.rowcount
+                        sql, params, fetch = program.send(sent)
+                except StopIteration as done:
+                    conn.execute("COMMIT")
+                    return cast("_T", done.value)
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise _error(exc, conn) from exc
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         reader = self._reader

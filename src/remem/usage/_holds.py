@@ -1,0 +1,169 @@
+"""Holds: what model calls in flight take of their scopes' budgets, so that processes sharing a budget
+cannot all pass it at once.
+
+A budget check reads what a scope spent from the ledger; a call still running has spent nothing there
+yet. Without holds, six processes of one user each read the same total, each pass, and together pay
+past the budget. So a call that a turn, thread or user-day budget could refuse is *held* before it is
+sent, in one transaction (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock per scope, in one
+order):
+
+1. read what the call's scopes spent (their running totals) and what other calls hold of them;
+2. check the budgets against both (the caller's ``fits``); when they do not fit, hold nothing;
+3. else hold what the call is expected to spend (its counted input, plus the output its scopes' calls
+   averaged so far), one row per scope.
+
+After the call its ledger row is written and its hold removed in one transaction (:func:`settle`); a call
+that fails removes its hold (:func:`release`). A process that dies in between leaves its hold behind: it
+expires ``seconds`` after it was taken, on the database's clock (the same for every process, whatever its
+own clock says), so a crash holds a budget for that long at most, never for ever.
+
+The programs here yield ``(sql, params, fetch)`` and are sent back the rows (``fetch``) or the row count,
+the protocol of :func:`remem.usage.forget_usage`; a backend runs each in one transaction
+(``Ledger._transact``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Generator, Mapping, Sequence
+from functools import lru_cache
+from typing import Any
+
+from remem._clock import database_now
+from remem.layout import USAGE_HOLDS_TABLE, USAGE_TOTALS_TABLE
+from remem.usage._records import Totals
+
+__all__ = [
+    "HOLDS_TABLE",
+    "Key",
+    "hold",
+    "holds_schema",
+    "release",
+    "select_spent",
+    "settle",
+    "spent_of",
+]
+
+HOLDS_TABLE = USAGE_HOLDS_TABLE
+
+Key = tuple[str, str, str]
+"""A running total's key: scope (``thread``, ``turn``, ``user_day``), key1, key2 (as the totals table)."""
+Statement = tuple[str, tuple[Any, ...], bool]
+
+_SUMS = "calls, input_tokens, output_tokens, cached_tokens, cost, unpriced, latency_ms"
+
+
+def holds_schema(real: str) -> tuple[str, ...]:
+    """The holds table (ledger schema v4): one row per held scope of a call in flight."""
+    return (
+        f"CREATE TABLE {HOLDS_TABLE} (scope TEXT NOT NULL, key1 TEXT NOT NULL, key2 TEXT NOT NULL, "
+        f"hold TEXT NOT NULL, tokens INTEGER NOT NULL, cost {real} NOT NULL, expires_at {real} NOT NULL, "
+        "PRIMARY KEY (scope, key1, key2, hold))",
+        f"CREATE INDEX {HOLDS_TABLE}_hold ON {HOLDS_TABLE} (hold)",
+    )
+
+
+def _ph(dialect: str) -> str:
+    return "?" if dialect == "sqlite" else "%s"
+
+
+def _matching(dialect: str, n: int) -> str:
+    ph = _ph(dialect)
+    return "(" + " OR ".join([f"(scope = {ph} AND key1 = {ph} AND key2 = {ph})"] * n) + ")"
+
+
+@lru_cache(maxsize=16)
+def _select_spent_sql(dialect: str, n: int) -> str:
+    where = _matching(dialect, n)
+    return (
+        f"SELECT scope, {_SUMS}, 0, 0.0 FROM {USAGE_TOTALS_TABLE} WHERE {where} UNION ALL "
+        f"SELECT scope, 0, 0, 0, 0, 0.0, 0, 0.0, sum(tokens), sum(cost) FROM {HOLDS_TABLE} "
+        f"WHERE {where} AND expires_at > {database_now(dialect)} GROUP BY scope"
+    )
+
+
+def select_spent(dialect: str, keys: Sequence[Key]) -> tuple[str, tuple[Any, ...]]:
+    """One read of what ``keys`` spent (their running totals) and hold (unexpired holds): rows that start
+    with their scope, for :func:`spent_of`."""
+    params = tuple(value for key in keys for value in key)
+    return _select_spent_sql(dialect, len(keys)), params + params
+
+
+def spent_of(rows: Sequence[Sequence[Any]], keys: Sequence[Key]) -> dict[str, Totals]:
+    """The Totals of each key's scope from :func:`select_spent`'s rows (a scope with none: all 0)."""
+    found: dict[str, list[Any]] = {}
+    for row in rows:
+        sums = found.setdefault(str(row[0]), [0, 0, 0, 0, 0.0, 0, 0.0, 0, 0.0])
+        for i, value in enumerate(row[1:]):
+            sums[i] += value or 0
+    empty = [0, 0, 0, 0, 0.0, 0, 0.0, 0, 0.0]
+    totals: dict[str, Totals] = {}
+    for scope, _, _ in keys:
+        s = found.get(scope, empty)
+        totals[scope] = Totals(
+            None, int(s[0]), int(s[1]), int(s[2]), int(s[3]), float(s[4]), int(s[5]), float(s[6]),
+            int(s[7]), float(s[8]),
+        )  # fmt: skip
+    return totals
+
+
+def _lock_key(key: Key) -> int:
+    """A 64-bit advisory lock key of one running total (hashed as remem's leases hash theirs)."""
+    digest = hashlib.blake2b(b"remem:usage:" + "\x00".join(key).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def hold(
+    dialect: str,
+    keys: Sequence[Key],
+    hold_id: str,
+    *,
+    tokens: int,
+    cost: float,
+    seconds: float,
+    fits: Callable[[Mapping[str, Totals]], bool],
+) -> Generator[Statement, Any, tuple[bool, dict[str, Totals]]]:
+    """Hold ``tokens`` and ``cost`` of every key for ``seconds`` when ``fits`` says the call fits in what
+    the keys spent and hold; returns whether it held, and what was read (before this hold)."""
+    ph = _ph(dialect)
+    if dialect == "postgres":  # SQLite's BEGIN IMMEDIATE serialises every writer already
+        for key in sorted(keys):
+            yield ("SELECT pg_advisory_xact_lock(%s)", (_lock_key(key),), True)
+    flat = tuple(value for key in keys for value in key)
+    now = database_now(dialect)
+    yield (
+        f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, len(keys))} AND expires_at <= {now}",
+        flat,
+        False,
+    )
+    rows = yield (*select_spent(dialect, keys), True)
+    spent = spent_of(rows, keys)
+    if not fits(spent):
+        return False, spent
+    row = f"({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {now} + {ph})"
+    params: list[Any] = []
+    for key in keys:
+        params += [*key, hold_id, int(tokens), float(cost), float(seconds)]
+    yield (
+        f"INSERT INTO {HOLDS_TABLE} (scope, key1, key2, hold, tokens, cost, expires_at) "
+        f"VALUES {', '.join([row] * len(keys))}",
+        tuple(params),
+        False,
+    )
+    return True, spent
+
+
+def release(dialect: str, hold_id: str) -> Generator[Statement, Any, None]:
+    """Remove a call's hold (nothing when it expired, or was settled, already)."""
+    yield (f"DELETE FROM {HOLDS_TABLE} WHERE hold = {_ph(dialect)}", (hold_id,), False)
+
+
+def settle(
+    dialect: str, record: tuple[str, tuple[Any, ...]], hold_id: str
+) -> Generator[Statement, Any, None]:
+    """Write a paid call's ledger row (``record``: its statement, which adds the row to its running totals)
+    and remove its hold, together: no moment counts the call twice, or not at all."""
+    if dialect == "postgres":  # as the ledger's own records: no wait for the WAL's flush
+        yield ("SET LOCAL synchronous_commit = off", (), False)
+    yield (*record, False)
+    yield from release(dialect, hold_id)
