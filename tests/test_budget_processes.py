@@ -26,18 +26,15 @@ from remem.middleware import BudgetMiddleware
 from remem.models import ScriptedChatModel
 from remem.usage import Budgets, Ledger, open_ledger
 from remem.usage._holds import HOLDS_TABLE
-from tests import matrix
 from tests.budget_workers import USER, context, hanging_worker, spend_worker
 
 WORKERS = 6
 BUDGET = 3000
 
 
-@pytest.fixture(params=matrix.backend_params("sqlite", "postgres"))
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'app.db'}"
-    return str(request.getfixturevalue("pg_url"))
+@pytest.fixture
+def url(db_url: str) -> str:
+    return db_url
 
 
 def _holds(ledger: Ledger) -> int:
