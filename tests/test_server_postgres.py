@@ -238,3 +238,29 @@ def test_a_worker_killed_mid_append_loses_nothing_acknowledged_and_leaves_no_lea
                 ).fetchone()
             assert held == (0,)
             assert "died" in server.output().lower() or "killed" in server.output().lower(), server.output()
+
+
+def _metric(text: str, name: str) -> float:
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    assert len(values) == 1, f"{name} not in /metrics"
+    return values[0]
+
+
+@pytest.mark.postgres
+def test_metrics_show_pool_use_and_lease_waits(served: tuple[Server, str, str]) -> None:
+    """/metrics of the worker that answered (one kept-alive connection: one worker) counts the leases its
+    appends took and shows its database pools."""
+    server, a, _ = served
+    with httpx.Client(base_url=server.url, headers={"X-Api-Key": a}, timeout=60) as c:
+        before = _metric(c.get("/metrics").text, "remem_lease_acquired_total")
+        for n in range(3):
+            body = {"messages": [{"id": f"metrics-{n}", "role": "user", "content": f"m {n}"}]}
+            assert c.post("/v1/threads/metered/messages", json=body).status_code == 200
+        text = c.get("/metrics").text
+    assert _metric(text, "remem_lease_acquired_total") >= before + 3
+    assert _metric(text, "remem_lease_wait_seconds_total") >= 0
+    assert _metric(text, "remem_lease_busy_total") >= 0
+    # the checkpointer's pool (the store runs on one connection of its own, not a pool)
+    assert _metric(text, 'remem_db_pool_connections{pool="checkpoint",state="max"}') >= 1
+    assert _metric(text, 'remem_db_pool_connections{pool="checkpoint",state="size"}') >= 1
+    assert _metric(text, 'remem_db_pool_connections{pool="checkpoint",state="waiting"}') >= 0

@@ -69,6 +69,7 @@ __all__ = [
     "carry_lease",
     "close_idle_connections",
     "lease_target",
+    "lease_waits",
     "retain_idle_connections",
     "thread_lease",
     "thread_leases",
@@ -561,6 +562,24 @@ def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -
     return _nothing, _always
 
 
+_WAITS = {"acquired": 0.0, "busy": 0.0, "wait_seconds": 0.0}  # this process's, since it started
+_WAITS_LOCK = threading.Lock()
+
+
+def lease_waits() -> dict[str, float]:
+    """This process's thread leases so far: ``acquired`` (leases taken), ``busy`` (waits that ended in
+    ThreadBusyError) and ``wait_seconds`` (the time all of them waited; what ``remem serve``'s /metrics
+    shows)."""
+    with _WAITS_LOCK:
+        return dict(_WAITS)
+
+
+def _count_wait(seconds: float, *, busy: bool) -> None:
+    with _WAITS_LOCK:
+        _WAITS["busy" if busy else "acquired"] += 1
+        _WAITS["wait_seconds"] += seconds
+
+
 class _Attempt:
     """The bookkeeping of one acquisition: the in-process lock first, then the database's lease."""
 
@@ -580,7 +599,13 @@ class _Attempt:
         return min(self.left(), pause * random.uniform(0.5, 1.5))
 
     def busy(self) -> ThreadBusyError:
-        return _busy(self.thread_id, self.target, time.monotonic() - self.started, self.timeout)
+        waited = time.monotonic() - self.started
+        _count_wait(waited, busy=True)
+        return _busy(self.thread_id, self.target, waited, self.timeout)
+
+    def taken(self, held: Held) -> ThreadLease:
+        _count_wait(time.monotonic() - self.started, busy=False)
+        return ThreadLease(self.key, self.target, self.local, held)
 
     def give_up(self, *, locally_held: bool) -> None:
         if locally_held:
@@ -597,7 +622,7 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         while True:
             held = _backend_try(target, scope, thread_id, attempt.left())
             if held is not None:
-                return ThreadLease(attempt.key, target, attempt.local, held)
+                return attempt.taken(held)
             if not attempt.left():
                 raise attempt.busy()
             time.sleep(attempt.next_pause())  # a POSIX lock has no timed wait
@@ -642,7 +667,7 @@ async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: fl
             else:
                 held = _backend_try(target, scope, thread_id, 0.0)
             if held is not None:
-                return ThreadLease(attempt.key, target, attempt.local, held)
+                return attempt.taken(held)
             if not attempt.left():
                 raise attempt.busy()
             await asyncio.sleep(attempt.next_pause())

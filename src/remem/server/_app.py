@@ -284,6 +284,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
         body, content_type = metrics.text()
         return Response(body, media_type=content_type)
 
+    metrics.watch(lambda: holder["services"].pools() if "services" in holder else {})
     app.add_middleware(Guard, options=options, holder=holder, metrics=metrics, limiter=limiter)
     _v1.register(app)
     _langgraph.register(app)

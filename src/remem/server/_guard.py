@@ -178,6 +178,11 @@ class Metrics:
             registry=self.registry,
         )
 
+    def watch(self, pools: Callable[[], dict[str, Any]]) -> None:
+        """At each scrape, also report the connection pools ``pools()`` names and this process's lease
+        waits (:func:`remem._lease.lease_waits`)."""
+        self.registry.register(_Gathered(pools))
+
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route).observe(seconds)
@@ -186,3 +191,45 @@ class Metrics:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _Gathered:
+    """Pool use and lease waits, read when /metrics is scraped (a prometheus_client custom collector)."""
+
+    def __init__(self, pools: Callable[[], dict[str, Any]]) -> None:
+        self.pools = pools
+
+    def describe(self) -> list[Any]:
+        return []  # so that registering it does not collect
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from remem._lease import lease_waits
+
+        connections = GaugeMetricFamily(
+            "remem_db_pool_connections",
+            "connections of a database pool: size, in_use, available, max; and requests waiting for one",
+            labels=["pool", "state"],
+        )
+        for name, pool in self.pools().items():
+            stats = pool.get_stats()
+            size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
+            connections.add_metric([name, "size"], size)
+            connections.add_metric([name, "in_use"], max(size - available, 0))
+            connections.add_metric([name, "available"], available)
+            connections.add_metric([name, "max"], getattr(pool, "max_size", size))
+            connections.add_metric([name, "waiting"], stats.get("requests_waiting", 0))
+        yield connections
+        waits = lease_waits()
+        yield CounterMetricFamily(
+            "remem_lease_acquired", "thread leases this process took", value=waits["acquired"]
+        )
+        yield CounterMetricFamily(
+            "remem_lease_busy", "lease waits that ended in ThreadBusyError (409)", value=waits["busy"]
+        )
+        yield CounterMetricFamily(
+            "remem_lease_wait_seconds",
+            "seconds this process's writers waited for thread leases (taken or not)",
+            value=waits["wait_seconds"],
+        )

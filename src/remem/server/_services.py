@@ -54,6 +54,17 @@ class Services:
     def close(self) -> None:
         self._stack.close()
 
+    def pools(self) -> dict[str, Any]:
+        """The connection pools of the store and the checkpointer, by name: PostgreSQL's checkpointer (and
+        the store, when it runs on a pool); none on SQLite."""
+        found: dict[str, Any] = {}
+        for name, owner in (("store", self.store), ("checkpoint", self.saver)):
+            with contextlib.suppress(AssertionError):  # a store without a connection yet
+                pool = getattr(owner, "conn", None)
+                if callable(getattr(pool, "get_stats", None)):
+                    found[name] = pool
+        return found
+
     def _view(self, tenant: str) -> tuple[BaseStore, Memory]:
         with self._lock:
             view = self._views.get(tenant)
