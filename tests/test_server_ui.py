@@ -14,14 +14,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from langgraph.store.base import GetOp, Op, Result
+from langgraph.store.memory import InMemoryStore
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
+from remem.memory import Memory
+from remem.server._tenancy import TenantStore
+from remem.server._ui._data import message_page
 from remem.server.keys import create_key
 from remem.store import open_store
 from tests.server_process import Server, start_server
@@ -114,6 +119,22 @@ def _seed_job(db: str) -> str:
     return job_id
 
 
+def _big(start: int) -> list[dict[str, object]]:
+    return [
+        {"id": f"b{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i}"}
+        for i in range(start, min(start + 1000, BIG))
+    ]
+
+
+def _seed_big(db: str) -> None:
+    """Tenant a's 10,000-message thread, written before the server starts by another process's memory
+    client (a store opened without the embedder: the keyword index only, so the test stays fast)."""
+    with open_store(db) as store:
+        thread = Memory(TenantStore(store, "a")).thread("big", user_id="bulk")
+        for start in range(0, BIG, 1000):
+            thread.add_messages(_big(start))
+
+
 def _seed(url: str, a: str, b: str) -> None:
     with _api(url, a) as c:
         _add(c, "trip", "maya", [
@@ -136,11 +157,6 @@ def _seed(url: str, a: str, b: str) -> None:
         _memory(c, "maya", "kyoto", "Maya is travelling to Kyoto in May")
         _memory(c, "maya", "hostile", SCRIPT + " likes tea")
         _memory(c, "leo", "kites", "Leo flies kites")
-        for start in range(0, BIG, 1000):
-            _add(c, "big", "bulk", [
-                {"id": f"b{i}", "role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i}"}
-                for i in range(start, start + 1000)
-            ])  # fmt: skip
         assert c.post("/threads", json={"thread_id": "trip", "if_exists": "do_nothing"}).status_code == 200
         for text in ("first state", "second state", "third state"):
             update = {"values": {"messages": [{"type": "human", "content": text}]}}
@@ -163,7 +179,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         admin, _ = create_key(store, admin=True)
     _seed_ledger(db)
     job = _seed_job(db)
-    server = start_server(db, ["--rate-limit", "100000"]).ready()
+    server = start_server(db, ["--rate-limit", "100000"])
+    try:
+        _seed_big(db)  # while the server starts
+        server.ready()
+    except BaseException:
+        server.stop()
+        raise
     shots = Path(os.environ.get("REMEM_UI_SCREENSHOTS") or folder / "shots")
     shots.mkdir(parents=True, exist_ok=True)
     try:
@@ -437,3 +459,30 @@ def test_a_key_of_one_tenant_sees_nothing_of_another(browser: Browser, site: Sit
     page.goto("/ui/jobs")
     expect(page.locator("main")).not_to_contain_text("parked")
     context.close()
+
+
+class CountingStore(InMemoryStore):
+    """LangGraph's in-memory store counting the items each batch asks for."""
+
+    reads = 0
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        given = list(ops)
+        self.reads += sum(isinstance(op, GetOp) for op in given)
+        return super().batch(given)
+
+
+def test_a_page_of_a_long_thread_reads_only_the_page() -> None:
+    store = CountingStore()
+    memory = Memory(store)
+    thread = memory.thread("long", user_id="u")
+    for start in range(0, BIG, 1000):
+        thread.add_messages(_big(start))
+    store.reads = 0
+    page, total = message_page(memory, "long", 5000, 50)
+    assert total == BIG
+    assert [m.seq for m in page] == list(range(5000, 5050))
+    assert store.reads <= 50 + 4  # the page's messages, its order chunk, the thread's metadata
+    store.reads = 0
+    last, _ = message_page(memory, "long", BIG - 10, 50)
+    assert [m.seq for m in last] == list(range(BIG - 10, BIG)) and store.reads <= 10 + 4

@@ -220,11 +220,11 @@ def list_messages(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
     """The thread's messages in order, one page (``next_offset`` is None on the last)."""
-    thread = _memory(request).get_thread(thread_id)
-    every = thread.messages()
-    page = every[offset : offset + limit]
-    following = offset + limit if offset + limit < len(every) else None
-    return {"messages": as_json(page), "total": len(every), "offset": offset, "next_offset": following}
+    from remem.server._ui._data import message_page
+
+    page, total = message_page(_memory(request), thread_id, offset, limit)  # reads only the page
+    following = offset + limit if offset + limit < total else None
+    return {"messages": as_json(page), "total": total, "offset": offset, "next_offset": following}
 
 
 @router.post("/threads/{thread_id}/summary", tags=["threads"])
