@@ -40,3 +40,46 @@ def test_every_command_the_runbook_gives_exists() -> None:
                 break
             group = group.commands[word]
         assert not isinstance(group, click.Group) and group is not main, f"`remem {words}` is not a command"
+
+
+def _runbook_commands() -> list[tuple[str, ...]]:
+    """Each `remem ...` command the runbook gives, as its command path (options and values left out)."""
+    found = re.findall(r"`remem ([a-z][a-z ]*?)(?: [-A-Z\[`<]|`)", RUNBOOK)
+    found += re.findall(r"^remem ([a-z][a-z ]*?)(?: [-A-Z]|$)", RUNBOOK, re.M)
+    paths = set()
+    for words in found:
+        group: click.Command = main
+        path: list[str] = []
+        for word in words.split():
+            if not isinstance(group, click.Group) or word not in group.commands:
+                break
+            group = group.commands[word]
+            path.append(word)
+        paths.add(tuple(path))
+    return sorted(paths)
+
+
+def test_every_command_the_runbook_gives_is_run_by_a_test() -> None:
+    """A command path counts as run when a test calls it: its words as consecutive items of an argument
+    list (``["ingest", "undo", ...]``, ``"remem.cli", "worker"``), as CliRunner and subprocess take them."""
+    sources = "\n".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "tests").glob("*.py") if p.name != "test_runbook.py"
+    )
+    commands = _runbook_commands()
+    assert ("ingest", "undo") in commands and ("keys", "rotate") in commands and ("worker",) in commands
+    untested = [
+        path
+        for path in commands
+        if not re.search(r"[\[(,]\s*" + r",\s*".join(f'"{w}"' for w in path) + r"\s*[,\])]", sources)
+    ]
+    assert not untested, f"RUNBOOK.md gives commands no test runs: {untested}"
+
+
+def test_every_step_of_the_runbook_tables_names_its_test() -> None:
+    rows = [
+        line
+        for line in RUNBOOK.splitlines()
+        if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line) and "tested by" not in line
+    ]
+    assert len(rows) >= 15
+    assert all(re.search(r"\btest_\w+", row) for row in rows), [r for r in rows if "test_" not in r]
