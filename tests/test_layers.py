@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import remem
+import remem.layout
 
 SRC = Path(remem.__file__).parent
 
@@ -40,6 +41,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("long-term store", ("remem.store",)),
     ("usage ledger", ("remem.usage",)),  # model calls, prices, budgets: next to the thread's storage
     ("extraction", ("remem.extraction",)),
+    # Erasure sits above every storage package it erases from (checkpoints, store, ledger) and beside the
+    # memory client and the job queue: it removes a user's queued jobs (remem.jobs, whose handlers run the
+    # memory client), and the memory client's remote twin returns its reports.
     ("memory client", ("remem.memory", "remem.erasure", "remem.jobs", "remem.ingestion")),
     ("agent", ("remem.agent", "remem.middleware", "remem.inspection", "remem.eval")),
     ("surfaces", ("remem.cli", "remem.server", "remem.demo")),
@@ -146,6 +150,64 @@ def test_the_check_refuses_an_upward_import() -> None:
     assert upward("remem.agent", {"remem"}) == ["remem.agent (agent) imports remem (package)"]
     assert layer_of("remem.messages.derived") == layer_of("remem.messages")
     assert layer_of("rememx") is None and layer_of("remem.unknown") is None
+
+
+def test_erasure_sits_above_the_storage_it_erases() -> None:
+    erasure = layer_of("remem.erasure._run")
+    assert erasure is not None
+    for storage in ("remem.checkpoint", "remem.store", "remem.usage", "remem._lease", "remem.layout"):
+        rank = layer_of(storage)
+        assert rank is not None and rank < erasure, storage
+
+
+# Names remem.layout gives to data of a layer above the store: the memory client's thread records, the
+# users' data, extraction's state and the erasure journal. The store deletes what it is told (prefixes,
+# keys, value matches); remem.erasure decides what a user's or a thread's data is.
+ABOVE_THE_STORE = {
+    "ERASURE_JOURNAL_TABLE",
+    "ERASURE_REGISTRY_TABLE",
+    "EXTRACTION_STATE_KEY",
+    "INTERNAL_ROOT",
+    "THREADS_ROOT",
+    "THREAD_META_KEY",
+    "USERS_ROOT",
+    "extraction_root",
+    "extraction_state",
+    "is_thread_messages",
+    "thread_id_of",
+    "thread_messages",
+    "thread_meta",
+    "thread_order",
+    "thread_root",
+    "thread_summaries",
+    "threads_root",
+    "user_memories",
+    "user_root",
+    "users_root",
+}
+
+
+def layout_names_used(path: Path) -> set[str]:
+    """The names of remem.layout that ``path`` imports or reads as ``layout.NAME``."""
+    used: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "remem.layout":
+            used.update(a.name for a in node.names)
+        elif (
+            isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "layout"
+        ):
+            used.add(node.attr)
+    return used
+
+
+def test_the_store_names_no_data_of_a_higher_layer() -> None:
+    assert set(remem.layout.__all__) >= ABOVE_THE_STORE  # every name is one the layout still has
+    assert "threads_root" in layout_names_used(SRC / "erasure" / "_scopes.py")  # a known use is seen
+    found = {
+        module_name(p): sorted(layout_names_used(p) & ABOVE_THE_STORE)
+        for p in sorted((SRC / "store").rglob("*.py"))
+    }
+    assert {m: names for m, names in found.items() if names} == {}
 
 
 def test_the_table_keeps_the_order_of_design_md() -> None:

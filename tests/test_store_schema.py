@@ -18,6 +18,7 @@ import pytest
 
 from remem import _migrate
 from remem.erasure import register_user_data, registered_user_data
+from remem.erasure._journal import SCHEMA as JOURNAL
 from remem.errors import SchemaTooNewError, StorageError
 from remem.store import PostgresStore, SqliteStore
 from remem.store import _schema as schema
@@ -76,7 +77,7 @@ def _old_setup(dialect: _migrate.Dialect, url: str, with_journal: bool) -> None:
             _sql(dialect, "INSERT INTO remem_store_migrations (v, applied_at) VALUES (?, ?)"), (0, 1.0)
         )
         if with_journal:
-            for text in schema.COMPONENT.migrations(dialect)[1]:
+            for text in JOURNAL.migrations(dialect)[0]:  # what the store's migration 2 created then
                 conn.execute(text)
             conn.execute(
                 "INSERT INTO remem_erasure_registry (kind, template) VALUES ('thread', 'chat-{user_id}')"

@@ -16,6 +16,7 @@ from remem.erasure._run import ErasureReport, Run, fill, plan
 from remem.erasure._scopes import store_scope
 from remem.errors import ArgumentTypeError, ConfigError, NotFoundError, RememUsageError
 from remem.store import RememStoreBase, open_store
+from remem.usage import forget_usage
 
 __all__ = ["erase", "finish_erasures", "register_user_data", "registered_user_data", "unfinished_erasures"]
 
@@ -48,13 +49,19 @@ def _run(store: RememStoreBase, url: str, entry: _journal.JournalEntry, wait: fl
 
 
 @contextmanager
-def _open(url: str) -> Iterator[RememStoreBase]:
+def _open(url: str, *, erasing: bool = False) -> Iterator[RememStoreBase]:
+    """The store at ``url`` with the journal's tables set up; ``erasing``: a ledger a newer
+    remem wrote is refused first, before anything is written (an erasure must not delete rows it cannot
+    read right, nor stop half way for it)."""
     parsed = parse_database_url(url)
     if parsed.kind == "memory":
         raise ConfigError("memory:// keeps nothing between runs; name the database to erase from")
     if parsed.kind == "sqlite" and not parsed.sqlite_path.is_file():
         raise NotFoundError(f"there is no database at {display_url(url)}; check --db or REMEM_DATABASE_URL")
     with open_store(url) as store:
+        if erasing:
+            store.run_statements(lambda backend: forget_usage(backend))  # forgets nothing: the check only
+        store.run_statements(_journal.setup)
         yield store
 
 
@@ -74,7 +81,7 @@ def erase(
     """
     scope = _scope(user_id, thread_id, namespace)
     wait = _check_wait(wait)
-    with _open(url) as store:
+    with _open(url, erasing=True) as store:
         digest = _digest(scope)
         entries = store.run_statements(_journal.open_entries)
         entry = next((e for e in entries if e.scope_digest == digest), None)
@@ -88,7 +95,7 @@ def erase(
 def finish_erasures(url: str, *, wait: float = 30.0) -> list[ErasureReport]:
     """Finish every erasure left open in the database at ``url``, oldest first; their reports (none: [])."""
     wait = _check_wait(wait)
-    with _open(url) as store:
+    with _open(url, erasing=True) as store:
         entries = store.run_statements(_journal.open_entries)
         return [_run(store, url, entry, wait) for entry in entries]
 

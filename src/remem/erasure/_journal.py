@@ -4,7 +4,9 @@
 so that a run killed or refused half way can be finished by the next one. The statements are
 :data:`remem.store.Statements` (the protocol the usage ledger's and the job queue's forgetting use): the
 store runs them in its own transaction, the journal's write together with the deletions it records. The
-table names live in :mod:`remem.layout`; the tables are created by the store's schema (migration 2).
+table names live in :mod:`remem.layout`; the tables are this package's schema component (:data:`SCHEMA`),
+set up by :func:`setup` whenever an erasure opens a database. Before it had a component of its own, the
+store's migration 2 created them (with ``IF NOT EXISTS``, as here): such databases keep them as they are.
 """
 
 from __future__ import annotations
@@ -14,11 +16,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from remem import _migrate
 from remem.errors import ErasureConflictError
 from remem.layout import ERASURE_JOURNAL_TABLE, ERASURE_REGISTRY_TABLE
 from remem.store import Statements
 
-__all__ = ["JournalEntry", "add_templates", "open_entries", "save", "templates"]
+__all__ = ["SCHEMA", "JournalEntry", "add_templates", "open_entries", "save", "setup", "templates"]
+
+_TABLES = (  # the same text in both dialects
+    f"CREATE TABLE IF NOT EXISTS {ERASURE_JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
+    "finished_at TEXT, state TEXT NOT NULL, scope_digest TEXT, plan TEXT NOT NULL, done TEXT NOT NULL, "
+    "totals TEXT NOT NULL, revision INTEGER NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {ERASURE_REGISTRY_TABLE} (kind TEXT NOT NULL, template TEXT NOT NULL, "
+    "PRIMARY KEY (kind, template))",
+)
+SCHEMA = _migrate.Component("erasure", sqlite=(_TABLES,), postgres=(_TABLES,))
+"""The journal's and the registry's tables, in the database of the data they are about."""
 
 _COLS = "id, started_at, finished_at, state, scope_digest, plan, done, totals, revision"
 
@@ -71,6 +84,18 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
         totals=dict(json.loads(row[7])),
         revision=int(row[8]),
     )
+
+
+def setup(backend: str) -> Statements[int]:
+    """Create or migrate the journal's tables (idempotent; :data:`SCHEMA`); its version."""
+    plan = _migrate.upgrade(SCHEMA, "postgres" if backend == "postgres" else "sqlite")
+    try:
+        statement = next(plan)
+        while True:
+            rows = yield (statement.sql, statement.params, statement.rows)
+            statement = plan.send(rows if statement.rows else [])
+    except StopIteration as done:
+        return int(done.value)
 
 
 def open_entries(backend: str) -> Statements[list[JournalEntry]]:

@@ -1,9 +1,10 @@
 """The store's schema: one :class:`remem._migrate.Component` named ``store``, both dialects side by side.
 
-Version 1 is the store's tables; version 2 the erasure journal's (``remem.erasure`` records each erasure in the
-same database as the data); version 3 the keyword index both dialects share (and a re-index of every item). Databases written before this runner recorded version 0 in
-``remem_store_migrations``; it is carried over as version 1. The journal's statements keep ``IF NOT EXISTS``
-because the erasure code created its tables itself before they were a migration.
+Version 1 is the store's tables; version 2 created the erasure journal's, which are now
+:mod:`remem.erasure`'s own schema component (the store knows no higher layer's tables): it is kept, empty,
+so that the numbers stay; databases that ran it keep the tables, and the erasure component's ``IF NOT EXISTS``
+finds them. Version 3 is the keyword index both dialects share (and a re-index of every item). Databases
+written before this runner recorded version 0 in ``remem_store_migrations``; it is carried over as version 1.
 
 PostgreSQL's ``remem_vectors`` is migration 4; whether its column is pgvector's ``vector(dims)`` depends on the
 server and the index, so that choice is a component of its own, :func:`pgvector` (applied once, on a server
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 from remem import _migrate
 from remem.layout import (
-    ERASURE_JOURNAL_TABLE,
-    ERASURE_REGISTRY_TABLE,
     STORE_LEGACY_TABLES,
     STORE_MIGRATIONS_TABLE,
     STORE_TABLES,
@@ -49,14 +48,7 @@ _POSTGRES_V1 = (
     f"CREATE INDEX remem_items_expires ON {ITEMS} (expires_at) WHERE expires_at IS NOT NULL",
 )
 
-# the same text in both dialects
-_JOURNAL_V2 = (
-    f"CREATE TABLE IF NOT EXISTS {ERASURE_JOURNAL_TABLE} (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, "
-    "finished_at TEXT, state TEXT NOT NULL, scope_digest TEXT, plan TEXT NOT NULL, done TEXT NOT NULL, "
-    "totals TEXT NOT NULL, revision INTEGER NOT NULL)",
-    f"CREATE TABLE IF NOT EXISTS {ERASURE_REGISTRY_TABLE} (kind TEXT NOT NULL, template TEXT NOT NULL, "
-    "PRIMARY KEY (kind, template))",
-)
+_MOVED_V2: tuple[str, ...] = ()  # the erasure journal's tables, now remem.erasure's component
 
 FTS_TABLE, REINDEX_TABLE = STORE_LEGACY_TABLES
 
@@ -94,8 +86,8 @@ _POSTGRES_V4 = (
 
 COMPONENT = _migrate.Component(
     "store",
-    sqlite=(_SQLITE_V1, _JOURNAL_V2, _SQLITE_V3, ()),  # SQLite's vector table is in v1
-    postgres=(_POSTGRES_V1, _JOURNAL_V2, _POSTGRES_V3, _POSTGRES_V4),
+    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, ()),  # SQLite's vector table is in v1
+    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 
