@@ -3,9 +3,11 @@ side with the local client on a SQLite file: same methods, same return types, sa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -130,3 +132,44 @@ async def test_the_async_twins(served: Served) -> None:
     assert isinstance(card, ContextCard)
     assert (await remote.asearch("kites", thread_id="async-t"))[0].id == "x1"
     assert (await thread.ainfo()).message_count == 1
+
+
+def test_the_cli_reads_a_server_given_as_its_database(served: Served) -> None:
+    """`--db http://...` with the key in REMEM_API_KEY: threads, card, summary and search read the tenant's
+    memory through the server; another tenant's key sees none of it; a command that reads the database
+    itself says so."""
+    from click.testing import CliRunner
+
+    from remem.cli import main
+
+    remote = Memory.from_url(served.server.url, api_key=served.a)
+    thread = remote.thread("cli-remote", user_id="maya")
+    thread.add_messages(
+        [
+            {"id": "r1", "role": "user", "content": "my parcel to Lisbon is late"},
+            {"id": "r2", "role": "assistant", "content": "I will chase the parcel"},
+        ]
+    )
+    runner = CliRunner()
+
+    def run(*args: str, key: str = served.a) -> Any:
+        return runner.invoke(main, [*args, "--db", served.server.url], env={"REMEM_API_KEY": key})
+
+    listed = run("threads", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert {"thread": "cli-remote", "in": ["memory store"]} in json.loads(listed.stdout)["threads"]
+    card = run("card", "cli-remote", "--json")
+    assert card.exit_code == 0, card.output
+    assert "parcel" in json.loads(card.stdout)["content"]
+    found = run("search", "parcel Lisbon", "--thread", "cli-remote", "--json")
+    assert found.exit_code == 0, found.output
+    assert "r1" in found.stdout
+    summary = run("summary", "cli-remote")
+    assert summary.exit_code == 0 and "parcel" in summary.output, summary.output
+    other = run("card", "cli-remote", key=served.b)
+    assert other.exit_code != 0 and "parcel" not in other.output
+    assert "cli-remote" not in run("threads", "--json", key=served.b).stdout
+    refused = run("card", "cli-remote", key="")
+    assert refused.exit_code != 0 and "API key" in refused.output
+    usage = run("usage")
+    assert usage.exit_code == 2 and "remem serve URL" in usage.output

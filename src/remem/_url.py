@@ -76,6 +76,12 @@ def parse_database_url(url: str | Path) -> DatabaseURL:
         return DatabaseURL("postgres", text)
     if text == ":memory:" or (text and "://" not in text):
         return DatabaseURL("sqlite", text)
+    if text.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{mask_secrets(text)!r} is a remem serve URL, which this reads only through Memory.from_url and the "
+            "CLI's card, summary and search (REMEM_API_KEY holding the key); here give the database's own "
+            f"URL: {ACCEPTED_URLS}"
+        )
     raise ConfigError(f"unsupported database URL {mask_secrets(text)!r}; use {ACCEPTED_URLS}")
 
 

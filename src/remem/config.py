@@ -36,8 +36,9 @@ EMBEDDERS = ("minilm", "e5", "fake")
 BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage._breach says what each does
 DEFAULT_CONFIG_FILE = "remem.toml"
 PYPROJECT_FILE = "pyproject.toml"  # its [tool.remem] table, read when there is no remem.toml
-# REMEM_* names that are not settings: the config file's path, and the project's own test and benchmark knobs.
-_OTHER_ENV_NAMES = ("REMEM_CONFIG",)
+# REMEM_* names that are not settings: the config file's path, the key of a `remem serve` that the CLI reads
+# (--db http://...), and the project's own test and benchmark knobs.
+_OTHER_ENV_NAMES = ("REMEM_CONFIG", "REMEM_API_KEY")
 _OTHER_ENV_PREFIXES = ("REMEM_TEST_", "REMEM_BENCH_")
 
 

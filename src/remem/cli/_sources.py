@@ -135,11 +135,25 @@ def _writable_file(path: Path) -> bool:
     return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
+REMOTE_KIND = "remote"  # a `remem serve` URL: its memory, read through the server's API
+API_KEY_ENV = "REMEM_API_KEY"
+
+
+def is_server_url(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
 def inspect_database(url: str, *, for_writing: bool = False) -> Database:
     """What the database at ``url`` holds, found without writing to it (or creating it).
 
-    A SQLite file this process cannot write is read from a private copy, unless ``for_writing``.
+    A SQLite file this process cannot write is read from a private copy, unless ``for_writing``. A
+    ``remem serve`` URL (``http(s)://HOST:PORT``) is its memory store, read through the server (the key
+    from ``REMEM_API_KEY``); the server's checkpoints and ledger are not read from here.
     """
+    if is_server_url(url):
+        return Database(
+            url=url, shown=f"remem serve at {url}", kind=REMOTE_KIND, has_store=True, has_checkpoints=False
+        )
     parsed = parse_database_url(url)
     shown = display_url(url)
     if parsed.kind == "memory":
@@ -240,6 +254,10 @@ def open_memory(db: Database, settings: Settings) -> Iterator[Memory | None]:
         return
     from remem.memory import Memory
 
+    if db.kind == REMOTE_KIND:
+        with Memory.from_url(db.url, api_key=os.environ.get(API_KEY_ENV) or None) as remote:
+            yield remote
+        return
     with Memory.from_url(db.url, settings=settings) as memory:
         yield memory
 

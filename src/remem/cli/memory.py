@@ -129,7 +129,7 @@ def card_command(
     Example: remem card support-42 --except-last 3
     """
     from remem.cli._render import clean, emit_json, say
-    from remem.cli._sources import inspect_database, open_thread
+    from remem.cli._sources import REMOTE_KIND, inspect_database, open_thread
     from remem.config import load_settings
     from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory
 
@@ -139,8 +139,8 @@ def card_command(
     with open_thread(db, thread_id, settings) as source:
         thread = source.thread
         boundary = max(source.thread.info().message_count - max(except_last, recent), 0)
-        if refresh or source.from_checkpoints:
-            reader = thread
+        if refresh or source.from_checkpoints or db.kind == REMOTE_KIND:
+            reader = thread  # a server's card is the server's (its summariser, its store)
         else:
             view = Memory(
                 _read_only(source.memory.store),

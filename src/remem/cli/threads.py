@@ -63,6 +63,7 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
     from remem.cli._sources import inspect_database, open_checkpointer, open_memory
     from remem.config import load_settings
     from remem.layout import thread_id_of, thread_meta, threads_root
+    from remem.memory._remote import RemoteMemory
 
     db = inspect_database(_url(database_url))
     where: dict[str, list[str]] = {}
@@ -73,7 +74,10 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
             for thread_id in list_threads(saver):
                 where.setdefault(thread_id, []).append("checkpoints")
     with open_memory(db, load_settings()) as memory:
-        if memory is not None:
+        if isinstance(memory, RemoteMemory):
+            for info in memory.thread_infos():
+                where.setdefault(info.thread_id, []).append("memory store")
+        elif memory is not None:
             for namespace in memory.store.list_namespaces(
                 prefix=threads_root(), max_depth=3, limit=1_000_000
             ):

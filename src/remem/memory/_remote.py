@@ -278,6 +278,17 @@ class RemoteMemory(Memory):
             ) from exc
         return _Wire.read(response)
 
+    def thread_infos(self, *, page: int = 1000) -> list[ThreadInfo]:
+        """Every thread of this key's tenant on the server (``GET /v1/threads``, page by page); what
+        ``remem threads --db http://...`` lists. A server's own call, not one of :class:`Memory`'s."""
+        found: list[ThreadInfo] = []
+        while True:
+            call = _Call("GET", "/v1/threads", params={"limit": page, "offset": len(found)})
+            batch = [_build(ThreadInfo, t) for t in self._send(call)["threads"]]
+            found.extend(batch)
+            if len(batch) < page:
+                return found
+
     def count_text(self, text: str) -> int:
         raise errors.RememUsageError("count_text counts with the server's counter; call it on the server")
 
