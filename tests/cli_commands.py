@@ -91,7 +91,13 @@ SERVICE_COMMANDS = {
 }
 # Commands that write files of their own (a dataset, results, a backup copy) and are not about a database's
 # contents (or load one: `ingest load`); tests/test_eval.py, test_backup.py and test_ingestion.py run them.
-FILE_COMMANDS = {("eval", "generate"), ("eval", "retrieval"), ("backup",), ("ingest", "load")}
+FILE_COMMANDS = {
+    ("eval", "generate"),
+    ("eval", "retrieval"),
+    ("eval", "compaction"),
+    ("backup",),
+    ("ingest", "load"),
+}
 
 
 def all_commands() -> list[tuple[str, ...]]:

@@ -1,4 +1,5 @@
-"""``remem eval generate`` (a seeded dataset) and ``remem eval retrieval DATA`` (how well remem retrieves)."""
+"""``remem eval generate`` (a seeded dataset), ``remem eval retrieval DATA`` (how well remem retrieves) and
+``remem eval compaction DATA`` (what each strategy sends the model, and which planted facts it keeps)."""
 
 from __future__ import annotations
 
@@ -181,6 +182,74 @@ def retrieval_command(
         )
         (out / "retrieval.md").write_text(text, encoding="utf-8")
         write_chart(report, out / "retrieval.png", comparison)
+    if as_json:
+        emit_json(result)
+    else:
+        console().print(text, markup=False, highlight=False)
+
+
+@eval_group.command("compaction")
+@click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--conversation", metavar="ID", help="The conversation to replay (default: the first).")
+@click.option(
+    "--strategy",
+    "strategies",
+    type=click.Choice(["filter", "delete", "trim", "summary"]),
+    multiple=True,
+    help="A strategy to run (repeatable; default: all four).",
+)
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="TOML",
+    help="The remem.toml whose sizes the strategies use (keep_messages, max_tokens, summary_trigger_messages).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Write compaction.json, compaction.md and compaction.png there.",
+)
+@json_option
+def compaction_command(
+    data: Path,
+    conversation: str | None,
+    strategies: tuple[str, ...],
+    config: Path | None,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """Replay one conversation of DATA through the agent with each memory strategy: tokens sent per turn,
+    and the share of planted facts (the questions' answers) still in front of the model at each turn.
+
+    Offline: a scripted model answers with the conversation's own replies; summaries are extractive.
+
+    Example: remem eval compaction eval.json --out results/ --strategy filter --strategy summary
+    """
+    import json
+
+    from remem.cli._render import console, emit_json
+    from remem.config import STRATEGY_NAMES, load_settings
+    from remem.eval import compaction_markdown, evaluate_compaction, load_dataset, write_compaction_chart
+
+    dataset = load_dataset(data)
+    settings = load_settings(config_file=config) if config else load_settings()
+    with _progress() as bar:
+        task = bar.add_task("strategies", total=len(strategies or STRATEGY_NAMES))
+        report = evaluate_compaction(
+            dataset,
+            conversation=conversation,
+            strategies=strategies or STRATEGY_NAMES,
+            settings=settings,
+            progress=lambda _, done, total: bar.update(task, completed=done, total=total),
+        )
+    result, text = report.as_dict(), compaction_markdown(report)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compaction.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        (out / "compaction.md").write_text(text, encoding="utf-8")
+        write_compaction_chart(report, out / "compaction.png")
     if as_json:
         emit_json(result)
     else:

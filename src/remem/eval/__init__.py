@@ -4,13 +4,20 @@
     dataset = generate(seed=21, per_language=2)            # English, French, Chinese, Korean
     report = evaluate_retrieval(dataset, url="sqlite:///eval.db")
     print(markdown(report))
+    print(compaction_markdown(evaluate_compaction(dataset)))   # tokens per turn, facts kept, per strategy
 
 The layout of a dataset (JSON, or its JSONL line form; LoCoMo's own layout is read too) is described in
-:mod:`remem.eval._dataset`. ``remem eval generate`` and ``remem eval retrieval`` are the commands.
+:mod:`remem.eval._dataset`. ``remem eval generate``, ``remem eval retrieval`` and ``remem eval compaction`` are the commands.
 """
 
 from __future__ import annotations
 
+from remem.eval._compaction import (
+    CompactionReport,
+    compaction_markdown,
+    evaluate_compaction,
+    write_compaction_chart,
+)
 from remem.eval._dataset import (
     CATEGORIES,
     FORMAT,
@@ -40,10 +47,13 @@ __all__ = [
     "KS",
     "LANGUAGE_CODES",
     "MODES",
+    "CompactionReport",
     "Comparison",
     "RetrievalReport",
+    "compaction_markdown",
     "compare",
     "dump_jsonl",
+    "evaluate_compaction",
     "evaluate_retrieval",
     "generate",
     "load_dataset",
@@ -51,4 +61,5 @@ __all__ = [
     "paired_bootstrap",
     "save_dataset",
     "write_chart",
+    "write_compaction_chart",
 ]

@@ -335,8 +335,8 @@ def markdown(report: RetrievalReport, comparison: Comparison | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
-def write_chart(report: RetrievalReport, path: Path, comparison: Comparison | None = None) -> None:
-    """A PNG bar chart of recall@k per mode (both configurations side by side when comparing)."""
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing to files (no display), or the error that names the extra to install."""
     try:
         import matplotlib
 
@@ -346,6 +346,12 @@ def write_chart(report: RetrievalReport, path: Path, comparison: Comparison | No
         from remem.errors import MissingDependencyError
 
         raise MissingDependencyError.for_extra("matplotlib", "plot") from None
+    return plt
+
+
+def write_chart(report: RetrievalReport, path: Path, comparison: Comparison | None = None) -> None:
+    """A PNG bar chart of recall@k per mode (both configurations side by side when comparing)."""
+    plt = pyplot()
     reports = [report] if comparison is None else [comparison.a, comparison.b]
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / (len(report.modes) * len(reports))
