@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -279,7 +278,13 @@ class RememStoreBase(BaseStore):
         Labels, keys and match keys are checked before any transaction (:func:`check_delete`).
         """
         _delete.check_delete(prefixes, keys, matching)
-        report, values = self._run(self._delete_program(prefixes, keys, matching, then), write=True)
+        return self._deleted(
+            self._run(self._delete_program(prefixes, keys, matching, then), write=True), compact
+        )
+
+    def _deleted(self, done: tuple[DeleteReport, list[str]], compact: bool) -> DeleteReport:
+        """After a delete committed: its values' cached embeddings dropped, storage compacted if asked."""
+        report, values = done
         self._evict_texts(values)
         if compact:
             with self._lock:
@@ -311,11 +316,14 @@ class RememStoreBase(BaseStore):
         then: Callable[[DeleteReport], Statements[Any]] | None = None,
     ) -> DeleteReport:
         """Async version of :meth:`delete_items`."""
-        return await asyncio.to_thread(
-            functools.partial(
-                self.delete_items, prefixes, keys=keys, matching=matching, compact=compact, then=then
-            )
-        )
+        _delete.check_delete(prefixes, keys, matching)
+        return await self._adelete(self._delete_program(prefixes, keys, matching, then), compact)
+
+    async def _adelete(
+        self, make: Callable[[Tx], Program[tuple[DeleteReport, list[str]]]], compact: bool
+    ) -> DeleteReport:
+        """How :meth:`adelete_items` runs: in a worker thread, unless the backend has an async driver."""
+        return await asyncio.to_thread(lambda: self._deleted(self._run(make, write=True), compact))
 
     def run_statements(self, make: Callable[[str], Statements[T]]) -> T:
         """Run a higher layer's statements, ``make(backend)`` (``"sqlite"`` or ``"postgres"``), in one write

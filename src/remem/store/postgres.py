@@ -49,7 +49,7 @@ from remem.store._base import (
     query_texts,
 )
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-from remem.store._delete import DeleteReport, Statements
+from remem.store._delete import DeleteReport
 from remem.store._exec import Hits, Program, Rows, Sql, Tx, Vector
 from remem.store._vectors import top_items
 
@@ -860,18 +860,10 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
             ready=ready,
         )
 
-    async def adelete_items(
-        self,
-        prefixes: Sequence[tuple[str, ...]] = (),
-        *,
-        keys: Sequence[tuple[tuple[str, ...], str]] = (),
-        matching: Sequence[tuple[tuple[str, ...], Mapping[str, str]]] = (),
-        compact: bool = False,
-        then: Callable[[DeleteReport], Statements[Any]] | None = None,
+    async def _adelete(
+        self, make: Callable[[Tx], Program[tuple[DeleteReport, list[str]]]], compact: bool
     ) -> DeleteReport:
-        """Async version of :meth:`delete_items`."""
-        _delete.check_delete(prefixes, keys, matching)
-        report, values = await self._arun(self._delete_program(prefixes, keys, matching, then), write=True)
+        report, values = await self._arun(make, write=True)
         self._evict_texts(values)
         if compact:
             async with self._async_lock():
