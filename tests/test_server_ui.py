@@ -71,12 +71,9 @@ def _add(c: httpx.Client, thread: str, user: str, messages: list[dict[str, objec
     assert answer.status_code == 200, answer.text
 
 
-def _memory(c: httpx.Client, user: str, key: str, content: str) -> None:
-    body = {
-        "namespace": ["users", user, "memories"],
-        "key": key,
-        "value": {"content": content, "type": "fact"},
-    }
+def _memory(c: httpx.Client, user: str, key: str, content: str, **more: object) -> None:
+    value = {"content": content, "type": "fact", **more}
+    body = {"namespace": ["users", user, "memories"], "key": key, "value": value}
     answer = c.put("/store/items", json={**body, "index": ["content"]})
     assert answer.status_code == 204, answer.text
 
@@ -157,6 +154,10 @@ def _seed(url: str, a: str, b: str) -> None:
         _memory(c, "maya", "kyoto", "Maya is travelling to Kyoto in May")
         _memory(c, "maya", "hostile", SCRIPT + " likes tea")
         _memory(c, "leo", "kites", "Leo flies kites")
+        _memory(c, "maya", "drink-old", "Maya drinks coffee", valid=False, status="superseded",
+                superseded_by="drink", source_message_ids=["m1"], thread_id="trip")  # fmt: skip
+        _memory(c, "maya", "drink", "Maya switched to green tea", supersedes=["drink-old"],
+                source_message_ids=["m1"], thread_id="trip")  # fmt: skip
         assert c.post("/threads", json={"thread_id": "trip", "if_exists": "do_nothing"}).status_code == 200
         for text in ("first state", "second state", "third state"):
             update = {"values": {"messages": [{"type": "human", "content": text}]}}
@@ -370,7 +371,7 @@ def test_memory_search_shows_each_signal_and_deletes_with_confirmation(tenant_a:
     expect(hits.first).to_contain_text("green tea every morning")
     cells = hits.first.locator("td").all_inner_texts()
     keyword, keyword_rank, vector, vector_rank = cells[4:8]
-    assert float(keyword) > 0 and keyword_rank == "1"
+    assert float(keyword) > 0 and keyword_rank.isdigit()
     assert re.fullmatch(r"-?\d\.\d{4}", vector) and vector_rank.isdigit()
     expect(page.locator("table.hits")).to_contain_text(SCRIPT)
     expect(page.locator("table.hits")).not_to_contain_text("Tenant B")
@@ -486,3 +487,25 @@ def test_a_page_of_a_long_thread_reads_only_the_page() -> None:
     store.reads = 0
     last, _ = message_page(memory, "long", BIG - 10, 50)
     assert [m.seq for m in last] == list(range(BIG - 10, BIG)) and store.reads <= 10 + 4
+
+
+def test_a_memory_shows_its_sources_and_superseded_chain_and_can_be_edited(
+    tenant_a: Page, site: Site
+) -> None:
+    page = tenant_a
+    page.goto("/ui/memories?user=maya&q=switched")
+    page.get_by_role("link", name="Maya switched to green tea").click()
+    chain = page.locator("ul.chain")
+    expect(chain).to_contain_text("supersedes drink-old (superseded): Maya drinks coffee")
+    page.locator("ul.chain").get_by_role("link", name="drink-old").click()
+    expect(page.locator("ul.chain")).to_contain_text("superseded by drink")
+    page.goto("/ui/memory?user=maya&id=drink")
+    page.locator("ul.sources").get_by_role("link").click()
+    expect(page.locator("#m0")).to_contain_text("planning a trip to Kyoto")
+    page.goto("/ui/memory?user=maya&id=drink")
+    page.get_by_label("New content").fill("Maya drinks <b>matcha</b> now")
+    page.get_by_role("button", name="Save").click()
+    expect(page.get_by_role("status")).to_contain_text("saved")
+    expect(page.locator("#memory-content")).to_have_text("Maya drinks <b>matcha</b> now")
+    page.goto("/ui/memories?user=maya&q=matcha")
+    expect(page.locator("table.hits")).to_contain_text("Maya drinks <b>matcha</b> now")

@@ -19,6 +19,7 @@ __all__ = ["NOTICES", "Context", "context", "csrf_field", "failure", "guarded", 
 # What a redirect after a change may announce (?done=NAME): fixed texts, never text from the request.
 NOTICES = {
     "deleted": "The memory was deleted.",
+    "edited": "The memory was saved.",
     "retried": "The job was queued again.",
     "parked": "The job was parked.",
 }

@@ -13,6 +13,7 @@ from remem.errors import NotFoundError, RememUsageError
 from remem.memory import MemoryRecord
 from remem.server._ui._base import Context, context, csrf_field, guarded, page, whole
 from remem.server._ui._html import Html, h, join, link, table, url
+from remem.server._ui._memory import memory_link
 from remem.server._ui._session import redirect, valid_csrf
 
 __all__ = ["router"]
@@ -38,13 +39,15 @@ def _hits(ctx: Context, records: list[MemoryRecord], user: str) -> Html:
         elif r.source_message_ids:
             source = ", ".join(r.source_message_ids)
         action: Any = ""
+        content: Any = h('<span class="text">{}</span>', r.content)
         if r.type not in ("message", "summary") and user:
             action = link("Delete…", "/ui/memories/delete", {"user": user, "id": r.id})
+            content = memory_link(h('<span class="text">{}</span>', r.content), user, r.id)
         rows.append(
             (
                 rank,
                 r.type,
-                h('<span class="text">{}</span>', r.content),
+                content,
                 f"{r.score:.4f}",
                 _score(r.signals, "keyword"),
                 _score(r.signals, "keyword_rank"),

@@ -123,9 +123,10 @@ def script() -> Response:
 
 
 def register(app: FastAPI) -> None:
-    from remem.server._ui import _memories, _ops, _threads
+    from remem.server._ui import _memories, _memory, _ops, _threads
 
     app.include_router(router)
     app.include_router(_threads.router)
     app.include_router(_memories.router)
+    app.include_router(_memory.router)
     app.include_router(_ops.router)

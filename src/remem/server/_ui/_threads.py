@@ -180,8 +180,9 @@ def _message(m: StoredMessage) -> Html:
     about = f" · answers {call_id}" if call_id else ""
     body = _tool(m.content, about) if m.role == "tool" else _text(m.content)
     return h(
-        '<article class="msg {}" aria-label="message {}"><div class="meta">#{} · {} · {} · id {}</div>{}{}</article>',
+        '<article class="msg {}" id="m{}" aria-label="message {}"><div class="meta">#{} · {} · {} · id {}</div>{}{}</article>',
         m.role,
+        m.seq,
         m.seq,
         m.seq,
         m.role,
