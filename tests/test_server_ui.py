@@ -499,6 +499,7 @@ def test_a_memory_shows_its_sources_and_superseded_chain_and_can_be_edited(
     expect(chain).to_contain_text("supersedes drink-old (superseded): Maya drinks coffee")
     page.locator("ul.chain").get_by_role("link", name="drink-old").click()
     expect(page.locator("ul.chain")).to_contain_text("superseded by drink")
+    shot(site, page, "memory")
     page.goto("/ui/memory?user=maya&id=drink")
     page.locator("ul.sources").get_by_role("link").click()
     expect(page.locator("#m0")).to_contain_text("planning a trip to Kyoto")
@@ -509,3 +510,18 @@ def test_a_memory_shows_its_sources_and_superseded_chain_and_can_be_edited(
     expect(page.locator("#memory-content")).to_have_text("Maya drinks <b>matcha</b> now")
     page.goto("/ui/memories?user=maya&q=matcha")
     expect(page.locator("table.hits")).to_contain_text("Maya drinks <b>matcha</b> now")
+
+
+def test_pages_fit_a_phone_and_start_with_a_skip_link(browser: Browser, site: Site) -> None:
+    context, page = _sign_in(browser, site, site.a)
+    page.set_viewport_size({"width": 390, "height": 800})
+    for path in ("/ui/threads", "/ui/thread?id=trip", "/ui/memories?user=maya&q=tea", "/ui/usage"):
+        page.goto(path)
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390, path
+    page.keyboard.press("Tab")
+    focused = page.evaluate("() => [document.activeElement.className, document.activeElement.textContent]")
+    assert focused == ["skip", "Skip to the content"]
+    page.keyboard.press("Enter")
+    assert page.evaluate("() => document.activeElement.id") == "main"
+    shot(site, page, "phone")
+    context.close()
