@@ -256,4 +256,69 @@ def compaction_command(
         console().print(text, markup=False, highlight=False)
 
 
-COMMANDS: list[click.Command] = [eval_group]
+@click.command("replay")
+@click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--model", "model_name", required=True, metavar="M", help="The chat model to replay with.")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="TOML",
+    help="The remem.toml to run with (endpoint, strategy, sizes; default: the usual settings).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    metavar="DIR",
+    help="Where to write replay.json, replay.md, the replay's database and its transcript.",
+)
+@json_option
+def replay_command(transcript: Path, model_name: str, config: Path | None, out: Path, as_json: bool) -> None:
+    """Replay the user turns of an exported transcript (`remem export THREAD > FILE`) through the agent with
+    model M: each turn's answers, tokens, cost and latency side by side with the original's.
+
+    The replay runs on a new database in DIR (replay.db); the transcript of every call it made is saved
+    next to the results (replay.transcript.jsonl, the `remem export` format).
+
+    Example: remem replay t1.jsonl --model gpt-4o-mini --out replay-4o-mini/
+    """
+    import json
+
+    from remem.cli._render import console, emit_json
+    from remem.cli.usage import transcript_of
+    from remem.config import load_settings
+    from remem.errors import ConfigError
+    from remem.eval import read_transcript, replay, replay_markdown
+    from remem.models import chat_model_from_settings
+
+    turns = read_transcript(transcript)
+    settings = (load_settings(config_file=config) if config else load_settings()).replace(
+        llm_model=model_name
+    )
+    model = chat_model_from_settings(settings)
+    if model is None:  # pragma: no cover - llm_model is set just above
+        raise ConfigError("no chat model: set llm_base_url (REMEM_LLM_BASE_URL) and try again")
+    out.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{out / 'replay.db'}"
+    with _progress() as bar:
+        task = bar.add_task("turns", total=len(turns))
+        report = replay(
+            turns, model, url=url, settings=settings, progress=lambda d, t: bar.update(task, completed=d)
+        )
+    head, records = transcript_of(url, report.thread_id)
+    (out / "replay.transcript.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [head, *records]), encoding="utf-8"
+    )
+    result, text = report.as_dict(), replay_markdown(report)
+    (out / "replay.json").write_text(
+        json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / "replay.md").write_text(text, encoding="utf-8")
+    if as_json:
+        emit_json(result)
+    else:
+        console().print(text, markup=False, highlight=False)
+
+
+COMMANDS: list[click.Command] = [eval_group, replay_command]

@@ -45,7 +45,7 @@ from remem.cli._options import database_url, db_option, json_option
 if TYPE_CHECKING:
     from remem.usage import Totals
 
-__all__ = ["COMMANDS", "export_command", "terminal_chart", "usage_command", "write_plot"]
+__all__ = ["COMMANDS", "export_command", "terminal_chart", "transcript_of", "usage_command", "write_plot"]
 
 FORMAT = "remem.transcript/1"
 _COLUMNS = ("calls", "input_tokens", "output_tokens", "cached_tokens", "tokens", "cost", "latency_ms")
@@ -478,10 +478,24 @@ def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: 
     Example: remem export demo-20261129-101500 --format md > transcript.md
     """
     from remem.cli._render import emit_json
+
+    head, records = transcript_of(_url(database_url), thread_id)
+    if as_json:
+        emit_json({**head, "records": records})
+    elif fmt == "jsonl":
+        for record in [head, *records]:
+            emit_line(record)
+    else:
+        click.echo(_markdown(thread_id, head["source"], records), nl=False)
+
+
+def transcript_of(url: str, thread_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The ``thread`` line and the records of the thread's transcript (``remem export``; ``remem replay``
+    saves the replayed thread's with its results)."""
     from remem.cli._sources import inspect_database
     from remem.usage import read_ledger
 
-    db = inspect_database(_url(database_url))
+    db = inspect_database(url)
     messages, source, last_turn, summary = _thread_messages(db, thread_id)
     turns: dict[int, Totals] = {}
     models: dict[int, list[str]] = {}
@@ -494,14 +508,7 @@ def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: 
                 if event.turn is not None and event.model not in models.setdefault(event.turn, []):
                     models[event.turn].append(event.model)
     head = {"type": "thread", "format": FORMAT, "thread": thread_id, "source": source}
-    records = transcript(messages, turns, models, last_turn=last_turn, summary=summary)
-    if as_json:
-        emit_json({**head, "records": records})
-    elif fmt == "jsonl":
-        for record in [head, *records]:
-            emit_line(record)
-    else:
-        click.echo(_markdown(thread_id, source, records), nl=False)
+    return head, transcript(messages, turns, models, last_turn=last_turn, summary=summary)
 
 
 COMMANDS: list[click.Command] = [usage_command, export_command]

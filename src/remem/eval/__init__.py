@@ -27,6 +27,7 @@ from remem.eval._dataset import (
     load_dataset,
     save_dataset,
 )
+from remem.eval._replay import OriginalTurn, ReplayReport, read_transcript, replay, replay_markdown
 from remem.eval._retrieval import (
     BUDGETS,
     KS,
@@ -49,6 +50,8 @@ __all__ = [
     "MODES",
     "CompactionReport",
     "Comparison",
+    "OriginalTurn",
+    "ReplayReport",
     "RetrievalReport",
     "compaction_markdown",
     "compare",
@@ -59,6 +62,9 @@ __all__ = [
     "load_dataset",
     "markdown",
     "paired_bootstrap",
+    "read_transcript",
+    "replay",
+    "replay_markdown",
     "save_dataset",
     "write_chart",
     "write_compaction_chart",
