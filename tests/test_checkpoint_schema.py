@@ -112,6 +112,8 @@ def _step(saver: Any) -> Any:
 def _as_released(conn: Any, dialect: str) -> None:
     """Turn a fresh checkpoint database into what remem 0.1 left: its own remem_cp_migrations table."""
     ph = "?" if dialect == "sqlite" else "%s"
+    conn.execute("DROP INDEX remem_cp_checkpoints_seq")  # v2's insertion order came later
+    conn.execute("ALTER TABLE remem_cp_checkpoints DROP COLUMN seq")
     conn.execute("DROP TABLE remem_schema")
     conn.execute("CREATE TABLE remem_cp_migrations (version INTEGER PRIMARY KEY)")
     conn.execute(f"INSERT INTO remem_cp_migrations (version) VALUES ({ph})", (1,))
@@ -124,7 +126,8 @@ def test_a_database_of_the_released_format_keeps_working(tmp_path: Path) -> None
         _as_released(saver.conn, "sqlite")
     with SqliteSaver.from_conn_string(db) as saver:
         assert _step(saver) == 7
-        assert recorded(saver.conn, "checkpoint") == [1]
+        assert recorded(saver.conn, "checkpoint") == [1, 2]
+        _write_after_upgrade(saver)
 
 
 @pytest.mark.postgres
@@ -135,8 +138,16 @@ def test_released_postgres_database_keeps_working(pg_url: str) -> None:
         _as_released(conn, "postgres")
     with PostgresSaver.from_conn_string(pg_url) as saver:
         assert _step(saver) == 7
+        _write_after_upgrade(saver)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert recorded(conn, "checkpoint") == [1]
+        assert recorded(conn, "checkpoint") == [1, 2]
+
+
+def _write_after_upgrade(saver: Any) -> None:
+    """A checkpoint written after migration 2 numbered the old ones follows them, whatever its id says."""
+    older = {**empty_checkpoint(), "id": "00000000-0000-6000-8000-000000000000"}  # a clock far behind
+    saver.put(CONFIG, older, {"step": 8}, {})
+    assert _step(saver) == 8
 
 
 @pytest.mark.parametrize("create", [True, False])

@@ -336,7 +336,17 @@ def put(
             descriptors[n] = yield from _assign(ctx, tid, alloc, enc, base)
     body = codec.encode_body(ctx.serde, checkpoint, descriptors, names)
     yield from alloc.statements(ctx, tid, start)
-    row = (tid, ns, checkpoint["id"], parent_id, None if run_id is None else str(run_id), body, meta_blob)
+    row = (
+        tid,
+        ns,
+        checkpoint["id"],
+        parent_id,
+        None if run_id is None else str(run_id),
+        body,
+        meta_blob,
+        tid,
+        ns,
+    )
     yield ctx.q(sql.INSERT_CHECKPOINT, row, "none")
 
     versions = {names[k]: v for k, v in checkpoint["channel_versions"].items()}

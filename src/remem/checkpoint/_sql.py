@@ -26,6 +26,17 @@ from remem.layout import CHECKPOINT_MIGRATIONS_TABLE, CHECKPOINT_TABLES
 
 __all__ = ["POSTGRES", "SCHEMA", "SQLITE", "Dialect"]
 
+# v2: an insertion order per thread and namespace (``seq``), which "latest" and the head check read:
+# a checkpoint id carries its writer's clock, so a process whose clock is ahead would stay "latest"
+# (and lock other writers out) until the others' clocks caught up, and one behind would never be.
+# Existing rows are numbered in their id order, the order they were read in until now.
+_SEQ_BACKFILL = """UPDATE remem_cp_checkpoints SET seq = r.n FROM (
+    SELECT tid, ns, checkpoint_id, row_number() OVER (ORDER BY tid, ns, checkpoint_id) AS n
+    FROM remem_cp_checkpoints) AS r
+WHERE r.tid = remem_cp_checkpoints.tid AND r.ns = remem_cp_checkpoints.ns
+    AND r.checkpoint_id = remem_cp_checkpoints.checkpoint_id"""
+_SEQ_INDEX = "CREATE INDEX remem_cp_checkpoints_seq ON remem_cp_checkpoints (tid, ns, seq)"
+
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
         """CREATE TABLE remem_cp_threads (
@@ -52,6 +63,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
             idx INTEGER NOT NULL, channel INTEGER NOT NULL, task_path INTEGER NOT NULL, value BLOB NOT NULL,
             PRIMARY KEY (tid, ns, checkpoint_id, task_id, idx)) WITHOUT ROWID""",
     ),
+    ("ALTER TABLE remem_cp_checkpoints ADD COLUMN seq INTEGER", _SEQ_BACKFILL, _SEQ_INDEX),
 )
 
 _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -82,6 +94,12 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
             task_id TEXT COLLATE "C" NOT NULL, idx INTEGER NOT NULL, channel BIGINT NOT NULL,
             task_path BIGINT NOT NULL, value BYTEA NOT NULL,
             PRIMARY KEY (tid, ns, checkpoint_id, task_id, idx))""",
+    ),
+    (
+        "ALTER TABLE remem_cp_checkpoints ADD COLUMN seq BIGINT",
+        _SEQ_BACKFILL,
+        "ALTER TABLE remem_cp_checkpoints ALTER COLUMN seq SET NOT NULL",
+        _SEQ_INDEX,
     ),
 )
 
@@ -120,22 +138,25 @@ INSERT_LIST = "INSERT INTO remem_cp_lists (tid, list_no, base_no, body) VALUES (
 SELECT_ALL_LISTS = "SELECT list_no, base_no, body FROM remem_cp_lists WHERE tid = ?"
 SELECT_ITEM_NOS = "SELECT item_no FROM remem_cp_items WHERE tid = ?"
 
-INSERT_CHECKPOINT = """INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id, parent_id, run_id, body, metadata)
-VALUES (?, ?, ?, ?, ?, ?, ?)
+# seq: the next of the thread's namespace (the write holds the thread's row, so no other write of the
+# thread comes between the read and the insert); a checkpoint written again keeps its place.
+INSERT_CHECKPOINT = """INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id, parent_id, run_id, body, metadata, seq)
+VALUES (?, ?, ?, ?, ?, ?, ?,
+    (SELECT coalesce(max(seq), 0) + 1 FROM remem_cp_checkpoints WHERE tid = ? AND ns = ?))
 ON CONFLICT (tid, ns, checkpoint_id) DO UPDATE SET parent_id = excluded.parent_id,
     run_id = excluded.run_id, body = excluded.body, metadata = excluded.metadata"""
-HEAD_ID = "SELECT checkpoint_id FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? ORDER BY checkpoint_id DESC LIMIT 1"
+HEAD_ID = "SELECT checkpoint_id FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? ORDER BY seq DESC LIMIT 1"
 HEAD_STAMP = """SELECT c.checkpoint_id, t.epoch, (SELECT COUNT(*) FROM remem_cp_writes w
     WHERE w.tid = c.tid AND w.ns = c.ns AND w.checkpoint_id = c.checkpoint_id)
 FROM remem_cp_checkpoints c JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
-ORDER BY c.checkpoint_id DESC LIMIT 1"""
+ORDER BY c.seq DESC LIMIT 1"""
 SELECT_BODY = "SELECT body FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
 _CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, t.epoch"
 GET_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
 JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ? AND c.checkpoint_id = ?"""
 GET_LATEST_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
 JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
-ORDER BY c.checkpoint_id DESC LIMIT 1"""
+ORDER BY c.seq DESC LIMIT 1"""
 SELECT_THREAD_CHECKPOINTS = (
     "SELECT ns, checkpoint_id, parent_id, run_id, body FROM remem_cp_checkpoints WHERE tid = ?"
 )
@@ -157,8 +178,8 @@ COPY_STATEMENTS = (
     " FROM remem_cp_items WHERE tid = ?",
     "INSERT INTO remem_cp_lists (tid, list_no, base_no, body) SELECT ?, list_no, base_no, body"
     " FROM remem_cp_lists WHERE tid = ?",
-    "INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id, parent_id, run_id, body, metadata)"
-    " SELECT ?, ns, checkpoint_id, parent_id, run_id, body, metadata FROM remem_cp_checkpoints WHERE tid = ?",
+    "INSERT INTO remem_cp_checkpoints (tid, ns, checkpoint_id, parent_id, run_id, body, metadata, seq)"
+    " SELECT ?, ns, checkpoint_id, parent_id, run_id, body, metadata, seq FROM remem_cp_checkpoints WHERE tid = ?",
     "INSERT INTO remem_cp_writes (tid, ns, checkpoint_id, task_id, idx, channel, task_path, value)"
     " SELECT ?, ns, checkpoint_id, task_id, idx, channel, task_path, value FROM remem_cp_writes WHERE tid = ?",
 )
