@@ -95,6 +95,7 @@ FILE_COMMANDS = {
     ("eval", "generate"),
     ("eval", "retrieval"),
     ("eval", "compaction"),
+    ("eval", "qa"),
     ("replay",),
     ("backup",),
     ("ingest", "load"),

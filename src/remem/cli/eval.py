@@ -256,6 +256,83 @@ def compaction_command(
         console().print(text, markup=False, highlight=False)
 
 
+@eval_group.command("qa")
+@click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", "model_name", metavar="M", help="The answering model (default: llm_model).")
+@click.option("--judge", "judge_name", metavar="J", help="The judging model (default: the answering one).")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="TOML",
+    help="The remem.toml to run with (endpoint, embedder; default: the usual settings).",
+)
+@click.option("--budget", type=click.IntRange(min=1), default=1000, show_default=True, metavar="TOKENS",
+              help="The context card's token budget.")  # fmt: skip
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="Write qa.json, qa.md and qa.calls.jsonl (every call: messages, reply, tokens, cost) there.",
+)
+@json_option
+def qa_command(
+    data: Path,
+    model_name: str | None,
+    judge_name: str | None,
+    config: Path | None,
+    budget: int,
+    out: Path | None,
+    as_json: bool,
+) -> None:
+    """Answer each question of DATA from the context card remem builds for it, judge the answers with a
+    model, and report accuracy per category, tokens, cost and latency per question.
+
+    Needs a chat model at an OpenAI-compatible endpoint (llm_base_url, llm_model or --model).
+
+    Example: remem eval qa eval.json --model gpt-4o-mini --judge gpt-4o --out results/
+    """
+    import json
+
+    from remem.cli._render import console, emit_json
+    from remem.config import load_settings
+    from remem.errors import ConfigError
+    from remem.eval import evaluate_qa, load_dataset, qa_markdown, save_calls
+    from remem.models import chat_model_from_settings
+
+    settings = load_settings(config_file=config) if config else load_settings()
+    name = model_name or settings.llm_model
+    if not name:
+        raise ConfigError("eval qa needs a chat model: pass --model M, or set llm_model (REMEM_LLM_MODEL)")
+    model = chat_model_from_settings(settings.replace(llm_model=name))
+    judge = chat_model_from_settings(settings.replace(llm_model=judge_name or name))
+    assert model is not None and judge is not None  # llm_model is set
+    dataset = load_dataset(data)
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], completed=done, total=total)
+
+        report = evaluate_qa(
+            dataset, model=model, judge=judge, settings=settings, budget=budget, progress=progress
+        )
+    result, text = report.as_dict(), qa_markdown(report)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "qa.json").write_text(
+            json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        (out / "qa.md").write_text(text, encoding="utf-8")
+        save_calls(report, out / "qa.calls.jsonl")
+    if as_json:
+        emit_json(result)
+    else:
+        console().print(text, markup=False, highlight=False)
+
+
 @click.command("replay")
 @click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--model", "model_name", required=True, metavar="M", help="The chat model to replay with.")

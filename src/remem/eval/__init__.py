@@ -27,6 +27,7 @@ from remem.eval._dataset import (
     load_dataset,
     save_dataset,
 )
+from remem.eval._qa import QAReport, evaluate_qa, qa_markdown, save_calls
 from remem.eval._replay import OriginalTurn, ReplayReport, read_transcript, replay, replay_markdown
 from remem.eval._retrieval import (
     BUDGETS,
@@ -51,20 +52,24 @@ __all__ = [
     "CompactionReport",
     "Comparison",
     "OriginalTurn",
+    "QAReport",
     "ReplayReport",
     "RetrievalReport",
     "compaction_markdown",
     "compare",
     "dump_jsonl",
     "evaluate_compaction",
+    "evaluate_qa",
     "evaluate_retrieval",
     "generate",
     "load_dataset",
     "markdown",
     "paired_bootstrap",
+    "qa_markdown",
     "read_transcript",
     "replay",
     "replay_markdown",
+    "save_calls",
     "save_dataset",
     "write_chart",
     "write_compaction_chart",

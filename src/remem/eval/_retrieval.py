@@ -128,6 +128,22 @@ def _rank(keys: list[str], evidence: Sequence[str]) -> int | None:
     return max(positions) if len(positions) == len(evidence) else None
 
 
+def ingest(memory: Any, conversations: Sequence[dict[str, Any]], progress: Progress | None = None) -> None:
+    """Each conversation's turns into the thread ``eval-<id>`` of its user, dated by their sessions."""
+    for n, conv in enumerate(conversations):
+        thread = memory.thread(f"eval-{conv['id']}", user_id=str(conv.get("user_id") or conv["id"]))
+        batch = [
+            {"id": t["id"], "role": t["role"], "content": t["content"],
+             **({"timestamp": f"{s['date']}T12:00:00Z"} if _iso_date(s.get("date")) else {})}
+            for s in conv["sessions"]
+            for t in s["turns"]
+        ]  # fmt: skip
+        if batch:
+            thread.add_messages(batch)
+        if progress:
+            progress("ingest", n + 1, len(conversations))
+
+
 def evaluate_retrieval(
     dataset: dict[str, Any],
     *,
@@ -163,18 +179,7 @@ def evaluate_retrieval(
     with tempfile.TemporaryDirectory(prefix="remem-eval-") as folder:
         target = url or f"sqlite:///{Path(folder) / 'eval.db'}"
         with Memory.from_url(target, settings=chosen, meter_embeddings=True) as memory:
-            for n, conv in enumerate(conversations):
-                thread = memory.thread(f"eval-{conv['id']}", user_id=str(conv.get("user_id") or conv["id"]))
-                batch = [
-                    {"id": t["id"], "role": t["role"], "content": t["content"],
-                     **({"timestamp": f"{s['date']}T12:00:00Z"} if _iso_date(s.get("date")) else {})}
-                    for s in conv["sessions"]
-                    for t in s["turns"]
-                ]  # fmt: skip
-                if batch:
-                    thread.add_messages(batch)
-                if progress:
-                    progress("ingest", n + 1, len(conversations))
+            ingest(memory, conversations, progress)
             total = sum(len(c["questions"]) for c in conversations)
             done = 0
             for conv in conversations:
