@@ -33,6 +33,8 @@ from tests.server_process import Server, start_server
 from tests.test_injection import ATTEMPTS
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.xdist_group("ui")  # one server and one browser for the module, in one worker
+expect.set_options(timeout=20_000)  # a page of a busy 2-core machine may take more than the default 5 s
 
 BIG = 10_000
 SCRIPT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -525,3 +527,28 @@ def test_pages_fit_a_phone_and_start_with_a_skip_link(browser: Browser, site: Si
     assert page.evaluate("() => document.activeElement.id") == "main"
     shot(site, page, "phone")
     context.close()
+
+
+def test_a_server_without_keys_opens_its_pages_on_loopback_but_still_checks_forms(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from remem.server import ServerOptions, create_app
+    from remem.testing import offline_settings
+
+    db = f"sqlite:///{tmp_path / 'open.db'}"
+    with Memory.from_url(db, settings=offline_settings()) as memory:
+        memory.thread("notes", user_id="me").add_messages(
+            [{"role": "user", "content": "<i>mine</i>", "id": "n1"}]
+        )
+    app = create_app(ServerOptions(db), settings=offline_settings())
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        listing = c.get("/ui/threads")
+        assert listing.status_code == 200 and "notes" in listing.text
+        assert "local database (no keys)" in listing.text
+        thread = c.get("/ui/thread", params={"id": "notes"})
+        assert "&lt;i&gt;mine&lt;/i&gt;" in thread.text and "<i>mine</i>" not in thread.text
+        assert thread.headers["content-security-policy"].startswith("default-src 'none'")
+        c.cookies.set("remem_csrf", "y" * 43)
+        refused = c.post("/ui/forget", data={"user": "me"})
+        assert refused.status_code == 403
+        assert c.get("/ui/thread", params={"id": "notes"}).status_code == 200  # nothing was erased
