@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from remem import Memory, load_settings
 from remem.errors import ConfigError, InvalidMessagesError, NotFoundError, RememUsageError
-from remem.memory import ContextCard, MemoryRecord, StoredMessage, Summary, ThreadInfo
+from remem.memory import ContextCard, MemoryRecord, Recall, StoredMessage, Summary, ThreadInfo
 from remem.server.keys import create_key
 from remem.store import open_store
 from tests.server_process import Server, running_server
@@ -173,3 +173,29 @@ def test_the_cli_reads_a_server_given_as_its_database(served: Served) -> None:
     assert refused.exit_code != 0 and "API key" in refused.output
     usage = run("usage")
     assert usage.exit_code == 2 and "remem serve URL" in usage.output
+
+
+def test_recall_and_count_text_answer_as_the_local_ones(served: Served, local: Memory) -> None:
+    import asyncio
+
+    remote = Memory.from_url(served.server.url, api_key=served.a)
+    answers = []
+    for memory in (local, remote):
+        thread = memory.thread("recalled", user_id="maya")
+        thread.add_messages(CONVERSATION)
+        answers.append(
+            (
+                thread.recall("bees on the roof", k=2, exclude_ids=["m3"]),
+                memory.count_text("She keeps bees on her roof"),
+                asyncio.run(thread.arecall("Porto", k=1, types=["message"])),
+            )
+        )
+    (lr, lc, la), (rr, rc, ra) = answers
+    assert isinstance(rr, Recall) and isinstance(ra, Recall)
+    assert [r.id for r in rr.records] == [r.id for r in lr.records] and "m3" not in [r.id for r in rr.records]
+    assert rr.content == lr.content and rr.token_count == lr.token_count
+    assert rc == lc > 0
+    assert [r.id for r in ra.records] == [r.id for r in la.records]
+    with pytest.raises(NotFoundError):
+        Memory.from_url(served.server.url, api_key=served.b).get_thread("recalled")
+    remote.close()

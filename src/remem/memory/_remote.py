@@ -1,8 +1,9 @@
 """The memory client over HTTP: ``Memory.from_url("http://host:8420", api_key=...)``.
 
 :class:`RemoteMemory` and :class:`RemoteThread` have the methods of :class:`~remem.memory.Memory` and
-:class:`~remem.memory.Thread` that ``remem serve`` answers (thread, get_thread, search, forget; info,
-add_messages, messages, get_summary, summaries, get_context_card, and their async twins), returning the
+:class:`~remem.memory.Thread` that ``remem serve`` answers (thread, get_thread, search, forget, count_text;
+info, add_messages, messages, get_summary, summaries, get_context_card, recall, and their async twins;
+``thread_infos`` lists the tenant's threads), returning the
 same dataclasses and raising the same errors: the server names remem's error class in its answer and it
 is raised here again (a status without one maps to the nearest class). Every write is idempotent (messages
 by id), so a retry after a dropped connection stores nothing twice; connection failures are retried twice.
@@ -23,7 +24,7 @@ import httpx
 from langchain_core.messages import BaseMessage, ToolMessage
 
 from remem import errors
-from remem.memory._card import ContextCard
+from remem.memory._card import ContextCard, Recall
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo
 from remem.memory.client import DEFAULT_CARD_TOKEN_BUDGET, Memory, Thread
 from remem.messages import is_derived
@@ -84,6 +85,11 @@ def _card(data: Mapping[str, Any]) -> ContextCard:
         records=tuple(_build(MemoryRecord, r) for r in data.get("records", ())),
         recent=tuple(_build(StoredMessage, m) for m in data.get("recent", ())),
     )
+
+
+def _recall(data: Mapping[str, Any]) -> Recall:
+    records = tuple(_build(MemoryRecord, r) for r in data.get("records", ()))
+    return Recall(str(data.get("content", "")), records, int(data.get("token_count", 0)))
 
 
 def _message(item: Any) -> dict[str, Any]:
@@ -190,6 +196,20 @@ class _Wire:
         return _Call("GET", _path("threads", thread_id, "summaries"))
 
     @staticmethod
+    def recall(
+        thread_id: str,
+        query: str,
+        k: int,
+        exclude_ids: Sequence[str],
+        types: Sequence[str] | None,
+        budget: int,
+    ) -> _Call:
+        body = {"query": query, "k": k, "exclude_ids": list(exclude_ids), "token_budget": budget}
+        if types is not None:
+            body["types"] = list(types)
+        return _Call("POST", _path("threads", thread_id, "recall"), body)
+
+    @staticmethod
     def card(thread_id: str, arguments: Mapping[str, Any]) -> _Call:
         body = {k: (list(v) if isinstance(v, tuple) else v) for k, v in arguments.items()}
         return _Call("POST", _path("threads", thread_id, "card"), body)
@@ -290,7 +310,8 @@ class RemoteMemory(Memory):
                 return found
 
     def count_text(self, text: str) -> int:
-        raise errors.RememUsageError("count_text counts with the server's counter; call it on the server")
+        """Tokens of ``text`` sent as one message, by the server's counter (``POST /v1/count``)."""
+        return int(self._send(_Call("POST", "/v1/count", {"text": text}))["tokens"])
 
     def thread(
         self,
@@ -402,6 +423,30 @@ class RemoteThread(Thread):
     async def asummaries(self) -> list[Summary]:
         data = await self.memory._asend(_Wire.summaries(self.thread_id))
         return [_build(Summary, s) for s in data["summaries"]]
+
+    def recall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        exclude_ids: Sequence[str] = (),
+        types: Sequence[str] | None = None,
+        token_budget: int = 400,
+    ) -> Recall:
+        call = _Wire.recall(self.thread_id, query, k, exclude_ids, types, token_budget)
+        return _recall(self.memory._send(call))
+
+    async def arecall(
+        self,
+        query: str,
+        k: int = 3,
+        *,
+        exclude_ids: Sequence[str] = (),
+        types: Sequence[str] | None = None,
+        token_budget: int = 400,
+    ) -> Recall:
+        call = _Wire.recall(self.thread_id, query, k, exclude_ids, types, token_budget)
+        return _recall(await self.memory._asend(call))
 
     def get_context_card(
         self,

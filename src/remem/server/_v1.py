@@ -76,6 +76,18 @@ class CardRequest(_Body):
     query: str | None = Field(default=None, max_length=10_000)
 
 
+class RecallRequest(_Body):
+    query: str = Field(max_length=10_000)
+    k: int = Field(default=3, ge=0, le=MAX_PAGE)
+    exclude_ids: list[str] = Field(default_factory=list, max_length=10_000)
+    types: list[str] | None = Field(default=None, max_length=50)
+    token_budget: int = Field(default=400, ge=1, le=1_000_000)
+
+
+class CountRequest(_Body):
+    text: str
+
+
 class SearchRequest(_Body):
     query: str = Field(max_length=10_000)
     user_id: str | None = Field(default=None, min_length=1, max_length=512)
@@ -247,6 +259,20 @@ def context_card(request: Request, thread_id: ThreadId, body: CardRequest | None
     body = body or CardRequest()
     thread = _memory(request).get_thread(thread_id)
     return as_json(thread.get_context_card(**body.model_dump()))
+
+
+@router.post("/threads/{thread_id}/recall", tags=["threads"])
+def recall(request: Request, thread_id: ThreadId, body: RecallRequest) -> Any:
+    """The ``k`` records best matching ``query`` (the thread's messages, its user's memories), leaving out
+    ``exclude_ids``, as an escaped ``<recalled_memory>`` block (``content``)."""
+    thread = _memory(request).get_thread(thread_id)
+    return as_json(thread.recall(**body.model_dump()))
+
+
+@router.post("/count", tags=["threads"])
+def count_text(request: Request, body: CountRequest) -> dict[str, int]:
+    """The tokens of ``text`` sent as one message, by the server's counter."""
+    return {"tokens": _memory(request).count_text(body.text)}
 
 
 @router.get("/threads/{thread_id}/usage", tags=["usage"])
