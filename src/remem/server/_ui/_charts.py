@@ -94,7 +94,7 @@ def turn_chart(turns: Sequence[dict[str, Any]]) -> Html:
         if t["summary"]:
             parts.append(
                 h(
-                    '<text class="mark" x="{}" y="{}" text-anchor="middle">S<title>turn {}: summary written</title></text>',
+                    '<text class="mark" x="{}" y="{}" text-anchor="middle">S<title>turn {}: a summariser call (summary refresh or compaction)</title></text>',
                     f"{x + bar / 2:.1f}",
                     pad - 6,
                     t["turn"],
@@ -128,7 +128,7 @@ def turn_chart(turns: Sequence[dict[str, Any]]) -> Html:
     )
     return h(
         '<figure class="chart"><svg id="turn-chart" role="img" aria-labelledby="chart-title" viewBox="0 0 {} {}">'
-        '<title id="chart-title">Tokens per turn ({} turns): input, cached input and output; dots: cost; S: a summary was written</title>'
+        '<title id="chart-title">Tokens per turn ({} turns): input, cached input and output; dots: cost; S: a summariser call (a summary refresh or a compaction)</title>'
         "{}{}</svg>"
         '<figcaption><span class="key cached"></span>cached input <span class="key input"></span>input '
         '<span class="key output"></span>output <span class="key cost"></span>cost (right scale, max {})'

@@ -209,7 +209,8 @@ def state_at(services: Services, tenant: str | None, thread_id: str, checkpoint_
 
 
 def turn_usage(services: Services, tenant: str | None, thread_id: str) -> list[dict[str, Any]]:
-    """Per turn of the thread: input, output and cached tokens, cost, and whether a summary was written."""
+    """Per turn of the thread: input, output and cached tokens, cost, and whether the summariser ran
+    (a summary refresh or a compaction: both are summariser calls in the ledger)."""
     ledger = _ledger(services)
     if ledger is None:
         return []
