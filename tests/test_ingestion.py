@@ -23,6 +23,7 @@ from remem.cli import main
 from remem.errors import NotFoundError, RememUsageError
 from remem.extraction._schema import Candidate, memory_value
 from remem.ingestion import MESSAGE_TAG, begin_ingestion, get_ingestion, list_ingestions, undo_ingestion
+from remem.jobs import open_queue
 from remem.layout import user_memories
 
 SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
@@ -281,6 +282,10 @@ def test_the_cli_loads_lists_undoes_and_refuses_clearly(tmp_path: Path) -> None:
     undone = _cli("ingest", "undo", "--id", entry["id"], "--db", url, "--json")
     assert undone.exit_code == 0 and json.loads(undone.output)["memories removed"] == "1"
     assert "undone" in _cli("ingest", "list", "--db", url).output
+    with open_queue(
+        url
+    ) as queue:  # the load queued its thread's summary refresh; the undo removed the thread
+        assert [(j.kind, j.thread_id) for j in queue.jobs()] == [("summary", "t1")]
     again = _cli("ingest", "undo", "--last", "--db", url)
     assert again.exit_code == 1 and "no ingestion left to undo" in again.output
     missing = _cli("ingest", "list", "--db", f"sqlite:///{tmp_path / 'none.db'}")

@@ -49,6 +49,7 @@ from remem._clock import now_iso
 from remem._lease import thread_lease
 from remem.errors import ArgumentTypeError, NotFoundError, RememUsageError
 from remem.extraction._schema import Candidate, memory_value
+from remem.jobs import JobQueue, enqueue_summary_refresh
 from remem.layout import (
     EXTRACTION_STATE_KEY,
     THREAD_META_KEY,
@@ -200,9 +201,10 @@ def _new_id() -> str:
 class Ingestion:
     """An open ingestion: what it writes carries its id. Use it as a context manager, or :meth:`close` it."""
 
-    def __init__(self, memory: Memory, entry: IngestionEntry) -> None:
+    def __init__(self, memory: Memory, entry: IngestionEntry, queue: JobQueue | None = None) -> None:
         self.memory = memory
         self.entry = entry
+        self.queue = queue
 
     @property
     def id(self) -> str:
@@ -298,19 +300,30 @@ class Ingestion:
         return [p.key for p in puts]
 
     def close(self) -> None:
-        """Mark the ingestion done (a load that failed half way stays ``open``, and is undone the same way)."""
+        """Mark the ingestion done (a load that failed half way stays ``open``, and is undone the same way);
+        with a ``queue``, a summary refresh of every thread it wrote to is queued for the workers."""
         if self.entry.state == "open":
             self.entry.state = "done"
             self.entry.finished_at = now_iso()
             self._save()
+            _refresh(self.queue, self.entry.threads)
 
 
-def begin_ingestion(memory: Memory, *, kind: str, source: str = "") -> Ingestion:
-    """Record a new ingestion (state ``open``) and return it to write through."""
+def begin_ingestion(
+    memory: Memory, *, kind: str, source: str = "", queue: JobQueue | None = None
+) -> Ingestion:
+    """Record a new ingestion (state ``open``) and return it to write through; ``queue``: where the summary
+    refreshes of the threads it writes are queued when it is closed (:data:`remem.jobs.SUMMARY_JOB`)."""
     store = _store(memory)
     entry = IngestionEntry(id=_new_id(), kind=kind, source=source, state="open", started_at=now_iso())
     store.batch([_put_entry(entry)])
-    return Ingestion(memory, entry)
+    return Ingestion(memory, entry, queue)
+
+
+def _refresh(queue: JobQueue | None, threads: Mapping[str, Any]) -> None:
+    if queue is not None:
+        for thread_id in sorted(threads):
+            enqueue_summary_refresh(queue, thread_id)
 
 
 # ---------------------------------------------------------------- undoing
@@ -349,9 +362,13 @@ def _commit(
         _on_step(step)
 
 
-def undo_ingestion(memory: Memory, ingestion_id: str | None = None, *, last: bool = False) -> UndoReport:
+def undo_ingestion(
+    memory: Memory, ingestion_id: str | None = None, *, last: bool = False, queue: JobQueue | None = None
+) -> UndoReport:
     """Remove what one ingestion added (see the module's docstring); finishes an undo a crash left open.
-    Undoing an ingestion already undone changes nothing and reports its totals."""
+    Undoing an ingestion already undone changes nothing and reports its totals. ``queue``: where the summary
+    refreshes of the threads it kept are queued (their stale summaries rebuilt by a worker, not at the
+    next card)."""
     store = _store(memory)
     entry = _pick(memory, ingestion_id, last)
     if entry.state == "undone":
@@ -377,6 +394,8 @@ def undo_ingestion(memory: Memory, ingestion_id: str | None = None, *, last: boo
         entry.state = "undone"
         entry.finished_at = now_iso()
         _commit(store, entry, "closed", [], {})
+    kept = [t for t in entry.threads if store.get(thread_meta(t), THREAD_META_KEY) is not None]
+    _refresh(queue, dict.fromkeys(kept))
     return _report(entry)
 
 

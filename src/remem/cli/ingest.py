@@ -36,6 +36,12 @@ def _memory(database_url: str | None, *, write: bool, create: bool = False) -> M
     return Memory.from_url(writable(db.url) if write else db.url, settings=load_settings())
 
 
+def memory_url(database_url: str | None) -> str:
+    from remem.cli._options import database_url as url_of
+
+    return url_of(database_url)
+
+
 def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     from remem.errors import RememUsageError
 
@@ -94,15 +100,19 @@ def load_command(database_url: str | None, as_json: bool, path: Path) -> None:
     Each line is a message, {"thread_id": T, "user_id": U, "role": "user", "content": "...", "id": "m1",
     "timestamp": "2026-11-29T12:00:00Z"}, or a memory, {"user_id": U, "memory": "prefers email"}.
 
+    A summary refresh of each thread it wrote is queued for `remem worker` (or `remem queue drain`).
+
     Example: remem ingest load crm-export.jsonl --db sqlite:///.remem/remem.db
     """
     from remem.cli._render import emit_json, say
     from remem.ingestion import begin_ingestion
+    from remem.jobs import open_queue
 
     batches = _batches(path)  # the whole file is checked before anything is written
     with (
         _memory(database_url, write=True, create=True) as memory,
-        begin_ingestion(memory, kind="load", source=path.name) as ing,
+        open_queue(memory_url(database_url)) as queue,
+        begin_ingestion(memory, kind="load", source=path.name, queue=queue) as ing,
     ):
         for thread, user, rows in batches:
             if thread is None:
@@ -153,17 +163,19 @@ def undo_command(database_url: str | None, as_json: bool, ingestion_id: str | No
     """Remove what one ingestion added: its messages (vectors and keyword rows too), its memories and the
     memories extracted from its messages; summaries built on them are marked stale and rebuilt on next use.
 
-    Journaled: an undo that was stopped goes on from where it stopped when run again.
+    Journaled: an undo that was stopped goes on from where it stopped when run again. A summary refresh
+    of each thread it kept is queued for `remem worker`.
 
     Example: remem ingest undo --last --db sqlite:///.remem/remem.db
     """
     from remem.cli._render import emit_json, show_table
     from remem.ingestion import undo_ingestion
+    from remem.jobs import open_queue
 
     if (ingestion_id is None) == (not last):
         raise click.UsageError("give --id ID or --last (one of them)")
-    with _memory(database_url, write=True) as memory:
-        report = undo_ingestion(memory, ingestion_id, last=last)
+    with _memory(database_url, write=True) as memory, open_queue(memory_url(database_url)) as queue:
+        report = undo_ingestion(memory, ingestion_id, last=last, queue=queue)
     rows = report.as_rows()
     if as_json:
         emit_json(dict(rows))

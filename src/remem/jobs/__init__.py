@@ -23,8 +23,9 @@ Jobs live in one table (``remem_jobs``, set up through :mod:`remem._migrate`). W
   with it is queued, running or done adds nothing. Jobs with one ``serial_key`` (a thread) run in order.
 - **Erasure removes a user's jobs** (:func:`forget_jobs`, called by :func:`remem.erasure.erase`).
 
-Kinds built in: ``extraction`` (:func:`remem.extraction.tools.enqueue_extraction`) and ``summary``
-(:func:`enqueue_summary_refresh`). Any other kind runs with a handler you give a worker.
+Kinds built in: ``extraction`` (:func:`remem.extraction.tools.enqueue_extraction`), ``summary``
+(:func:`enqueue_summary_refresh`; an ingestion queues one per thread it wrote or undid) and ``reindex``
+(:func:`enqueue_reindex`: a thread's messages embedded and indexed again). Any other kind runs with a handler you give a worker.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from remem._url import parse_database_url
-from remem.jobs._handlers import EXTRACTION_JOB, SUMMARY_JOB, BuiltinHandlers, enqueue_summary_refresh
+from remem.jobs._handlers import (
+    EXTRACTION_JOB,
+    REINDEX_JOB,
+    SUMMARY_JOB,
+    BuiltinHandlers,
+    enqueue_reindex,
+    enqueue_summary_refresh,
+)
 from remem.jobs._queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, Job, JobQueue, QueueStatus, new_owner
 from remem.jobs._sql import forget_jobs
 from remem.jobs._worker import Backoff, Handler, Worker, WorkerPool, run_workers, start_workers
@@ -41,6 +49,7 @@ __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_MAX_ATTEMPTS",
     "EXTRACTION_JOB",
+    "REINDEX_JOB",
     "SUMMARY_JOB",
     "Backoff",
     "BuiltinHandlers",
@@ -50,6 +59,7 @@ __all__ = [
     "QueueStatus",
     "Worker",
     "WorkerPool",
+    "enqueue_reindex",
     "enqueue_summary_refresh",
     "forget_jobs",
     "new_owner",

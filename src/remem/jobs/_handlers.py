@@ -1,4 +1,4 @@
-"""The built-in jobs: memory extraction and summary refresh, run against one database."""
+"""The built-in jobs: memory extraction, summary refresh and re-indexing, run against one database."""
 
 from __future__ import annotations
 
@@ -14,9 +14,18 @@ if TYPE_CHECKING:
     from remem.config import Settings
     from remem.memory import Memory
 
-__all__ = ["EXTRACTION_JOB", "SUMMARY_JOB", "BuiltinHandlers", "enqueue_summary_refresh"]
+__all__ = [
+    "EXTRACTION_JOB",
+    "REINDEX_JOB",
+    "SUMMARY_JOB",
+    "BuiltinHandlers",
+    "enqueue_reindex",
+    "enqueue_summary_refresh",
+]
 
 SUMMARY_JOB = "summary"  # extend a thread's summary from its coverage watermark
+REINDEX_JOB = "reindex"  # embed and index a thread's messages again (a new embedder, turns stored unindexed)
+_REINDEX_BATCH = 200
 
 
 def enqueue_summary_refresh(queue: JobQueue, thread_id: str, *, user_id: str | None = None) -> str:
@@ -25,6 +34,18 @@ def enqueue_summary_refresh(queue: JobQueue, thread_id: str, *, user_id: str | N
         SUMMARY_JOB,
         {"thread_id": thread_id},
         serial_key=f"{SUMMARY_JOB}:{thread_id}",
+        user_id=user_id,
+        thread_id=thread_id,
+    )
+
+
+def enqueue_reindex(queue: JobQueue, thread_id: str, *, user_id: str | None = None) -> str:
+    """Queue the re-indexing of every message of ``thread_id`` with the worker's embedder (one live job per
+    thread): after switching ``embedder``, or for turns that were stored without their vectors."""
+    return queue.enqueue(
+        REINDEX_JOB,
+        {"thread_id": thread_id},
+        serial_key=f"{SUMMARY_JOB}:{thread_id}",  # in order with the thread's summary refreshes
         user_id=user_id,
         thread_id=thread_id,
     )
@@ -85,8 +106,35 @@ class BuiltinHandlers:
             return  # the thread is gone (erased): nothing to refresh
         thread.get_summary()
 
+    def reindex(self, job: Job) -> None:
+        """Put each message of the thread again with the memory's index fields: the store embeds and indexes
+        it anew (the same value: running it twice does no harm)."""
+        from langgraph.store.base import PutOp
+
+        from remem.layout import thread_messages
+
+        memory, _ = self._open()
+        thread_id = str(job.payload["thread_id"])
+        try:
+            messages = memory.get_thread(thread_id).messages()
+        except NotFoundError:
+            return  # the thread is gone (erased, or an undone ingestion): nothing to index
+        keys = [m.id for m in messages]
+        for start in range(0, len(keys), _REINDEX_BATCH):
+            chunk = keys[start : start + _REINDEX_BATCH]
+            items = [memory.store.get(thread_messages(thread_id), key) for key in chunk]
+            memory.store.batch(
+                [
+                    PutOp(
+                        thread_messages(thread_id), item.key, item.value, index=list(memory._message_fields)
+                    )
+                    for item in items
+                    if item is not None
+                ]
+            )
+
     def as_mapping(self) -> dict[str, Handler]:
-        return {EXTRACTION_JOB: self.extraction, SUMMARY_JOB: self.summary}
+        return {EXTRACTION_JOB: self.extraction, SUMMARY_JOB: self.summary, REINDEX_JOB: self.reindex}
 
     def close(self) -> None:
         with self._lock:
