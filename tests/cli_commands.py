@@ -42,6 +42,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("ingest", "undo"): ["--last"],
     ("queue", "park"): ["--kind", "extraction"],
     ("queue", "retry"): ["--all"],
+    ("queue", "reindex"): ["--thread", "{thread}"],
     ("search",): ["alert", "--thread", "{thread}", "--user", "{user}"],
     ("state",): ["{thread}", "--last", "0"],
     ("summary",): ["{thread}"],
@@ -60,6 +61,7 @@ WRITING = {
     ("queue", "drain"),
     ("queue", "retry"),
     ("queue", "park"),
+    ("queue", "reindex"),
 }
 CHAT_INPUT = "/state\n/nonsense\n/exit\n"
 # chat needs a configured model to start; it is never called (the session only runs local commands).

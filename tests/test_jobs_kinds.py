@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from click.testing import CliRunner
 from langgraph.store.base import PutOp
 
 from remem import Memory
+from remem.cli import main
 from remem.ingestion import begin_ingestion, undo_ingestion
-from remem.jobs import BuiltinHandlers, enqueue_reindex, open_queue, run_workers
+from remem.jobs import BuiltinHandlers, open_queue, run_workers
 from remem.layout import thread_messages
 from remem.testing import offline_settings
 
@@ -59,9 +61,8 @@ def test_a_reindex_job_embeds_a_threads_messages_again(tmp_path: Path) -> None:
         assert item is not None
         memory.store.batch([PutOp(thread_messages("t1"), "z1", item.value, index=False)])  # its vector gone
         assert memory.store.stats()["vectors"] == 0  # type: ignore[attr-defined]
-        with open_queue(url) as queue:
-            enqueue_reindex(queue, "t1", user_id="maya")
-            enqueue_reindex(queue, "gone")  # a thread that is not there: done, nothing to index
+    queued = CliRunner().invoke(main, ["queue", "reindex", "--thread", "t1", "--thread", "gone", "--db", url])
+    assert queued.exit_code == 0 and "queued: 2 reindex job(s)" in queued.output  # "gone": nothing to index
     assert _drain(url) == 2
     with Memory.from_url(url, settings=SETTINGS) as memory:
         assert memory.store.stats()["vectors"] == indexed > 0  # type: ignore[attr-defined]

@@ -217,4 +217,22 @@ def park_command(job_id: str | None, kind: str | None, reason: str, database_url
     say(f"parked: {count} job(s)")
 
 
+@queue_group.command("reindex")
+@click.option("--thread", "threads", multiple=True, required=True, metavar="THREAD_ID",
+              help="A thread whose messages are embedded and indexed again (repeatable).")  # fmt: skip
+@db_option
+def reindex_command(threads: tuple[str, ...], database_url: str | None) -> None:
+    """Queue the re-indexing of threads: a worker embeds and indexes their messages again with its embedder
+    (after switching `embedder`: vectors of two embedders do not compare). Run `remem worker` or drain.
+
+    Example: remem queue reindex --thread support-42 --db sqlite:///.remem/remem.db && remem queue drain
+    """
+    from remem.cli._render import say
+    from remem.jobs import enqueue_reindex
+
+    with _open_for_writing(database_url) as queue:
+        ids = [enqueue_reindex(queue, thread) for thread in threads]
+    say(f"queued: {len(ids)} reindex job(s)")
+
+
 COMMANDS: list[click.Command] = [worker_command, queue_group]
