@@ -160,6 +160,18 @@ def test_the_listening_socket_hands_nagle_off_to_accepted_connections() -> None:
     assert asyncio.run(accepted_option(uvicorns)) == 0
 
 
+def test_a_port_in_use_is_a_clear_remem_error_naming_the_way_out() -> None:
+    from remem.cli.serve import listening_socket
+    from remem.errors import RememRuntimeError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RememRuntimeError, match=f"cannot listen on 127.0.0.1:{port}: .*--port"):
+            listening_socket("127.0.0.1", port)
+
+
 @pytest.mark.postgres
 def test_a_worker_killed_mid_append_loses_nothing_acknowledged_and_leaves_no_lease() -> None:
     """Two workers; four clients append to one thread, each retrying a message until it is acknowledged

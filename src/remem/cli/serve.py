@@ -13,6 +13,7 @@ import click
 
 from remem.cli._options import database_url as url_of
 from remem.cli._options import db_option, json_option
+from remem.errors import RememRuntimeError
 
 __all__ = ["COMMANDS", "keys_group", "mcp_command", "serve_command"]
 
@@ -43,7 +44,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
         sock.bind((address, port))
     except OSError as exc:
         sock.close()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise RememRuntimeError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; free the port or choose another with --port"
+        ) from exc
     sock.set_inheritable(True)
     return sock
 
