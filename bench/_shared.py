@@ -103,3 +103,63 @@ def load_beam(path: Path) -> dict[str, Any]:
     if not convs:
         sys.exit(f"no BEAM chats (folders with chat.json) under {path}")
     return {"name": "beam", "conversations": convs}
+
+
+def load_realtalk(path: Path) -> dict[str, Any]:
+    """REALTALK's chats (the ``data/Chat_*.json`` files of the public REALTALK repository: 21 days of real
+    messaging between two people) as a dev set: one conversation per chat, every message by its
+    ``dia_id``, questions with the evidence messages that are in the chat (questions with none dropped)."""
+    convs = []
+    for chat in sorted(path.glob("Chat_*.json")):
+        data = json.loads(chat.read_text(encoding="utf-8"))
+        cid = f"realtalk{chat.stem.split('_')[1]}"
+        turns, ids = [], set()
+        sessions = sorted(
+            (k for k, v in data.items() if k.startswith("session_") and isinstance(v, list)),
+            key=lambda k: int(k.split("_")[1]),
+        )
+        for name in sessions:
+            for m in data[name]:
+                text = m.get("clean_text") or ""
+                if text.strip() and m["dia_id"] not in ids:
+                    ids.add(m["dia_id"])
+                    turns.append(
+                        {
+                            "id": f"{cid}-{m['dia_id']}",
+                            "session": int(name.split("_")[1]),
+                            "role": str(m.get("speaker", "user")),
+                            "content": text,
+                            "date": data.get(f"{name}_date_time"),
+                        }
+                    )
+        questions = []
+        for q in data.get("qa", []):
+            answers = [f"{cid}-{e}" for e in q.get("evidence", []) if e in ids]
+            if answers:
+                questions.append(
+                    {"question": q["question"], "type": f"category {q.get('category')}", "answers": answers}
+                )
+        convs.append({"id": cid, "turns": turns, "questions": questions})
+    if not convs:
+        sys.exit(f"no REALTALK chats (Chat_*.json files) under {path}")
+    return {"name": "realtalk", "conversations": convs}
+
+
+def from_eval(dataset: dict[str, Any], name: str) -> dict[str, Any]:
+    """A ``remem.eval`` dataset (``remem eval generate``'s layout: sessions of turns, questions with
+    evidence) in the flat layout of bench/retrieval.py's dev sets."""
+    convs = []
+    for conv in dataset["conversations"]:
+        turns = [
+            {**t, "session": n, "date": s.get("date")}
+            for n, s in enumerate(conv["sessions"])
+            for t in s["turns"]
+        ]
+        questions = [
+            {"question": q["question"], "type": f"{conv.get('language') or ''} {q['category']}".strip(),
+             "answers": list(q["evidence"])}
+            for q in conv["questions"]
+            if q["evidence"]
+        ]  # fmt: skip
+        convs.append({"id": conv["id"], "turns": turns, "questions": questions})
+    return {"name": name, "conversations": convs}

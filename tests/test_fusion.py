@@ -210,3 +210,63 @@ def test_the_rules_before_fall_below_their_best_part_on_the_english_slice(
     with mock.patch.object(fusion, "DEFAULT", rule):
         hybrid = _recall(store, convs, "hybrid")
     assert any(h < max(kw, vec) - 1e-9 for h, kw, vec in zip(hybrid, keyword, vector, strict=True)), hybrid
+
+
+def _eval_slice() -> list[dict[str, Any]]:
+    """A fixed slice of the set ``remem eval generate`` makes (seed 21): two conversations per language,
+    in the flat layout of the bench's dev sets."""
+    from remem.eval import generate
+
+    convs = []
+    for conv in generate(seed=21, per_language=2)["conversations"]:
+        turns = [t for s in conv["sessions"] for t in s["turns"]]
+        questions = [{"question": q["question"], "answers": q["evidence"]} for q in conv["questions"]]
+        convs.append({"id": conv["id"], "turns": turns, "questions": [q for q in questions if q["answers"]]})
+    return convs
+
+
+SLICES: dict[str, Any] = {
+    "generated": lambda: json.loads(ENGLISH.read_text(encoding="utf-8"))["conversations"][10:16],
+    "eval-generated": _eval_slice,
+}
+
+
+@pytest.fixture(scope="module")
+def minilm() -> Any:
+    from remem.embeddings import default_embedder
+
+    return default_embedder()
+
+
+@pytest.fixture(scope="module")
+def slice_recalls(minilm: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """name -> (keyword, vector, hybrid) recall at KS on that slice."""
+    memo: dict[str, tuple[list[float], ...]] = {}
+
+    def measure(name: str) -> tuple[list[float], ...]:
+        if name not in memo:
+            convs = SLICES[name]()
+            index = {"dims": minilm.dims, "embed": minilm, "fields": ["content"]}
+            path = tmp_path_factory.mktemp("slice") / "dev.db"
+            with SqliteStore.from_conn_string(str(path), index=index) as store:
+                for conv in convs:
+                    ns = ("threads", conv["id"], "messages")
+                    store.batch([PutOp(ns, t["id"], {"content": t["content"]}) for t in conv["turns"]])
+                assert sum(len(c["questions"]) for c in convs) >= 40
+                memo[name] = tuple(_recall(store, convs, m) for m in ("keyword", "vector", "hybrid"))
+        return memo[name]
+
+    return measure
+
+
+@pytest.mark.parametrize("name", sorted(SLICES))
+def test_hybrid_reaches_its_best_part_at_5_and_10_on_a_slice_of_every_committed_dev_set(
+    name: str, slice_recalls: Any
+) -> None:
+    # the invariant (bench/retrieval.py's leave-one-set-out table), with the default embedder; the
+    # multilingual set is pinned with the fake embedder above (a shortfall left: with MiniLM the rule is
+    # 0.56 vs keyword 0.58 at @5 on every third conversation); BEAM and REALTALK only in the bench
+    keyword, vector, hybrid = slice_recalls(name)
+    for k, h, kw, vec in zip(KS, hybrid, keyword, vector, strict=True):
+        if k in (5, 10):
+            assert h >= max(kw, vec) - 1e-9, f"recall@{k}: hybrid {h:.3f}, keyword {kw:.3f}, vector {vec:.3f}"

@@ -1,0 +1,102 @@
+"""Leave one set out: each constant of the fusion rule chosen on every dev set but one, and measured on the
+one left out, for each set in turn (bench/retrieval.py prints the table).
+
+A rule is judged on a set by its margin: hybrid recall@k minus the better of keyword and vector recall@k,
+for k = 5 and 10 (the invariant: never below the better part). On the sets it is chosen on, the rule with
+the best worst margin wins; ties (within half a question in a hundred) go to the higher mean recall@5 and
+@10. What is reported is the chosen rule's numbers on the set it was not chosen on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CHOOSE_KS = (5, 10)  # the ks of the invariant (hybrid >= the better part)
+REPORT_KS = (1, 5, 10)
+
+Recalls = Callable[[Any, Any], dict[int, float]]  # (a set's result, a rule) -> recall@k of that rule
+
+
+@dataclass(frozen=True)
+class Fold:
+    """One left-out set: the rule chosen on the others and its margin there, and what it does on this one."""
+
+    left_out: str
+    rule: Any
+    chosen_margin: float
+    hybrid: dict[int, float]
+    keyword: dict[int, float]
+    vector: dict[int, float]
+
+    @property
+    def margin(self) -> float:
+        """Hybrid minus the better part on the left-out set, at its worst k of ``CHOOSE_KS``."""
+        return min(self.hybrid[k] - max(self.keyword[k], self.vector[k]) for k in CHOOSE_KS)
+
+
+def _score(
+    rule: Any, sets: Sequence[Any], recalls: Recalls, parts: dict[int, dict[str, Any]]
+) -> tuple[float, float]:
+    worst, total = 1.0, 0.0
+    for result in sets:
+        mine = recalls(result, rule)
+        best = parts[id(result)]
+        worst = min(worst, *(mine[k] - max(best["keyword"][k], best["vector"][k]) for k in CHOOSE_KS))
+        total += sum(mine[k] for k in CHOOSE_KS) / len(CHOOSE_KS)
+    return worst, total / max(len(sets), 1)
+
+
+def choose(
+    rules: Sequence[Any], sets: Sequence[Any], recalls: Recalls, parts: dict[int, dict[str, Any]]
+) -> tuple[Any, float]:
+    """The rule of ``rules`` with the best worst margin over ``sets`` (ties: the higher mean recall)."""
+    scored = [(rule, *_score(rule, sets, recalls, parts)) for rule in rules]
+    top = max(worst for _, worst, _ in scored)
+    rule, worst, _ = max((s for s in scored if s[1] >= top - 0.005), key=lambda s: s[2])
+    return rule, worst
+
+
+def leave_one_set_out(
+    results: dict[str, Any],
+    rules: Sequence[Any],
+    recalls: Recalls,
+    parts: Callable[[Any], dict[str, dict[int, float]]],
+) -> list[Fold]:
+    """One fold per set of ``results`` (name -> that set's evaluation with one embedder): the rule chosen
+    on the other sets, measured on it. ``parts(result)``: keyword and vector recall@k of a set."""
+    part = {id(r): parts(r) for r in results.values()}
+    folds = []
+    for name, result in results.items():
+        others = [r for n, r in results.items() if n != name]
+        rule, worst = choose(rules, others, recalls, part)
+        folds.append(
+            Fold(
+                name,
+                rule,
+                worst,
+                recalls(result, rule),
+                part[id(result)]["keyword"],
+                part[id(result)]["vector"],
+            )
+        )
+    return folds
+
+
+def print_folds(embedder: str, folds: list[Fold], describe: Callable[[Any], str]) -> None:
+    """The leave-one-set-out table of one embedder, as markdown."""
+    print(
+        f"\n### Leave one set out ({embedder}): the rule chosen on the other sets, measured on the left-out one\n"
+    )
+    cols = " | ".join(f"{m} r@{k}" for m in ("keyword", "vector", "hybrid") for k in REPORT_KS)
+    print(f"| left out | rule chosen on the others | margin there | {cols} | margin here |")
+    print(f"|---|---|---:|{'---:|' * 3 * len(REPORT_KS)}---:|")
+    for f in folds:
+        cells = " | ".join(
+            f"{100 * part[k]:.1f}" for part in (f.keyword, f.vector, f.hybrid) for k in REPORT_KS
+        )
+        flag = "" if f.margin >= 0 else " (below)"
+        print(
+            f"| {f.left_out} | {describe(f.rule)} | {100 * f.chosen_margin:+.1f} | {cells} | {100 * f.margin:+.1f}{flag} |"
+        )
