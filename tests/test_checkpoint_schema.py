@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.rows import dict_row
 
-from remem import _migrate
+from remem import _migrate, _statements
 from remem.checkpoint import PostgresSaver, SqliteSaver, checkpointer_from_url, list_threads
 from remem.errors import ConfigError, NotFoundError, SchemaTooNewError, StorageError
 
@@ -82,7 +82,7 @@ def test_a_newer_schema_is_refused_by_upgrade_and_check(tmp_path: Path) -> None:
         _migrate.run_sqlite(conn, toy(TOY_V1))
     assert isinstance(info.value, StorageError) and "version 2" in str(info.value)
     with pytest.raises(SchemaTooNewError, match="upgrade remem"):
-        _migrate.drive(
+        _statements.drive(
             _migrate.check(toy(TOY_V1), "sqlite"), lambda s: conn.execute(s.sql, s.params).fetchall()
         )
     assert recorded(conn, "toy") == [1, 2]

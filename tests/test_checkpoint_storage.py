@@ -60,9 +60,9 @@ def test_each_message_is_stored_once_and_storage_is_linear(
         # write may be saved before or after that), the reply; and never one value twice.
         assert second.items <= 4 * 40 + 10  # + channel, node and task names
         with saver._transaction(False) as execute:
-            from remem.checkpoint._ops import Query
+            from remem._statements import Statement
 
-            (row,) = execute(Query("SELECT COUNT(*), COUNT(DISTINCT digest) FROM remem_cp_items"))
+            (row,) = execute(Statement("SELECT COUNT(*), COUNT(DISTINCT digest) FROM remem_cp_items"))
         assert row[0] == row[1] == second.items
         # The second 20 turns cost about what the first 20 did: storage grows with what was said.
         assert second.bytes - first.bytes < 1.3 * first.bytes
@@ -157,9 +157,9 @@ def test_setup_is_idempotent_from_many_processes(
     with open_saver(kind, tmp_path, request) as saver:
         saver.setup()
         with saver._transaction(False) as execute:
-            from remem.checkpoint._ops import Query
+            from remem._statements import Statement
 
-            rows = execute(Query("SELECT component, version FROM remem_schema"))
+            rows = execute(Statement("SELECT component, version FROM remem_schema"))
         assert rows == [("checkpoint", 1), ("checkpoint", 2)]
 
 

@@ -34,7 +34,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("messages", ("remem.messages",)),
     # The rate limiter needs only the foundation, and the models the settings build use it.
     ("models", ("remem.models", "remem.embeddings", "remem.testing", "remem.usage.ratelimit")),
-    ("layout", ("remem.layout", "remem._migrate", "remem._lease")),  # the contract storage shares
+    (
+        "layout",
+        ("remem.layout", "remem._statements", "remem._migrate", "remem._lease"),
+    ),  # the contract storage shares
     ("strategies", ("remem.strategies",)),
     ("summarisers", ("remem.summarize",)),
     ("checkpointing", ("remem.checkpoint",)),
@@ -273,6 +276,15 @@ def test_the_rate_limiter_loads_no_ledger() -> None:
         "remem.usage",
         "remem.usage.ratelimit",
     }
+
+
+def test_one_statement_protocol() -> None:
+    # remem._statements holds the one statement type, flow shape and sync/async drivers: it loads no other
+    # remem module, and every package that runs SQL drives its programs with it.
+    assert loaded_by("remem._statements") == {"remem", "remem._statements"}
+    graph = {module_name(p): imports_of(p) for p in _modules()}
+    drivers = ("remem._migrate", "remem.checkpoint._base", "remem.store._base", "remem.store.postgres")
+    assert [m for m in drivers if "remem._statements" not in graph[m]] == []
 
 
 def test_the_library_imports_no_test_fake() -> None:

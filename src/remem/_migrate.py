@@ -6,9 +6,9 @@ component has applied::
 
     remem_schema(component TEXT, version INTEGER, applied_at REAL, PRIMARY KEY (component, version))
 
-The planner does no I/O. :func:`upgrade` and :func:`check` are generators that yield :class:`Statement`
-objects (SQL already in the dialect's placeholder style) and receive each one's rows back; a driver runs
-them inside ONE write transaction, so each migration is committed together with its record, or not at all:
+The planner does no I/O. :func:`upgrade` and :func:`check` are programs of :mod:`remem._statements` (they
+yield statements and receive each one's rows back); a driver runs them inside ONE write transaction, so
+each migration is committed together with its record, or not at all:
 
     from remem import _migrate
 
@@ -24,8 +24,9 @@ them inside ONE write transaction, so each migration is committed together with 
     def setup(self):                                  # psycopg connection
         _migrate.run_postgres(self.conn, STORE)       # one transaction, advisory lock first
 
-A driver with its own executor calls ``_migrate.drive(_migrate.upgrade(STORE, "sqlite"), execute)`` (or
-``adrive`` with an async ``execute``) inside a transaction it opened as a writer.
+A saver or store runs ``yield from _migrate.upgrade(STORE, dialect)`` inside a program of its own (in a
+transaction it opened as a writer); ``_statements.drive(_migrate.check(STORE, "sqlite"), execute)`` runs a
+plan with any executor.
 
 Guarantees:
 - Idempotent: applied migrations are skipped; a current schema costs two reads.
@@ -39,11 +40,13 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from remem._statements import Program, Statement, drive, execute
 from remem.errors import SchemaTooNewError
 
 __all__ = [
@@ -51,11 +54,7 @@ __all__ = [
     "TABLE",
     "Component",
     "Legacy",
-    "Plan",
-    "Statement",
-    "adrive",
     "check",
-    "drive",
     "run_postgres",
     "run_sqlite",
     "table_exists",
@@ -66,20 +65,6 @@ TABLE = "remem_schema"
 LOCK_KEY = 0x72656D656D  # pg_advisory_xact_lock key shared by every remem setup()
 
 Dialect = Literal["sqlite", "postgres"]
-Rows = list[tuple[Any, ...]]
-
-
-@dataclass(frozen=True)
-class Statement:
-    """One statement in the dialect's placeholder style; ``rows``: whether it returns rows to send back."""
-
-    sql: str
-    params: tuple[Any, ...] = ()
-    rows: bool = False
-
-
-Plan = Generator[Statement, Rows, int]
-"""What :func:`upgrade` and :func:`check` are: send each statement's rows back; the return value is a version."""
 
 
 @dataclass(frozen=True)
@@ -117,21 +102,21 @@ def _ph(dialect: Dialect, text: str) -> str:
 def table_exists(dialect: Dialect, table: str) -> Statement:
     """A statement that returns one row when ``table`` exists (visible on the search path), none otherwise."""
     if dialect == "sqlite":
-        return Statement("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,), True)
-    return Statement("SELECT 1 WHERE to_regclass(%s) IS NOT NULL", (table,), True)
+        return Statement("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+    return Statement("SELECT 1 WHERE to_regclass(%s) IS NOT NULL", (table,))
 
 
-def _recorded(component: Component, dialect: Dialect) -> Generator[Statement, Rows, set[int]]:
+def _recorded(component: Component, dialect: Dialect) -> Program[set[int]]:
     """The versions recorded for ``component`` (in remem_schema, else in its legacy table)."""
     done: set[int] = set()
     if (yield table_exists(dialect, TABLE)):
         rows = yield Statement(
-            _ph(dialect, f"SELECT version FROM {TABLE} WHERE component = ?"), (component.name,), True
+            _ph(dialect, f"SELECT version FROM {TABLE} WHERE component = ?"), (component.name,)
         )
         done = {int(r[0]) for r in rows}
     if not done and component.legacy is not None and (yield table_exists(dialect, component.legacy.table)):
         legacy = component.legacy
-        rows = yield Statement(f"SELECT {legacy.column} FROM {legacy.table}", (), True)
+        rows = yield Statement(f"SELECT {legacy.column} FROM {legacy.table}")
         done = {int(r[0]) + legacy.offset for r in rows}
     return done
 
@@ -146,74 +131,51 @@ def _refuse_newer(component: Component, done: set[int]) -> None:
         )
 
 
-def check(component: Component, dialect: Dialect) -> Plan:
+def check(component: Component, dialect: Dialect) -> Program[int]:
     """Read-only: the version ``component`` is at (0: none); refuses a schema newer than this remem's."""
     done = yield from _recorded(component, dialect)
     _refuse_newer(component, done)
     return max(done, default=0)
 
 
-def upgrade(component: Component, dialect: Dialect, *, now: Callable[[], float] = time.time) -> Plan:
+def upgrade(component: Component, dialect: Dialect, *, now: Callable[[], float] = time.time) -> Program[int]:
     """Apply ``component``'s pending migrations, each with its record; returns the version reached.
 
     Run it in one write transaction (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: any, it locks itself).
     """
     if dialect == "postgres":
-        yield Statement("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,), True)
+        yield Statement("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
     real = "REAL" if dialect == "sqlite" else "DOUBLE PRECISION"
     yield Statement(
         f"CREATE TABLE IF NOT EXISTS {TABLE} (component TEXT NOT NULL, version INTEGER NOT NULL, "
-        f"applied_at {real} NOT NULL, PRIMARY KEY (component, version))"
+        f"applied_at {real} NOT NULL, PRIMARY KEY (component, version))",
+        fetch="none",
     )
     done = yield from _recorded(component, dialect)
     _refuse_newer(component, done)
     record = _ph(dialect, f"INSERT INTO {TABLE} (component, version, applied_at) VALUES (?, ?, ?)")
     # Carry a legacy table's versions over once, so the next setup() reads remem_schema only.
     carried = yield Statement(
-        _ph(dialect, f"SELECT count(*) FROM {TABLE} WHERE component = ?"), (component.name,), True
+        _ph(dialect, f"SELECT count(*) FROM {TABLE} WHERE component = ?"), (component.name,)
     )
     if done and not carried[0][0]:
         for version in sorted(done):
-            yield Statement(record, (component.name, version, now()))
+            yield Statement(record, (component.name, version, now()), "none")
     for version, statements in enumerate(component.migrations(dialect), start=1):
         if version in done:
             continue
         for text in statements:
-            yield Statement(text)
-        yield Statement(record, (component.name, version, now()))
+            yield Statement(text, fetch="none")
+        yield Statement(record, (component.name, version, now()), "none")
     return component.latest
-
-
-def drive(plan: Plan, execute: Callable[[Statement], Rows]) -> int:
-    """Run ``plan`` with ``execute`` (which returns the statement's rows, or ``[]``)."""
-    try:
-        statement = next(plan)
-        while True:
-            statement = plan.send(execute(statement))
-    except StopIteration as finished:
-        return int(finished.value)
-
-
-async def adrive(plan: Plan, execute: Callable[[Statement], Awaitable[Rows]]) -> int:
-    """Async version of :func:`drive`."""
-    try:
-        statement = next(plan)
-        while True:
-            statement = plan.send(await execute(statement))
-    except StopIteration as finished:
-        return int(finished.value)
 
 
 def run_sqlite(conn: Any, component: Component) -> int:
     """:func:`upgrade` on a ``sqlite3`` connection in autocommit mode, in one ``BEGIN IMMEDIATE`` transaction."""
 
-    def execute(statement: Statement) -> Rows:
-        cur = conn.execute(statement.sql, statement.params)
-        return list(cur.fetchall()) if statement.rows else []
-
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = drive(upgrade(component, "sqlite"), execute)
+        version = drive(upgrade(component, "sqlite"), functools.partial(execute, conn.cursor()))
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -226,9 +188,4 @@ def run_postgres(conn: Any, component: Component) -> int:
     from psycopg.rows import tuple_row
 
     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-
-        def execute(statement: Statement) -> Rows:
-            cur.execute(statement.sql, statement.params)
-            return list(cur.fetchall()) if statement.rows else []
-
-        return drive(upgrade(component, "postgres"), execute)
+        return drive(upgrade(component, "postgres"), functools.partial(execute, cur))

@@ -30,6 +30,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem import _migrate
 from remem._lease import ThreadLease, athread_lease, carried_lease, lease_target, thread_lease
+from remem._statements import AExecute, Execute, Program, arun, run
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
@@ -40,8 +41,6 @@ from remem.errors import ArgumentTypeError, ConfigError, NotFoundError, RememUsa
 __all__ = ["AsyncSaver", "CheckpointStats", "SyncSaver", "ThreadStats"]
 
 T = TypeVar("T")
-Execute = Callable[[ops.Query], list[tuple[Any, ...]]]
-AExecute = Callable[[ops.Query], Awaitable[list[tuple[Any, ...]]]]
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 _PAGE = 100
 _HEAD_READ = "checkpoint-head"  # the key of the latest read kept in a lease's scratch
@@ -72,25 +71,14 @@ class CheckpointStats:
         return sum(t.checkpoints for t in self.threads)
 
 
-def _run_plan(plan: _migrate.Plan) -> ops.Op[int]:
-    """A :mod:`remem._migrate` plan as an operation of this package."""
-    try:
-        statement = next(plan)
-        while True:
-            rows = yield _query(statement)
-            statement = plan.send(rows)
-    except StopIteration as finished:
-        return int(finished.value)
-
-
-def _setup_op(ctx: ops.Context, read_only: bool, where: str) -> ops.Op[None]:
+def _setup_op(ctx: ops.Context, read_only: bool, where: str) -> Program[None]:
     dialect = ctx.dialect.name
     if not read_only:
-        yield from _run_plan(_migrate.upgrade(sql.SCHEMA, dialect))
+        yield from _migrate.upgrade(sql.SCHEMA, dialect)
         return
-    version = yield from _run_plan(_migrate.check(sql.SCHEMA, dialect))
+    version = yield from _migrate.check(sql.SCHEMA, dialect)
     if version == 0:
-        stock = yield _query(_migrate.table_exists(dialect, sql.STOCK_TABLES[0]))
+        stock = yield _migrate.table_exists(dialect, sql.STOCK_TABLES[0])
         if stock:
             raise NotFoundError(
                 f"{where} holds checkpoints of LangGraph's stock saver, not remem's; copy them into "
@@ -111,11 +99,7 @@ def _read_only_error(where: str) -> ConfigError:
     return ConfigError(f"this saver opened {where} read-only; open it without read_only=True to write")
 
 
-def _query(statement: _migrate.Statement) -> ops.Query:
-    return ops.Query(statement.sql, statement.params, "all" if statement.rows else "none")
-
-
-def _stats_op(ctx: ops.Context) -> ops.Op[CheckpointStats]:
+def _stats_op(ctx: ops.Context) -> Program[CheckpointStats]:
     threads_q, *per_table = ctx.dialect.stats()
     threads = yield ctx.q(threads_q)
     counts: list[dict[int, tuple[int, int]]] = []
@@ -251,7 +235,7 @@ class _RememSaver(BaseCheckpointSaver[int]):
         tx: ops.Tx,
         sized: frozenset[str] = frozenset(),
         lengths: dict[str, dict[str, int]] | None = None,
-    ) -> ops.Op[tuple[builtins.list[CheckpointTuple], ops.Cursor | None]]:
+    ) -> Program[tuple[builtins.list[CheckpointTuple], ops.Cursor | None]]:
         return ops.list_page(
             self._ctx,
             config,
@@ -264,10 +248,10 @@ class _RememSaver(BaseCheckpointSaver[int]):
             lengths=lengths,
         )
 
-    def _idle(self, ids: Sequence[str], cutoff: datetime, tx: ops.Tx) -> ops.Op[builtins.list[str]]:
+    def _idle(self, ids: Sequence[str], cutoff: datetime, tx: ops.Tx) -> Program[builtins.list[str]]:
         return ops.idle_threads(self._ctx, ids, cutoff)
 
-    def _prune_one(self, thread_id: str, pick: ops.Picker, tx: ops.Tx) -> ops.Op[int]:
+    def _prune_one(self, thread_id: str, pick: ops.Picker, tx: ops.Tx) -> Program[int]:
         return ops.prune_thread(self._ctx, tx, thread_id, pick)
 
     @staticmethod
@@ -287,25 +271,13 @@ class SyncSaver(_RememSaver):
     def _transaction(self, write: bool) -> contextlib.AbstractContextManager[Execute]:
         raise NotImplementedError
 
-    def _run(self, make: Callable[[ops.Tx], ops.Op[T]], *, write: bool, setup: bool = True) -> T:
+    def _run(self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True) -> T:
         if write and self.read_only:
             raise _read_only_error(self._where)
         if setup and not self._is_setup:
             self.setup()
         tx = ops.Tx()
-        op = make(tx)
-        try:
-            query = next(op)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        with self._transaction(write) as execute:
-            while True:
-                rows = execute(query)
-                try:
-                    query = op.send(rows)
-                except StopIteration as done:
-                    result: T = done.value
-                    break
+        result = run(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:
             hook()
         return result
@@ -535,25 +507,14 @@ class AsyncSaver(_RememSaver):
     def _transaction(self, write: bool) -> contextlib.AbstractAsyncContextManager[AExecute]:
         raise NotImplementedError
 
-    async def _run(self, make: Callable[[ops.Tx], ops.Op[T]], *, write: bool, setup: bool = True) -> T:
+    async def _run(self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True) -> T:
+        """Async version of :meth:`SyncSaver._run`."""
         if write and self.read_only:
             raise _read_only_error(self._where)
         if setup and not self._is_setup:
             await self.setup()
         tx = ops.Tx()
-        op = make(tx)
-        try:
-            query = next(op)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        async with self._transaction(write) as execute:
-            while True:
-                rows = await execute(query)
-                try:
-                    query = op.send(rows)
-                except StopIteration as done:
-                    result: T = done.value
-                    break
+        result = await arun(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:
             hook()
         return result

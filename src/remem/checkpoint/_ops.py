@@ -1,8 +1,8 @@
 """Every checkpointer operation, once, as a generator of SQL statements (no I/O here).
 
-An operation yields :class:`Query` objects and receives each one's rows back; the sync and async savers
-of both backends only run the statements (``SyncSaver._run`` and ``AsyncSaver._run`` in ``_base``), inside
-one transaction per operation.
+An operation is a program of :mod:`remem._statements`: it yields statements and receives each one's rows
+back; the sync and async savers of both backends only run the statements (``SyncSaver._run`` and
+``AsyncSaver._run`` in ``_base``, with that module's drivers), inside one transaction per operation.
 Work that needs no database (serializing values) happens before the first statement, so a write holds
 its locks as briefly as possible.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 import copy
 import functools
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -30,6 +30,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from remem._statements import Fetch, Program, Statement
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
@@ -49,18 +50,6 @@ The ``__pregel_`` prefix keeps the mark out of everything LangGraph shows of a r
 checkpoint metadata never copies a key that starts with ``__``."""
 RUN_KEY = "__pregel_runtime"
 """What LangGraph puts in the ``configurable`` of a run's own reads and writes (never in get_state's)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """One statement: ``fetch`` is "all" (rows come back), "none", or "many" (``params`` is a list of rows)."""
-
-    sql: str
-    params: Any = ()
-    fetch: Literal["all", "none", "many"] = "all"
-
-
-Op = Generator[Query, list[tuple[Any, ...]], T]
 
 
 @dataclass
@@ -88,8 +77,8 @@ class Context:
             item = self._names.setdefault(name, codec.encode_item(self.serde, name))
         return item
 
-    def q(self, text: str, params: Any = (), fetch: Literal["all", "none", "many"] = "all") -> Query:
-        return Query(self.dialect.sql(text), params, fetch)
+    def q(self, text: str, params: Any = (), fetch: Fetch = "all") -> Statement:
+        return Statement(self.dialect.sql(text), params, fetch)
 
 
 Encoded = tuple[str, Any]
@@ -162,7 +151,7 @@ class _Allocator:
         cache.add_digests(state, self.new.items(), self.next_item)
         cache.put_payloads(state.tid, {no: (e[1], e[2]) for no, e in self.items})
 
-    def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Query]:
+    def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Statement]:
         if self.items:
             items = [(tid, no, e[0], codec.item_blob(e[1], e[2])) for no, e in self.items]
             yield ctx.q(sql.INSERT_ITEM, items, "many")
@@ -173,7 +162,9 @@ class _Allocator:
             yield ctx.q(sql.SET_COUNTERS, (self.next_item, self.next_list, tid), "none")
 
 
-def _thread_for_write(ctx: Context, thread_id: str) -> Op[tuple[ThreadDigests, _Allocator, tuple[int, int]]]:
+def _thread_for_write(
+    ctx: Context, thread_id: str
+) -> Program[tuple[ThreadDigests, _Allocator, tuple[int, int]]]:
     """Creates or locks the thread's row, and brings the digest cache up to date with the database."""
     now = time.time()
     ((tid, epoch, next_item, next_list),) = yield ctx.q(sql.UPSERT_THREAD, (thread_id, now, now))
@@ -184,7 +175,9 @@ def _thread_for_write(ctx: Context, thread_id: str) -> Op[tuple[ThreadDigests, _
     return state, _Allocator(state, next_item, next_list), (next_item, next_list)
 
 
-def _load_lists(ctx: Context, tid: int, wanted: Iterable[int]) -> Op[dict[int, tuple[tuple[int, ...], int]]]:
+def _load_lists(
+    ctx: Context, tid: int, wanted: Iterable[int]
+) -> Program[dict[int, tuple[tuple[int, ...], int]]]:
     """Rebuilds stored lists (item numbers and chain depth), reading only the rows not cached."""
     out: dict[int, tuple[tuple[int, ...], int]] = {}
     rows: dict[int, codec.ListRow] = {}
@@ -229,7 +222,7 @@ def _load_lists(ctx: Context, tid: int, wanted: Iterable[int]) -> Op[dict[int, t
     return out
 
 
-def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) -> Op[Any]:
+def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) -> Program[Any]:
     """The descriptor of one value, adding the items and list rows it needs."""
     if enc[0] != "list":
         return _inline(alloc, enc)
@@ -248,7 +241,7 @@ def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) 
     return [1, alloc.new_list(None, 0, (0, 0, refs), refs)]
 
 
-def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) -> Op[Head | None]:
+def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) -> Program[Head | None]:
     if parent_id is None:
         return None
     tid = state.tid
@@ -272,7 +265,7 @@ def from_head(conf: Mapping[str, Any]) -> bool:
 
 def _check_head(
     ctx: Context, tid: int, thread_id: str, ns: str, parent_id: str | None, checkpoint_id: str
-) -> Op[None]:
+) -> Program[None]:
     """Refuse a run's checkpoint whose parent is no longer the thread's head (another run wrote since
     this one read the thread): stored, it would fork the history silently. The thread's row is locked
     by this transaction, so no other write can come between this check and the insert."""
@@ -304,7 +297,7 @@ def put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
-) -> Op[RunnableConfig]:
+) -> Program[RunnableConfig]:
     conf = config["configurable"]
     thread_id = _thread_id(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -368,7 +361,7 @@ def put_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
-) -> Op[None]:
+) -> Program[None]:
     conf = config["configurable"]
     thread_id = _thread_id(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -418,7 +411,7 @@ def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
     return out
 
 
-def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Op[dict[int, int]]:
+def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Program[dict[int, int]]:
     """Lengths of stored lists, from their own rows: a delta's length needs no base."""
     out: dict[int, int] = {}
     for no in wanted:
@@ -434,7 +427,7 @@ def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Op[dict[int, int]
     return out
 
 
-def _sized_names(ctx: Context, tid: int, rows: list[_Row], sized: frozenset[str]) -> Op[set[int]]:
+def _sized_names(ctx: Context, tid: int, rows: list[_Row], sized: frozenset[str]) -> Program[set[int]]:
     """The name item numbers, among ``rows``' channels, of the channels in ``sized``."""
     channels = set().union(*(r.body.descriptors for r in rows), *({w[2] for w in r.writes} for r in rows))
     held = ctx.cache.payloads(tid, channels)
@@ -461,7 +454,7 @@ def _materialize(
     shared: dict[int, dict[int, Any]] | None,
     sized: frozenset[str] = frozenset(),
     lengths: dict[str, dict[str, int]] | None = None,
-) -> Op[list[CheckpointTuple]]:
+) -> Program[list[CheckpointTuple]]:
     """Reads the writes, lists and items of ``rows`` (checkpoints of one or more threads) into tuples.
 
     With ``shared``, each item is deserialized once and the object is shared by every tuple built with
@@ -598,7 +591,7 @@ def _materialize(
     return out
 
 
-def get_tuple(ctx: Context, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+def get_tuple(ctx: Context, config: RunnableConfig) -> Program[CheckpointTuple | None]:
     conf = config["configurable"]
     thread_id = _thread_id(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -621,13 +614,13 @@ Stamp = tuple[Any, ...]
 a tuple read before is still the one :func:`get_tuple` would read."""
 
 
-def head_stamp(ctx: Context, config: RunnableConfig) -> Op[Stamp | None]:
+def head_stamp(ctx: Context, config: RunnableConfig) -> Program[Stamp | None]:
     conf = config["configurable"]
     rows = yield ctx.q(sql.HEAD_STAMP, (_thread_id(conf), str(conf.get("checkpoint_ns", ""))))
     return tuple(rows[0]) if rows else None
 
 
-def get_head(ctx: Context, config: RunnableConfig) -> Op[tuple[Stamp | None, CheckpointTuple | None]]:
+def get_head(ctx: Context, config: RunnableConfig) -> Program[tuple[Stamp | None, CheckpointTuple | None]]:
     """The latest checkpoint's tuple (``config`` names none) and its :data:`Stamp`, in one transaction."""
     stamp = yield from head_stamp(ctx, config)
     tup = (yield from get_tuple(ctx, config)) if stamp is not None else None
@@ -705,7 +698,7 @@ def list_page(
     shared: dict[int, dict[int, Any]],
     sized: frozenset[str] = frozenset(),
     lengths: dict[str, dict[str, int]] | None = None,
-) -> Op[tuple[list[CheckpointTuple], Cursor | None]]:
+) -> Program[tuple[list[CheckpointTuple], Cursor | None]]:
     """One page of ``list()``: matching tuples, and where the next page starts (None at the end)."""
     conf = (config or {}).get("configurable", {})
     params: list[Any] = []
@@ -741,7 +734,7 @@ def list_page(
     return tuples, next_cursor
 
 
-def list_threads(ctx: Context) -> Op[list[str]]:
+def list_threads(ctx: Context) -> Program[list[str]]:
     rows = yield ctx.q(sql.LIST_THREADS)
     return [r[0] for r in rows]
 
@@ -749,18 +742,18 @@ def list_threads(ctx: Context) -> Op[list[str]]:
 # --- deleting, copying, pruning --------------------------------------------------------------------
 
 
-def _lock(ctx: Context, thread_id: str) -> Op[tuple[Any, ...] | None]:
+def _lock(ctx: Context, thread_id: str) -> Program[tuple[Any, ...] | None]:
     rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
     return rows[0] if rows else None
 
 
-def _delete_rows(ctx: Context, tid: int) -> Iterable[Query]:
+def _delete_rows(ctx: Context, tid: int) -> Iterable[Statement]:
     for table in sql.TABLES:
         yield ctx.q(f"DELETE FROM {table} WHERE tid = ?", (tid,), "none")
     yield ctx.q(sql.DELETE_THREAD_ROW, (tid,), "none")
 
 
-def delete_threads(ctx: Context, tx: Tx, thread_ids: Sequence[str]) -> Op[None]:
+def delete_threads(ctx: Context, tx: Tx, thread_ids: Sequence[str]) -> Program[None]:
     for thread_id in sorted(set(thread_ids)):
         row = yield from _lock(ctx, thread_id)
         if row is not None:
@@ -769,7 +762,7 @@ def delete_threads(ctx: Context, tx: Tx, thread_ids: Sequence[str]) -> Op[None]:
             tx.after_commit.append(functools.partial(ctx.cache.forget, tid))
 
 
-def copy_thread(ctx: Context, source: str, target: str) -> Op[None]:
+def copy_thread(ctx: Context, source: str, target: str) -> Program[None]:
     src = yield from _lock(ctx, source)
     if src is None or source == target:
         return
@@ -802,7 +795,7 @@ Picker = Callable[[list[CheckpointInfo]], set[tuple[str, str]]]
 """Picks the (namespace, checkpoint id) of the checkpoints a prune deletes."""
 
 
-def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Op[int]:
+def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Program[int]:
     """Deletes the checkpoints ``doomed`` picks (from the :data:`CheckpointInfo` of every checkpoint of the
     thread), their writes, and then every item and list no remaining checkpoint or write uses."""
     row = yield from _lock(ctx, thread_id)
@@ -831,7 +824,7 @@ def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Op[int
     return len(gone)
 
 
-def _collect_garbage(ctx: Context, tid: int, kept: list[codec.RawBody]) -> Op[None]:
+def _collect_garbage(ctx: Context, tid: int, kept: list[codec.RawBody]) -> Program[None]:
     writes = yield ctx.q(sql.SELECT_THREAD_WRITES, (tid,))
     descs: list[Any] = [d for body in kept for d in body.descriptors.values()]
     descs.extend(n for body in kept for n in body.name_refs())
@@ -900,12 +893,12 @@ def of_runs(run_ids: set[str]) -> Picker:
     return pick
 
 
-def threads_of_runs(ctx: Context, run_ids: Sequence[str]) -> Op[list[str]]:
+def threads_of_runs(ctx: Context, run_ids: Sequence[str]) -> Program[list[str]]:
     rows = yield ctx.q(ctx.dialect.runs_in(), (ctx.dialect.list_param([str(r) for r in run_ids]),))
     return [r[1] for r in rows]
 
 
-def idle_threads(ctx: Context, thread_ids: Sequence[str], before: datetime) -> Op[list[str]]:
+def idle_threads(ctx: Context, thread_ids: Sequence[str], before: datetime) -> Program[list[str]]:
     out = []
     for thread_id in thread_ids:
         rows = yield ctx.q(sql.FIND_THREAD, (thread_id,))

@@ -9,6 +9,7 @@ the values it references are read from one snapshot.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import (
@@ -21,9 +22,9 @@ from typing import Any
 
 from remem._lease import close_idle_connections, lease_target, retain_idle_connections
 from remem._secrets import mask_secrets
+from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import describe_postgres, parse_database_url
-from remem.checkpoint import _ops as ops
-from remem.checkpoint._base import AExecute, AsyncSaver, Execute, SyncSaver
+from remem.checkpoint._base import AsyncSaver, SyncSaver
 from remem.checkpoint._sql import POSTGRES
 from remem.errors import ConfigError, MissingDependencyError, StorageError
 
@@ -224,15 +225,7 @@ class PostgresSaver(SyncSaver):
             ):
                 if not write:
                     cur.execute(_READ_ONLY)
-
-                def execute(query: ops.Query) -> list[tuple[Any, ...]]:
-                    if query.fetch == "many":
-                        cur.executemany(query.sql, query.params)
-                        return []
-                    cur.execute(query.sql, query.params)
-                    return cur.fetchall() if query.fetch == "all" else []
-
-                yield execute
+                yield functools.partial(execute, cur)
             if self.pipe is not None:
                 self.pipe.sync()
         except psycopg.Error as exc:
@@ -331,15 +324,7 @@ class AsyncPostgresSaver(AsyncSaver):
             ):
                 if not write:
                     await cur.execute(_READ_ONLY)
-
-                async def execute(query: ops.Query) -> list[tuple[Any, ...]]:
-                    if query.fetch == "many":
-                        await cur.executemany(query.sql, query.params)
-                        return []
-                    await cur.execute(query.sql, query.params)
-                    return await cur.fetchall() if query.fetch == "all" else []
-
-                yield execute
+                yield functools.partial(aexecute, cur)
             if self.pipe is not None:
                 await self.pipe.sync()
         except psycopg.Error as exc:

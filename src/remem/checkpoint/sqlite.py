@@ -7,6 +7,7 @@ processes can share one file; every write is one ``BEGIN IMMEDIATE`` transaction
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 import urllib.parse
@@ -17,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from remem import _sqlite
 from remem._files import make_private_file
+from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import display_url, parse_database_url
-from remem.checkpoint import _ops as ops
-from remem.checkpoint._base import AExecute, AsyncSaver, Execute, SyncSaver
+from remem.checkpoint._base import AsyncSaver, SyncSaver
 from remem.checkpoint._sql import SQLITE
 from remem.errors import ConfigError, MissingDependencyError, NotFoundError, StorageError
 
@@ -128,17 +129,9 @@ class SqliteSaver(SyncSaver):
                 cur = self.conn.cursor()
             except sqlite3.ProgrammingError as exc:  # closed: the saver's `with` block has ended
                 raise _storage_error(exc, self._where) from None
-
-            def execute(query: ops.Query) -> list[tuple[Any, ...]]:
-                if query.fetch == "many":
-                    cur.executemany(query.sql, query.params)
-                    return []
-                cur.execute(query.sql, query.params)
-                return cur.fetchall() if query.fetch == "all" else []
-
             try:
                 cur.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield execute
+                yield functools.partial(execute, cur)
                 cur.execute("COMMIT")
             except sqlite3.Error as exc:
                 if self.conn.in_transaction:
@@ -201,19 +194,12 @@ class AsyncSqliteSaver(AsyncSaver):
     async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
         async with self.lock:
             conn = self.conn
-
-            async def execute(query: ops.Query) -> list[tuple[Any, ...]]:
-                if query.fetch == "many":
-                    await conn.executemany(query.sql, query.params)
-                    return []
-                async with conn.execute(query.sql, query.params) as cur:
-                    return [tuple(r) for r in await cur.fetchall()] if query.fetch == "all" else []
-
             try:
                 if not self._configured:
                     await self._configure()
                 await conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                yield execute
+                async with conn.cursor() as cur:
+                    yield functools.partial(aexecute, cur)
                 await conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 if conn.in_transaction:

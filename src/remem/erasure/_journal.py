@@ -92,8 +92,8 @@ def setup(backend: str) -> Statements[int]:
     try:
         statement = next(plan)
         while True:
-            rows = yield (statement.sql, statement.params, statement.rows)
-            statement = plan.send(rows if statement.rows else [])
+            rows = yield (statement.sql, tuple(statement.params), statement.fetch == "all")
+            statement = plan.send(rows if statement.fetch == "all" else [])
     except StopIteration as done:
         return int(done.value)
 

@@ -286,7 +286,7 @@ def park(dialect: str, *, job_id: str | None, kind: str | None, reason: str) -> 
 
 def _exists(dialect: str) -> Generator[Statement, Any, bool]:
     statement = _migrate.table_exists("sqlite" if dialect == "sqlite" else "postgres", T)
-    rows = yield (statement.sql, statement.params, True)
+    rows = yield (statement.sql, tuple(statement.params), True)
     return bool(rows)
 
 

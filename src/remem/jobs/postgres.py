@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from remem import _migrate
+from remem._statements import Statement, drive, execute
 from remem.errors import MissingDependencyError, StorageError
 from remem.jobs import _sql
 from remem.jobs._queue import JobQueue
@@ -58,7 +59,7 @@ class PostgresQueue(JobQueue):
         try:
             with queue._lock:
                 if read_only:
-                    version = _migrate.drive(_migrate.check(_sql.JOBS, "postgres"), queue._statement)
+                    version = drive(_migrate.check(_sql.JOBS, "postgres"), queue._statement)
                     if not version:
                         queue.close()
                         return None
@@ -72,12 +73,11 @@ class PostgresQueue(JobQueue):
             raise
         return queue
 
-    def _statement(self, statement: _migrate.Statement) -> list[tuple[Any, ...]]:
+    def _statement(self, statement: Statement) -> list[tuple[Any, ...]]:
         from psycopg.rows import tuple_row
 
         with self.conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(statement.sql, statement.params)
-            return list(cur.fetchall()) if statement.rows else []
+            return execute(cur, statement)
 
     def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
         import psycopg

@@ -21,7 +21,7 @@ def _check() -> _sql.Program:
     try:
         statement = next(plan)
         while True:
-            rows = yield (statement.sql, statement.params, True)
+            rows = yield (statement.sql, tuple(statement.params), True)
             statement = plan.send(rows)
     except StopIteration as done:
         return int(done.value)

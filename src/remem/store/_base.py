@@ -18,15 +18,16 @@ import numpy as np
 import numpy.typing as npt
 from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
 
+from remem._statements import AExecute, Execute, Program, Retry, aretrying, arun, cancelling, retrying, run
 from remem.embeddings import embed_array
 from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
-from remem.store import _compact, _delete, _exec
+from remem.store import _compact, _delete
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store._compact import Compaction
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._delete import DeleteReport, Statements
-from remem.store._exec import Execute, Program, Tx, VecChanged, Vector, VectorSearch
+from remem.store._exec import Tx, VecChanged, Vector, VectorSearch
 
 T = TypeVar("T")
 
@@ -114,6 +115,10 @@ class RememStoreBase(BaseStore):
                 f"this store opened {self._where()} read-only; open it without read_only=True to write"
             )
 
+    retry: Retry | None = None
+    """The sync driver's rule for running a call's transaction again (PostgreSQL: once, after losing a
+    connection the store can open again); set by the backend, used by :meth:`_run` only."""
+
     def _run(
         self,
         make: Callable[[Tx], Program[T]],
@@ -122,20 +127,22 @@ class RememStoreBase(BaseStore):
         snapshot: bool = True,
         ready: Mapping[bytes, Vector] | None = None,
     ) -> T:
-        """Run the program ``make(tx)`` builds in one transaction (a backend may build it again to retry);
-        ``ready``: the vectors embedded ahead for it."""
+        """Run the program ``make(tx)`` builds in one transaction (built again to retry, or after embedding
+        what it found unembedded); ``ready``: the vectors embedded ahead for it."""
+        return retrying(lambda: self._run_once(make, write, snapshot, ready), self.retry)
+
+    def _run_once(
+        self,
+        make: Callable[[Tx], Program[T]],
+        write: bool,
+        snapshot: bool,
+        ready: Mapping[bytes, Vector] | None,
+    ) -> T:
         self._check_writable(write)
         with self._lock:
             while True:
                 tx = Tx(self._vectors(), ready or {})
-                program = make(tx)
-                try:
-                    request = next(program)
-                except StopIteration as done:  # nothing to ask the database
-                    result: T = done.value
-                    break
-                with self._transaction(write, snapshot) as execute:
-                    result = _exec.drive(program, request, execute)
+                result = run(make(tx), lambda: self._transaction(write, snapshot))
                 if not tx.unembedded:
                     break
                 # it stopped before writing: embed outside the transaction, run it again
@@ -445,14 +452,6 @@ class SyncStore(RememStoreBase):
 _COMBINE_MAX = 2000  # ops per combined transaction
 
 
-def cancelling() -> bool:
-    """Whether the running asyncio task was asked to stop. A driver that cleans up after a cancel (a
-    rollback on the connection the cancel closed) may raise an error of its own in the cancel's place:
-    code that catches errors to carry on or retry asks this first, so that a cancelled task still stops."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
 class AsyncStore(RememStoreBase):
     """The lifecycle methods of an async store, awaitable as in LangGraph's async stores, and ``abatch``
     calls made concurrently combined into one transaction (as LangGraph's ``AsyncBatchedBaseStore``
@@ -506,6 +505,91 @@ class AsyncStore(RememStoreBase):
     async def _abatch_now(self, ops: list[Op]) -> list[Result]:
         """Run one combined batch (in a worker thread unless the backend has an async driver)."""
         return await asyncio.to_thread(self.batch, ops)
+
+    # -------------------------------------------------- the async driver (a backend with an async client)
+
+    aretry: Retry | None = None
+    """Async version of :attr:`retry`, used by :meth:`_arun`."""
+
+    def _atransaction(
+        self, write: bool, snapshot: bool = True
+    ) -> contextlib.AbstractAsyncContextManager[AExecute]:
+        """Async version of :meth:`_transaction`."""
+        raise NotImplementedError
+
+    def _async_lock(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """What one async transaction at a time holds (none: each has its own connection)."""
+        return contextlib.nullcontext()
+
+    async def _arun(
+        self,
+        make: Callable[[Tx], Program[T]],
+        *,
+        write: bool,
+        snapshot: bool = True,
+        ready: Mapping[bytes, Vector] | None = None,
+    ) -> T:
+        """Async version of :meth:`_run`."""
+        return await aretrying(lambda: self._arun_once(make, write, snapshot, ready), self.aretry)
+
+    async def _arun_once(
+        self,
+        make: Callable[[Tx], Program[T]],
+        write: bool,
+        snapshot: bool,
+        ready: Mapping[bytes, Vector] | None,
+    ) -> T:
+        self._check_writable(write)
+        async with self._async_lock():
+            while True:
+                tx = Tx(self._vectors(), ready or {})
+                result = await arun(make(tx), lambda: self._atransaction(write, snapshot))
+                if not tx.unembedded:
+                    break
+                # it stopped before writing: embed outside the transaction, run it again
+                ready = {**tx.ready, **(await asyncio.to_thread(self._embed_texts, tx.unembedded))}
+        if tx.changes:
+            self._vectors_changed(tx.changes)
+        if tx.touched and not self.read_only:
+            ids = sorted(set(tx.touched))
+            await self._arun(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
+        return result
+
+    async def _aembed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, Vector]:
+        """Async version of :meth:`_embed_ahead` (the model runs in a worker thread)."""
+        plan = self.plan
+        if plan is None:
+            return {}
+        if any(isinstance(op, PutOp) for op in ops):
+            texts = await self._arun(
+                lambda _: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
+                write=False,
+                snapshot=False,
+            )
+        elif mode in ("hybrid", "vector"):
+            texts = query_texts(ops)
+        else:
+            texts = {}
+        return await asyncio.to_thread(self._embed_texts, texts) if texts else {}
+
+    async def _abatch_native(self, ops: list[Op]) -> list[Result]:
+        """:meth:`_abatch_now` on the async driver (a backend with an async client uses it)."""
+        write = any(isinstance(op, PutOp) for op in ops)
+        self._check_writable(write)
+        ready = await self._aembed_ahead(ops, self.search_mode)
+        return await self._arun(
+            lambda tx: prog.batch_program(
+                self.dialect,
+                tx,
+                self.plan,
+                ops,
+                self.search_mode,
+                self.clock(),
+                omit_expired=self._omit_expired(),
+            ),
+            write=write,
+            ready=ready,
+        )
 
     async def setup(self) -> None:
         """Async version of :meth:`SyncStore.setup`."""

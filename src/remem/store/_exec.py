@@ -1,50 +1,43 @@
-"""What a store program is and how it runs: a generator of SQL statements over a small executor.
-
-A program (``Program[T]``) yields :class:`Sql` statements, is sent each one's rows back, and returns a T;
-it never touches a connection. What is not SQL stays out of the yield channel: vectors are embedded before
-the transaction opens (:attr:`Tx.ready`), vector search is a call on :attr:`Tx.vectors` (itself a program,
-so that the async driver runs it too), and what to do after the commit (TTL refreshes, changes to an
-in-process vector cache) is collected on the :class:`Tx`. :func:`drive` and :func:`adrive` run a program
-inside a transaction that their caller opened (as the checkpoint package's savers do with its ``Op``).
+"""What a store program has besides its statements: a program (``Program[T]``, of :mod:`remem._statements`)
+yields statements, is sent each one's rows back, and returns a T; it never touches a connection. What is not
+SQL stays out of the yield channel: vectors are embedded before the transaction opens (:attr:`Tx.ready`),
+vector search is a call on :attr:`Tx.vectors` (itself a program, so that the async driver runs it too), and
+what to do after the commit (TTL refreshes, changes to an in-process vector cache) is collected on the
+:class:`Tx`. The store's drivers (``RememStoreBase._run``, ``AsyncStore._arun``) run programs with
+:mod:`remem._statements`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-T = TypeVar("T")
+from remem._statements import AExecute, Execute, Program, Rows, Statement, many
 
-Rows = list[tuple[Any, ...]]
-Fetch = Literal["all", "none", "count", "many"]
+__all__ = [
+    "AExecute",
+    "Execute",
+    "Hits",
+    "NoVectors",
+    "Program",
+    "Rows",
+    "Sql",
+    "Statement",
+    "Tx",
+    "VecChanged",
+    "Vector",
+    "VectorSearch",
+    "many",
+]
+
+Sql = Statement  # the name the erasure modules still use (they move to remem.erasure)
 Vector = npt.NDArray[np.float32]
 Hits = list[tuple[int, float]]
 """(item id, score) pairs, best first."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sql:
-    """One statement with ``?`` placeholders already in the dialect's spelling. ``fetch``: ``"all"`` sends
-    its rows back, ``"count"`` one row holding its row count, ``"none"`` and ``"many"`` (``params`` is a
-    list of parameter rows, run with executemany) no rows."""
-
-    sql: str
-    params: Sequence[Any] = ()
-    fetch: Fetch = "all"
-
-
-def many(sql: str, rows: Sequence[Sequence[Any]]) -> Sql:
-    """``sql`` run once per parameter row."""
-    return Sql(sql, rows, "many")
-
-
-Program = Generator[Sql, Rows, T]
-Execute = Callable[[Sql], Rows]
-AExecute = Callable[[Sql], Awaitable[Rows]]
 
 
 class VectorSearch(Protocol):
@@ -97,48 +90,3 @@ class NoVectors:
     ) -> Program[Hits]:
         return []
         yield  # a generator that asks for nothing
-
-
-def drive(program: Program[T], first_sql: Sql, execute: Execute) -> T:
-    """Run ``program``, whose first statement ``first_sql`` the caller took (a program that needs no
-    statement opens no transaction), to its result."""
-    request = first_sql
-    while True:
-        rows = execute(request)
-        try:
-            request = program.send(rows)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-
-
-async def adrive(program: Program[T], first_sql: Sql, execute: AExecute) -> T:
-    """Async version of :func:`drive`."""
-    request = first_sql
-    while True:
-        rows = await execute(request)
-        try:
-            request = program.send(rows)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-
-
-def run(program: Program[T], execute: Execute) -> T:
-    """Run ``program`` to its result with ``execute`` (in a transaction the caller holds open)."""
-    try:
-        request = next(program)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    return drive(program, request, execute)
-
-
-async def arun(program: Program[T], execute: AExecute) -> T:
-    """Async version of :func:`run`."""
-    try:
-        request = next(program)
-    except StopIteration as done:
-        result: T = done.value
-        return result
-    return await adrive(program, request, execute)

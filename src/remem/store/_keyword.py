@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from remem.layout import STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store import _core as core
 from remem.store import _text
-from remem.store._exec import Hits, Program, Sql, many
+from remem.store._exec import Hits, Program, Statement, many
 from remem.store._schema import ITEMS
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def write_ops(d: Dialect, rows: Sequence[tuple[int, str]], cache: KeywordCache) 
     old: dict[int, str] = {}
     for start in range(0, len(ids), core.CHUNK):
         cond, params = d.ids_condition("item_id", ids[start : start + core.CHUNK])
-        found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
+        found = yield Statement(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
         old.update({int(r[0]): str(r[1]) for r in found})
     removed: list[tuple[str, int]] = []
     added: list[tuple[str, int, int, int]] = []  # of items indexed before (upserted), then of new ones
@@ -117,7 +117,7 @@ def write_statements(
     added: Sequence[tuple[str, int, int, int]],
     fresh: Sequence[tuple[str, int, int, int]],
     docs: Sequence[tuple[int, int, str]],
-) -> list[Sql]:
+) -> list[Statement]:
     """The statements of :func:`write_ops`: (term, item) rows removed, (term, item, tf, dl) rows upserted
     (``added``) or inserted (``fresh``: items not indexed before; a plain insert costs less), (item, dl,
     terms) documents upserted."""
@@ -152,12 +152,12 @@ def write_statements(
 def delete_ops(d: Dialect, ids: Sequence[int], cache: KeywordCache) -> Program[int]:
     """Remove these items from the index; returns how many were indexed."""
     cond, params = d.ids_condition("item_id", ids)
-    found = yield Sql(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
+    found = yield Statement(d.q(f"SELECT item_id, terms FROM {DOCS} WHERE {cond}"), params)
     removed = [(t, int(r[0])) for r in found for t in _decode(str(r[1]))]
     if removed:
         yield many(d.q(f"DELETE FROM {TERMS} WHERE term = ? AND item_id = ?"), removed)
     if found:
-        yield Sql(d.q(f"DELETE FROM {DOCS} WHERE {cond}"), params, "none")
+        yield Statement(d.q(f"DELETE FROM {DOCS} WHERE {cond}"), params, "none")
     cache.wrote(len(found))
     return len(found)
 
@@ -167,7 +167,7 @@ def delete_ops(d: Dialect, ids: Sequence[int], cache: KeywordCache) -> Program[i
 
 def _stats(d: Dialect, cache: KeywordCache) -> Program[tuple[int, int]]:
     if not cache.fresh():
-        rows = yield Sql(d.q(f"SELECT count(*), coalesce(sum(dl), 0) FROM {DOCS}"), [])
+        rows = yield Statement(d.q(f"SELECT count(*), coalesce(sum(dl), 0) FROM {DOCS}"), [])
         docs, total = (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
         if abs(docs - cache.docs) > docs // 10:
             cache.df.clear()
@@ -188,7 +188,7 @@ def _doc_frequencies(
             missing.append(term)
     if missing:
         marks = ", ".join("?" for _ in missing)
-        rows = yield Sql(
+        rows = yield Statement(
             d.q(f"SELECT term, count(*) FROM {TERMS} WHERE term IN ({marks}) GROUP BY term"), missing
         )
         counted = {str(r[0]): int(r[1]) for r in rows}
@@ -266,7 +266,7 @@ def _live(d: Dialect, ids: list[int], now: float, ns_ids: Sequence[int] | None) 
         extra, more = d.ids_condition("ns_id", ns_ids)
         sql += f" AND {extra}"
         params.extend(more)
-    rows = yield Sql(d.q(sql), params)
+    rows = yield Statement(d.q(sql), params)
     return {int(r[0]) for r in rows}
 
 
@@ -288,7 +288,7 @@ def _ranked(
             d, weights, mean, every=every, lowest=lowest, join=True, now=now,
             ns_ids=ns_ids, item_ids=item_ids, limit=k,
         )  # fmt: skip
-        rows = yield Sql(sql, params)
+        rows = yield Statement(sql, params)
         return [(int(r[0]), float(r[1])) for r in rows]
     limit = max(k * 4, 64)
     while True:
@@ -296,7 +296,7 @@ def _ranked(
             d, weights, mean, every=every, lowest=lowest, join=False, now=now,
             ns_ids=None, item_ids=None, limit=limit,
         )  # fmt: skip
-        rows = yield Sql(sql, params)
+        rows = yield Statement(sql, params)
         keep = (yield from _live(d, [int(r[0]) for r in rows], now, None)) if rows else set()
         found = [(int(r[0]), float(r[1])) for r in rows if int(r[0]) in keep]
         if len(found) >= k or len(rows) < limit:
@@ -332,7 +332,7 @@ def search_ops(
         lowest = None
         if attempt.newest is not None:
             if newest is None:
-                rows = yield Sql(d.q(f"SELECT coalesce(max(item_id), 0) FROM {DOCS}"), [])
+                rows = yield Statement(d.q(f"SELECT coalesce(max(item_id), 0) FROM {DOCS}"), [])
                 newest = int(rows[0][0]) if rows else 0
             lowest = newest - attempt.newest
         found = yield from _ranked(d, weights, mean, attempt.every, lowest, k, now, ns_ids, item_ids)

@@ -32,7 +32,7 @@ from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
 from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
-from remem.store._exec import Hits, Program, Rows, Sql, Tx, VecChanged, Vector, many
+from remem.store._exec import Hits, Program, Rows, Statement, Tx, VecChanged, Vector, many
 from remem.store._schema import ITEMS, NS, VECTORS
 
 _ITEM_COLS = "i.id, n.path, i.key, i.value, i.created_at, i.updated_at, i.ttl_minutes"
@@ -88,7 +88,7 @@ class Dialect:
     ) -> list[Any]:
         raise NotImplementedError
 
-    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Sql | None:
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Statement | None:
         """One statement that replaces the keyword rows of (item id, {word: count}) where they
         changed and returns one row with how many items it rewrote; None: ``_keyword.write_ops`` reads the
         old words, compares them and writes."""
@@ -207,7 +207,7 @@ def refresh_program(d: Dialect, ids: list[int], now: float) -> Program[None]:
     """Push back the expiry of items read with ``refresh_ttl`` (a write; see :attr:`Tx.touched`)."""
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("id", ids[start : start + _CHUNK])
-        yield Sql(
+        yield Statement(
             d.q(
                 f"UPDATE {ITEMS} SET expires_at = ? + ttl_minutes * 60 WHERE ttl_minutes IS NOT NULL AND {cond}"
             ),
@@ -228,7 +228,7 @@ def _rows_by_key(
         values = ", ".join("(?, ?)" for _ in chunk)
         live = f" WHERE {_LIVE}" if now is not None else ""
         # the pairs as a table joined to the unique indexes (a row-value IN would scan every item on SQLite)
-        rows = yield Sql(
+        rows = yield Statement(
             d.q(
                 f"SELECT n.path, i.key, {cols} FROM (VALUES {values}) w JOIN {NS} n ON n.path = w.column1 "
                 f"JOIN {ITEMS} i ON i.ns_id = n.id AND i.key = w.column2{live}"
@@ -240,7 +240,7 @@ def _rows_by_key(
 
 
 def get_program(d: Dialect, tx: Tx, op: GetOp, now: float) -> Program[Item | None]:
-    rows = yield Sql(
+    rows = yield Statement(
         d.q(
             f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id "
             f"WHERE n.path = ? AND i.key = ? AND {_LIVE}"
@@ -261,7 +261,7 @@ def list_namespaces_program(d: Dialect, op: ListNamespacesOp, now: float) -> Pro
             raise RememUsageError(f"unknown match type {cond.match_type!r}; use 'prefix' or 'suffix'")
         if cond.match_type == "prefix" and cond.path and "*" not in cond.path:
             where, params = d.ns_condition(tuple(cond.path))
-    rows = yield Sql(
+    rows = yield Statement(
         d.q(
             f"SELECT n.path FROM {NS} n WHERE {where} AND EXISTS "
             f"(SELECT 1 FROM {ITEMS} i WHERE i.ns_id = n.id AND {_LIVE})"
@@ -311,7 +311,7 @@ def _filtered_rows(
     if exact and page is not None:
         sql += " LIMIT ? OFFSET ?"
         params.extend([max(page[1], 0), max(page[0], 0)])
-    rows = yield Sql(d.q(sql), params)
+    rows = yield Statement(d.q(sql), params)
     if not push.exact:
         rows = [r for r in rows if core.matches(core.loads(r[3]), filt)]
     if page is not None and not exact:
@@ -351,10 +351,10 @@ def search_program(
     ns_ids: list[int] | None = None
     if prefix:
         ns_where, params = d.ns_condition(prefix, "path")
-        ns_ids = [int(r[0]) for r in (yield Sql(d.q(f"SELECT id FROM {NS} WHERE {ns_where}"), params))]
+        ns_ids = [int(r[0]) for r in (yield Statement(d.q(f"SELECT id FROM {NS} WHERE {ns_where}"), params))]
         if not ns_ids:
             return []
-        if len(ns_ids) == int((yield Sql(d.q(f"SELECT count(*) FROM {NS}"), []))[0][0]):
+        if len(ns_ids) == int((yield Statement(d.q(f"SELECT count(*) FROM {NS}"), []))[0][0]):
             ns_ids = None  # the prefix covers every namespace: no need to filter
     if mode in ("hybrid", "keyword"):
         terms = _text.query_terms(op.query)
@@ -427,7 +427,7 @@ def _rows_by_id(d: Dialect, ids: list[int], now: float) -> Program[dict[int, tup
     out: dict[int, tuple[Any, ...]] = {}
     for start in range(0, len(ids), _CHUNK):
         cond, params = d.ids_condition("i.id", ids[start : start + _CHUNK])
-        rows = yield Sql(
+        rows = yield Statement(
             d.q(f"SELECT {_ITEM_COLS} FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE {cond} AND {_LIVE}"),
             [*params, now],
         )
@@ -458,7 +458,7 @@ def _known_ns_ids(d: Dialect, paths: list[str]) -> Program[dict[str, int]]:
     for start in range(0, len(paths), _CHUNK):
         chunk = paths[start : start + _CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        rows = yield Sql(d.q(f"SELECT path, id FROM {NS} WHERE path IN ({marks})"), chunk)
+        rows = yield Statement(d.q(f"SELECT path, id FROM {NS} WHERE path IN ({marks})"), chunk)
         ids.update({r[0]: int(r[1]) for r in rows})
     return ids
 
@@ -489,7 +489,7 @@ def _known_vectors(
     keys = sorted({op.key for op, _ in wanted})
     if len(paths) > _CHUNK or len(keys) > _CHUNK:
         return known, False
-    rows = yield Sql(
+    rows = yield Statement(
         d.q(
             f"SELECT n.path, i.key, v.path, v.text_hash, v.embedding FROM {VECTORS} v "
             f"JOIN {ITEMS} i ON i.id = v.item_id JOIN {NS} n ON n.id = i.ns_id "
@@ -575,7 +575,7 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
         # yet needs more (it is created below and the upsert runs again)
         op, value, text = values[0]
         params = d.upsert_params(0, op.key, value, text, now, op.ttl)[1:]
-        rows = yield Sql(
+        rows = yield Statement(
             d.q(d.upsert_in_namespace() + " RETURNING id, ns_id"), [*params, core.ns_path(op.namespace)]
         )
         if rows:
@@ -588,7 +588,7 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
             for op, value, text in values
         ]
         if len(upsert_rows) == 1:
-            rows = yield Sql(d.q(d.upsert() + " RETURNING id"), upsert_rows[0])
+            rows = yield Statement(d.q(d.upsert() + " RETURNING id"), upsert_rows[0])
             item_ids = {(int(upsert_rows[0][0]), values[0][0].key): int(rows[0][0])}
         else:
             yield many(d.q(d.upsert()), upsert_rows)
@@ -650,7 +650,7 @@ def _item_ids(d: Dialect, keys: list[tuple[int, str]]) -> Program[dict[tuple[int
         for start in range(0, len(ns_keys), _CHUNK):
             chunk = ns_keys[start : start + _CHUNK]
             marks = ", ".join("?" for _ in chunk)
-            rows = yield Sql(
+            rows = yield Statement(
                 d.q(f"SELECT key, id FROM {ITEMS} WHERE ns_id = ? AND key IN ({marks})"), [ns_id, *chunk]
             )
             out.update({(ns_id, r[0]): int(r[1]) for r in rows})
@@ -677,10 +677,10 @@ def delete_ids(d: Dialect, tx: Tx, ids: list[int]) -> Program[tuple[int, int, in
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         cond, params = d.ids_condition("item_id", chunk)
-        vectors += int((yield Sql(d.q(f"DELETE FROM {VECTORS} WHERE {cond}"), params, "count"))[0][0])
+        vectors += int((yield Statement(d.q(f"DELETE FROM {VECTORS} WHERE {cond}"), params, "count"))[0][0])
         keyword_rows += yield from kw.delete_ops(d, chunk, d.keywords)
         cond, params = d.ids_condition("id", chunk)
-        items += int((yield Sql(d.q(f"DELETE FROM {ITEMS} WHERE {cond}"), params, "count"))[0][0])
+        items += int((yield Statement(d.q(f"DELETE FROM {ITEMS} WHERE {cond}"), params, "count"))[0][0])
     if ids:
         tx.changes.append(VecChanged(ids, []))
     return items, vectors, keyword_rows
@@ -691,9 +691,9 @@ def reindex_program(d: Dialect) -> Program[int]:
     migration's transaction. An item queued without its text is indexed on all its strings."""
     from remem.store._schema import REINDEX_TABLE
 
-    if not (yield Sql(d.q(_exists(d, REINDEX_TABLE)), [REINDEX_TABLE])):
+    if not (yield Statement(d.q(_exists(d, REINDEX_TABLE)), [REINDEX_TABLE])):
         return 0
-    rows = yield Sql(
+    rows = yield Statement(
         d.q(f"SELECT r.item_id, r.text, i.value FROM {REINDEX_TABLE} r JOIN {ITEMS} i ON i.id = r.item_id")
     )
     texts = [
@@ -702,7 +702,7 @@ def reindex_program(d: Dialect) -> Program[int]:
     ]
     for start in range(0, len(texts), _CHUNK):
         yield from kw.write_ops(d, texts[start : start + _CHUNK], d.keywords)
-    yield Sql(d.q(f"DROP TABLE {REINDEX_TABLE}"), (), "none")
+    yield Statement(d.q(f"DROP TABLE {REINDEX_TABLE}"), (), "none")
     return len(texts)
 
 

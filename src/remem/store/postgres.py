@@ -19,11 +19,12 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
+from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 
 from remem import _migrate
 from remem._lease import close_idle_connections, lease_target, retain_idle_connections
 from remem._secrets import mask_secrets
+from remem._statements import AExecute, Execute, Retry, adrive, aexecute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
 from remem.layout import STORE_TABLES, STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
@@ -36,7 +37,7 @@ try:
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _core as core
-from remem.store import _delete, _exec
+from remem.store import _delete
 from remem.store import _keyword as kw
 from remem.store import _program as prog
 from remem.store import _schema as schema
@@ -44,13 +45,11 @@ from remem.store._base import (
     AsyncStore,
     RememStoreBase,
     SyncStore,
-    cancelling,
     check_read_only_schema,
-    query_texts,
 )
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._delete import DeleteReport
-from remem.store._exec import Hits, Program, Rows, Sql, Tx, Vector
+from remem.store._exec import Hits, Program, Rows, Statement, Tx, Vector
 from remem.store._vectors import top_items
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
@@ -97,7 +96,7 @@ class PostgresDialect(prog.Dialect):
             "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
         )
 
-    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Sql:
+    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Statement:
         # the new rows as arrays; "changed": items whose stored words differ (read after their upsert took
         # the row lock, see write_ops); the removed and the upserted (term, item) pairs never overlap
         terms, docs = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
@@ -122,7 +121,7 @@ class PostgresDialect(prog.Dialect):
             [sum(words.values()) for _, words in items],
             [kw.encode(words) for _, words in items],
         ]
-        return Sql(self.q(sql), columns)
+        return Statement(self.q(sql), columns)
 
     def upsert_params(
         self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
@@ -173,6 +172,13 @@ class _PostgresBackend(RememStoreBase):
         self._is_setup = False
         self._active: psycopg.Connection[Any] | None = None  # the connection of the running transaction
         self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
+        self.retry = Retry(self._sync_reopens, "the PostgreSQL connection was lost")
+
+    def _sync_reopens(self, exc: BaseException) -> bool:
+        """Whether a sync call may run again: it lost a connection the store opened itself (or a pool's);
+        the caller's own connection is theirs to reopen."""
+        own = self._dsn is not None or isinstance(self._sync_conn, ConnectionPool)
+        return own and _connection_lost(exc)
 
     @property
     def vector_kind(self) -> str:
@@ -214,13 +220,13 @@ class _PostgresBackend(RememStoreBase):
             except psycopg.Error:
                 has_vector = False  # no pgvector here: the exact path
         with c.transaction():
-            _exec.run(self._setup_program(has_vector), self._execute)
+            drive(self._setup_program(has_vector), self._execute)
 
     def _setup_program(self, has_vector: bool) -> Program[None]:
         """Migrate (or, read-only, check) the tables and choose the vector path, in one transaction; the
         sync and async setups run it after trying ``CREATE EXTENSION vector`` on their own."""
         if self.read_only:  # check, create nothing (the server refuses writes too)
-            version = yield from _plan_program(_migrate.check(schema.COMPONENT, "postgres"))
+            version = yield from (_migrate.check(schema.COMPONENT, "postgres"))
             check_read_only_schema(version, self._where())
             kind = yield from _vector_column()
             self.dialect = PostgresDialect(
@@ -228,13 +234,13 @@ class _PostgresBackend(RememStoreBase):
             )
             return
         # the runner takes remem's advisory lock first: the pgvector choice below is made under it too
-        yield from _plan_program(_migrate.upgrade(schema.COMPONENT, "postgres"))
+        yield from (_migrate.upgrade(schema.COMPONENT, "postgres"))
         if has_vector and self.plan is not None:
-            yield from _plan_program(_migrate.upgrade(schema.pgvector(self.plan.dims), "postgres"))
+            yield from (_migrate.upgrade(schema.pgvector(self.plan.dims), "postgres"))
         kind = yield from _vector_column()
         if kind.startswith("vector") and self.plan is not None:
             _, _, ops, name = _PGVECTOR[self.plan.distance]
-            yield Sql(
+            yield Statement(
                 f"CREATE INDEX IF NOT EXISTS {name} ON {VECTORS} USING hnsw (embedding {ops})", (), "none"
             )
         self.dialect = PostgresDialect(
@@ -273,31 +279,10 @@ class _PostgresBackend(RememStoreBase):
         with self._lock, self._connection() as conn, conn.cursor() as cur:
             yield cur
 
-    def _run(
-        self,
-        make: Callable[[Tx], Program[T]],
-        *,
-        write: bool,
-        snapshot: bool = True,
-        ready: Mapping[bytes, Vector] | None = None,
-    ) -> T:
-        if self._dsn is None and not isinstance(self._sync_conn, ConnectionPool):
-            # the caller's own connection: theirs to reopen
-            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
-        try:
-            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
-        except StorageError as exc:
-            if not _connection_lost(exc):
-                raise
-            logger.warning(
-                "the PostgreSQL connection was lost (%s); retrying once on a new one", exc.__cause__
-            )
-            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
-
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[_exec.Execute]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[Execute]:
         if not self._is_setup:
             self._setup_now()
         try:
@@ -315,23 +300,10 @@ class _PostgresBackend(RememStoreBase):
                 f"PostgreSQL refused the work: {mask_secrets(str(exc))}; check the server and the database"
             ) from exc
 
-    def _execute(self, request: Sql) -> Rows:
+    def _execute(self, request: Statement) -> Rows:
         assert self._active is not None
         with self._active.cursor(row_factory=tuple_row) as cur:
-            if request.fetch == "many":
-                if len(request.params) == 1:  # one row: a plain execute saves the pipeline's round trips
-                    cur.execute(request.sql, request.params[0])
-                elif request.params:
-                    cur.executemany(request.sql, request.params)
-                return []
-            cur.execute(request.sql, list(request.params))
-            if request.fetch == "all":
-                return cur.fetchall()
-            if request.fetch == "none":
-                return []
-            if self.pipe is not None:
-                self.pipe.sync()  # a row count is known once the pipeline has run the statement
-            return [(cur.rowcount,)]
+            return execute(cur, request, self.pipe.sync if self.pipe is not None else None)
 
     def _vectors(self) -> PostgresVectors:
         assert isinstance(self.dialect, PostgresDialect)
@@ -373,7 +345,7 @@ class PostgresVectors:
         if self.dialect.vector_kind == "exact":
             # another part of the database may index with another model: only vectors of this size are ours
             mine = " AND ".join([*where, "octet_length(embedding) = %s"])
-            rows = yield Sql(
+            rows = yield Statement(
                 f"SELECT item_id, embedding FROM {VECTORS} WHERE {mine}", [*params, plan.dims * 4]
             )
             if not rows:
@@ -385,11 +357,11 @@ class PostgresVectors:
             return top_items(items, vecs, query, k, plan.distance, norms)
         deep = k * 4
         op, score, _, _ = _PGVECTOR[plan.distance]
-        yield Sql(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, deep)))}", (), "none")
-        yield Sql("SET LOCAL hnsw.iterative_scan = relaxed_order", (), "none")
+        yield Statement(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, deep)))}", (), "none")
+        yield Statement("SET LOCAL hnsw.iterative_scan = relaxed_order", (), "none")
         q = self.dialect.vector_param(query)
         distance = f"embedding {op} %s::vector"
-        rows = yield Sql(
+        rows = yield Statement(
             f"SELECT item_id, {score.format(d=distance)} FROM {VECTORS} {clause} ORDER BY {distance} LIMIT %s",
             [q, *params, q, deep],
         )
@@ -399,28 +371,19 @@ class PostgresVectors:
         return list(best.items())[:k]
 
 
-def _plan_program(plan: _migrate.Plan) -> Program[int]:
-    """A :mod:`remem._migrate` plan as a store program."""
-    try:
-        statement = next(plan)
-        while True:
-            rows = yield Sql(statement.sql, statement.params, "all" if statement.rows else "none")
-            statement = plan.send(rows)
-    except StopIteration as finished:
-        return int(finished.value)
-
-
 def _vector_column() -> Program[str]:
     """The type of ``remem_vectors.embedding`` (``bytea`` or ``vector(n)``; empty if there is no table)."""
-    row = yield Sql(
+    row = yield Statement(
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
         f"WHERE attrelid = to_regclass('{VECTORS}') AND attname = 'embedding'"
     )
     return str(row[0][0]) if row else ""
 
 
-def _connection_lost(exc: StorageError) -> bool:
+def _connection_lost(exc: BaseException) -> bool:
     """Whether a call failed because the server went away (then a new connection may succeed)."""
+    if not isinstance(exc, StorageError):
+        return False
     cause = exc.__cause__
     return isinstance(cause, psycopg.OperationalError) and not isinstance(cause, psycopg.errors.QueryCanceled)
 
@@ -658,6 +621,11 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         self.conn = conn
         self.apipe = pipe
         self._alock: asyncio.Lock | None = None
+        self.aretry = Retry(self._async_reopens, "the PostgreSQL connection was lost")
+
+    def _async_reopens(self, exc: BaseException) -> bool:
+        """Async version of :meth:`_sync_reopens`."""
+        return (self._dsn is not None or isinstance(self.conn, AsyncConnectionPool)) and _connection_lost(exc)
 
     # -------------------------------------------------- sync calls
 
@@ -707,7 +675,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         yield self.conn
 
     @contextlib.asynccontextmanager
-    async def _atransaction(self, write: bool, snapshot: bool = True) -> AsyncIterator[_exec.AExecute]:
+    async def _atransaction(self, write: bool, snapshot: bool = True) -> AsyncIterator[AExecute]:
         """Async version of :meth:`_transaction`."""
         if not self._is_setup:
             await self.setup()
@@ -721,109 +689,15 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
                 f"PostgreSQL refused the work: {mask_secrets(str(exc))}; check the server and the database"
             ) from exc
 
-    async def _aexecute(self, conn: AsyncConn, request: Sql) -> Rows:
+    async def _aexecute(self, conn: AsyncConn, request: Statement) -> Rows:
         """Async version of :meth:`_execute`."""
         async with conn.cursor(row_factory=tuple_row) as cur:
-            if request.fetch == "many":
-                if len(request.params) == 1:
-                    await cur.execute(request.sql, request.params[0])
-                elif request.params:
-                    await cur.executemany(request.sql, request.params)
-                return []
-            await cur.execute(request.sql, list(request.params))
-            if request.fetch == "all":
-                return await cur.fetchall()
-            if request.fetch == "none":
-                return []
-            if self.apipe is not None:
-                await self.apipe.sync()
-            return [(cur.rowcount,)]
-
-    async def _arun(
-        self,
-        make: Callable[[Tx], Program[T]],
-        *,
-        write: bool,
-        snapshot: bool = True,
-        ready: Mapping[bytes, Vector] | None = None,
-    ) -> T:
-        """Async version of :meth:`_run`, with the same retry after a lost connection."""
-        if self._dsn is None and not isinstance(self.conn, AsyncConnectionPool):
-            return await self._arun_once(make, write, snapshot, ready)
-        try:
-            return await self._arun_once(make, write, snapshot, ready)
-        except StorageError as exc:
-            if not _connection_lost(exc) or cancelling():  # a cancelled call is not tried again
-                raise
-            logger.warning(
-                "the PostgreSQL connection was lost (%s); retrying once on a new one", exc.__cause__
-            )
-            return await self._arun_once(make, write, snapshot, ready)
-
-    async def _arun_once(
-        self,
-        make: Callable[[Tx], Program[T]],
-        write: bool,
-        snapshot: bool,
-        ready: Mapping[bytes, Vector] | None,
-    ) -> T:
-        self._check_writable(write)
-        async with self._async_lock():
-            while True:
-                tx = Tx(self._vectors(), ready or {})
-                program = make(tx)
-                try:
-                    request = next(program)
-                except StopIteration as done:  # nothing to ask the database
-                    result: T = done.value
-                    break
-                async with self._atransaction(write, snapshot) as execute:
-                    result = await _exec.adrive(program, request, execute)
-                if not tx.unembedded:
-                    break
-                # it stopped before writing: embed outside the transaction, run it again
-                ready = {**tx.ready, **(await asyncio.to_thread(self._embed_texts, tx.unembedded))}
-        if tx.touched and not self.read_only:
-            ids = sorted(set(tx.touched))
-            await self._arun(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
-        return result
-
-    async def _aembed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, Vector]:
-        """Async version of :meth:`_embed_ahead` (the model runs in a worker thread)."""
-        plan = self.plan
-        if plan is None:
-            return {}
-        if any(isinstance(op, PutOp) for op in ops):
-            texts = await self._arun(
-                lambda _: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
-                write=False,
-                snapshot=False,
-            )
-        elif mode in ("hybrid", "vector"):
-            texts = query_texts(ops)
-        else:
-            texts = {}
-        return await asyncio.to_thread(self._embed_texts, texts) if texts else {}
+            return await aexecute(cur, request, self.apipe.sync if self.apipe is not None else None)
 
     # -------------------------------------------------- async API
 
     async def _abatch_now(self, ops: list[Op]) -> list[Result]:
-        write = any(isinstance(op, PutOp) for op in ops)
-        self._check_writable(write)
-        ready = await self._aembed_ahead(ops, self.search_mode)
-        return await self._arun(
-            lambda tx: prog.batch_program(
-                self.dialect,
-                tx,
-                self.plan,
-                ops,
-                self.search_mode,
-                self.clock(),
-                omit_expired=self._omit_expired(),
-            ),
-            write=write,
-            ready=ready,
-        )
+        return await self._abatch_native(ops)
 
     async def setup(self) -> None:
         """Async version of :meth:`PostgresStore.setup`."""
@@ -840,7 +714,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
                     except psycopg.Error:
                         has_vector = False  # no pgvector here: the exact path
                 async with c.transaction():
-                    await _exec.arun(self._setup_program(has_vector), functools.partial(self._aexecute, c))
+                    await adrive(self._setup_program(has_vector), functools.partial(self._aexecute, c))
         except psycopg.Error as exc:
             raise StorageError(
                 f"setting up the store's tables failed: {mask_secrets(str(exc))}; check the database"

@@ -29,15 +29,15 @@ from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem import _migrate, _sqlite
 from remem._files import make_private_file
+from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.store import _core as core
-from remem.store import _exec
 from remem.store import _program as prog
 from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
-from remem.store._exec import Hits, Program, Rows, Sql, Tx, VecChanged, Vector
+from remem.store._exec import Hits, Program, Rows, Statement, Tx, VecChanged, Vector
 from remem.store._schema import VECTORS
 from remem.store._vectors import VectorMatrix
 
@@ -160,7 +160,7 @@ class _SqliteBackend(RememStoreBase):
         c.execute(f"PRAGMA busy_timeout = {int(_sqlite.BUSY_TIMEOUT_MS)}")
         if self.read_only:  # check, create nothing
             check_read_only_schema(
-                _migrate.drive(_migrate.check(schema.COMPONENT, "sqlite"), self._statement), self._where()
+                drive(_migrate.check(schema.COMPONENT, "sqlite"), self._execute), self._where()
             )
             return
         _sqlite.enable_wal(c)
@@ -175,13 +175,9 @@ class _SqliteBackend(RememStoreBase):
         c.execute("PRAGMA wal_autocheckpoint = 4000")
         # one BEGIN IMMEDIATE transaction: processes opening a fresh file together take turns
         c.execute("BEGIN IMMEDIATE")
-        _migrate.drive(_migrate.upgrade(schema.COMPONENT, "sqlite"), self._statement)
-        _exec.run(prog.reindex_program(self.dialect), self._execute)
+        drive(_migrate.upgrade(schema.COMPONENT, "sqlite"), self._execute)
+        drive(prog.reindex_program(self.dialect), self._execute)
         c.execute("COMMIT")
-
-    def _statement(self, statement: _migrate.Statement) -> list[Any]:
-        cur = self.conn.execute(statement.sql, statement.params)
-        return list(cur.fetchall()) if statement.rows else []
 
     # -------------------------------------------------- group commit
 
@@ -267,7 +263,7 @@ class _SqliteBackend(RememStoreBase):
     # -------------------------------------------------- I/O hooks
 
     @contextlib.contextmanager
-    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[_exec.Execute]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[Execute]:
         if not self._is_setup:
             self._setup_now()
         if not write and not snapshot:  # statements alone, each in its own implicit read: no BEGIN, COMMIT
@@ -294,15 +290,8 @@ class _SqliteBackend(RememStoreBase):
                     self.conn.execute("ROLLBACK")
             raise _storage_error(self.conn, exc) from exc
 
-    def _execute(self, request: Sql) -> Rows:
-        if request.fetch == "many":
-            if request.params:
-                self.conn.executemany(request.sql, request.params)
-            return []
-        cur = self.conn.execute(request.sql, list(request.params))
-        if request.fetch == "all":
-            return cur.fetchall()
-        return [(cur.rowcount,)] if request.fetch == "count" else []
+    def _execute(self, request: Statement) -> Rows:
+        return execute(self.conn.cursor(), request)
 
     # -------------------------------------------------- vector search
 
@@ -350,11 +339,11 @@ class _MatrixSearch:
     def _matrix(self) -> Program[VectorMatrix]:
         store = self.store
         assert store.plan is not None
-        version = (yield Sql("PRAGMA data_version"))[0][0]
+        version = (yield Statement("PRAGMA data_version"))[0][0]
         if store._matrix is None or version != store._data_version:
             matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance)
             # another part of the file may index with another model: only vectors of this size are ours
-            rows = yield Sql(
+            rows = yield Statement(
                 f"SELECT item_id, ns_id, embedding FROM {VECTORS} WHERE length(embedding) = ?",
                 (store.plan.dims * 4,),
             )

@@ -401,7 +401,7 @@ def _refuse_newer_ledger(dialect: str) -> Generator[Statement, Any, None]:
     try:
         statement = next(plan)
         while True:
-            rows = yield (statement.sql, statement.params, statement.rows)
+            rows = yield (statement.sql, tuple(statement.params), statement.fetch == "all")
             statement = plan.send(rows)
     except StopIteration:
         return

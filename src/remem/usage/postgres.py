@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from remem import _migrate
+from remem._statements import drive, execute
 from remem.errors import MissingDependencyError, StorageError
 from remem.usage import _sql
 from remem.usage._base import Ledger
@@ -116,12 +118,7 @@ class PostgresLedger(Ledger):
         ledger = cls(conn, owns=True)
         try:
             with conn.cursor(row_factory=tuple_row) as cur:
-
-                def execute(statement: _migrate.Statement) -> list[tuple[Any, ...]]:
-                    cur.execute(statement.sql, statement.params)
-                    return list(cur.fetchall()) if statement.rows else []
-
-                version = _migrate.drive(_migrate.check(LEDGER, "postgres"), execute)
+                version = drive(_migrate.check(LEDGER, "postgres"), functools.partial(execute, cur))
         except psycopg.Error as exc:
             ledger.close()
             raise _error(exc) from exc

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from remem import _migrate, _sqlite
+from remem import _migrate, _sqlite, _statements
 from remem._files import make_private_file
+from remem._statements import drive, execute
 from remem.errors import StorageError
 from remem.usage._base import Ledger
 from remem.usage._records import UsageEvent
@@ -114,7 +115,7 @@ class SqliteLedger(Ledger):
             raise _error(exc) from exc
         ledger = cls(conn, owns=True)
         try:
-            version = _migrate.drive(_migrate.check(LEDGER, "sqlite"), ledger._statement)
+            version = drive(_migrate.check(LEDGER, "sqlite"), ledger._statement)
         except sqlite3.Error as exc:
             error = _error(exc, conn)
             ledger.close()
@@ -127,9 +128,8 @@ class SqliteLedger(Ledger):
             return None
         return ledger
 
-    def _statement(self, statement: _migrate.Statement) -> list[tuple[Any, ...]]:
-        rows = self.conn.execute(statement.sql, statement.params).fetchall()
-        return list(rows) if statement.rows else []
+    def _statement(self, statement: _statements.Statement) -> list[tuple[Any, ...]]:
+        return execute(self.conn.cursor(), statement)
 
     def setup(self) -> None:
         with self._lock:
