@@ -17,8 +17,9 @@ from langgraph.store.memory import InMemoryStore
 from remem import ExtractiveSummarizer, Memory
 from remem.memory import MemoryRecord, Thread
 from remem.memory._backends import index_config
-from remem.memory._plans import CARD_RECORDS, SUMMARY_PAGE
+from remem.memory._plans import SUMMARY_PAGE
 from remem.memory._records import messages_ns
+from remem.memory._search import CARD_RECORDS
 from remem.summarize import SummaryResult
 from remem.testing import offline_settings
 
@@ -485,7 +486,7 @@ def test_a_hit_comes_with_the_other_half_of_its_exchange(memory: Memory) -> None
     reply = thread.get_context_card(query="what a souvenir", token_budget=2000)
     assert [r.id for r in reply.records][:2] == ["d6", "d7"]  # a reply brings its question
     # A statement and a reply that says nothing are no exchange: a "Thanks, Caroline!" does not come along.
-    from remem.memory._plans import _exchange
+    from remem.memory._search import _exchange
 
     def said(text: str, role: str = "user") -> MemoryRecord:
         return MemoryRecord(id=text, type="message", content=f"{role}: {text}", score=0.0, role=role)

@@ -54,6 +54,7 @@ __all__ = [
     "many",
     "resume",
     "retrying",
+    "rowcount",
     "run",
     "start",
 ]
@@ -82,6 +83,12 @@ class Statement:
 def many(sql: str, rows: Sequence[Sequence[Any]]) -> Statement:
     """``sql`` run once per parameter row."""
     return Statement(sql, rows, "many")
+
+
+def rowcount(sql: str, params: Sequence[Any] = ()) -> Generator[Statement, Rows, int]:
+    """``sql`` (an UPDATE, a DELETE) run for the number of rows it changed."""
+    ((count,),) = yield Statement(sql, params, "count")
+    return int(count)
 
 
 Flow = Generator[Y, Any, T]

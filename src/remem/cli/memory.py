@@ -305,7 +305,7 @@ def search_command(
     from remem.cli._sources import inspect_database, open_memory, open_thread
     from remem.config import load_settings
     from remem.errors import NotFoundError, RememUsageError
-    from remem.memory._plans import descending, summary_record
+    from remem.memory._search import descending, summary_record
 
     if user_id is None and thread_id is None:
         raise RememUsageError(

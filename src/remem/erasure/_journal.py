@@ -2,8 +2,8 @@
 
 :mod:`remem.erasure` records each erasure here before it deletes anything, in the same database as the data,
 so that a run killed or refused half way can be finished by the next one. The statements are
-:data:`remem.store.Statements` (the protocol the usage ledger's and the job queue's forgetting use): the
-store runs them in its own transaction, the journal's write together with the deletions it records. The
+:data:`remem.store.Statements`, programs of :mod:`remem._statements` (as the usage ledger's and the job
+queue's forgetting are): the store runs them in its own transaction, the journal's write together with the deletions it records. The
 table names live in :mod:`remem.layout`; the tables are this package's schema component (:data:`SCHEMA`),
 set up by :func:`setup` whenever an erasure opens a database. Before it had a component of its own, the
 store's migration 2 created them (with ``IF NOT EXISTS``, as here): such databases keep them as they are.
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remem import _migrate
+from remem._statements import Statement, rowcount
 from remem.errors import ErasureConflictError
 from remem.layout import ERASURE_JOURNAL_TABLE, ERASURE_REGISTRY_TABLE
 from remem.store import Statements
@@ -88,22 +89,13 @@ def _entry(row: Sequence[Any]) -> JournalEntry:
 
 def setup(backend: str) -> Statements[int]:
     """Create or migrate the journal's tables (idempotent; :data:`SCHEMA`); its version."""
-    plan = _migrate.upgrade(SCHEMA, "postgres" if backend == "postgres" else "sqlite")
-    try:
-        statement = next(plan)
-        while True:
-            rows = yield (statement.sql, tuple(statement.params), statement.fetch == "all")
-            statement = plan.send(rows if statement.fetch == "all" else [])
-    except StopIteration as done:
-        return int(done.value)
+    return (yield from _migrate.upgrade(SCHEMA, "postgres" if backend == "postgres" else "sqlite"))
 
 
 def open_entries(backend: str) -> Statements[list[JournalEntry]]:
     """The erasures not closed, oldest first."""
-    rows = yield (
-        f"SELECT {_COLS} FROM {ERASURE_JOURNAL_TABLE} WHERE state <> 'closed' ORDER BY started_at, id",
-        (),
-        True,
+    rows = yield Statement(
+        f"SELECT {_COLS} FROM {ERASURE_JOURNAL_TABLE} WHERE state <> 'closed' ORDER BY started_at, id", ()
     )
     return [_entry(r) for r in rows]
 
@@ -115,14 +107,13 @@ def save(backend: str, entry: JournalEntry) -> Statements[int]:
     if read == 0:
         marks = ", ".join("?" for _ in range(9))
         sql = f"INSERT INTO {ERASURE_JOURNAL_TABLE} ({_COLS}) VALUES ({marks})"
-        yield (_q(backend, sql), entry.row(1), False)
+        yield from rowcount(_q(backend, sql), entry.row(1))
         return 1
     columns = _COLS.split(", ")[1:]
     sets = ", ".join(f"{c} = ?" for c in columns)
-    changed = yield (
+    changed = yield from rowcount(
         _q(backend, f"UPDATE {ERASURE_JOURNAL_TABLE} SET {sets} WHERE id = ? AND revision = ?"),
         [*entry.row(read + 1)[1:], entry.id, read],
-        False,
     )
     if int(changed) != 1:
         raise ErasureConflictError(
@@ -134,19 +125,17 @@ def save(backend: str, entry: JournalEntry) -> Statements[int]:
 def add_templates(backend: str, kind: str, given: Sequence[str]) -> Statements[None]:
     """Register ``given`` templates of ``kind`` (``namespace`` or ``thread``); registering is idempotent."""
     for template in given:
-        yield (
+        yield from rowcount(
             _q(backend, f"DELETE FROM {ERASURE_REGISTRY_TABLE} WHERE kind = ? AND template = ?"),
             [kind, template],
-            False,
         )
-        yield (
+        yield from rowcount(
             _q(backend, f"INSERT INTO {ERASURE_REGISTRY_TABLE} (kind, template) VALUES (?, ?)"),
             [kind, template],
-            False,
         )
 
 
 def templates(backend: str) -> Statements[list[tuple[str, str]]]:
     """Every registered (kind, template)."""
-    rows = yield (f"SELECT kind, template FROM {ERASURE_REGISTRY_TABLE} ORDER BY kind, template", (), True)
+    rows = yield Statement(f"SELECT kind, template FROM {ERASURE_REGISTRY_TABLE} ORDER BY kind, template", ())
     return [(str(r[0]), str(r[1])) for r in rows]

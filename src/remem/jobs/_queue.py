@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from remem._statements import Program
 from remem.errors import ArgumentTypeError, NotFoundError, RememUsageError
 from remem.jobs import _sql
 
@@ -98,7 +99,7 @@ class JobQueue(ABC):
         self._lock = threading.Lock()
 
     @abstractmethod
-    def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
+    def _run(self, program: Program[Any], *, claim: bool = False) -> Any:
         """Run ``program`` in one write transaction; returns its result. ``claim``: the program claims a
         job (on PostgreSQL claims take turns under a transaction lock; other operations do not wait)."""
 

@@ -1,10 +1,10 @@
 """The queue's schema and every statement it runs, as pure functions (no I/O).
 
-Each operation is a *program*: a generator that yields ``(sql, params, fetch)`` and receives the rows back
-when ``fetch`` is true, else the statement's row count; its return value is the operation's result. A
-backend runs one program in ONE write transaction (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
-transaction that first takes the queue's advisory lock), so each operation is atomic. This is the
-protocol :func:`remem.usage.forget_usage` uses, so erasure runs :func:`forget_jobs` in its own transaction.
+Each operation is a *program* of :mod:`remem._statements`: it yields statements and receives each one's rows
+back (a row count through :func:`~remem._statements.rowcount`); its return value is the operation's result.
+A backend runs one program in ONE write transaction (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a
+transaction that first takes the queue's advisory lock), so each operation is atomic. Erasure runs
+:func:`forget_jobs` inside its own transaction, as it runs :func:`remem.usage.forget_usage`.
 
 Times are the database's clock (:func:`now`), never the client's: on PostgreSQL a lease expires by the
 server's clock, whatever the clocks of the workers say; on SQLite the clock is the one of the machine that
@@ -14,11 +14,12 @@ holds the file, which every process opening it shares (Python's ``time`` is neve
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from remem import _migrate
 from remem._clock import database_now
+from remem._statements import Program, Statement, rowcount
 from remem.layout import JOBS_TABLE
 
 __all__ = [
@@ -39,8 +40,6 @@ __all__ = [
 ]
 
 T = JOBS_TABLE
-Statement = tuple[str, tuple[Any, ...], bool]
-Program = Generator[Statement, Any, Any]
 
 # The statuses a job goes through: queued -> running -> done, or back to queued (a retry after a
 # failure, with backoff), or parked (failed max_attempts times, or parked by hand; kept with its error).
@@ -98,11 +97,11 @@ def enqueue(
     thread_id: str | None,
     max_attempts: int,
     delay: float,
-) -> Program:
+) -> Program[Any]:
     """Add a job; returns its id, or the id of the live job that already has ``input_key``."""
     clock = now(dialect)
     text = json.dumps(payload, ensure_ascii=False, sort_keys=True)
-    added = yield (
+    added = yield from rowcount(
         _ph(
             dialect,
             f"INSERT INTO {T} (id, kind, payload, input_key, serial_key, user_id, thread_id, status, "
@@ -111,19 +110,16 @@ def enqueue(
             "ON CONFLICT (input_key) WHERE status <> 'parked' DO NOTHING",
         ),
         (job_id, kind, text, input_key, serial_key, user_id, thread_id, max_attempts, float(delay)),
-        False,
     )
     if added:
         return job_id
-    rows = yield (
-        _ph(dialect, f"SELECT id FROM {T} WHERE input_key = ? AND status <> 'parked'"),
-        (input_key,),
-        True,
+    rows = yield Statement(
+        _ph(dialect, f"SELECT id FROM {T} WHERE input_key = ? AND status <> 'parked'"), (input_key,)
     )
     return str(rows[0][0])
 
 
-def claim(dialect: str, *, owner: str, lease: float, kinds: Sequence[str] | None) -> Program:
+def claim(dialect: str, *, owner: str, lease: float, kinds: Sequence[str] | None) -> Program[Any]:
     """Take the next ready job for ``owner`` for ``lease`` seconds; returns its row, or None.
 
     Ready: queued and due, or running under a lease that expired (its worker died). A job whose
@@ -131,13 +127,12 @@ def claim(dialect: str, *, owner: str, lease: float, kinds: Sequence[str] | None
     (a thread's) run one at a time, in order.
     """
     clock = now(dialect)
-    yield (
+    yield from rowcount(
         f"UPDATE {T} SET status = 'parked', lease_owner = NULL, lease_until = NULL, updated_at = {clock}, "
         "last_error = 'its worker stopped (no heartbeat until the lease expired) ' || attempts || ' times; "
         "the job may kill its worker: look at it, then `remem queue retry ID`' "
         f"WHERE status = 'running' AND lease_until < {clock} AND attempts >= max_attempts",
         (),
-        False,
     )
     kind_filter, params = "", tuple[str, ...]()
     if kinds:
@@ -157,36 +152,35 @@ def claim(dialect: str, *, owner: str, lease: float, kinds: Sequence[str] | None
     )
     if dialect == "sqlite":
         sql = f"UPDATE {T} SET {sets} WHERE id = ({ready}) RETURNING {COLUMNS}"
-        rows = yield (sql, (owner, float(lease), *params), True)
+        rows = yield Statement(sql, (owner, float(lease), *params))
     else:
         sql = (
             f"WITH next AS ({ready} FOR UPDATE SKIP LOCKED) "
             f"UPDATE {T} AS j SET {sets} FROM next "
             f"WHERE j.id = next.id RETURNING {_J_COLUMNS}"
         )
-        rows = yield (_ph(dialect, sql), (*params, owner, float(lease)), True)
+        rows = yield Statement(_ph(dialect, sql), (*params, owner, float(lease)))
     return rows[0] if rows else None
 
 
-def heartbeat(dialect: str, *, job_id: str, owner: str, lease: float) -> Program:
+def heartbeat(dialect: str, *, job_id: str, owner: str, lease: float) -> Program[Any]:
     """Extend the lease ``owner`` holds on a job; returns whether it still holds it."""
     clock = now(dialect)
-    count = yield (
+    count = yield from rowcount(
         _ph(
             dialect,
             f"UPDATE {T} SET lease_until = {clock} + ?, updated_at = {clock} "
             "WHERE id = ? AND lease_owner = ? AND status = 'running'",
         ),
         (float(lease), job_id, owner),
-        False,
     )
     return bool(count)
 
 
-def complete(dialect: str, *, job_id: str, owner: str) -> Program:
+def complete(dialect: str, *, job_id: str, owner: str) -> Program[Any]:
     """Mark the job done if ``owner`` still holds it (its payload is dropped: a done job never runs again)."""
     clock = now(dialect)
-    count = yield (
+    count = yield from rowcount(
         _ph(
             dialect,
             f"UPDATE {T} SET status = 'done', payload = NULL, lease_owner = NULL, lease_until = NULL, "
@@ -194,18 +188,17 @@ def complete(dialect: str, *, job_id: str, owner: str) -> Program:
             "WHERE id = ? AND lease_owner = ? AND status = 'running'",
         ),
         (job_id, owner),
-        False,
     )
     return bool(count)
 
 
-def fail(dialect: str, *, job_id: str, owner: str, error: str, delay: float) -> Program:
+def fail(dialect: str, *, job_id: str, owner: str, error: str, delay: float) -> Program[Any]:
     """Record a failure: queued again after ``delay`` seconds, or parked once out of attempts.
 
     Returns the job's new status, or None when ``owner`` no longer held it.
     """
     clock = now(dialect)
-    rows = yield (
+    rows = yield Statement(
         _ph(
             dialect,
             f"UPDATE {T} SET status = CASE WHEN attempts >= max_attempts THEN 'parked' ELSE 'queued' END, "
@@ -213,23 +206,21 @@ def fail(dialect: str, *, job_id: str, owner: str, error: str, delay: float) -> 
             f"updated_at = {clock} WHERE id = ? AND lease_owner = ? AND status = 'running' RETURNING status",
         ),
         (float(delay), error, job_id, owner),
-        True,
     )
     return str(rows[0][0]) if rows else None
 
 
-def status_counts(dialect: str) -> Program:
+def status_counts(dialect: str) -> Program[Any]:
     """``(kind, status, count, oldest created_at, now)`` rows."""
-    rows = yield (
+    rows = yield Statement(
         f"SELECT kind, status, count(*), min(created_at), {now(dialect)} FROM {T} "
         "GROUP BY kind, status ORDER BY kind, status",
         (),
-        True,
     )
     return rows
 
 
-def list_jobs(dialect: str, *, status: str | None, job_id: str | None, limit: int) -> Program:
+def list_jobs(dialect: str, *, status: str | None, job_id: str | None, limit: int) -> Program[Any]:
     """The jobs' rows (all columns), newest first."""
     where, params = [], []
     if status is not None:
@@ -239,22 +230,20 @@ def list_jobs(dialect: str, *, status: str | None, job_id: str | None, limit: in
         where.append("id = ?")
         params.append(job_id)
     clause = f" WHERE {' AND '.join(where)}" if where else ""
-    rows = yield (
-        _ph(dialect, f"SELECT {COLUMNS} FROM {T}{clause} ORDER BY seq DESC LIMIT ?"),
-        (*params, int(limit)),
-        True,
+    rows = yield Statement(
+        _ph(dialect, f"SELECT {COLUMNS} FROM {T}{clause} ORDER BY seq DESC LIMIT ?"), (*params, int(limit))
     )
     return rows
 
 
-def retry(dialect: str, *, job_id: str | None) -> Program:
+def retry(dialect: str, *, job_id: str | None) -> Program[Any]:
     """Queue parked jobs again, now, with their attempts reset (one job, or every parked one).
 
     A parked job whose input another live job already has is left parked (that job does the work).
     """
     clock = now(dialect)
     one, params = (" AND p.id = ?", (job_id,)) if job_id is not None else ("", ())
-    count = yield (
+    count = yield from rowcount(
         _ph(
             dialect,
             f"UPDATE {T} SET status = 'queued', attempts = 0, run_after = {clock}, updated_at = {clock} "
@@ -262,40 +251,35 @@ def retry(dialect: str, *, job_id: str | None) -> Program:
             f"OR NOT EXISTS (SELECT 1 FROM {T} o WHERE o.input_key = p.input_key AND o.status <> 'parked')))",
         ),
         params,
-        False,
     )
     return int(count)
 
 
-def park(dialect: str, *, job_id: str | None, kind: str | None, reason: str) -> Program:
+def park(dialect: str, *, job_id: str | None, kind: str | None, reason: str) -> Program[Any]:
     """Park a queued job (or every queued job of ``kind``) by hand, with ``reason`` as its error; returns
     how many were parked. A running job is not taken from its worker: stop the worker, then park it."""
     clock = now(dialect)
     column, value = ("id", job_id) if job_id is not None else ("kind", kind)
-    count = yield (
+    count = yield from rowcount(
         _ph(
             dialect,
             f"UPDATE {T} SET status = 'parked', last_error = ?, updated_at = {clock} "
             f"WHERE {column} = ? AND status = 'queued'",
         ),
         (reason, value),
-        False,
     )
     return int(count)
 
 
-def _exists(dialect: str) -> Generator[Statement, Any, bool]:
-    statement = _migrate.table_exists("sqlite" if dialect == "sqlite" else "postgres", T)
-    rows = yield (statement.sql, tuple(statement.params), True)
+def _exists(dialect: str) -> Program[bool]:
+    rows = yield _migrate.table_exists("sqlite" if dialect == "sqlite" else "postgres", T)
     return bool(rows)
 
 
 _CHUNK = 500
 
 
-def forget_jobs(
-    dialect: str, *, user_id: str | None = None, thread_ids: Sequence[str] = ()
-) -> Generator[Statement, Any, int]:
+def forget_jobs(dialect: str, *, user_id: str | None = None, thread_ids: Sequence[str] = ()) -> Program[int]:
     """Delete every job of ``user_id`` and of ``thread_ids``, whatever their status; returns how many.
 
     Erasure runs this in its own transaction (the protocol of :func:`remem.usage.forget_usage`); a
@@ -306,10 +290,12 @@ def forget_jobs(
         return 0
     removed = 0
     if user_id is not None:
-        removed += int((yield (_ph(dialect, f"DELETE FROM {T} WHERE user_id = ?"), (user_id,), False)))
+        removed += int((yield from rowcount(_ph(dialect, f"DELETE FROM {T} WHERE user_id = ?"), (user_id,))))
     threads = sorted(set(thread_ids))
     for i in range(0, len(threads), _CHUNK):
         chunk = tuple(threads[i : i + _CHUNK])
         marks = ", ".join("?" * len(chunk))
-        removed += int((yield (_ph(dialect, f"DELETE FROM {T} WHERE thread_id IN ({marks})"), chunk, False)))
+        removed += int(
+            (yield from rowcount(_ph(dialect, f"DELETE FROM {T} WHERE thread_id IN ({marks})"), chunk))
+        )
     return removed

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from remem import _migrate
-from remem._statements import Statement, drive, execute
+from remem._statements import Program, Statement, drive, execute
 from remem.errors import MissingDependencyError, StorageError
 from remem.jobs import _sql
 from remem.jobs._queue import JobQueue
@@ -79,7 +80,7 @@ class PostgresQueue(JobQueue):
         with self.conn.cursor(row_factory=tuple_row) as cur:
             return execute(cur, statement)
 
-    def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
+    def _run(self, program: Program[Any], *, claim: bool = False) -> Any:
         import psycopg
         from psycopg.rows import tuple_row
 
@@ -90,14 +91,7 @@ class PostgresQueue(JobQueue):
                 with self.conn.transaction(), self.conn.cursor(row_factory=tuple_row) as cur:
                     if claim:
                         cur.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK_KEY,))
-                    try:
-                        sql, params, fetch = next(program)
-                        while True:
-                            cur.execute(sql, params)
-                            answer = cur.fetchall() if fetch else cur.rowcount
-                            sql, params, fetch = program.send(answer)
-                    except StopIteration as done:
-                        return done.value
+                    return drive(program, functools.partial(execute, cur))
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from remem import _migrate, _sqlite
 from remem._files import make_private_file
+from remem._statements import Program, drive, execute
 from remem.errors import StorageError
 from remem.jobs import _sql
 from remem.jobs._queue import JobQueue
@@ -15,16 +17,9 @@ from remem.jobs._queue import JobQueue
 __all__ = ["SqliteQueue"]
 
 
-def _check() -> _sql.Program:
+def _check() -> Program[int]:
     """The queue schema's version (0: none), refusing a newer one, as a program."""
-    plan = _migrate.check(_sql.JOBS, "sqlite")
-    try:
-        statement = next(plan)
-        while True:
-            rows = yield (statement.sql, tuple(statement.params), True)
-            statement = plan.send(rows)
-    except StopIteration as done:
-        return int(done.value)
+    return (yield from _migrate.check(_sql.JOBS, "sqlite"))
 
 
 def _error(exc: BaseException, conn: sqlite3.Connection | None = None) -> StorageError:
@@ -103,23 +98,18 @@ class SqliteQueue(JobQueue):
             return None
         return queue
 
-    def _run(self, program: _sql.Program, *, claim: bool = False) -> Any:
+    def _run(self, program: Program[Any], *, claim: bool = False) -> Any:
         with self._lock:
             conn = self.conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    sql, params, fetch = next(program)
-                    while True:
-                        cur = conn.execute(sql, params)
-                        answer = cur.fetchall() if fetch else cur.rowcount
-                        sql, params, fetch = program.send(answer)
-                except StopIteration as done:
-                    conn.execute("COMMIT")
-                    return done.value
+                    result = drive(program, functools.partial(execute, conn.cursor()))
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+                conn.execute("COMMIT")
+                return result
             except sqlite3.Error as exc:
                 raise _error(exc, conn) from exc
 

@@ -1,9 +1,10 @@
-"""Logic once, I/O twice: the client's operations are generators that yield what they need done.
+"""Logic once, I/O twice: the client's operations are flows (:mod:`remem._statements`' one generator shape)
+that yield what they need done.
 
-A plan yields :class:`StoreCall` (a batch of LangGraph store ops), :class:`SummarizeCall` or
-:class:`Leased` (a sub-plan run holding the thread's lease) and is sent the result back; :func:`run`
-drives a plan with a store's ``batch`` and a summariser's ``summarize``, :func:`arun` with ``abatch`` and
-``asummarize``. The plans themselves do no I/O.
+A flow yields :class:`StoreCall` (a batch of LangGraph store ops), :class:`SummarizeCall` or
+:class:`Leased` (a sub-flow run holding the thread's lease) and is sent the result back; :func:`run`
+drives a flow with a store's ``batch`` and a summariser's ``summarize``, :func:`arun` with ``abatch`` and
+``asummarize`` (both with :func:`remem._statements.drive` / ``adrive``). The flows themselves do no I/O.
 
 Every write of a :class:`Leased` sub-plan is made only after the lease is checked to be still held
 (:meth:`Guard.verify`): a holder whose lease the database dropped (a PostgreSQL session ended, a SQLite
@@ -23,11 +24,12 @@ from typing import Any, Protocol, TypeVar
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import BaseStore, Op, PutOp
 
+from remem import _statements
 from remem.errors import RememError, StorageError
 from remem.summarize import Summarizer, SummaryResult
 from remem.usage import Meter
 
-__all__ = ["ALease", "Guard", "Lease", "Leased", "Plan", "StoreCall", "SummarizeCall", "arun", "run"]
+__all__ = ["ALease", "Flow", "Guard", "Lease", "Leased", "StoreCall", "SummarizeCall", "arun", "run"]
 
 T = TypeVar("T")
 
@@ -68,7 +70,8 @@ class Guard(Protocol):
 
 
 Effect = StoreCall | SummarizeCall | Leased
-Plan = Generator[Effect, Any, T]
+Flow = _statements.Flow[Effect, T]
+"""A memory operation: a flow of effects that returns a T."""
 Lease = Callable[[str], AbstractContextManager[Guard | None]]
 ALease = Callable[[str], AbstractAsyncContextManager[Guard | None]]
 
@@ -111,7 +114,7 @@ def _record(meter: Meter | None, call: SummarizeCall, result: SummaryResult) -> 
 
 
 def run(
-    plan: Plan[T],
+    plan: Flow[T],
     store: BaseStore,
     summarizer: Summarizer,
     lease: Lease = _no_lease,
@@ -121,32 +124,29 @@ def run(
     """Drive ``plan`` synchronously; ``lease(thread_id)`` holds a thread's lease for a :class:`Leased`;
     ``meter`` records each summariser call in the usage ledger; ``guard``: the lease the plan runs under,
     verified before each of its writes."""
-    result: Any = None
-    try:
-        while True:
-            effect = plan.send(result)
-            if isinstance(effect, StoreCall):
-                if guard is not None and _writes(effect):
-                    guard.verify()
-                try:
-                    result = store.batch(effect.ops)
-                except RememError:
-                    raise
-                except Exception as exc:
-                    raise _storage_failed(exc) from exc
-            elif isinstance(effect, Leased):
-                with lease(effect.thread_id) as held:
-                    result = run(effect.plan, store, summarizer, lease, meter, held)
-            else:
-                result = summarizer.summarize(effect.previous, effect.messages)
-                _record(meter, effect, result)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+
+    def reply(effect: Effect) -> Any:
+        if isinstance(effect, StoreCall):
+            if guard is not None and _writes(effect):
+                guard.verify()
+            try:
+                return store.batch(effect.ops)
+            except RememError:
+                raise
+            except Exception as exc:
+                raise _storage_failed(exc) from exc
+        if isinstance(effect, Leased):
+            with lease(effect.thread_id) as held:
+                return run(effect.plan, store, summarizer, lease, meter, held)
+        result = summarizer.summarize(effect.previous, effect.messages)
+        _record(meter, effect, result)
+        return result
+
+    return _statements.drive(plan, reply)
 
 
 async def arun(
-    plan: Plan[T],
+    plan: Flow[T],
     store: BaseStore,
     summarizer: Summarizer,
     lease: ALease = _no_alease,
@@ -154,27 +154,23 @@ async def arun(
     guard: Guard | None = None,
 ) -> T:
     """Async version of :func:`run`."""
-    result: Any = None
-    try:
-        while True:
-            effect = plan.send(result)
-            if isinstance(effect, StoreCall):
-                if guard is not None and _writes(effect):
-                    await guard.averify()
-                try:
-                    result = await store.abatch(effect.ops)
-                except RememError:
-                    raise
-                except Exception as exc:
-                    raise _storage_failed(exc) from exc
-            elif isinstance(effect, Leased):
-                async with lease(effect.thread_id) as held:
-                    result = await arun(effect.plan, store, summarizer, lease, meter, held)
-            else:
-                summary: SummaryResult = await summarizer.asummarize(effect.previous, effect.messages)
-                if meter is not None:
-                    await asyncio.to_thread(_record, meter, effect, summary)
-                result = summary
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
+
+    async def reply(effect: Effect) -> Any:
+        if isinstance(effect, StoreCall):
+            if guard is not None and _writes(effect):
+                await guard.averify()
+            try:
+                return await store.abatch(effect.ops)
+            except RememError:
+                raise
+            except Exception as exc:
+                raise _storage_failed(exc) from exc
+        if isinstance(effect, Leased):
+            async with lease(effect.thread_id) as held:
+                return await arun(effect.plan, store, summarizer, lease, meter, held)
+        summary: SummaryResult = await summarizer.asummarize(effect.previous, effect.messages)
+        if meter is not None:
+            await asyncio.to_thread(_record, meter, effect, summary)
+        return summary
+
+    return await _statements.adrive(plan, reply)

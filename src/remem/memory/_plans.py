@@ -1,4 +1,5 @@
-"""The memory client's operations as plans (see ``_effects``): all logic, no I/O.
+"""The memory client's thread operations as flows (see ``_effects``): open, append, list, summarise; all
+logic, no I/O (search, recall and the context card are in ``_search``).
 
 Each public plan reads the thread's metadata first, so that several processes sharing one store see
 each other's writes. Writes of one operation go to the store in one batch (one transaction in remem's
@@ -10,64 +11,47 @@ overwriting each other's counts.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langgraph.store.base import GetOp, PutOp, SearchItem, SearchOp
+from langgraph.store.base import GetOp, PutOp
 
 from remem.errors import NotFoundError, RememUsageError
-from remem.memory._args import check_filter, check_text, check_types, check_whole
-from remem.memory._card import (
-    CardParts,
-    ContextCard,
-    Recall,
-    check_card_arguments,
-    diversify,
-    render_card,
-    render_recall,
-)
+from remem.memory._args import check_text, check_whole
 from remem.memory._card import truncate_to_budget as _truncate
-from remem.memory._effects import Leased, Plan, StoreCall, SummarizeCall
+from remem.memory._effects import Flow, Leased, StoreCall, SummarizeCall
 from remem.memory._records import (
     CONTEXT_FIELD,
     EMPTY_SUMMARY,
     META_KEY,
     ORDER_CHUNK,
-    MemoryRecord,
     StoredMessage,
     Summary,
     ThreadInfo,
-    check_label,
     chunk_key,
-    memories_ns,
     messages_ns,
     meta_ns,
     now_iso,
     order_ns,
-    parse_timestamp,
-    record_from_memory,
-    record_from_message,
     stored_message_from_input,
     summaries_ns,
 )
 from remem.memory._topics import extract_topics
-from remem.memory._when import TimeQuery, around_event, needs_now, time_query
 from remem.messages import is_derived
-from remem.messages.words import is_chit_chat, query_text
 from remem.summarize import SummaryResult
 
 __all__ = [
     "FREQUENCY_MEANING",
     "MESSAGE_FIELDS",
+    "TextCounter",
     "add_messages_plan",
-    "context_card_plan",
+    "ids_between",
     "list_messages_plan",
+    "messages_by_id",
     "open_thread_plan",
-    "recall_plan",
-    "search_plan",
+    "revision_within",
     "summaries_plan",
+    "summary_at",
     "summary_plan",
     "thread_info_plan",
 ]
@@ -79,9 +63,6 @@ summariser's step, so paging does not change its result)."""
 MESSAGE_FIELDS = ("content", CONTEXT_FIELD)
 """What the index holds of a message: its text, and who said it when (``_records.index_context``)."""
 FREQUENCY_MEANING = "new messages a thread gathers before its card's summary is extended; 1: at every card"
-DIVERSE_TOP = 16
-"""How many of a diverse search's first records are picked by maximal marginal relevance."""
-_HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
 
 
 def _not_found(thread_id: str) -> NotFoundError:
@@ -90,7 +71,7 @@ def _not_found(thread_id: str) -> NotFoundError:
     )
 
 
-def thread_info_plan(thread_id: str) -> Plan[ThreadInfo]:
+def thread_info_plan(thread_id: str) -> Flow[ThreadInfo]:
     (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     if item is None:
         raise _not_found(thread_id)
@@ -99,7 +80,7 @@ def thread_info_plan(thread_id: str) -> Plan[ThreadInfo]:
 
 def open_thread_plan(
     thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None, default_frequency: int
-) -> Plan[ThreadInfo]:
+) -> Flow[ThreadInfo]:
     """Create the thread, or open it and check that it belongs to ``user_id``."""
     if agent_id is not None:
         check_text(agent_id, "agent_id")
@@ -115,7 +96,7 @@ def open_thread_plan(
 
 def _open_thread(
     thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None, default_frequency: int
-) -> Plan[ThreadInfo]:
+) -> Flow[ThreadInfo]:
     (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     if item is None:
         info = ThreadInfo(
@@ -145,7 +126,7 @@ def _open_thread(
     return info
 
 
-def _ids_between(thread_id: str, start: int, end: int) -> Plan[list[str]]:
+def ids_between(thread_id: str, start: int, end: int) -> Flow[list[str]]:
     """Ids of the messages with ``start <= seq < end``."""
     start = max(start, 0)
     if end <= start:
@@ -159,7 +140,7 @@ def _ids_between(thread_id: str, start: int, end: int) -> Plan[list[str]]:
     return ids[start - offset : end - offset]
 
 
-def _messages_by_id(thread_id: str, ids: Sequence[str]) -> Plan[list[StoredMessage]]:
+def messages_by_id(thread_id: str, ids: Sequence[str]) -> Flow[list[StoredMessage]]:
     if not ids:
         return []
     items = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in ids])
@@ -168,7 +149,7 @@ def _messages_by_id(thread_id: str, ids: Sequence[str]) -> Plan[list[StoredMessa
 
 def add_messages_plan(
     thread_id: str, inputs: Sequence[Any], fields: Sequence[str] = MESSAGE_FIELDS
-) -> Plan[list[StoredMessage]]:
+) -> Flow[list[StoredMessage]]:
     """Append messages, keeping the caller's ids, and return each as stored, in the order given.
 
     A message whose id the thread already holds is not added again: it is returned as it was stored.
@@ -182,7 +163,7 @@ def add_messages_plan(
     return stored
 
 
-def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Plan[set[str]]:
+def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Flow[set[str]]:
     """The ids among ``seqs`` (id -> stored seq) that the thread's order holds at that seq."""
     wanted = {seq // ORDER_CHUNK for seq in seqs.values() if 0 <= seq < info.message_count}
     numbers = sorted(wanted)
@@ -202,7 +183,7 @@ def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Plan
 
 def _append(
     thread_id: str, parsed: Sequence[StoredMessage], fields: Sequence[str]
-) -> Plan[list[StoredMessage]]:
+) -> Flow[list[StoredMessage]]:
     info = yield from thread_info_plan(thread_id)
     unique: dict[str, StoredMessage] = {}
     for m in parsed:
@@ -225,7 +206,7 @@ def _append(
 
 def _append_new(
     thread_id: str, info: ThreadInfo, new: Sequence[StoredMessage], fields: Sequence[str]
-) -> Plan[list[StoredMessage]]:
+) -> Flow[list[StoredMessage]]:
     """Number ``new`` after the thread's last message and write them, the order and the count in one batch."""
     count = info.message_count
     first_chunk = count // ORDER_CHUNK
@@ -251,17 +232,17 @@ def _append_new(
     return added
 
 
-def list_messages_plan(thread_id: str, last: int | None = None) -> Plan[list[StoredMessage]]:
+def list_messages_plan(thread_id: str, last: int | None = None) -> Flow[list[StoredMessage]]:
     """The thread's messages in order (the last ``last`` when given)."""
     if last is not None:
         last = check_whole(last, "last", meaning="how many of the latest messages; None: all")
     info = yield from thread_info_plan(thread_id)
     start = 0 if last is None else info.message_count - last
-    ids = yield from _ids_between(thread_id, start, info.message_count)
-    return (yield from _messages_by_id(thread_id, ids))
+    ids = yield from ids_between(thread_id, start, info.message_count)
+    return (yield from messages_by_id(thread_id, ids))
 
 
-def message_page_plan(thread_id: str, offset: int, limit: int) -> Plan[tuple[list[StoredMessage], int]]:
+def message_page_plan(thread_id: str, offset: int, limit: int) -> Flow[tuple[list[StoredMessage], int]]:
     """One page of the thread's messages (``limit`` from ``offset``) and how many the thread holds.
 
     Reads the thread's metadata, the order chunks that hold the page and the page's messages: a page of a
@@ -269,11 +250,11 @@ def message_page_plan(thread_id: str, offset: int, limit: int) -> Plan[tuple[lis
     offset = check_whole(offset, "offset", meaning="where the page starts")
     limit = check_whole(limit, "limit", meaning="how many messages a page holds")
     info = yield from thread_info_plan(thread_id)
-    ids = yield from _ids_between(thread_id, offset, min(info.message_count, offset + limit))
-    return (yield from _messages_by_id(thread_id, ids)), info.message_count
+    ids = yield from ids_between(thread_id, offset, min(info.message_count, offset + limit))
+    return (yield from messages_by_id(thread_id, ids)), info.message_count
 
 
-def _revision_within(thread_id: str, revision: int, boundary: int) -> Plan[Summary]:
+def revision_within(thread_id: str, revision: int, boundary: int) -> Flow[Summary]:
     """The newest summary revision that covers no message at or past ``boundary``; a revision marked
     ``stale`` (it covered messages an undone ingestion removed: :mod:`remem.ingestion`) is passed over."""
     while revision > 0:
@@ -286,17 +267,17 @@ def _revision_within(thread_id: str, revision: int, boundary: int) -> Plan[Summa
     return EMPTY_SUMMARY
 
 
-def _summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int) -> Plan[Summary]:
+def summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int) -> Flow[Summary]:
     """The summary of the messages before ``boundary``, extended when ``frequency`` new ones wait."""
-    base = yield from _revision_within(thread_id, info.summary_revision, boundary)
+    base = yield from revision_within(thread_id, info.summary_revision, boundary)
     waiting = boundary - base.covered_count
     if waiting <= 0 or (base.revision > 0 and waiting < frequency):
         return base
     # The backlog is read and summarised a page at a time, so memory stays bounded however long it is.
     text, first_id, last_id, model = base.text, base.first_message_id, base.last_message_id, ""
     for start in range(base.covered_count, boundary, SUMMARY_PAGE):
-        ids = yield from _ids_between(thread_id, start, min(start + SUMMARY_PAGE, boundary))
-        messages = yield from _messages_by_id(thread_id, ids)
+        ids = yield from ids_between(thread_id, start, min(start + SUMMARY_PAGE, boundary))
+        messages = yield from messages_by_id(thread_id, ids)
         result: SummaryResult = yield SummarizeCall(
             text, [m.to_langchain() for m in messages], thread_id, info.user_id
         )
@@ -320,7 +301,7 @@ class _Covered:
 
 def _save_summary(
     thread_id: str, info: ThreadInfo, base: Summary, boundary: int, covered: _Covered
-) -> Plan[Summary]:
+) -> Flow[Summary]:
     """Store a new summary revision and count it in the thread's metadata as it is now."""
     (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
     current = ThreadInfo.from_value(item.value) if item is not None else info
@@ -349,406 +330,21 @@ def _save_summary(
     return summary
 
 
-def summary_plan(thread_id: str, except_last: int, token_budget: int, count: TextCounter) -> Plan[Summary]:
+def summary_plan(thread_id: str, except_last: int, token_budget: int, count: TextCounter) -> Flow[Summary]:
     """The thread's summary of all but the last ``except_last`` messages, brought up to date."""
     check_whole(except_last, "except_last", meaning="how many of the latest messages to leave out")
     check_whole(
         token_budget, "token_budget", least=1, meaning="the most tokens the summary may take", example=1000
     )
     info = yield from thread_info_plan(thread_id)
-    summary = yield from _summary_at(thread_id, info, max(info.message_count - except_last, 0), 1)
+    summary = yield from summary_at(thread_id, info, max(info.message_count - except_last, 0), 1)
     text, truncated = _truncate(summary.text, token_budget, count)
     return dataclasses.replace(summary, text=text, truncated=truncated)
 
 
-def summaries_plan(thread_id: str) -> Plan[list[Summary]]:
+def summaries_plan(thread_id: str) -> Flow[list[Summary]]:
     """Every stored summary revision of the thread, oldest first."""
     info = yield from thread_info_plan(thread_id)
     keys = [chunk_key(n) for n in range(1, info.summary_revision + 1)]
     items = yield StoreCall([GetOp(summaries_ns(thread_id), key) for key in keys])
     return [Summary.from_value(item.value) for item in items if item is not None]
-
-
-def _matches(record: MemoryRecord, metadata_filter: Mapping[str, Any] | None) -> bool:
-    return not metadata_filter or all(record.metadata.get(k) == v for k, v in metadata_filter.items())
-
-
-def _latest_time(thread_id: str) -> Plan[dt.datetime | None]:
-    """When the thread's latest message was said (None for an empty or unknown thread)."""
-    (item,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
-    if item is None:
-        return None
-    count = ThreadInfo.from_value(item.value).message_count
-    ids = yield from _ids_between(thread_id, count - 1, count)
-    found = yield from _messages_by_id(thread_id, ids)
-    return parse_timestamp(found[0].timestamp) if found else None
-
-
-def _event_time(thread_id: str, event: str, exclude: frozenset[str]) -> Plan[dt.datetime | None]:
-    """When the thread's best match for ``event`` ("the trip") was said, for "before/after the trip"."""
-    (items,) = yield StoreCall([SearchOp(messages_ns(thread_id), query=event, limit=1 + len(exclude))])
-    for item in items:
-        if item.key not in exclude:
-            return parse_timestamp(str(item.value.get("timestamp", "")))
-    return None
-
-
-def _time_of(question: str, thread_id: str | None, exclude: frozenset[str]) -> Plan[TimeQuery]:
-    """The time words of ``question``, dated from the thread's latest message (see ``_when``)."""
-    now = (yield from _latest_time(thread_id)) if thread_id is not None and needs_now(question) else None
-    found = time_query(question, now)
-    if found.event and thread_id is not None:
-        anchor = yield from _event_time(thread_id, found.event, exclude)
-        if anchor is not None:
-            found = around_event(found, anchor)
-    return found
-
-
-def _by_rank(lists: Sequence[Sequence[MemoryRecord]]) -> list[MemoryRecord]:
-    """Records of several searches in one ranking, each search's own order kept; each id once.
-
-    Where every search is ordered by its scores (LangGraph's stores: similarity), the records are merged
-    by score, ties by id. A remem store orders hybrid hits by fused rank and reports their similarity as
-    ``score``, so scores do not say the order: then they are merged rank by rank (a memory before a
-    message at the same rank), ties by id."""
-    by_score = all(all(a.score >= b.score for a, b in itertools.pairwise(records)) for records in lists)
-    merged = sorted(
-        (
-            (-r.score if by_score else rank, -kind, r.id, r)
-            for kind, records in enumerate(lists)
-            for rank, r in enumerate(records)
-        ),
-        key=lambda t: (t[0], t[1], t[2]),
-    )
-    seen: set[str] = set()
-    out: list[MemoryRecord] = []
-    for *_, record in merged:
-        if record.id not in seen:
-            seen.add(record.id)
-            out.append(record)
-    return out
-
-
-def search_plan(
-    query: str,
-    *,
-    user_id: str | None,
-    thread_id: str | None,
-    types: Sequence[str] | None,
-    k: int,
-    exclude: frozenset[str] = frozenset(),
-    metadata_filter: Mapping[str, Any] | None = None,
-    diverse: bool = False,
-    only_matches: bool = False,
-) -> Plan[list[MemoryRecord]]:
-    """Hybrid search over a thread's messages and a user's long-term memories, best first.
-
-    ``only_matches`` (:meth:`Memory.search`): only records that match, each with a ``score`` that says the
-    order (see :func:`_matches_only`), and the thread's latest summary as a ``"summary"`` record when it
-    holds a word of the query. Without it (cards, recall) every candidate comes, ranked.
-
-    The query's greetings and chit-chat weigh nothing (``remem.messages.words.query_text``): they are
-    left out, and a query of nothing else finds nothing. A date it names ("8 May 2023", "May") matches
-    the date the index holds with each message; its time words (``_when``: "last May", "in 2022", "two
-    weeks ago", "before the trip") are read into a range of dates, and the records said within it come
-    first. (Adding the range's date words to the query was tried: they pulled every message of those
-    dates up the vector ranking, the question's subject lost.) ``diverse`` picks the first ``DIVERSE_TOP`` records
-    by maximal marginal relevance among twice as many candidates, the rest in rank order (for cards
-    and recall, where near-copies waste the budget)."""
-    check_text(query, "query")
-    k = check_whole(k, "k", meaning="how many records to return")
-    if user_id is None and thread_id is None:
-        raise RememUsageError("search needs user_id=..., thread_id=... or both: say whose memory to search")
-    for label, name in ((user_id, "user_id"), (thread_id, "thread_id")):
-        if label is not None:
-            check_label(label, name)
-    types = check_types(types)
-    metadata_filter = check_filter(metadata_filter)
-    if k == 0 or not query.strip():
-        return []
-    when = yield from _time_of(query, thread_id, exclude)
-    text = query_text(when.subject if when.has_range else query)
-    if not text and not when.terms:
-        return []
-    wanted = None if types is None else frozenset(types)
-    limit = k + len(exclude) + (3 * k if (metadata_filter or wanted) else 0) + (k if diverse else 0)
-    ops: list[SearchOp] = []
-    kinds: list[str] = []
-    for namespace, kind in ((messages_ns, "message"), (memories_ns, "memory")):
-        owner = thread_id if kind == "message" else user_id
-        if owner is None or (
-            wanted is not None and not (wanted - {"message"} if kind == "memory" else "message" in wanted)
-        ):
-            continue
-        if text:
-            ops.append(SearchOp(namespace(owner), query=text, limit=limit))
-            kinds.append(kind)
-        if kind == "message" and when.terms:  # the messages of those dates, by the date indexed with each
-            ops.append(SearchOp(namespace(owner), query=" ".join(when.terms), limit=limit))
-            kinds.append("dated")
-    if not ops:
-        return []
-    results: list[list[SearchItem]] = yield StoreCall(ops)
-    lists: list[list[MemoryRecord]] = []
-    dated: list[MemoryRecord] = []
-    matched = _matched(results)
-    for kind, items in zip(kinds, results, strict=True):
-        found: list[MemoryRecord] = []
-        for item in items:
-            where = (item.namespace[-1], item.key)
-            if only_matches and where not in matched:
-                continue
-            signals = dict(getattr(item, "scores", None) or {})
-            if kind == "memory":
-                record = record_from_memory(item.key, item.value, item.score, signals)
-            else:
-                record = record_from_message(item.value, item.score, signals)
-            if record.id in exclude or record.status in _HIDDEN_STATUSES:
-                continue
-            if wanted is not None and record.type not in wanted:
-                continue
-            if only_matches:
-                record = dataclasses.replace(record, score=matched[where])
-            if _matches(record, metadata_filter):
-                found.append(record)
-        if kind == "dated":
-            dated = found
-        else:
-            lists.append(found)
-    ranked = _by_rank(lists)
-    if when.has_range:  # said within the dates asked about: first, in their order, then the others
-        inside: dict[str, MemoryRecord] = {}
-        for r in (*ranked, *dated):
-            if r.id not in inside and when.contains(parse_timestamp(r.timestamp)):
-                inside[r.id] = r
-        ranked = [*inside.values(), *(r for r in ranked if r.id not in inside)]
-    if only_matches:
-        summary = yield from _summary_match(query, thread_id, wanted)
-        return descending([*ranked, *([summary] if summary is not None else [])])[:k]
-    if not diverse:
-        return ranked[:k]
-    # The first records by maximal marginal relevance, picked among twice as many; the rest in rank order
-    # (past the first few, diversity changes little and costs the most).
-    top = min(k, DIVERSE_TOP)
-    picked = diversify(ranked[: 2 * top], top)
-    ids = {r.id for r in picked}
-    return [*picked, *(r for r in ranked if r.id not in ids)][:k]
-
-
-def _matched(results: Sequence[Sequence[SearchItem]]) -> dict[tuple[str, str], float]:
-    """The hits of each search that match its query, with the score that orders them (by kind, key).
-
-    A hit matches when it holds a word of the query (its keyword score is above 0: stems, accents and CJK
-    bigrams as the keyword index reads them), or the fusion ranks it above such a hit (a near-paraphrase
-    the vector side lifts). A hit that shares no word with the query and ranks below every one that does
-    is no match, however similar the embedder finds it. Where the store reports no keyword score (a stock
-    store, or ``search_mode="vector"``), every hit matches, as in LangGraph. The score is the fused value
-    where the store gives one (what the hybrid order follows), else the hit's own score."""
-    out: dict[tuple[str, str], float] = {}
-    for items in results:
-        scores = [getattr(item, "scores", None) or {} for item in items]
-        if not any("keyword" in s or "fused" in s for s in scores):
-            kept = len(items)
-        else:
-            holding = [i for i, s in enumerate(scores) if s.get("keyword", 0.0) > 0]
-            kept = holding[-1] + 1 if holding else 0
-        for item, s in zip(items[:kept], scores, strict=False):
-            out[(item.namespace[-1], item.key)] = float(s.get("fused", item.score or 0.0))
-    return out
-
-
-def _summary_match(
-    query: str, thread_id: str | None, wanted: frozenset[str] | None
-) -> Plan[MemoryRecord | None]:
-    """The thread's latest summary as a record, when it holds a word of ``query``."""
-    if thread_id is None or (wanted is not None and "summary" not in wanted):
-        return None
-    (meta,) = yield StoreCall([GetOp(meta_ns(thread_id), META_KEY)])
-    if meta is None:
-        return None
-    info = ThreadInfo.from_value(meta.value)
-    summary = yield from _revision_within(thread_id, info.summary_revision, info.message_count)  # not stale
-    if summary.revision <= 0:
-        return None
-    return summary_record(summary.text, query, thread_id, summary.revision)
-
-
-def summary_record(text: str, query: str, thread_id: str, revision: int) -> MemoryRecord | None:
-    """A thread's summary ``text`` as a search record, when it holds a word of ``query`` (as the keyword
-    index reads words); its score is the share of the query's words it holds."""
-    from remem.store._text import index_terms, query_terms
-
-    terms = set(query_terms(query))
-    held = terms & set(index_terms(text)) if text else set()
-    if not held:
-        return None
-    return MemoryRecord(
-        id=f"summary:{revision}",
-        type="summary",
-        content=text,
-        score=len(held) / len(terms),
-        thread_id=thread_id,
-    )
-
-
-def descending(records: Sequence[MemoryRecord]) -> list[MemoryRecord]:
-    """``records`` in their order, each score capped by the one before it: records moved up for the dates
-    asked about (or the summary, after the others) take the lower of their own score and the previous
-    one, so scores never rise down the list and ``score > x`` keeps a head of it."""
-    out: list[MemoryRecord] = []
-    ceiling = float("inf")
-    for record in records:
-        ceiling = min(ceiling, record.score)
-        out.append(record if record.score == ceiling else dataclasses.replace(record, score=ceiling))
-    return out
-
-
-def _latest_user_message(thread_id: str, info: ThreadInfo) -> Plan[StoredMessage | None]:
-    if info.last_user_seq < 0:
-        return None
-    ids = yield from _ids_between(thread_id, info.last_user_seq, info.last_user_seq + 1)
-    found = yield from _messages_by_id(thread_id, ids)
-    return found[0] if found else None
-
-
-def _partner_seq(record: MemoryRecord) -> int | None:
-    """The turn that completes a message hit's exchange: a reply's question, anyone else's answer."""
-    if record.type != "message" or record.seq < 0 or record.role in ("system", "tool"):
-        return None
-    return record.seq - 1 if record.role == "assistant" else record.seq + 1
-
-
-def _exchange(hit: MemoryRecord, neighbour: MemoryRecord) -> bool:
-    """Whether ``neighbour`` completes ``hit`` as a question and its answer: one of them asks, and the
-    neighbour says something (a "Thanks for sharing!" after a statement is no evidence)."""
-    asks = "?" in hit.content or "?" in neighbour.content
-    return asks and not is_chit_chat(neighbour.content.split(": ", 1)[-1])
-
-
-def _with_neighbours(
-    thread_id: str, info: ThreadInfo, records: Sequence[MemoryRecord], exclude: frozenset[str]
-) -> Plan[list[list[MemoryRecord]]]:
-    """Each record with the neighbouring turn of its exchange (the question with its answer), when that
-    turn is in the thread, not excluded, and the two make a question and its answer (``_exchange``);
-    two reads for all of them."""
-    seqs = {r.id: s for r in records if (s := _partner_seq(r)) is not None and 0 <= s < info.message_count}
-    numbers = sorted({s // ORDER_CHUNK for s in seqs.values()})
-    chunks: dict[int, list[str]] = {}
-    if numbers:
-        items = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(n)) for n in numbers])
-        chunks = {n: item.value["ids"] if item else [] for n, item in zip(numbers, items, strict=True)}
-    partner_ids: dict[str, str] = {}
-    for record_id, seq in seqs.items():
-        ids = chunks.get(seq // ORDER_CHUNK, [])
-        if seq % ORDER_CHUNK < len(ids) and ids[seq % ORDER_CHUNK] not in exclude:
-            partner_ids[record_id] = ids[seq % ORDER_CHUNK]
-    wanted = sorted(set(partner_ids.values()))
-    partners: dict[str, MemoryRecord] = {}
-    if wanted:
-        items = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in wanted])
-        partners = {
-            i: record_from_message(item.value, 0.0) for i, item in zip(wanted, items, strict=True) if item
-        }
-    groups: list[list[MemoryRecord]] = []
-    for r in records:
-        partner = partners.get(partner_ids.get(r.id, ""))
-        if partner is not None and partner.id != r.id and _exchange(r, partner):
-            groups.append([r, partner])
-        else:
-            groups.append([r])
-    return groups
-
-
-CARD_RECORDS = 48
-"""How many relevant records a card considers when no ``max_relevant_results`` is given (at least; one
-per 40 tokens of a bigger budget): it holds as many of them as its budget allows, best first."""
-
-
-def context_card_plan(
-    thread_id: str,
-    *,
-    except_last_messages: int,
-    max_recent_messages: int,
-    max_relevant_results: int | None,
-    token_budget: int,
-    types: Sequence[str] | None,
-    metadata_filter: Mapping[str, Any] | None,
-    query: str | None,
-    count: TextCounter,
-) -> Plan[ContextCard]:
-    """Build the thread's context card (see ``_card`` for the rules and the layout)."""
-    check_card_arguments(except_last_messages, max_recent_messages, max_relevant_results, token_budget)
-    check_text(query, "query", optional=True)
-    types, metadata_filter = check_types(types), check_filter(metadata_filter)
-    info = yield from thread_info_plan(thread_id)
-    n = info.message_count
-    boundary = max(n - max(except_last_messages, max_recent_messages), 0)
-    tail_ids = yield from _ids_between(thread_id, boundary, n)
-    recent: list[StoredMessage] = []
-    if max_recent_messages:
-        recent = yield from _messages_by_id(thread_id, tail_ids[-max_recent_messages:])
-    summary = yield from _summary_at(thread_id, info, boundary, info.context_summary_update_frequency)
-    exclude = set(tail_ids)
-    if query is None:
-        latest = yield from _latest_user_message(thread_id, info)
-        if latest is not None:
-            query = latest.content
-            exclude.add(latest.id)
-    k = max(CARD_RECORDS, token_budget // 40) if max_relevant_results is None else max_relevant_results
-    groups: list[list[MemoryRecord]] = []
-    if k and query and query.strip():
-        records = yield from search_plan(
-            query,
-            user_id=info.user_id,
-            thread_id=thread_id,
-            types=types,
-            k=k,
-            exclude=frozenset(exclude),
-            metadata_filter=metadata_filter,
-            diverse=True,
-        )
-        if types is None and not metadata_filter:  # a neighbour is shown only where any message may be
-            groups = yield from _with_neighbours(thread_id, info, records, frozenset(exclude))
-        else:
-            groups = [[r] for r in records]
-    parts = CardParts(
-        topics=summary.topics,
-        summary=summary.text,
-        summary_revision=summary.revision,
-        records=tuple(r for g in groups for r in g[:1]),
-        recent=tuple(recent),
-    )
-    content, kept = render_card(parts, token_budget, count, groups)
-    return ContextCard(
-        content=content,
-        topics=kept.topics,
-        summary=kept.summary,
-        summary_revision=kept.summary_revision if kept.summary else 0,
-        records=kept.records,
-        recent=kept.recent,
-        token_count=count(content) if content else 0,
-        excluded_message_ids=tuple(tail_ids),
-    )
-
-
-def recall_plan(
-    thread_id: str,
-    query: str,
-    *,
-    k: int,
-    exclude: frozenset[str],
-    types: Sequence[str] | None,
-    token_budget: int,
-    count: TextCounter,
-) -> Plan[Recall]:
-    """The records of this thread and its user that match ``query``, except ``exclude`` (already seen)."""
-    check_text(query, "query")
-    k = check_whole(k, "k", meaning="how many records to recall")
-    check_whole(
-        token_budget, "token_budget", least=1, meaning="the most tokens the recall may take", example=400
-    )
-    info = yield from thread_info_plan(thread_id)
-    records = yield from search_plan(
-        query, user_id=info.user_id, thread_id=thread_id, types=types, k=k, exclude=exclude, diverse=True
-    )
-    return render_recall(records, token_budget, count)

@@ -33,21 +33,19 @@ from remem.errors import ArgumentTypeError, ConfigError
 from remem.memory._args import check_ids, check_number, check_text, check_whole
 from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
-from remem.memory._effects import Plan, arun, run
+from remem.memory._effects import Flow, arun, run
 from remem.memory._plans import (
     FREQUENCY_MEANING,
     MESSAGE_FIELDS,
     add_messages_plan,
-    context_card_plan,
     list_messages_plan,
     open_thread_plan,
-    recall_plan,
-    search_plan,
     summaries_plan,
     summary_plan,
     thread_info_plan,
 )
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo, check_label
+from remem.memory._search import context_card_plan, recall_plan, search_plan
 from remem.messages import TokenCounter, token_counter
 from remem.summarize import Summarizer, summarizer_for
 from remem.usage import Meter, usage_meter
@@ -202,15 +200,15 @@ class Memory:
     def _alease(self, thread_id: str) -> AbstractAsyncContextManager[ThreadLease]:
         return athread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
 
-    def _run(self, plan: Plan[Any]) -> Any:
+    def _run(self, plan: Flow[Any]) -> Any:
         return run(plan, self.store, self.summarizer, self._lease, self.meter)
 
-    async def _arun(self, plan: Plan[Any]) -> Any:
+    async def _arun(self, plan: Flow[Any]) -> Any:
         return await arun(plan, self.store, self.summarizer, self._alease, self.meter)
 
     def _open_plan(
         self, thread_id: str, user_id: str | None, agent_id: str | None, frequency: int | None
-    ) -> Plan[ThreadInfo]:
+    ) -> Flow[ThreadInfo]:
         check_label(thread_id, "thread_id")
         if user_id is not None:
             check_label(user_id, "user_id")
@@ -379,7 +377,7 @@ class Thread:
         found: list[Summary] = await self.memory._arun(summaries_plan(self.thread_id))
         return found
 
-    def _card_plan(self, **kwargs: Any) -> Plan[ContextCard]:
+    def _card_plan(self, **kwargs: Any) -> Flow[ContextCard]:
         return context_card_plan(self.thread_id, count=self.memory.count_text, **kwargs)
 
     def get_context_card(
@@ -468,7 +466,7 @@ class Thread:
 
     def _recall_plan(
         self, query: str, k: int, exclude_ids: Sequence[str], types: Sequence[str] | None, token_budget: int
-    ) -> Plan[Recall]:
+    ) -> Flow[Recall]:
         return recall_plan(
             self.thread_id,
             query,

@@ -172,25 +172,26 @@ class RememStoreBase(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
         write = any(isinstance(op, PutOp) for op in ops)
-        if write and self.read_only:
-            raise ConfigError(
-                f"this store opened {self._where()} read-only; open it without read_only=True to write"
-            )
+        self._check_writable(write)
         ready = self._embed_ahead(ops, self.search_mode)
         results: list[Result] = self._run(
-            lambda tx: prog.batch_program(
-                self.dialect,
-                tx,
-                self.plan,
-                ops,
-                self.search_mode,
-                self.clock(),
-                omit_expired=self._omit_expired(),
-            ),
+            self._batch_program(ops),
             write=write,
             ready=ready,
         )
         return results
+
+    def _batch_program(self, ops: list[Op]) -> Callable[[Tx], Program[list[Result]]]:
+        """What the drivers run for one batch of ``ops`` (built again on a retry)."""
+        return lambda tx: prog.batch_program(
+            self.dialect,
+            tx,
+            self.plan,
+            ops,
+            self.search_mode,
+            self.clock(),
+            omit_expired=self._omit_expired(),
+        )
 
     def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, Vector]:
         """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""
@@ -308,7 +309,7 @@ class RememStoreBase(BaseStore):
         def program(tx: Tx) -> Program[tuple[DeleteReport, list[str]]]:
             report, values = yield from _delete.delete_program(self.dialect, tx, prefixes, keys, matching)
             if then is not None:
-                yield from _delete.statements_program(then(report))
+                yield from then(report)
             return report, values
 
         return program
@@ -336,7 +337,7 @@ class RememStoreBase(BaseStore):
         """Run a higher layer's statements, ``make(backend)`` (``"sqlite"`` or ``"postgres"``), in one write
         transaction of this store: for tables kept in the store's database (the erasure journal, the usage
         ledger's rows an erasure deletes). The store may build them again to retry on a new connection."""
-        return self._run(lambda _: _delete.statements_program(make(self.dialect.name)), write=True)
+        return self._run(lambda _: make(self.dialect.name), write=True)
 
     def compact(self, *, wait: float = 30.0) -> Compaction:
         """Rewrite storage so that deleted rows' bytes leave the database's files, waiting up to ``wait``
@@ -578,15 +579,7 @@ class AsyncStore(RememStoreBase):
         self._check_writable(write)
         ready = await self._aembed_ahead(ops, self.search_mode)
         return await self._arun(
-            lambda tx: prog.batch_program(
-                self.dialect,
-                tx,
-                self.plan,
-                ops,
-                self.search_mode,
-                self.clock(),
-                omit_expired=self._omit_expired(),
-            ),
+            self._batch_program(ops),
             write=write,
             ready=ready,
         )

@@ -7,24 +7,23 @@ for how programs run.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from remem.store import _core as core
-from remem.store._exec import Program, Sql, Tx
+from remem.store._exec import Program, Statement, Tx
 from remem.store._program import _CHUNK, Dialect, _rows_by_key, delete_ids
 from remem.store._schema import ITEMS, NS, VECTORS
 
-__all__ = ["DeleteReport", "Statement", "Statements", "delete_program", "statements_program"]
+__all__ = ["DeleteReport", "Statement", "Statements", "delete_program"]
 
 T = TypeVar("T")
 Found = dict[int, tuple[tuple[str, ...], str, str]]
 
-Statement = tuple[str, Sequence[Any], bool]
-"""A higher layer's statement run in a store transaction: (SQL in the backend's own placeholder style,
-parameters, whether its rows are wanted). It is sent its rows, or its row count when they are not wanted."""
-Statements = Generator[Statement, Any, T]
+Statements = Program[T]
+"""A higher layer's statements run in a store transaction (SQL in the backend's own placeholder style): a
+program of :mod:`remem._statements`, as every remem package writes them."""
 
 
 @dataclass
@@ -42,7 +41,7 @@ class DeleteReport:
 
 
 def _select(d: Dialect, where: str, params: list[Any]) -> Program[Found]:
-    rows = yield Sql(
+    rows = yield Statement(
         d.q(
             f"SELECT i.id, n.path, i.key, i.value FROM {ITEMS} i JOIN {NS} n ON n.id = i.ns_id WHERE {where}"
         ),
@@ -98,7 +97,7 @@ def delete_program(
     for start in range(0, len(paths), _CHUNK):
         chunk = paths[start : start + _CHUNK]
         marks = ", ".join("?" for _ in chunk)
-        deleted = yield Sql(
+        deleted = yield Statement(
             d.q(
                 f"DELETE FROM {NS} WHERE path IN ({marks}) AND NOT EXISTS "
                 f"(SELECT 1 FROM {ITEMS} i WHERE i.ns_id = {NS}.id)"
@@ -110,20 +109,10 @@ def delete_program(
     return report, [v for _, _, v in ids.values()]
 
 
-def statements_program(statements: Statements[T]) -> Program[T]:
-    """A higher layer's :data:`Statements` run as a store program (in the store's transaction)."""
-    try:
-        sql, params, fetch = next(statements)
-        while True:
-            rows = yield Sql(sql, list(params), "all" if fetch else "count")
-            sql, params, fetch = statements.send(rows if fetch else rows[0][0])
-    except StopIteration as done:
-        result: T = done.value
-        return result
-
-
 def sweep_program(d: Dialect, tx: Tx, now: float) -> Program[int]:
-    rows = yield Sql(d.q(f"SELECT id FROM {ITEMS} WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now])
+    rows = yield Statement(
+        d.q(f"SELECT id FROM {ITEMS} WHERE expires_at IS NOT NULL AND expires_at <= ?"), [now]
+    )
     counts = yield from delete_ids(d, tx, [int(r[0]) for r in rows])
     return counts[0]
 
@@ -136,8 +125,8 @@ def stats_program(d: Dialect) -> Program[dict[str, Any]]:
         ("vectors", f"SELECT count(*) FROM {VECTORS}"),
         ("expiring items", f"SELECT count(*) FROM {ITEMS} WHERE expires_at IS NOT NULL"),
     ):
-        out[name] = int((yield Sql(d.q(sql), []))[0][0])
-    rows = yield Sql(
+        out[name] = int((yield Statement(d.q(sql), []))[0][0])
+    rows = yield Statement(
         d.q(f"SELECT n.path, count(i.id) FROM {NS} n JOIN {ITEMS} i ON i.ns_id = n.id GROUP BY n.path"),
         [],
     )

@@ -25,7 +25,6 @@ __all__ = [
     "NoVectors",
     "Program",
     "Rows",
-    "Sql",
     "Statement",
     "Tx",
     "VecChanged",
@@ -34,7 +33,6 @@ __all__ = [
     "many",
 ]
 
-Sql = Statement  # the name the erasure modules still use (they move to remem.erasure)
 Vector = npt.NDArray[np.float32]
 Hits = list[tuple[int, float]]
 """(item id, score) pairs, best first."""

@@ -216,19 +216,7 @@ class _SqliteBackend(RememStoreBase):
             pending, self._pending = self._pending, []
             try:
                 ready = self._embed_ahead(list(pending), self.search_mode)
-                super()._run(
-                    lambda tx: prog.batch_program(
-                        self.dialect,
-                        tx,
-                        self.plan,
-                        pending,
-                        self.search_mode,
-                        self.clock(),
-                        omit_expired=self._omit_expired(),
-                    ),
-                    write=True,
-                    ready=ready,
-                )
+                super()._run(self._batch_program(list(pending)), write=True, ready=ready)
             except BaseException:
                 self._pending = pending + self._pending  # keep them for the next try
                 raise

@@ -6,9 +6,10 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from remem._statements import Program, Statement, drive
 from remem.errors import ArgumentTypeError, RememUsageError
 from remem.usage import _holds, _sql
 from remem.usage._records import Totals, UsageEvent, day_of
@@ -165,21 +166,18 @@ class Ledger(ABC):
         """Remove a hold whose call was not paid (it failed, or was not sent)."""
         self._transact(_holds.release(self._dialect(), hold_id))
 
-    def _transact(self, program: Generator[_sql.Statement, Any, _T]) -> _T:
-        """Run a ``(sql, params, fetch)`` program (sent back the rows, or the row count) in one write
-        transaction. remem's backends do (SQLite: ``BEGIN IMMEDIATE``); this default runs it statement by
-        statement, for a backend that has only :meth:`_read` and :meth:`_write`."""
-        try:
-            sql, params, fetch = next(program)
-            while True:
-                if fetch:
-                    sent: Any = self._read(sql, params)
-                else:
-                    self._write(sql, params)
-                    sent = 0
-                sql, params, fetch = program.send(sent)
-        except StopIteration as done:
-            return cast("_T", done.value)
+    def _transact(self, program: Program[_T]) -> _T:
+        """Run a program of :mod:`remem._statements` in one write transaction. remem's backends do (SQLite:
+        ``BEGIN IMMEDIATE``); this default runs it statement by statement, for a backend that has only
+        :meth:`_read` and :meth:`_write` (a row count it cannot know is sent as 0)."""
+
+        def reply(statement: Statement) -> list[tuple[Any, ...]]:
+            if statement.fetch == "all":
+                return self._read(statement.sql, tuple(statement.params))
+            self._write(statement.sql, tuple(statement.params))
+            return [(0,)]
+
+        return drive(program, reply)
 
     def user_day(self, user_id: str, at: float | None = None) -> Totals:
         """What ``user_id`` spent on the UTC day of ``at`` (default: today)."""
@@ -260,7 +258,7 @@ class LazyLedger(Ledger):
     def _record_event(self, event: UsageEvent) -> None:
         self.inner()._record_event(event)
 
-    def _transact(self, program: Generator[_sql.Statement, Any, _T]) -> _T:
+    def _transact(self, program: Program[_T]) -> _T:
         return self.inner()._transact(program)
 
     def close(self) -> None:

@@ -17,19 +17,19 @@ that fails removes its hold (:func:`release`). A process that dies in between le
 expires ``seconds`` after it was taken, on the database's clock (the same for every process, whatever its
 own clock says), so a crash holds a budget for that long at most, never for ever.
 
-The programs here yield ``(sql, params, fetch)`` and are sent back the rows (``fetch``) or the row count,
-the protocol of :func:`remem.usage.forget_usage`; a backend runs each in one transaction
-(``Ledger._transact``).
+The programs here are programs of :mod:`remem._statements` (as :func:`remem.usage.forget_usage` is); a
+backend runs each in one transaction (``Ledger._transact``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 from remem._clock import database_now
+from remem._statements import Program, Statement, rowcount
 from remem.layout import USAGE_HOLDS_TABLE, USAGE_TOTALS_TABLE
 from remem.usage._records import Totals
 
@@ -48,7 +48,6 @@ HOLDS_TABLE = USAGE_HOLDS_TABLE
 
 Key = tuple[str, str, str]
 """A running total's key: scope (``thread``, ``turn``, ``user_day``), key1, key2 (as the totals table)."""
-Statement = tuple[str, tuple[Any, ...], bool]
 
 _SUMS = "calls, input_tokens, output_tokens, cached_tokens, cost, unpriced, latency_ms"
 
@@ -122,21 +121,19 @@ def hold(
     cost: float,
     seconds: float,
     fits: Callable[[Mapping[str, Totals]], bool],
-) -> Generator[Statement, Any, tuple[bool, dict[str, Totals]]]:
+) -> Program[tuple[bool, dict[str, Totals]]]:
     """Hold ``tokens`` and ``cost`` of every key for ``seconds`` when ``fits`` says the call fits in what
     the keys spent and hold; returns whether it held, and what was read (before this hold)."""
     ph = _ph(dialect)
     if dialect == "postgres":  # SQLite's BEGIN IMMEDIATE serialises every writer already
         for key in sorted(keys):
-            yield ("SELECT pg_advisory_xact_lock(%s)", (_lock_key(key),), True)
+            yield Statement("SELECT pg_advisory_xact_lock(%s)", (_lock_key(key),))
     flat = tuple(value for key in keys for value in key)
     now = database_now(dialect)
-    yield (
-        f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, len(keys))} AND expires_at <= {now}",
-        flat,
-        False,
+    yield from rowcount(
+        f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, len(keys))} AND expires_at <= {now}", flat
     )
-    rows = yield (*select_spent(dialect, keys), True)
+    rows = yield Statement(*select_spent(dialect, keys))
     spent = spent_of(rows, keys)
     if not fits(spent):
         return False, spent
@@ -144,26 +141,23 @@ def hold(
     params: list[Any] = []
     for key in keys:
         params += [*key, hold_id, int(tokens), float(cost), float(seconds)]
-    yield (
+    yield from rowcount(
         f"INSERT INTO {HOLDS_TABLE} (scope, key1, key2, hold, tokens, cost, expires_at) "
         f"VALUES {', '.join([row] * len(keys))}",
         tuple(params),
-        False,
     )
     return True, spent
 
 
-def release(dialect: str, hold_id: str) -> Generator[Statement, Any, None]:
+def release(dialect: str, hold_id: str) -> Program[None]:
     """Remove a call's hold (nothing when it expired, or was settled, already)."""
-    yield (f"DELETE FROM {HOLDS_TABLE} WHERE hold = {_ph(dialect)}", (hold_id,), False)
+    yield from rowcount(f"DELETE FROM {HOLDS_TABLE} WHERE hold = {_ph(dialect)}", (hold_id,))
 
 
-def settle(
-    dialect: str, record: tuple[str, tuple[Any, ...]], hold_id: str
-) -> Generator[Statement, Any, None]:
+def settle(dialect: str, record: tuple[str, tuple[Any, ...]], hold_id: str) -> Program[None]:
     """Write a paid call's ledger row (``record``: its statement, which adds the row to its running totals)
     and remove its hold, together: no moment counts the call twice, or not at all."""
     if dialect == "postgres":  # as the ledger's own records: no wait for the WAL's flush
-        yield ("SET LOCAL synchronous_commit = off", (), False)
-    yield (*record, False)
+        yield from rowcount("SET LOCAL synchronous_commit = off", ())
+    yield Statement(*record, fetch="none")
     yield from release(dialect, hold_id)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal, cast
 
 from remem import _migrate
+from remem._statements import Program, Statement, rowcount
 from remem.errors import RememUsageError
 from remem.layout import USAGE_LEDGER_TABLE, USAGE_TOTALS_TABLE
 from remem.usage._holds import HOLDS_TABLE, holds_schema
@@ -21,7 +22,6 @@ __all__ = [
     "TOTALS_TRIGGER",
     "USAGE_TABLE",
     "Filters",
-    "Statement",
     "UsageForgetting",
     "add_to_totals",
     "forget_usage",
@@ -374,37 +374,19 @@ def totals_of(row: Sequence[Any], by: str | None) -> Totals:
 
 # ---------------------------------------------------------------- erasure
 #
-# forget_usage is a program: it yields ``(sql, params, fetch)`` and is sent back the rows (``fetch``) or the
-# row count, so that its caller (remem.erasure) runs it inside the transaction that marks the step done in
-# its journal: the rows go and their count is recorded together, or neither.
+# forget_usage is a program of remem._statements, so that its caller (remem.erasure) runs it inside the
+# transaction that marks the step done in its journal: the rows go and their count is recorded together, or
+# neither.
 
-Statement = tuple[str, tuple[Any, ...], bool]
-"""SQL in the ledger's dialect, its parameters, and whether its rows are wanted (else its row count)."""
-UsageForgetting = Generator[Statement, Any, int]
+UsageForgetting = Program[int]
+"""What :func:`forget_usage` is: a program of :mod:`remem._statements` (statements in the ledger's dialect)."""
 
 _CHUNK = 500  # thread ids per statement: well under SQLite's parameter limit
-_EXISTS = {
-    "sqlite": "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-    "postgres": "SELECT 1 WHERE to_regclass(%s) IS NOT NULL",
-}
 
 
-def _exists(dialect: str, table: str) -> Generator[Statement, Any, bool]:
-    rows = yield (_EXISTS[dialect], (table,), True)
+def _exists(dialect: str, table: str) -> Program[bool]:
+    rows = yield _migrate.table_exists(cast("_migrate.Dialect", dialect), table)
     return bool(rows)
-
-
-def _refuse_newer_ledger(dialect: str) -> Generator[Statement, Any, None]:
-    """:func:`remem._migrate.check` of the ledger in this protocol: SchemaTooNewError for a ledger a newer
-    remem wrote (which this one refuses to record into, and so must not erase from either)."""
-    plan = _migrate.check(LEDGER, cast("_migrate.Dialect", dialect))
-    try:
-        statement = next(plan)
-        while True:
-            rows = yield (statement.sql, tuple(statement.params), statement.fetch == "all")
-            statement = plan.send(rows)
-    except StopIteration:
-        return
 
 
 def forget_usage(
@@ -419,7 +401,9 @@ def forget_usage(
     """
     if not (yield from _exists(dialect, USAGE_TABLE)):
         return 0
-    yield from _refuse_newer_ledger(dialect)  # a newer remem's rows: this one may not even read them right
+    # SchemaTooNewError for a ledger a newer remem wrote (which this one refuses to record into, and so must
+    # not erase from either: it may not even read its rows right)
+    yield from _migrate.check(LEDGER, cast("_migrate.Dialect", dialect))
     totals = yield from _exists(dialect, TOTALS_TABLE)
     ph = _ph(dialect)
     threads = sorted(set(thread_ids))
@@ -433,10 +417,8 @@ def forget_usage(
     touched: set[tuple[str, str, str]] = set()
     for where, params in wheres:
         if totals:
-            rows = yield (
-                f"SELECT DISTINCT thread_id, turn, user_id, day FROM {USAGE_TABLE} WHERE {where}",
-                params,
-                True,
+            rows = yield Statement(
+                f"SELECT DISTINCT thread_id, turn, user_id, day FROM {USAGE_TABLE} WHERE {where}", params
             )
             for thread, turn, user, day in rows:
                 if thread is not None:
@@ -445,20 +427,18 @@ def forget_usage(
                         touched.add(("turn", thread, str(turn)))
                 if user is not None:
                     touched.add(("user_day", user, str(day)))
-        removed += int((yield (f"DELETE FROM {USAGE_TABLE} WHERE {where}", params, False)))
+        removed += int((yield from rowcount(f"DELETE FROM {USAGE_TABLE} WHERE {where}", params)))
     if not totals:
         return removed
     holds = yield from _exists(dialect, HOLDS_TABLE)  # the ids of calls in flight go too
     for table in (TOTALS_TABLE, HOLDS_TABLE) if holds else (TOTALS_TABLE,):
         if user_id is not None:
-            yield (f"DELETE FROM {table} WHERE scope = 'user_day' AND key1 = {ph}", (user_id,), False)
+            yield from rowcount(f"DELETE FROM {table} WHERE scope = 'user_day' AND key1 = {ph}", (user_id,))
         for i in range(0, len(threads), _CHUNK):
             chunk = tuple(threads[i : i + _CHUNK])
             marks = ", ".join([ph] * len(chunk))
-            yield (
-                f"DELETE FROM {table} WHERE scope IN ('thread', 'turn') AND key1 IN ({marks})",
-                chunk,
-                False,
+            yield from rowcount(
+                f"DELETE FROM {table} WHERE scope IN ('thread', 'turn') AND key1 IN ({marks})", chunk
             )
     for key in sorted(touched):
         scope, owner, _ = key
@@ -468,7 +448,7 @@ def forget_usage(
     return removed
 
 
-def _sum_again(dialect: str, key: tuple[str, str, str]) -> Generator[Statement, Any, None]:
+def _sum_again(dialect: str, key: tuple[str, str, str]) -> Program[None]:
     """Replace the running totals of ``key`` (scope, key1, key2) by the sums of its rows (none: no row)."""
     ph = _ph(dialect)
     scope, key1, key2 = key
@@ -479,11 +459,10 @@ def _sum_again(dialect: str, key: tuple[str, str, str]) -> Generator[Statement, 
         "user_day": (f"user_id = {ph} AND day = {ph}", (key1, key2)),
     }
     where, params = match[scope]
-    yield (f"DELETE FROM {TOTALS_TABLE} WHERE scope = {ph} AND key1 = {ph} AND key2 = {ph}", key, False)
-    yield (
+    yield from rowcount(f"DELETE FROM {TOTALS_TABLE} WHERE scope = {ph} AND key1 = {ph} AND key2 = {ph}", key)
+    yield from rowcount(
         f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) "
         f"SELECT '{scope}', {first}, {second}, {_SUM_OF} FROM {USAGE_TABLE} "
         f"WHERE {cond} AND {where} GROUP BY {group}",
         params,
-        False,
     )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from remem import _migrate
-from remem._statements import drive, execute
+from remem._statements import Program, drive, execute
 from remem.errors import MissingDependencyError, StorageError
 from remem.usage import _sql
 from remem.usage._base import Ledger
@@ -180,21 +180,14 @@ class PostgresLedger(Ledger):
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 
-    def _transact(self, program: Generator[_sql.Statement, Any, _T]) -> _T:
+    def _transact(self, program: Program[_T]) -> _T:
         import psycopg
         from psycopg.rows import tuple_row
 
         with self._connection() as conn:
             try:
                 with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-                    try:
-                        sql, params, fetch = next(program)
-                        while True:
-                            cur.execute(sql, params)
-                            sent: Any = list(cur.fetchall()) if fetch else cur.rowcount
-                            sql, params, fetch = program.send(sent)
-                    except StopIteration as done:
-                        return cast("_T", done.value)
+                    return drive(program, functools.partial(execute, cur))
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from remem import _migrate, _sqlite, _statements
 from remem._files import make_private_file
-from remem._statements import drive, execute
+from remem._statements import Program, drive, execute
 from remem.errors import StorageError
 from remem.usage._base import Ledger
 from remem.usage._records import UsageEvent
-from remem.usage._sql import LEDGER, Statement, record_sqlite
+from remem.usage._sql import LEDGER, record_sqlite
 
 __all__ = ["SqliteLedger"]
 
@@ -155,7 +156,7 @@ class SqliteLedger(Ledger):
             except sqlite3.Error as exc:
                 raise _error(exc, self.conn) from exc
 
-    def _transact(self, program: Generator[Statement, Any, _T]) -> _T:
+    def _transact(self, program: Program[_T]) -> _T:
         # On the writing connection (never the WAL reader): BEGIN IMMEDIATE takes the file's write lock
         # first, so that what the program reads cannot change before it writes.
         with self._lock:
@@ -163,17 +164,12 @@ class SqliteLedger(Ledger):
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    sql, params, fetch = next(program)
-                    while True:
-                        cursor = conn.execute(sql, params)
-                        sent: Any = cursor.fetchall() if fetch else cursor.rowcount
-                        sql, params, fetch = program.send(sent)
-                except StopIteration as done:
-                    conn.execute("COMMIT")
-                    return cast("_T", done.value)
+                    result = drive(program, functools.partial(execute, conn.cursor()))
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+                conn.execute("COMMIT")
+                return result
             except sqlite3.Error as exc:
                 raise _error(exc, conn) from exc
 
