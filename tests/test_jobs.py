@@ -16,6 +16,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
+from remem._statements import Statement
 from remem.cli import main
 from remem.errors import ArgumentTypeError
 from remem.extraction import MemoryExtractor, extraction_node
@@ -50,7 +51,7 @@ def queue(url: str) -> Iterator[JobQueue]:
 
 
 def _empty() -> Any:
-    yield (f"DELETE FROM {JOBS_TABLE}", (), False)
+    yield Statement(f"DELETE FROM {JOBS_TABLE}", (), "none")
 
 
 def _failing(job: Job) -> None:

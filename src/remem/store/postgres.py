@@ -15,10 +15,9 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 
 from remem import _migrate
@@ -27,7 +26,7 @@ from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, Retry, adrive, aexecute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
-from remem.layout import STORE_TABLES, STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
+from remem.layout import STORE_TABLES
 from remem.store._schema import VECTORS
 
 try:
@@ -36,9 +35,7 @@ try:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
-from remem.store import _core as core
 from remem.store import _delete
-from remem.store import _keyword as kw
 from remem.store import _program as prog
 from remem.store import _schema as schema
 from remem.store._base import (
@@ -47,93 +44,16 @@ from remem.store._base import (
     SyncStore,
     check_read_only_schema,
 )
-from remem.store._core import IndexPlan, ScoredItem, SearchMode
+from remem.store._core import ScoredItem, SearchMode
 from remem.store._delete import DeleteReport
-from remem.store._exec import Hits, Program, Rows, Statement, Tx, Vector
-from remem.store._vectors import top_items
+from remem.store._exec import Program, Rows, Statement, Tx
+from remem.store._postgres_sql import PGVECTOR, PostgresDialect, PostgresVectors, vector_column
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
-
-# pgvector's operator, the score stock stores report from its distance, and the HNSW operator class
-_PGVECTOR = {
-    "cosine": ("<=>", "1 - ({d})", "vector_cosine_ops", "remem_vectors_hnsw"),
-    "inner_product": ("<#>", "-({d})", "vector_ip_ops", "remem_vectors_hnsw_ip"),
-    "l2": ("<->", "-({d})", "vector_l2_ops", "remem_vectors_hnsw_l2"),
-}
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class PostgresDialect(prog.Dialect):
-    name = "postgres"
-
-    def __init__(self, vector_kind: str = "exact", keyword_budget: int = 2000) -> None:
-        super().__init__(keyword_budget)
-        self.vector_kind = vector_kind
-
-    def q(self, sql: str) -> str:
-        return sql.replace("?", "%s")
-
-    def ids_condition(self, col: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
-        return f"{col} = ANY(?)", [[int(i) for i in ids]]
-
-    def filter_condition(self, key: str, kind: str, value: Any) -> tuple[str, list[Any]]:
-        if kind == "str":
-            return "(jsonb_typeof(i.doc -> ?) = 'string' AND i.doc ->> ? = ?)", [key, key, value]
-        return (
-            "((CASE jsonb_typeof(i.doc -> ?) WHEN 'number' THEN (i.doc ->> ?)::numeric "
-            "WHEN 'boolean' THEN ((i.doc ->> ?)::boolean)::int::numeric END) = ?::numeric)",
-            [key, key, key, value],
-        )
-
-    def upsert_parts(self) -> tuple[str, list[str], str]:
-        return (
-            "ns_id, key, value, doc, created_at, updated_at, expires_at, ttl_minutes",
-            ["?", "?", "?", "?::jsonb", "?", "?", "?", "?"],
-            "ON CONFLICT (ns_id, key) DO UPDATE SET value = EXCLUDED.value, doc = EXCLUDED.doc, "
-            "updated_at = EXCLUDED.updated_at, expires_at = EXCLUDED.expires_at, ttl_minutes = EXCLUDED.ttl_minutes",
-        )
-
-    def keyword_replace(self, items: Sequence[tuple[int, dict[str, int]]]) -> Statement:
-        # the new rows as arrays; "changed": items whose stored words differ (read after their upsert took
-        # the row lock, see write_ops); the removed and the upserted (term, item) pairs never overlap
-        terms, docs = STORE_TERMS_TABLE, STORE_TERM_DOCS_TABLE
-        rows = [(i, t, n, sum(words.values())) for i, words in items for t, n in sorted(words.items())]
-        sql = (
-            "WITH w(item_id, term, tf, dl) AS (SELECT * FROM unnest(?::bigint[], ?::text[], ?::int[], ?::int[])), "
-            "n(item_id, dl, terms) AS (SELECT * FROM unnest(?::bigint[], ?::int[], ?::text[])), "
-            f"changed AS (SELECT n.* FROM n LEFT JOIN {docs} d ON d.item_id = n.item_id "
-            "WHERE d.terms IS DISTINCT FROM n.terms), "
-            f"gone AS (DELETE FROM {terms} t USING changed c WHERE t.item_id = c.item_id AND NOT EXISTS "
-            '(SELECT 1 FROM w WHERE w.item_id = t.item_id AND t.term COLLATE "C" = w.term)), '
-            f"put AS (INSERT INTO {terms} (term, item_id, tf, dl) SELECT w.term, w.item_id, w.tf, w.dl "
-            "FROM w JOIN changed c ON c.item_id = w.item_id "
-            "ON CONFLICT (term, item_id) DO UPDATE SET tf = excluded.tf, dl = excluded.dl), "
-            f"doc AS (INSERT INTO {docs} (item_id, dl, terms) SELECT item_id, dl, terms FROM changed "
-            "ON CONFLICT (item_id) DO UPDATE SET dl = excluded.dl, terms = excluded.terms RETURNING 1) "
-            "SELECT count(*) FROM doc"
-        )
-        columns: list[Any] = [list(c) for c in zip(*rows, strict=True)] if rows else [[], [], [], []]
-        columns += [
-            [i for i, _ in items],
-            [sum(words.values()) for _, words in items],
-            [kw.encode(words) for _, words in items],
-        ]
-        return Statement(self.q(sql), columns)
-
-    def upsert_params(
-        self, ns_id: int, key: str, value: dict[str, Any], text: str, now: float, ttl: float | None
-    ) -> list[Any]:
-        exact = core.dumps(value)
-        doc = exact if "\\u0000" not in exact else core.dumps(core.sanitized(value))
-        return [ns_id, key, exact, doc, now, now, core.expiry(ttl, now), ttl]
-
-    def vector_param(self, vec: Any) -> Any:
-        if self.vector_kind == "pgvector":
-            return "[" + ",".join(f"{x:.7g}" for x in np.asarray(vec, dtype=np.float32).tolist()) + "]"
-        return np.asarray(vec, dtype=np.float32).tobytes()
 
 
 class _PostgresBackend(RememStoreBase):
@@ -228,7 +148,7 @@ class _PostgresBackend(RememStoreBase):
         if self.read_only:  # check, create nothing (the server refuses writes too)
             version = yield from (_migrate.check(schema.COMPONENT, "postgres"))
             check_read_only_schema(version, self._where())
-            kind = yield from _vector_column()
+            kind = yield from vector_column()
             self.dialect = PostgresDialect(
                 "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
             )
@@ -237,9 +157,9 @@ class _PostgresBackend(RememStoreBase):
         yield from (_migrate.upgrade(schema.COMPONENT, "postgres"))
         if has_vector and self.plan is not None:
             yield from (_migrate.upgrade(schema.pgvector(self.plan.dims), "postgres"))
-        kind = yield from _vector_column()
+        kind = yield from vector_column()
         if kind.startswith("vector") and self.plan is not None:
-            _, _, ops, name = _PGVECTOR[self.plan.distance]
+            _, _, ops, name = PGVECTOR[self.plan.distance]
             yield Statement(
                 f"CREATE INDEX IF NOT EXISTS {name} ON {VECTORS} USING hnsw (embedding {ops})", (), "none"
             )
@@ -319,65 +239,6 @@ class _PostgresBackend(RememStoreBase):
                 f"the data was deleted but VACUUM failed: {exc}; run VACUUM on the remem_ tables"
             ) from exc
         return True
-
-
-class PostgresVectors:
-    """Vector search on Postgres, as statements: pgvector's HNSW index, or the exact NumPy path over the
-    float32 rows of the namespaces asked for (the one :func:`remem.store._vectors.top_items` shared with
-    SQLite)."""
-
-    def __init__(self, plan: IndexPlan | None, dialect: PostgresDialect, ef_search: int) -> None:
-        self.plan, self.dialect, self.ef_search = plan, dialect, ef_search
-
-    def search(
-        self, query: Vector, k: int, ns_ids: list[int] | None, item_ids: list[int] | None
-    ) -> Program[Hits]:
-        plan = self.plan
-        assert plan is not None
-        where, params = [], list[Any]()
-        if ns_ids is not None:
-            where.append("ns_id = ANY(%s)")
-            params.append(ns_ids)
-        if item_ids is not None:
-            where.append("item_id = ANY(%s)")
-            params.append(item_ids)
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
-        if self.dialect.vector_kind == "exact":
-            # another part of the database may index with another model: only vectors of this size are ours
-            mine = " AND ".join([*where, "octet_length(embedding) = %s"])
-            rows = yield Statement(
-                f"SELECT item_id, embedding FROM {VECTORS} WHERE {mine}", [*params, plan.dims * 4]
-            )
-            if not rows:
-                return []
-            items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
-            norms = np.ones(len(rows), dtype=np.float32) if plan.distance == "cosine" else None
-            return top_items(items, vecs, query, k, plan.distance, norms)
-        deep = k * 4
-        op, score, _, _ = _PGVECTOR[plan.distance]
-        yield Statement(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, deep)))}", (), "none")
-        yield Statement("SET LOCAL hnsw.iterative_scan = relaxed_order", (), "none")
-        q = self.dialect.vector_param(query)
-        distance = f"embedding {op} %s::vector"
-        rows = yield Statement(
-            f"SELECT item_id, {score.format(d=distance)} FROM {VECTORS} {clause} ORDER BY {distance} LIMIT %s",
-            [q, *params, q, deep],
-        )
-        best: dict[int, float] = {}
-        for item_id, value in sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda p: -p[1]):
-            best.setdefault(item_id, value)
-        return list(best.items())[:k]
-
-
-def _vector_column() -> Program[str]:
-    """The type of ``remem_vectors.embedding`` (``bytea`` or ``vector(n)``; empty if there is no table)."""
-    row = yield Statement(
-        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-        f"WHERE attrelid = to_regclass('{VECTORS}') AND attname = 'embedding'"
-    )
-    return str(row[0][0]) if row else ""
 
 
 def _connection_lost(exc: BaseException) -> bool:
