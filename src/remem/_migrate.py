@@ -46,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from remem._statements import Program, Statement, drive, execute
+from remem._statements import Program, Statement, drive, execute, run_immediate
 from remem.errors import SchemaTooNewError
 
 __all__ = [
@@ -173,14 +173,7 @@ def upgrade(component: Component, dialect: Dialect, *, now: Callable[[], float] 
 def run_sqlite(conn: Any, component: Component) -> int:
     """:func:`upgrade` on a ``sqlite3`` connection in autocommit mode, in one ``BEGIN IMMEDIATE`` transaction."""
 
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        version = drive(upgrade(component, "sqlite"), functools.partial(execute, conn.cursor()))
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return version
+    return run_immediate(conn, upgrade(component, "sqlite"))
 
 
 def run_postgres(conn: Any, component: Component) -> int:

@@ -25,6 +25,7 @@ Flows that are not SQL (the memory client's store calls) use the same shape thro
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -56,6 +57,7 @@ __all__ = [
     "retrying",
     "rowcount",
     "run",
+    "run_immediate",
     "start",
 ]
 
@@ -223,6 +225,19 @@ async def aexecute(
     if sync is not None:
         await sync()
     return [(cursor.rowcount,)]
+
+
+def run_immediate(conn: Any, program: Program[T]) -> T:
+    """``program`` on a ``sqlite3`` connection in autocommit mode, in one ``BEGIN IMMEDIATE`` transaction: a
+    writer from the start, so that what it reads cannot change before it writes (the busy timeout applies)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = drive(program, functools.partial(execute, conn.cursor()))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
 
 
 # ---------------------------------------------------------------- retries

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from remem import _migrate, _sqlite
 from remem._files import make_private_file
-from remem._statements import Program, drive, execute
+from remem._statements import Program, run_immediate
 from remem.errors import StorageError
 from remem.jobs import _sql
 from remem.jobs._queue import JobQueue
@@ -102,14 +101,7 @@ class SqliteQueue(JobQueue):
         with self._lock:
             conn = self.conn
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = drive(program, functools.partial(execute, conn.cursor()))
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-                return result
+                return run_immediate(conn, program)
             except sqlite3.Error as exc:
                 raise _error(exc, conn) from exc
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from typing import Any, TypeVar
 
 from remem import _migrate, _sqlite, _statements
 from remem._files import make_private_file
-from remem._statements import Program, drive, execute
+from remem._statements import Program, drive, execute, run_immediate
 from remem.errors import StorageError
 from remem.usage._base import Ledger
 from remem.usage._records import UsageEvent
@@ -162,14 +161,7 @@ class SqliteLedger(Ledger):
         with self._lock:
             conn = self.conn
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = drive(program, functools.partial(execute, conn.cursor()))
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-                return result
+                return run_immediate(conn, program)
             except sqlite3.Error as exc:
                 raise _error(exc, conn) from exc
 
