@@ -138,6 +138,39 @@ def test_undo_removes_what_a_load_added_and_nothing_else(memory: Memory) -> None
         undo_ingestion(memory, last=True)
 
 
+def test_an_erased_user_leaves_no_id_in_the_ingestion_journal(url: str) -> None:
+    """The journal names the threads and users a load touched; after `forget --user` none of the erased
+    user's names is left there (an entry naming only them goes), and another user's part still undoes."""
+    from remem.erasure import erase
+
+    with Memory.from_url(url, settings=SETTINGS) as memory:
+        with begin_ingestion(memory, kind="load", source="crm.jsonl") as both:
+            both.add_messages(
+                "maya-chat", [{"role": "user", "content": "maya likes kites", "id": "m1"}], user_id="maya"
+            )
+            both.add_messages(
+                "bob-chat", [{"role": "user", "content": "bob likes boats", "id": "b1"}], user_id="bob"
+            )
+        with begin_ingestion(memory, kind="load", source="maya.jsonl") as only_maya:
+            only_maya.add_messages(
+                "maya-notes", [{"role": "user", "content": "a note", "id": "m2"}], user_id="maya"
+            )
+            only_maya.add_memories("maya", ["prefers email"])
+        journal = json.dumps([e.to_value() for e in list_ingestions(memory)])
+        assert "maya" in journal  # what the check below would miss if the journal never named her
+
+    erase(url, user_id="maya")
+
+    with Memory.from_url(url, settings=SETTINGS) as memory:
+        entries = list_ingestions(memory)
+        assert "maya" not in json.dumps([e.to_value() for e in entries])
+        assert [e.id for e in entries] == [both.id]  # the load that named only maya is gone whole
+        assert entries[0].threads == {"bob-chat": True} and entries[0].users == []
+        assert undo_ingestion(memory, both.id).messages == 1
+        with pytest.raises(NotFoundError):
+            memory.get_thread("bob-chat")
+
+
 def test_messages_said_after_the_load_stay_in_order(memory: Memory) -> None:
     _seed(memory)
     with begin_ingestion(memory, kind="load") as ing:

@@ -72,6 +72,7 @@ __all__ = [
     "IngestionEntry",
     "UndoReport",
     "begin_ingestion",
+    "forget_in_journal",
     "get_ingestion",
     "list_ingestions",
     "undo_ingestion",
@@ -188,6 +189,51 @@ def get_ingestion(memory: Memory, ingestion_id: str) -> IngestionEntry:
     if item is None:
         raise NotFoundError(f"no ingestion {ingestion_id!r}; `remem ingest list` shows the ones recorded")
     return IngestionEntry.from_value(item.value)
+
+
+def _without(entry: IngestionEntry, user_id: str | None, thread_ids: set[str]) -> IngestionEntry:
+    undo = entry.undo
+    gone = {f"thread:{t}" for t in thread_ids} | ({f"user:{user_id}"} if user_id is not None else set())
+    return dataclasses.replace(
+        entry,
+        threads={t: created for t, created in entry.threads.items() if t not in thread_ids},
+        users=[u for u in entry.users if u != user_id],
+        undo={
+            **undo,
+            "done": [step for step in undo.get("done", []) if step not in gone],
+            "removed": {t: ids for t, ids in undo.get("removed", {}).items() if t not in thread_ids},
+            "thread_users": {
+                t: u for t, u in undo.get("thread_users", {}).items() if t not in thread_ids and u != user_id
+            },
+        },
+    )
+
+
+def forget_in_journal(
+    store: BaseStore, *, user_id: str | None, thread_ids: Sequence[str], timeout: float
+) -> int:
+    """Remove every mention of an erased user and of erased threads from the ingestion journal (called by
+    :mod:`remem.erasure`, so no id of theirs outlives an erasure there); an entry that names no thread and
+    no user any more is deleted. Each entry is rewritten under its ingestion's lease (the one an undo
+    holds), so an undo in flight cannot write the ids back. Running it again changes nothing. Returns how
+    many entries changed."""
+    threads = set(thread_ids)
+    changed = 0
+    for item in _all(store, ingestions_root()):
+        entry = IngestionEntry.from_value(item.value)
+        if user_id not in entry.users and not threads & set(entry.threads):
+            continue
+        with thread_lease(store, f"_remem ingestion {entry.id}", scope="memory", timeout=timeout):
+            current = store.get(ingestions_root(), entry.id)
+            if current is None:
+                continue
+            kept = _without(IngestionEntry.from_value(current.value), user_id, threads)
+            if kept.threads or kept.users:
+                store.batch([_put_entry(kept)])
+            else:
+                store.delete(ingestions_root(), entry.id)
+            changed += 1
+    return changed
 
 
 # ---------------------------------------------------------------- ingesting

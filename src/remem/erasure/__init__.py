@@ -11,6 +11,8 @@ deleted, and each step is marked there when it is done:
 2. **store**: items, vectors, keyword rows, queued extraction state (and this process's cached embeddings);
    each store step commits together with its mark in the journal, so its counts are never lost or doubled.
 3. **checkpoints** of each planned thread (their count is written to the journal before they are deleted).
+   Then **ingestions**: the user's and the threads' ids leave the ingestion journal
+   (:func:`remem.ingestion.forget_in_journal`; an entry left naming nothing is deleted).
 4. **usage**: the usage ledger's rows of the user and of the planned threads, and those scopes' running
    totals (:func:`remem.usage.forget_usage`), and their queued jobs (:func:`remem.jobs.forget_jobs`),
    committed together with the step's mark and count.

@@ -202,6 +202,7 @@ class Run:
                     self.reached("store")
                     self._checkpoint_steps(saver)
                     self.reached("checkpoints")
+                self._ingestions_step()
                 self._usage_step()
                 self._scrub()
             self.reached("compacting")
@@ -282,6 +283,24 @@ class Run:
                 entry.plan["erased_threads"].append(thread)
             entry.done.append(f"cp:{i}")
             self.save(entry)
+
+    def _ingestions_step(self) -> None:
+        """The user's and the threads' ids out of the ingestion journal (remem.ingestion). Outside the fence:
+        an undo takes its ingestion's lease before its threads' leases, so this takes them in that order
+        too. Rewriting is idempotent, so the step is marked done after it."""
+        if "ingestions" in self.entry.done:
+            return
+        from remem.ingestion import forget_in_journal  # same layer; imported late, it imports the client
+
+        scope = self.entry.plan["scope"]
+        if "namespace" not in scope:
+            threads = list(self.entry.plan["threads"])
+            forget_in_journal(
+                self.store, user_id=scope.get("user_id"), thread_ids=threads, timeout=DEFAULT_LEASE_TIMEOUT
+            )
+        entry = self.step()
+        entry.done.append("ingestions")
+        self.save(entry)
 
     def _usage_step(self) -> None:
         """The ledger's rows and queued jobs of the scope's user and threads, deleted in the transaction that
