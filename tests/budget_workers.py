@@ -66,7 +66,9 @@ def hanging_worker(url: str, thread: str, budget: int, ready: str, **gate: Any) 
     with open_ledger(url) as ledger:
 
         def hang(messages: list[BaseMessage]) -> str:
-            Path(ready).write_text(json.dumps({"pid": os.getpid()}))
+            partial = Path(ready + ".partial")  # renamed whole: the test never reads half a file
+            partial.write_text(json.dumps({"pid": os.getpid()}))
+            partial.rename(ready)
             threading.Event().wait()
             return "never"
 
