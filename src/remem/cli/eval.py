@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from remem.cli._options import json_option
 
 __all__ = ["COMMANDS", "eval_group"]
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
 @click.group("eval")
@@ -91,6 +94,52 @@ def _progress() -> Any:
     )  # fmt: skip
 
 
+def _phases(bar: Any) -> Any:
+    """A ``progress(phase, done, total)`` callback drawing one bar per phase."""
+    tasks: dict[str, Any] = {}
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(phase, total=total)
+        bar.update(tasks[phase], completed=done, total=total)
+
+    return progress
+
+
+def _config_option(what: str) -> Callable[[_Command], _Command]:
+    return click.option(
+        "--config",
+        "config",
+        type=click.Path(dir_okay=False, path_type=Path),
+        metavar="TOML",
+        help=f"The remem.toml to run with ({what}; default: the usual settings).",
+    )
+
+
+def _settings(config: Path | None) -> Any:
+    from remem.config import load_settings
+
+    return load_settings(config_file=config) if config else load_settings()
+
+
+def _results(out: Path | None, name: str, result: dict[str, Any], text: str, as_json: bool) -> None:
+    """Write NAME.json and NAME.md into ``out`` (when given), then show the result as JSON or as text."""
+    import json
+
+    from remem.cli._render import console, emit_json
+
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}.json").write_text(
+            json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        (out / f"{name}.md").write_text(text, encoding="utf-8")
+    if as_json:
+        emit_json(result)
+    else:
+        console().print(text, markup=False, highlight=False)
+
+
 @eval_group.command("retrieval")
 @click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -99,13 +148,7 @@ def _progress() -> Any:
     metavar="URL",
     help="Where to ingest (default: a new SQLite file, removed after). Use an empty database.",
 )
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="TOML",
-    help="The remem.toml to run with (default: the usual settings).",
-)
+@_config_option("database, embedder, search")
 @click.option(
     "--compare",
     "configs",
@@ -146,9 +189,6 @@ def retrieval_command(
 
     Example: remem eval retrieval eval.json --out results/ ;  remem eval retrieval eval.json --compare a.toml b.toml
     """
-    import json
-
-    from remem.cli._render import console, emit_json
     from remem.errors import RememUsageError
     from remem.eval import BUDGETS, compare, evaluate_retrieval, load_dataset, markdown, write_chart
 
@@ -159,14 +199,7 @@ def retrieval_command(
     dataset = load_dataset(data)
     options: dict[str, Any] = {"budgets": budgets or BUDGETS}
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
-        options["progress"] = progress
+        options["progress"] = _phases(bar)
         if configs:
             comparison = compare(dataset, configs[0], configs[1], **options)
             report, result = comparison.a, comparison.as_dict()
@@ -174,18 +207,10 @@ def retrieval_command(
             comparison = None
             report = evaluate_retrieval(dataset, url=database_url, config=config, **options)
             result = report.as_dict()
-    text = markdown(report, comparison)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "retrieval.json").write_text(
-            json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        (out / "retrieval.md").write_text(text, encoding="utf-8")
         write_chart(report, out / "retrieval.png", comparison)
-    if as_json:
-        emit_json(result)
-    else:
-        console().print(text, markup=False, highlight=False)
+    _results(out, "retrieval", result, markdown(report, comparison), as_json)
 
 
 @eval_group.command("compaction")
@@ -198,13 +223,7 @@ def retrieval_command(
     multiple=True,
     help="A strategy to run (repeatable; default: all four).",
 )
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="TOML",
-    help="The remem.toml whose sizes the strategies use (keep_messages, max_tokens, summary_trigger_messages).",
-)
+@_config_option("the sizes the strategies use: keep_messages, max_tokens, summary_trigger_messages")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -227,46 +246,30 @@ def compaction_command(
 
     Example: remem eval compaction eval.json --out results/ --strategy filter --strategy summary
     """
-    import json
-
-    from remem.cli._render import console, emit_json
-    from remem.config import STRATEGY_NAMES, load_settings
+    from remem.config import STRATEGY_NAMES
     from remem.eval import compaction_markdown, evaluate_compaction, load_dataset, write_compaction_chart
 
     dataset = load_dataset(data)
-    settings = load_settings(config_file=config) if config else load_settings()
     with _progress() as bar:
         task = bar.add_task("strategies", total=len(strategies or STRATEGY_NAMES))
         report = evaluate_compaction(
             dataset,
             conversation=conversation,
             strategies=strategies or STRATEGY_NAMES,
-            settings=settings,
+            settings=_settings(config),
             progress=lambda _, done, total: bar.update(task, completed=done, total=total),
         )
-    result, text = report.as_dict(), compaction_markdown(report)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "compaction.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-        (out / "compaction.md").write_text(text, encoding="utf-8")
         write_compaction_chart(report, out / "compaction.png")
-    if as_json:
-        emit_json(result)
-    else:
-        console().print(text, markup=False, highlight=False)
+    _results(out, "compaction", report.as_dict(), compaction_markdown(report), as_json)
 
 
 @eval_group.command("qa")
 @click.argument("data", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--model", "model_name", metavar="M", help="The answering model (default: llm_model).")
 @click.option("--judge", "judge_name", metavar="J", help="The judging model (default: the answering one).")
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="TOML",
-    help="The remem.toml to run with (endpoint, embedder; default: the usual settings).",
-)
+@_config_option("endpoint, embedder")
 @click.option("--budget", type=click.IntRange(min=1), default=1000, show_default=True, metavar="TOKENS",
               help="The context card's token budget.")  # fmt: skip
 @click.option(
@@ -292,15 +295,11 @@ def qa_command(
 
     Example: remem eval qa eval.json --model gpt-4o-mini --judge gpt-4o --out results/
     """
-    import json
-
-    from remem.cli._render import console, emit_json
-    from remem.config import load_settings
     from remem.errors import ConfigError
     from remem.eval import evaluate_qa, load_dataset, qa_markdown, save_calls
     from remem.models import chat_model_from_settings
 
-    settings = load_settings(config_file=config) if config else load_settings()
+    settings = _settings(config)
     name = model_name or settings.llm_model
     if not name:
         raise ConfigError("eval qa needs a chat model: pass --model M, or set llm_model (REMEM_LLM_MODEL)")
@@ -309,40 +308,19 @@ def qa_command(
     assert model is not None and judge is not None  # llm_model is set
     dataset = load_dataset(data)
     with _progress() as bar:
-        tasks: dict[str, Any] = {}
-
-        def progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bar.add_task(phase, total=total)
-            bar.update(tasks[phase], completed=done, total=total)
-
         report = evaluate_qa(
-            dataset, model=model, judge=judge, settings=settings, budget=budget, progress=progress
+            dataset, model=model, judge=judge, settings=settings, budget=budget, progress=_phases(bar)
         )
-    result, text = report.as_dict(), qa_markdown(report)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "qa.json").write_text(
-            json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        (out / "qa.md").write_text(text, encoding="utf-8")
         save_calls(report, out / "qa.calls.jsonl")
-    if as_json:
-        emit_json(result)
-    else:
-        console().print(text, markup=False, highlight=False)
+    _results(out, "qa", report.as_dict(), qa_markdown(report), as_json)
 
 
 @click.command("replay")
 @click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--model", "model_name", required=True, metavar="M", help="The chat model to replay with.")
-@click.option(
-    "--config",
-    "config",
-    type=click.Path(dir_okay=False, path_type=Path),
-    metavar="TOML",
-    help="The remem.toml to run with (endpoint, strategy, sizes; default: the usual settings).",
-)
+@_config_option("endpoint, strategy, sizes")
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
@@ -362,17 +340,13 @@ def replay_command(transcript: Path, model_name: str, config: Path | None, out: 
     """
     import json
 
-    from remem.cli._render import console, emit_json
     from remem.cli.usage import transcript_of
-    from remem.config import load_settings
     from remem.errors import ConfigError
     from remem.eval import read_transcript, replay, replay_markdown
     from remem.models import chat_model_from_settings
 
     turns = read_transcript(transcript)
-    settings = (load_settings(config_file=config) if config else load_settings()).replace(
-        llm_model=model_name
-    )
+    settings = _settings(config).replace(llm_model=model_name)
     model = chat_model_from_settings(settings)
     if model is None:  # pragma: no cover - llm_model is set just above
         raise ConfigError("no chat model: set llm_base_url (REMEM_LLM_BASE_URL) and try again")
@@ -387,15 +361,7 @@ def replay_command(transcript: Path, model_name: str, config: Path | None, out: 
     (out / "replay.transcript.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in [head, *records]), encoding="utf-8"
     )
-    result, text = report.as_dict(), replay_markdown(report)
-    (out / "replay.json").write_text(
-        json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    (out / "replay.md").write_text(text, encoding="utf-8")
-    if as_json:
-        emit_json(result)
-    else:
-        console().print(text, markup=False, highlight=False)
+    _results(out, "replay", report.as_dict(), replay_markdown(report), as_json)
 
 
 COMMANDS: list[click.Command] = [eval_group, replay_command]
