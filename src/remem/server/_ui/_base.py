@@ -12,7 +12,7 @@ from starlette.responses import Response
 from remem.errors import NotFoundError, RememError, RememUsageError
 from remem.server._services import Principal, Services
 from remem.server._ui._html import Html, h, layout
-from remem.server._ui._session import csrf_token, html_response
+from remem.server._ui._session import csrf_token, html_response, valid_csrf
 
 __all__ = ["NOTICES", "Context", "context", "csrf_field", "failure", "guarded", "page", "whole"]
 
@@ -53,6 +53,18 @@ def page(ctx: Context, title: str, body: Html, *, current: str = "", status: int
     return html_response(
         ctx.request, layout(title, body, who=ctx.who, csrf=ctx.csrf, current=current), status
     )
+
+
+async def checked_form(request: Request, ctx: Context) -> tuple[Any, Response | None]:
+    """A mutation's form, with the 403 page to answer instead when its CSRF token is missing or wrong."""
+    form = await request.form()
+    if valid_csrf(request, form):
+        return form, None
+    stale = h(
+        '<p class="error" role="alert">{}</p>',
+        "The form is stale or came from another site: reload the page and try again.",
+    )
+    return form, page(ctx, "Refused", stale, status=403)
 
 
 def failure(ctx: Context, exc: Exception) -> Response:

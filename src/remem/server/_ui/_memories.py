@@ -11,10 +11,10 @@ from starlette.responses import Response
 from remem import layout
 from remem.errors import NotFoundError, RememUsageError
 from remem.memory import MemoryRecord
-from remem.server._ui._base import Context, context, csrf_field, guarded, page, whole
+from remem.server._ui._base import Context, checked_form, context, csrf_field, guarded, page, whole
 from remem.server._ui._html import Html, h, join, link, table, url
 from remem.server._ui._memory import memory_link
-from remem.server._ui._session import redirect, valid_csrf
+from remem.server._ui._session import redirect
 
 __all__ = ["router"]
 
@@ -169,17 +169,9 @@ def delete_confirm(request: Request) -> Response:
 @router.post("/memories/delete")
 async def delete_memory(request: Request) -> Response:
     ctx = context(request)
-    form = await request.form()
-    if not valid_csrf(request, form):
-        return page(
-            ctx,
-            "Refused",
-            h(
-                '<p class="error" role="alert">{}</p>',
-                "The form is stale or came from another site: reload the page and try again.",
-            ),
-            status=403,
-        )
+    form, refused = await checked_form(request, ctx)
+    if refused is not None:
+        return refused
     user, key = str(form.get("user", "")), str(form.get("id", ""))
 
     def delete() -> Response:
@@ -224,17 +216,9 @@ def _report(report: Any) -> Html:
 @router.post("/forget")
 async def forget_user(request: Request) -> Response:
     ctx = context(request)
-    form = await request.form()
-    if not valid_csrf(request, form):
-        return page(
-            ctx,
-            "Refused",
-            h(
-                '<p class="error" role="alert">{}</p>',
-                "The form is stale or came from another site: reload the page and try again.",
-            ),
-            status=403,
-        )
+    form, refused = await checked_form(request, ctx)
+    if refused is not None:
+        return refused
     user = str(form.get("user", ""))
 
     def forget() -> Response:

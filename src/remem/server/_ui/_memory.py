@@ -12,9 +12,9 @@ from starlette.responses import Response
 from remem import layout
 from remem._clock import now_iso
 from remem.errors import NotFoundError, RememUsageError
-from remem.server._ui._base import Context, context, csrf_field, guarded, page
+from remem.server._ui._base import Context, checked_form, context, csrf_field, guarded, page
 from remem.server._ui._html import Html, h, join, link, url
-from remem.server._ui._session import redirect, valid_csrf
+from remem.server._ui._session import redirect
 from remem.server._ui._threads import MESSAGES_PAGE
 
 __all__ = ["memory_link", "router"]
@@ -159,17 +159,9 @@ def memory_page(request: Request) -> Response:
 @router.post("/memory/edit")
 async def edit_memory(request: Request) -> Response:
     ctx = context(request)
-    form = await request.form()
-    if not valid_csrf(request, form):
-        return page(
-            ctx,
-            "Refused",
-            h(
-                '<p class="error" role="alert">{}</p>',
-                "The form is stale or came from another site: reload the page.",
-            ),
-            status=403,
-        )
+    form, refused = await checked_form(request, ctx)
+    if refused is not None:
+        return refused
     user, memory_id, content = (str(form.get(k, "")) for k in ("user", "id", "content"))
 
     def save() -> Response:

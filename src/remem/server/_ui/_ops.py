@@ -11,9 +11,9 @@ from starlette.responses import Response
 
 from remem.errors import NotFoundError
 from remem.server._ui import _data
-from remem.server._ui._base import Context, context, csrf_field, guarded, page
+from remem.server._ui._base import Context, checked_form, context, csrf_field, guarded, page
 from remem.server._ui._html import Html, h, join, link, money, number, table
-from remem.server._ui._session import redirect, valid_csrf
+from remem.server._ui._session import redirect
 
 __all__ = ["router"]
 
@@ -158,17 +158,9 @@ def jobs_page(request: Request) -> Response:
 
 async def _job_action(request: Request, verb: str) -> Response:
     ctx = context(request)
-    form = await request.form()
-    if not valid_csrf(request, form):
-        return page(
-            ctx,
-            "Refused",
-            h(
-                '<p class="error" role="alert">{}</p>',
-                "The form is stale or came from another site: reload the page and try again.",
-            ),
-            status=403,
-        )
+    form, refused = await checked_form(request, ctx)
+    if refused is not None:
+        return refused
     job_id = str(form.get("id", ""))
 
     def act() -> Response:
