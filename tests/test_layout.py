@@ -213,8 +213,8 @@ def test_every_table_remem_creates_is_named_in_the_layout() -> None:
 _SPELLED_TABLE_NAMES_LEFT = {
     ("_migrate.py", "remem_schema"),
     ("checkpoint/_base.py", "remem_cp_threads"),
-    ("checkpoint/_ops.py", "remem_cp_items"),
-    ("checkpoint/_ops.py", "remem_cp_lists"),
+    ("checkpoint/_prune.py", "remem_cp_items"),
+    ("checkpoint/_prune.py", "remem_cp_lists"),
 }
 
 

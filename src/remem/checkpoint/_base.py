@@ -1,9 +1,10 @@
 """The public API of remem's savers, written once; backends only open transactions and run statements.
 
-:class:`SyncSaver` and :class:`AsyncSaver` turn each operation of ``_ops`` into calls of a backend's
-``_transaction`` (a context manager giving an ``execute(query) -> rows`` function). They add the other
-flavour's methods too: a sync saver's ``a*`` methods run in a worker thread, an async saver's sync
-methods run on its event loop from another thread (as the stock async savers do).
+:class:`SyncSaver` and :class:`AsyncSaver` turn each operation (of ``_write``, ``_read`` and ``_prune``)
+into calls of a backend's ``_transaction`` (a context manager giving an ``execute(query) -> rows``
+function). They add the other flavour's methods too: a sync saver's ``a*`` methods run in a worker
+thread, an async saver's sync methods run on its event loop from another thread (as the stock async
+savers do).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from remem._lease import ThreadLease, athread_lease, carried_lease, lease_target
 from remem._statements import AExecute, Execute, Program, arun, run
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
+from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
 from remem.checkpoint._serde import RememSerializer
@@ -195,14 +197,14 @@ class _RememSaver(BaseCheckpointSaver[int]):
         """The lease a checkpoint is written under: the turn's (carried by ``config``), else, for a run that
         started from the thread's head, the thread's lease taken for this write.
 
-        Such a checkpoint must extend the head (``_ops.put`` refuses it otherwise, with
+        Such a checkpoint must extend the head (``_write.put`` refuses it otherwise, with
         :class:`~remem.errors.ThreadBusyError`); holding the lease while it is written makes it wait for a
         turn that holds the lease (:func:`remem.run_turn`) to finish, so that turn is never cut short by
         a bare ``invoke``. The write is made after the lease is verified (:meth:`ThreadLease.verify`).
         """
         held = self._turn_lease(config)
         conf = config["configurable"]
-        if held is not None or not ops.from_head(conf):
+        if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
         return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
 
@@ -212,7 +214,7 @@ class _RememSaver(BaseCheckpointSaver[int]):
         """Async version of :meth:`_run_lease`."""
         held = self._turn_lease(config)
         conf = config["configurable"]
-        if held is not None or not ops.from_head(conf):
+        if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
         return athread_lease(self, str(conf["thread_id"]), scope="checkpoint")
 
@@ -230,13 +232,13 @@ class _RememSaver(BaseCheckpointSaver[int]):
         config: RunnableConfig | None,
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
-        cursor: ops.Cursor | None,
+        cursor: _read.Cursor | None,
         shared: dict[int, dict[int, Any]],
         tx: ops.Tx,
         sized: frozenset[str] = frozenset(),
         lengths: dict[str, dict[str, int]] | None = None,
-    ) -> Program[tuple[builtins.list[CheckpointTuple], ops.Cursor | None]]:
-        return ops.list_page(
+    ) -> Program[tuple[builtins.list[CheckpointTuple], _read.Cursor | None]]:
+        return _read.list_page(
             self._ctx,
             config,
             filter=filter,
@@ -249,10 +251,10 @@ class _RememSaver(BaseCheckpointSaver[int]):
         )
 
     def _idle(self, ids: Sequence[str], cutoff: datetime, tx: ops.Tx) -> Program[builtins.list[str]]:
-        return ops.idle_threads(self._ctx, ids, cutoff)
+        return _prune.idle_threads(self._ctx, ids, cutoff)
 
-    def _prune_one(self, thread_id: str, pick: ops.Picker, tx: ops.Tx) -> Program[int]:
-        return ops.prune_thread(self._ctx, tx, thread_id, pick)
+    def _prune_one(self, thread_id: str, pick: _prune.Picker, tx: ops.Tx) -> Program[int]:
+        return _prune.prune_thread(self._ctx, tx, thread_id, pick)
 
     @staticmethod
     def _check_prune(thread_ids: Sequence[str], strategy: str) -> list[str]:
@@ -298,20 +300,20 @@ class SyncSaver(_RememSaver):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         scratch = self._scratch(config)
         if scratch is None:
-            return ops.mark_loaded(
-                config, self._run(lambda tx: ops.get_tuple(self._ctx, config), write=False)
+            return _read.mark_loaded(
+                config, self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
             )
         kept = scratch.get(_HEAD_READ)
         if (
             kept is not None
-            and self._run(lambda tx: ops.head_stamp(self._ctx, config), write=False) == kept[0]
+            and self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
         ):
-            return ops.mark_loaded(config, ops.fresh_copy(kept[1]))
-        stamp, tup = self._run(lambda tx: ops.get_head(self._ctx, config), write=False)
+            return _read.mark_loaded(config, _read.fresh_copy(kept[1]))
+        stamp, tup = self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
         if tup is not None:
             scratch[_HEAD_READ] = (stamp, tup)
-            tup = ops.fresh_copy(tup)
-        return ops.mark_loaded(config, tup)
+            tup = _read.fresh_copy(tup)
+        return _read.mark_loaded(config, tup)
 
     def list(
         self,
@@ -347,7 +349,7 @@ class SyncSaver(_RememSaver):
         lengths: dict[str, dict[str, int]] | None,
     ) -> Iterator[CheckpointTuple]:
         shared: dict[int, dict[int, Any]] = {}
-        cursor: ops.Cursor | None = None
+        cursor: _read.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:
             page, cursor = self._run(
@@ -374,7 +376,7 @@ class SyncSaver(_RememSaver):
                 lease.verify()
             self._forget_read(config)
             return self._run(
-                lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+                lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
             )
 
     def put_writes(
@@ -384,21 +386,21 @@ class SyncSaver(_RememSaver):
         if lease is not None:
             lease.verify()
         self._forget_read(config)
-        self._run(lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
+        self._run(lambda tx: _write.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
 
     def delete_thread(self, thread_id: str) -> None:
-        self._run(lambda tx: ops.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
+        self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
-        for thread_id in self._run(lambda tx: ops.threads_of_runs(self._ctx, sorted(wanted)), write=False):
-            self._run(functools.partial(self._prune_one, thread_id, ops.of_runs(wanted)), write=True)
+        for thread_id in self._run(lambda tx: _prune.threads_of_runs(self._ctx, sorted(wanted)), write=False):
+            self._run(functools.partial(self._prune_one, thread_id, _prune.of_runs(wanted)), write=True)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._run(
-            lambda tx: ops.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
+            lambda tx: _prune.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
         )
 
     def prune(
@@ -429,14 +431,14 @@ class SyncSaver(_RememSaver):
         if strategy == "delete":
             if cutoff is not None:
                 ids = self._run(functools.partial(self._idle, ids, cutoff), write=False)
-            self._run(lambda tx: ops.delete_threads(self._ctx, tx, ids), write=True)
+            self._run(lambda tx: _prune.delete_threads(self._ctx, tx, ids), write=True)
             return len(ids)
-        pick = ops.keep_latest(cutoff)
+        pick = _prune.keep_latest(cutoff)
         return sum(self._run(functools.partial(self._prune_one, t, pick), write=True) for t in ids)
 
     def list_threads(self) -> builtins.list[str]:
         """Thread ids with at least one checkpoint, most recently written first."""
-        return self._run(lambda tx: ops.list_threads(self._ctx), write=False)
+        return self._run(lambda tx: _read.list_threads(self._ctx), write=False)
 
     def stats(self) -> CheckpointStats:
         """Checkpoints, writes, stored values and bytes per thread, and the tables' size on disk."""
@@ -533,19 +535,19 @@ class AsyncSaver(_RememSaver):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         scratch = self._scratch(config)
         if scratch is None:
-            found = await self._run(lambda tx: ops.get_tuple(self._ctx, config), write=False)
-            return ops.mark_loaded(config, found)
+            found = await self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
+            return _read.mark_loaded(config, found)
         kept = scratch.get(_HEAD_READ)
         if (
             kept is not None
-            and await self._run(lambda tx: ops.head_stamp(self._ctx, config), write=False) == kept[0]
+            and await self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
         ):
-            return ops.mark_loaded(config, ops.fresh_copy(kept[1]))
-        stamp, tup = await self._run(lambda tx: ops.get_head(self._ctx, config), write=False)
+            return _read.mark_loaded(config, _read.fresh_copy(kept[1]))
+        stamp, tup = await self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
         if tup is not None:
             scratch[_HEAD_READ] = (stamp, tup)
-            tup = ops.fresh_copy(tup)
-        return ops.mark_loaded(config, tup)
+            tup = _read.fresh_copy(tup)
+        return _read.mark_loaded(config, tup)
 
     async def alist(
         self,
@@ -587,7 +589,7 @@ class AsyncSaver(_RememSaver):
         lengths: dict[str, dict[str, int]] | None,
     ) -> AsyncIterator[CheckpointTuple]:
         shared: dict[int, dict[int, Any]] = {}
-        cursor: ops.Cursor | None = None
+        cursor: _read.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:
             page, cursor = await self._run(
@@ -615,7 +617,7 @@ class AsyncSaver(_RememSaver):
                 await lease.averify()
             self._forget_read(config)
             return await self._run(
-                lambda tx: ops.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+                lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
             )
 
     async def aput_writes(
@@ -626,24 +628,24 @@ class AsyncSaver(_RememSaver):
             await lease.averify()
         self._forget_read(config)
         await self._run(
-            lambda tx: ops.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True
+            lambda tx: _write.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True
         )
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._run(lambda tx: ops.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
+        await self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
         for thread_id in await self._run(
-            lambda tx: ops.threads_of_runs(self._ctx, sorted(wanted)), write=False
+            lambda tx: _prune.threads_of_runs(self._ctx, sorted(wanted)), write=False
         ):
-            await self._run(functools.partial(self._prune_one, thread_id, ops.of_runs(wanted)), write=True)
+            await self._run(functools.partial(self._prune_one, thread_id, _prune.of_runs(wanted)), write=True)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         await self._run(
-            lambda tx: ops.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
+            lambda tx: _prune.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
         )
 
     async def aprune(
@@ -669,9 +671,9 @@ class AsyncSaver(_RememSaver):
         if strategy == "delete":
             if cutoff is not None:
                 ids = await self._run(functools.partial(self._idle, ids, cutoff), write=False)
-            await self._run(lambda tx: ops.delete_threads(self._ctx, tx, ids), write=True)
+            await self._run(lambda tx: _prune.delete_threads(self._ctx, tx, ids), write=True)
             return len(ids)
-        pick = ops.keep_latest(cutoff)
+        pick = _prune.keep_latest(cutoff)
         total = 0
         for t in ids:
             total += await self._run(functools.partial(self._prune_one, t, pick), write=True)
@@ -679,7 +681,7 @@ class AsyncSaver(_RememSaver):
 
     async def alist_threads(self) -> builtins.list[str]:
         """Async version of :meth:`SyncSaver.list_threads`."""
-        return await self._run(lambda tx: ops.list_threads(self._ctx), write=False)
+        return await self._run(lambda tx: _read.list_threads(self._ctx), write=False)
 
     async def astats(self) -> CheckpointStats:
         """Async version of :meth:`SyncSaver.stats`."""

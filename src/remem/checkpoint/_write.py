@@ -1,0 +1,276 @@
+"""The checkpointer's writes, as programs of statements: ``put`` (a checkpoint, sharing the items and
+lists it has in common with its parent) and ``put_writes`` (a task's pending writes)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import ormsgpack
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    get_checkpoint_metadata,
+)
+
+from remem._statements import Program, Statement
+from remem.checkpoint import _codec as codec
+from remem.checkpoint import _sql as sql
+from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
+from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, Context, Tx, load_lists, thread_id_of
+from remem.errors import ThreadBusyError
+
+Encoded = tuple[str, Any]
+"""("item", EncodedItem), ("list", [EncodedItem, ...]) or ("dict", [(key, Encoded), ...])."""
+
+
+def _encode(ctx: Context, value: Any, *, nested: bool = False) -> Encoded:
+    if type(value) is list:
+        return ("list", [codec.encode_item(ctx.serde, v) for v in value])
+    if (
+        not nested
+        and type(value) is dict
+        and any(type(v) is list for v in value.values())
+        and all(type(k) is str for k in value)
+    ):
+        # A dict holding lists (graph input such as {"messages": [...]}) shares the lists' items.
+        return ("dict", [(k, _encode(ctx, v, nested=True)) for k, v in value.items()])
+    return ("item", codec.encode_item(ctx.serde, value))
+
+
+def _inline(alloc: _Allocator, enc: Encoded) -> Any:
+    """The descriptor of a value with any list in it inline (for writes and dict members)."""
+    if enc[0] == "item":
+        return alloc.item(enc[1])
+    if enc[0] == "list":
+        return [0, *codec.encode_refs([alloc.item(e) for e in enc[1]])]
+    return [2, *(x for k, sub in enc[1] for x in (k, _inline(alloc, sub)))]
+
+
+class _Allocator:
+    """Numbers the items and lists one write adds to a thread."""
+
+    def __init__(self, known: ThreadDigests, next_item: int, next_list: int) -> None:
+        self.known = known.digests
+        self.next_item = next_item
+        self.next_list = next_list
+        self.items: list[tuple[int, codec.EncodedItem]] = []
+        self.new: dict[bytes, int] = {}
+        self.lists: list[codec.ListRow] = []
+        self.list_refs: dict[int, tuple[tuple[int, ...], int]] = {}
+
+    def item(self, enc: codec.EncodedItem) -> int:
+        digest = enc[0]
+        no = self.new.get(digest)
+        if no is None:
+            no = self.known.get(digest)
+        if no is None:
+            no = self.next_item
+            self.next_item += 1
+            self.new[digest] = no
+            self.items.append((no, enc))
+        return no
+
+    def new_list(
+        self, base: int | None, depth: int, delta: tuple[int, int, list[int]], refs: list[int]
+    ) -> int:
+        no = self.next_list
+        self.next_list += 1
+        self.lists.append(codec.ListRow(no, base, depth, *delta))
+        self.list_refs[no] = (tuple(refs), depth)
+        return no
+
+    def commit(self, cache: SaverCache, state: ThreadDigests) -> None:
+        cache.add_digests(state, self.new.items(), self.next_item)
+        cache.put_payloads(state.tid, {no: (e[1], e[2]) for no, e in self.items})
+
+    def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Statement]:
+        if self.items:
+            items = [(tid, no, e[0], codec.item_blob(e[1], e[2])) for no, e in self.items]
+            yield ctx.q(sql.INSERT_ITEM, items, "many")
+        if self.lists:
+            lists = [(tid, r.list_no, r.base, codec.encode_list_row(r)) for r in self.lists]
+            yield ctx.q(sql.INSERT_LIST, lists, "many")
+        if (self.next_item, self.next_list) != start:
+            yield ctx.q(sql.SET_COUNTERS, (self.next_item, self.next_list, tid), "none")
+
+
+def _thread_for_write(
+    ctx: Context, thread_id: str
+) -> Program[tuple[ThreadDigests, _Allocator, tuple[int, int]]]:
+    """Creates or locks the thread's row, and brings the digest cache up to date with the database."""
+    now = time.time()
+    ((tid, epoch, next_item, next_list),) = yield ctx.q(sql.UPSERT_THREAD, (thread_id, now, now))
+    state = ctx.cache.digests(tid, thread_id, epoch)
+    if state.next_item < next_item:
+        rows = yield ctx.q(sql.ITEM_DIGESTS_FROM, (tid, state.next_item))
+        ctx.cache.add_digests(state, ((d, no) for no, d in rows), next_item)
+    return state, _Allocator(state, next_item, next_list), (next_item, next_list)
+
+
+def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) -> Program[Any]:
+    """The descriptor of one value, adding the items and list rows it needs."""
+    if enc[0] != "list":
+        return _inline(alloc, enc)
+    refs = [alloc.item(e) for e in enc[1]]
+    if len(refs) <= codec.INLINE_LIST_MAX:
+        return [0, *codec.encode_refs(refs)]
+    if isinstance(base, list) and base[0] == 1:
+        lists = yield from load_lists(ctx, tid, [base[1]])
+        base_refs, depth = lists[base[1]]
+        if tuple(refs) == base_refs:
+            return base
+        if depth < codec.MAX_CHAIN:
+            delta = codec.list_delta(base_refs, refs)
+            if 2 * len(delta[2]) < len(refs):
+                return [1, alloc.new_list(base[1], depth + 1, delta, refs)]
+    return [1, alloc.new_list(None, 0, (0, 0, refs), refs)]
+
+
+def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) -> Program[Head | None]:
+    if parent_id is None:
+        return None
+    tid = state.tid
+    head = ctx.cache.head(tid, ns)
+    if head is not None and head.checkpoint_id == parent_id and head.epoch == state.epoch:
+        return head
+    rows = yield ctx.q(sql.SELECT_BODY, (tid, ns, parent_id))
+    if not rows:
+        return None
+    raw = codec.decode_body(bytes(rows[0][0]))
+    return Head(parent_id, state.epoch, raw.versions, raw.descriptors)
+
+
+def from_head(conf: Mapping[str, Any]) -> bool:
+    """Whether a put comes from a LangGraph run that started from the thread's latest checkpoint (or
+    found the thread empty): its checkpoints must extend the head, never branch off behind it."""
+    if RUN_KEY not in conf:  # update_state, a copy, a direct saver call: stock semantics
+        return False
+    return conf.get(FROM_HEAD) is True
+
+
+def _check_head(
+    ctx: Context, tid: int, thread_id: str, ns: str, parent_id: str | None, checkpoint_id: str
+) -> Program[None]:
+    """Refuse a run's checkpoint whose parent is no longer the thread's head (another run wrote since
+    this one read the thread): stored, it would fork the history silently. The thread's row is locked
+    by this transaction, so no other write can come between this check and the insert."""
+    rows = yield ctx.q(sql.HEAD_ID, (tid, ns))
+    head = rows[0][0] if rows else None
+    if head is None and parent_id is not None:
+        # The checkpoint this run started from is gone: the thread was deleted or erased (remem forget)
+        # while the run was under way. Stored, this checkpoint would write the erased history back.
+        raise ThreadBusyError(
+            f"thread {thread_id!r} was deleted or erased while this run was under way (its checkpoint "
+            f"{parent_id} is gone), so this run's checkpoint was refused: stored, it would bring back "
+            "what was erased. This step wrote nothing; send the turn again to start from the thread as "
+            "it is now"
+        )
+    if head is None or head in (parent_id, checkpoint_id):
+        return
+    raise ThreadBusyError(
+        f"thread {thread_id!r} moved on while this run was under way: another run wrote checkpoint "
+        f"{head} after this run read the thread, so this run's checkpoint was refused (stored, it would "
+        "fork the thread's history silently). This step wrote nothing; send turns one at a time per "
+        "thread with remem.run_turn (a second turn then waits for the thread's lease), or retry"
+    )
+
+
+def put(
+    ctx: Context,
+    tx: Tx,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Program[RunnableConfig]:
+    conf = config["configurable"]
+    thread_id = thread_id_of(conf)
+    ns = str(conf.get("checkpoint_ns", ""))
+    parent_id = conf.get("checkpoint_id")
+    values = checkpoint["channel_values"]
+    pending = {ch: _encode(ctx, values[ch]) for ch in new_versions if ch in values}
+    meta = get_checkpoint_metadata(config, metadata)
+    run_id = meta.get("run_id")
+    meta_blob = codec.encode_metadata(ctx.serde, meta)
+
+    state, alloc, start = yield from _thread_for_write(ctx, thread_id)
+    tid = state.tid
+    if from_head(conf):
+        yield from _check_head(ctx, tid, thread_id, ns, parent_id, checkpoint["id"])
+    parent = yield from _parent(ctx, state, ns, parent_id)
+    names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
+    descriptors: dict[int, Any] = {}
+    for ch, version in checkpoint["channel_versions"].items():
+        n = names[ch]
+        if ch in new_versions:
+            enc = pending.get(ch)
+        elif parent is not None and parent.versions.get(n) == version and n in parent.descriptors:
+            descriptors[n] = parent.descriptors[n]
+            continue
+        else:
+            enc = _encode(ctx, values[ch]) if ch in values else None
+        if enc is not None:
+            base = parent.descriptors.get(n) if parent is not None else None
+            descriptors[n] = yield from _assign(ctx, tid, alloc, enc, base)
+    body = codec.encode_body(ctx.serde, checkpoint, descriptors, names)
+    yield from alloc.statements(ctx, tid, start)
+    row = (
+        tid,
+        ns,
+        checkpoint["id"],
+        parent_id,
+        None if run_id is None else str(run_id),
+        body,
+        meta_blob,
+        tid,
+        ns,
+    )
+    yield ctx.q(sql.INSERT_CHECKPOINT, row, "none")
+
+    versions = {names[k]: v for k, v in checkpoint["channel_versions"].items()}
+    head = Head(checkpoint["id"], state.epoch, versions, descriptors)
+
+    def committed() -> None:
+        alloc.commit(ctx.cache, state)
+        ctx.cache.put_lists(tid, alloc.list_refs)
+        ctx.cache.set_head(tid, ns, head)
+
+    tx.after_commit.append(committed)
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+
+def put_writes(
+    ctx: Context,
+    tx: Tx,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Program[None]:
+    conf = config["configurable"]
+    thread_id = thread_id_of(conf)
+    ns = str(conf.get("checkpoint_ns", ""))
+    checkpoint_id = conf["checkpoint_id"]
+    encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
+    if not encoded:
+        return
+    state, alloc, start = yield from _thread_for_write(ctx, thread_id)
+    tid = state.tid
+    upserts: list[tuple[Any, ...]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for idx, ch, enc in encoded:
+        desc = _inline(alloc, enc)
+        channel, path = alloc.item(ctx.name_item(ch)), alloc.item(ctx.name_item(task_path))
+        row = (tid, ns, checkpoint_id, task_id, idx, channel, path, ormsgpack.packb(desc))
+        (upserts if idx < 0 else inserts).append(row)
+    yield from alloc.statements(ctx, tid, start)
+    if inserts:
+        yield ctx.q(sql.INSERT_WRITE, inserts, "many")
+    if upserts:
+        yield ctx.q(sql.UPSERT_WRITE, upserts, "many")
+    tx.after_commit.append(lambda: alloc.commit(ctx.cache, state))
