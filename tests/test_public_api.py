@@ -278,6 +278,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "Totals",
         "UsageEvent",
         "UsageForgetting",
+        "UsageRecorder",
         "check",
         "day_of",
         "forget_usage",

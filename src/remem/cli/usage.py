@@ -178,9 +178,10 @@ def usage_command(
 
 
 _NOTHING_RECORDED = (
-    "model calls are recorded by remem's agent (build_agent), by BudgetMiddleware(ledger_for(saver)) in a "
-    "create_agent graph's middleware, or by Meter(ledger).record_reply(...) in your own node; a plain "
-    "StateGraph, or create_agent without BudgetMiddleware, records none (README: Cost control)"
+    "model calls are recorded by remem's agent (build_agent) and by BudgetMiddleware(ledger_for(saver)); "
+    "for any other graph (a plain StateGraph, create_agent without BudgetMiddleware) pass "
+    'config={"callbacks": [UsageRecorder(ledger_for(saver))]} to invoke or stream, or '
+    "graph.with_config(callbacks=[...]) (from remem.usage import UsageRecorder, ledger_for; README: Cost control)"
 )
 
 

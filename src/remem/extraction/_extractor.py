@@ -33,6 +33,7 @@ from remem.extraction._schema import (
 from remem.layout import EXTRACTION_STATE_KEY, extraction_state, thread_messages, user_memories
 from remem.models import model_name
 from remem.usage import Meter
+from remem.usage._records import call_id_of
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class MemoryExtractor:
                 thread_id=thread_id,
                 user_id=user_id,
                 node=node,
-                call_id=f"{thread_id}:{reply_id}" if reply_id else None,
+                call_id=call_id_of(thread_id, reply_id),
             )
         return reply
 

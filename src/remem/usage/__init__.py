@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from remem.usage.budgets import BUDGETS_KEY, SCOPES, Budgets, Scope, check
     from remem.usage.meter import Meter
     from remem.usage.prices import Price, PriceTable
+    from remem.usage.recorder import UsageRecorder
 
 # Names are imported on first use (PEP 562): ``import remem.usage.ratelimit`` (which the models layer
 # needs) runs this file first, and must not load the ledger, its SQL and the lease machinery with it.
@@ -49,6 +50,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "remem.usage._sql": ("BY", "USAGE_TABLE", "UsageForgetting", "forget_usage"),
     "remem.usage.budgets": ("BUDGETS_KEY", "SCOPES", "Budgets", "Scope", "check"),
     "remem.usage.meter": ("Meter",),
+    "remem.usage.recorder": ("UsageRecorder",),
     "remem.usage.prices": ("Price", "PriceTable"),
 }
 _MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
@@ -88,6 +90,7 @@ __all__ = [
     "Totals",
     "UsageEvent",
     "UsageForgetting",
+    "UsageRecorder",
     "check",
     "day_of",
     "forget_usage",

@@ -55,7 +55,7 @@ from remem.usage._base import Ledger, scope_keys
 from remem.usage._breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
 from remem.usage._pending import flush_unrecorded, record_or_keep
 from remem.usage._prefix import signatures
-from remem.usage._records import Totals, UsageEvent
+from remem.usage._records import Totals, UsageEvent, call_id_of
 from remem.usage.budgets import Budgets, Scope, check, run_budgets
 from remem.usage.meter import Meter
 from remem.usage.prices import PriceTable
@@ -416,7 +416,7 @@ class Gate:
             user_id=call.user_id,
             turn=call.turn,
             node=node,
-            call_id=f"{call.thread_id}:{reply_id}" if reply_id and call.thread_id else None,
+            call_id=call_id_of(call.thread_id, reply_id),
         )
 
     def keep(self, event: UsageEvent, hold: str | None = None) -> list[dict[str, Any]]:

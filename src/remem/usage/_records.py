@@ -8,7 +8,17 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Literal
 
-__all__ = ["KINDS", "SOURCES", "Kind", "Source", "Totals", "UsageEvent", "day_of", "usage_from_metadata"]
+__all__ = [
+    "KINDS",
+    "SOURCES",
+    "Kind",
+    "Source",
+    "Totals",
+    "UsageEvent",
+    "call_id_of",
+    "day_of",
+    "usage_from_metadata",
+]
 
 Kind = Literal["chat", "summariser", "extractor", "embedder"]
 Source = Literal["provider", "counted"]
@@ -110,6 +120,13 @@ class Totals:
             "unpriced_calls": self.unpriced,
             "latency_ms": round(self.latency_ms, 2),
         }
+
+
+def call_id_of(thread_id: str | None, reply_id: str | None) -> str | None:
+    """The id of a chat call in the ledger, ``thread:reply id``: the one scheme of remem's agent,
+    ``BudgetMiddleware``, the extractor and :class:`~remem.usage.UsageRecorder`, so a call that two of them
+    see is recorded once (None: the call has no thread or its reply no id)."""
+    return f"{thread_id}:{reply_id}" if thread_id and reply_id else None
 
 
 def usage_from_metadata(meta: Any) -> tuple[int, int, int] | None:
