@@ -53,7 +53,7 @@ def test_the_cli_ends_with_each_errors_own_exit_code() -> None:
 # `raise module.Name(...)` that is allowed, and why. Everything else a user can reach is a remem error.
 _ALLOWED_QUALIFIED = {
     # Stock parity: LangGraph's async savers raise the same from their own event loop.
-    ("checkpoint/_base.py", "asyncio.InvalidStateError"),
+    ("checkpoint/_async.py", "asyncio.InvalidStateError"),
     # Internal: the WAL switch retries on it and setup() turns what is left into a StorageError.
     ("_sqlite.py", "sqlite3.OperationalError"),
 }

@@ -283,7 +283,13 @@ def test_one_statement_protocol() -> None:
     # remem module, and every package that runs SQL drives its programs with it.
     assert loaded_by("remem._statements") == {"remem", "remem._statements"}
     graph = {module_name(p): imports_of(p) for p in _modules()}
-    drivers = ("remem._migrate", "remem.checkpoint._base", "remem.store._base", "remem.store.postgres")
+    drivers = (
+        "remem._migrate",
+        "remem.checkpoint._sync",
+        "remem.checkpoint._async",
+        "remem.store._base",
+        "remem.store.postgres",
+    )
     assert [m for m in drivers if "remem._statements" not in graph[m]] == []
 
 

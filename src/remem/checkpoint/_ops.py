@@ -2,10 +2,10 @@
 thread id check and the reading of stored lists (used by writes that extend a list and by reads).
 
 An operation is a program of :mod:`remem._statements`: it yields statements and receives each one's rows
-back; the sync and async savers of both backends only run the statements (``SyncSaver._run`` and
-``AsyncSaver._run`` in ``_base``, with that module's drivers), inside one transaction per operation.
-Work that needs no database (serializing values) happens before the first statement, so a write holds
-its locks as briefly as possible. The operations themselves live by what they do: :mod:`._write`
+back; the sync and async savers of both backends only run the statements (``SyncSaver._run`` in
+``_sync`` and ``AsyncSaver._run`` in ``_async``, with the drivers of :mod:`remem._statements`), inside
+one transaction per operation. Work that needs no database (serializing values) happens before the
+first statement, so a write holds its locks as briefly as possible. The operations themselves live by what they do: :mod:`._write`
 (``put``, ``put_writes``), :mod:`._read` (``get_tuple``, ``list``) and :mod:`._prune` (delete, copy, prune).
 """
 

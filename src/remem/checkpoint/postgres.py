@@ -24,8 +24,9 @@ from remem._lease import close_idle_connections, lease_target, retain_idle_conne
 from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import describe_postgres, parse_database_url
-from remem.checkpoint._base import AsyncSaver, SyncSaver
+from remem.checkpoint._async import AsyncSaver
 from remem.checkpoint._sql import POSTGRES
+from remem.checkpoint._sync import SyncSaver
 from remem.errors import ConfigError, MissingDependencyError, StorageError
 
 try:

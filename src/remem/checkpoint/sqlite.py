@@ -20,8 +20,9 @@ from remem import _sqlite
 from remem._files import make_private_file
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import display_url, parse_database_url
-from remem.checkpoint._base import AsyncSaver, SyncSaver
+from remem.checkpoint._async import AsyncSaver
 from remem.checkpoint._sql import SQLITE
+from remem.checkpoint._sync import SyncSaver
 from remem.errors import ConfigError, MissingDependencyError, NotFoundError, StorageError
 
 if TYPE_CHECKING:

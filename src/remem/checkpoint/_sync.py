@@ -1,0 +1,261 @@
+"""The sync saver: the saver API over a blocking driver, each operation in one transaction; its
+``a*`` methods run the sync ones in a worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+
+from remem._statements import Execute, Program, run
+from remem.checkpoint import _ops as ops
+from remem.checkpoint import _prune, _read, _write
+from remem.checkpoint._base import (
+    HEAD_READ,
+    CheckpointStats,
+    RememSaver,
+    cutoff_of,
+    read_only_error,
+    setup_op,
+    stats_op,
+)
+
+T = TypeVar("T")
+
+__all__ = ["SyncSaver"]
+
+
+class SyncSaver(RememSaver):
+    """A remem saver over a blocking driver; subclasses implement :meth:`_transaction`."""
+
+    def _transaction(self, write: bool) -> contextlib.AbstractContextManager[Execute]:
+        raise NotImplementedError
+
+    def _run(self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True) -> T:
+        if write and self.read_only:
+            raise read_only_error(self._where)
+        if setup and not self._is_setup:
+            self.setup()
+        tx = ops.Tx()
+        result = run(make(tx), lambda: self._transaction(write))
+        for hook in tx.after_commit:
+            hook()
+        return result
+
+    def setup(self) -> None:
+        """Create or migrate the tables; idempotent and safe to run from many processes at once.
+
+        A read-only saver checks them instead and raises :class:`~remem.errors.NotFoundError` when they are
+        missing. A database written by a newer remem raises :class:`~remem.errors.SchemaTooNewError`.
+        """
+        self._run(
+            lambda tx: setup_op(self._ctx, self.read_only, self._where),
+            write=not self.read_only,
+            setup=False,
+        )
+        self._is_setup = True
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        scratch = self._scratch(config)
+        if scratch is None:
+            return _read.mark_loaded(
+                config, self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
+            )
+        kept = scratch.get(HEAD_READ)
+        if (
+            kept is not None
+            and self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
+        ):
+            return _read.mark_loaded(config, _read.fresh_copy(kept[1]))
+        stamp, tup = self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
+        if tup is not None:
+            scratch[HEAD_READ] = (stamp, tup)
+            tup = _read.fresh_copy(tup)
+        return _read.mark_loaded(config, tup)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first. Tuples listed in one call share the objects of values they have in common."""
+        yield from self._list(config, filter, before, limit, frozenset(), None)
+
+    def list_sized(
+        self, config: RunnableConfig, *, sized: Collection[str], limit: int | None = None
+    ) -> Iterator[tuple[CheckpointTuple, dict[str, int]]]:
+        """Checkpoints newest first, as :meth:`list`, but the list value of each channel in ``sized`` is not read.
+
+        The tuple holds an empty list in its place and the dict beside it the list's length, so listing a
+        long thread's checkpoints (``remem history``) reads none of its messages. Pending writes to those
+        channels keep their task and channel, with an empty list for the value.
+        """
+        lengths: dict[str, dict[str, int]] = {}
+        for tup in self._list(config, None, None, limit, frozenset(sized), lengths):
+            yield tup, lengths.pop(tup.config["configurable"]["checkpoint_id"], {})
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+        sized: frozenset[str],
+        lengths: dict[str, dict[str, int]] | None,
+    ) -> Iterator[CheckpointTuple]:
+        shared: dict[int, dict[int, Any]] = {}
+        cursor: _read.Cursor | None = None
+        remaining = limit
+        while remaining is None or remaining > 0:
+            page, cursor = self._run(
+                functools.partial(
+                    self._page, config, filter, before, cursor, shared, sized=sized, lengths=lengths
+                ),
+                write=False,
+            )
+            yield from page[:remaining]
+            if remaining is not None:
+                remaining -= min(remaining, len(page))
+            if cursor is None:
+                return
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        with self._run_lease(config) as lease:
+            if lease is not None:
+                lease.verify()
+            self._forget_read(config)
+            return self._run(
+                lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
+            )
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        lease = self._turn_lease(config)
+        if lease is not None:
+            lease.verify()
+        self._forget_read(config)
+        self._run(lambda tx: _write.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        wanted = {str(r) for r in run_ids}
+        if not wanted:
+            return
+        for thread_id in self._run(lambda tx: _prune.threads_of_runs(self._ctx, sorted(wanted)), write=False):
+            self._run(functools.partial(self._prune_one, thread_id, _prune.of_runs(wanted)), write=True)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(
+            lambda tx: _prune.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
+        )
+
+    def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        older_than: timedelta | datetime | None = None,
+    ) -> None:
+        """Prune threads: ``"keep_latest"`` keeps each namespace's latest checkpoint, ``"delete"`` deletes the threads.
+
+        With ``older_than`` (an age or a moment), ``keep_latest`` deletes only checkpoints created before it
+        and ``delete`` deletes only threads with no activity since. Values no remaining checkpoint or
+        write uses are deleted with them.
+        """
+        self.prune_threads(thread_ids, strategy=strategy, older_than=older_than)
+
+    def prune_threads(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        older_than: timedelta | datetime | None = None,
+    ) -> int:
+        """:meth:`prune`, returning how many checkpoints (``keep_latest``) or threads (``delete``) went."""
+        ids = self._check_prune(thread_ids, strategy)
+        cutoff = cutoff_of(older_than)
+        if strategy == "delete":
+            if cutoff is not None:
+                ids = self._run(functools.partial(self._idle, ids, cutoff), write=False)
+            self._run(lambda tx: _prune.delete_threads(self._ctx, tx, ids), write=True)
+            return len(ids)
+        pick = _prune.keep_latest(cutoff)
+        return sum(self._run(functools.partial(self._prune_one, t, pick), write=True) for t in ids)
+
+    def list_threads(self) -> builtins.list[str]:
+        """Thread ids with at least one checkpoint, most recently written first."""
+        return self._run(lambda tx: _read.list_threads(self._ctx), write=False)
+
+    def stats(self) -> CheckpointStats:
+        """Checkpoints, writes, stored values and bytes per thread, and the tables' size on disk."""
+        return self._run(lambda tx: stats_op(self._ctx), write=False)
+
+    # The async API of a sync saver runs the sync methods in a worker thread.
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for item in items:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: str = "keep_latest",
+        older_than: timedelta | datetime | None = None,
+    ) -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy, older_than=older_than))
