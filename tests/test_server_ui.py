@@ -134,6 +134,18 @@ def _seed_big(db: str) -> None:
             thread.add_messages(_big(start))
 
 
+def _seed_ingestions(db: str) -> None:
+    """A bulk load of memories in each tenant, as `remem ingest load` writes one (through the tenant's view)."""
+    from remem.ingestion import begin_ingestion
+
+    with open_store(db) as store:
+        for tenant, text in (("a", "Zed keeps bees"), ("b", "B's bulk secret")):
+            with begin_ingestion(
+                Memory(TenantStore(store, tenant)), kind="load", source="<crm>.jsonl"
+            ) as ing:
+                ing.add_memories("zed", [text])
+
+
 def _seed(url: str, a: str, b: str) -> None:
     with _api(url, a) as c:
         _add(c, "trip", "maya", [
@@ -185,6 +197,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     server = start_server(db, ["--rate-limit", "100000"])
     try:
         _seed_big(db)  # while the server starts
+        _seed_ingestions(db)
         server.ready()
     except BaseException:
         server.stop()
@@ -438,6 +451,30 @@ def test_the_job_queue_shows_parked_jobs_and_retries_them(tenant_a: Page, site: 
     rows.first.get_by_role("button", name="Retry").click()
     expect(page.get_by_role("status")).to_contain_text("queued again")
     expect(rows.first).to_contain_text("queued")
+
+
+def _zeds_memories(site: Site, key: str) -> list[str]:
+    with _api(site.url, key) as c:
+        found = c.post("/store/items/search", json={"namespace_prefix": ["users", "zed"], "limit": 10})
+        assert found.status_code == 200, found.text
+        return [item["value"]["content"] for item in found.json()["items"]]
+
+
+def test_an_ingestion_is_listed_and_undone_from_its_tenant_only(tenant_a: Page, site: Site) -> None:
+    assert _zeds_memories(site, site.a) == ["Zed keeps bees"]
+    page = tenant_a
+    page.goto("/ui/ingestions")
+    rows = page.locator("table tbody tr")
+    expect(rows).to_have_count(1)  # tenant b's load is not listed
+    expect(rows.first).to_contain_text("<crm>.jsonl")  # the source, as text
+    expect(rows.first).to_contain_text("done")
+    shot(site, page, "ingestions")
+    rows.first.get_by_role("button", name="Undo").click()
+    expect(page.get_by_role("status")).to_contain_text("undone")
+    expect(rows.first).to_contain_text("undone")
+    expect(rows.first.get_by_role("button", name="Undo")).to_have_count(0)
+    assert _zeds_memories(site, site.a) == []
+    assert _zeds_memories(site, site.b) == ["B's bulk secret"]  # the other tenant's load is untouched
 
 
 def test_a_key_of_one_tenant_sees_nothing_of_another(browser: Browser, site: Site) -> None:

@@ -22,6 +22,7 @@ NOTICES = {
     "edited": "The memory was saved.",
     "retried": "The job was queued again.",
     "parked": "The job was parked.",
+    "undone": "The ingestion was undone: what it added is gone.",
 }
 
 

@@ -50,7 +50,13 @@ def link(text: Any, path: str, params: Mapping[str, Any] | None = None, **attrs:
     return h('<a href="{}"{}>{}</a>', url(path, params), Html(extra), text)
 
 
-NAV = (("Threads", "/ui/threads"), ("Memories", "/ui/memories"), ("Usage", "/ui/usage"), ("Jobs", "/ui/jobs"))
+NAV = (
+    ("Threads", "/ui/threads"),
+    ("Memories", "/ui/memories"),
+    ("Usage", "/ui/usage"),
+    ("Jobs", "/ui/jobs"),
+    ("Ingestions", "/ui/ingestions"),
+)
 
 
 def layout(title: str, body: Html, *, who: str | None, csrf: str, current: str = "") -> Html:

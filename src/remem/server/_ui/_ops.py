@@ -1,4 +1,5 @@
-"""The inspector's usage page (the ledger per day, model and thread; budgets) and the job queue."""
+"""The inspector's usage page (the ledger per day, model and thread; budgets), the job queue and the
+ingestions (each undone from here, as ``remem ingest undo --id`` does)."""
 
 from __future__ import annotations
 
@@ -190,3 +191,70 @@ async def retry_job(request: Request) -> Response:
 @router.post("/jobs/park")
 async def park_job(request: Request) -> Response:
     return await _job_action(request, "park")
+
+
+# ----------------------------------------------------------------------------- ingestions
+
+
+def _undo_button(ctx: Context, entry: Any) -> Html:
+    if entry.state == "undone":
+        return Html("")
+    return h(
+        '<form method="post" action="/ui/ingestions/undo">{}<input type="hidden" name="id" value="{}">'
+        '<button type="submit" class="danger">Undo</button></form>',
+        csrf_field(ctx),
+        entry.id,
+    )
+
+
+@router.get("/ingestions")
+def ingestions_page(request: Request) -> Response:
+    ctx = context(request)
+
+    def build() -> Response:
+        from remem.ingestion import list_ingestions
+
+        entries = list(reversed(list_ingestions(ctx.services.memory_for(ctx.tenant))))  # newest first
+        rows = [
+            (
+                h("<code>{}</code>", e.id),
+                e.kind,
+                h('<span class="text">{}</span>', e.source),
+                e.state,
+                e.started_at,
+                number(len(e.threads)),
+                number(e.added.get("messages", 0)),
+                number(e.added.get("memories", 0)),
+                _undo_button(ctx, e),
+            )
+            for e in entries
+        ]
+        body = (
+            table(
+                ["Ingestion", "Kind", "Source", "State", "Started", "Threads", "Messages", "Memories", ""],
+                rows,
+                caption="Write batches from outside a turn (imports, bulk loads), newest first",
+            )
+            if rows
+            else h('<p class="empty">{}</p>', "No ingestion is recorded.")
+        )
+        return page(ctx, "Ingestions", body, current="/ui/ingestions")
+
+    return guarded(ctx, build)
+
+
+@router.post("/ingestions/undo")
+async def undo_an_ingestion(request: Request) -> Response:
+    ctx = context(request)
+    form, refused = await checked_form(request, ctx)
+    if refused is not None:
+        return refused
+    ingestion_id = str(form.get("id", ""))
+
+    def undo() -> Response:
+        from remem.ingestion import undo_ingestion
+
+        undo_ingestion(ctx.services.memory_for(ctx.tenant), ingestion_id)  # another tenant's id: not found
+        return redirect("/ui/ingestions?done=undone")
+
+    return await run_in_threadpool(guarded, ctx, undo)
