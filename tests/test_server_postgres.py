@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from remem.server._services import STORE_POOL_SIZE
 from remem.server.keys import create_key
 from remem.store import open_store
 from tests.conftest import POSTGRES_URL, _fresh_database
@@ -272,7 +273,51 @@ def test_metrics_show_pool_use_and_lease_waits(served: tuple[Server, str, str]) 
     assert _metric(text, "remem_lease_acquired_total") >= before + 3
     assert _metric(text, "remem_lease_wait_seconds_total") >= 0
     assert _metric(text, "remem_lease_busy_total") >= 0
-    # the checkpointer's pool (the store runs on one connection of its own, not a pool)
-    assert _metric(text, 'remem_db_pool_connections{pool="checkpoint",state="max"}') >= 1
-    assert _metric(text, 'remem_db_pool_connections{pool="checkpoint",state="size"}') >= 1
-    assert _metric(text, 'remem_db_pool_connections{pool="checkpoint",state="waiting"}') >= 0
+    # the checkpointer's pool and the store's
+    for pool in ("checkpoint", "store"):
+        assert _metric(text, f'remem_db_pool_connections{{pool="{pool}",state="max"}}') >= 1
+        assert _metric(text, f'remem_db_pool_connections{{pool="{pool}",state="size"}}') >= 1
+        assert _metric(text, f'remem_db_pool_connections{{pool="{pool}",state="waiting"}}') >= 0
+    assert _metric(text, 'remem_db_pool_connections{pool="store",state="max"}') == STORE_POOL_SIZE
+
+
+@pytest.mark.postgres
+def test_one_worker_serves_a_request_while_another_waits_in_the_database(pg_url: str) -> None:
+    """One worker, two requests at once: a put that waits for a row lock held outside, and a read, which
+    the worker answers on another connection of its store's pool (on one connection it would wait)."""
+    import time
+
+    import psycopg
+
+    item = {"namespace": ["a"], "key": "held", "value": {"v": 0}}
+    with (
+        running_server(pg_url, ["--rate-limit", "0"]) as server,
+        httpx.Client(base_url=server.url, timeout=60) as c,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+        psycopg.connect(pg_url, autocommit=True) as admin,
+        psycopg.connect(pg_url) as holder,
+    ):
+        assert c.put("/store/items", json=item).status_code == 204
+        assert c.put("/store/items", json={**item, "key": "free"}).status_code == 204
+        holder.execute("SELECT 1 FROM remem_items WHERE key = 'held' FOR UPDATE")
+        put = pool.submit(
+            httpx.put, f"{server.url}/store/items", json={**item, "value": {"v": 2}}, timeout=60
+        )
+        for _ in range(600):  # a hang guard: the put reaches the row lock at once
+            waiting = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if waiting and waiting[0]:
+                break
+            assert not put.done(), put.result().text
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the put never waited for the row lock")
+        answer = c.get("/store/items", params={"namespace": "a", "key": "free"}, timeout=30)
+        assert answer.status_code == 200 and answer.json()["value"] == {"v": 0}
+        assert not put.done()
+        assert _metric(c.get("/metrics").text, 'remem_db_pool_connections{pool="store",state="size"}') >= 2
+        holder.rollback()
+        assert put.result(timeout=60).status_code == 204
+        assert c.get("/store/items", params={"namespace": "a", "key": "held"}).json()["value"] == {"v": 2}

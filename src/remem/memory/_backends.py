@@ -72,25 +72,32 @@ def indexes_repeated_texts(store: BaseStore) -> bool:
 
 
 def open_store(
-    url: str, settings: Settings, *, meter: Meter | None = None, embedder: Any = None
+    url: str,
+    settings: Settings,
+    *,
+    meter: Meter | None = None,
+    embedder: Any = None,
+    pool_size: int | None = None,
 ) -> tuple[BaseStore, list[Callable[[], None]]]:
-    """The store at ``url`` and the functions that close what was opened for it.
+    """The store at ``url`` and the functions that close what was opened for it (``pool_size``: as
+    :func:`remem.store.open_store`'s).
 
     Any form :func:`remem._url.parse_database_url` accepts; it refuses the others with the list of forms.
     """
     if parse_database_url(url).kind == "memory":
         return _InMemoryStore(index=index_config(settings, meter, embedder)), []  # type: ignore[arg-type]
-    return _open_remem_store(url, settings, meter, embedder)
+    return _open_remem_store(url, settings, meter, embedder, pool_size)
 
 
 def _open_remem_store(
-    url: str, settings: Settings, meter: Meter | None, embedder: Any
+    url: str, settings: Settings, meter: Meter | None, embedder: Any, pool_size: int | None
 ) -> tuple[BaseStore, list[Callable[[], None]]]:
     from remem.store import open_store as open_remem_store
 
     stack = contextlib.ExitStack()
     try:
-        store = stack.enter_context(open_remem_store(url, index=index_config(settings, meter, embedder)))
+        index = index_config(settings, meter, embedder)
+        store = stack.enter_context(open_remem_store(url, index=index, pool_size=pool_size))
     except BaseException:
         stack.close()
         raise

@@ -128,6 +128,7 @@ class Memory:
         meter_embeddings: bool = False,
         embedder: Embeddings | str | None = None,
         api_key: str | None = None,
+        pool_size: int | None = None,
     ) -> Memory:
         """Open the memory at ``url``: ``memory://``, ``sqlite:///PATH`` or ``postgresql://...``; or
         ``http(s)://HOST:PORT``, a ``remem serve`` (with its ``api_key``), through the same methods.
@@ -136,13 +137,19 @@ class Memory:
         from ``settings`` (default: :func:`remem.load_settings`). ``embedder`` overrides the setting's: a
         name (minilm, e5, fake) or any LangChain ``Embeddings`` (one that has ``dims``, or is probed once). Summariser calls are recorded in the usage
         ledger of the same database; ``meter_embeddings=True`` records the embedder's batches too (searches
-        included, so a search then writes a row: off by default, as reads never write).
+        included, so a search then writes a row: off by default, as reads never write). ``pool_size``:
+        on PostgreSQL, the store runs on a pool of up to that many connections, so that threads sharing
+        this memory are served side by side (default: one connection, one call at a time).
         """
         from remem.memory._backends import open_store
 
         if isinstance(url, str) and url.startswith(("http://", "https://")):
             from remem.memory._remote import RemoteMemory
 
+            if pool_size is not None:
+                raise ConfigError(
+                    "pool_size is for a database URL; a remem serve URL (http://...) takes none"
+                )
             return RemoteMemory(url, api_key=api_key)
         if api_key is not None:
             raise ConfigError("api_key is for a remem serve URL (http://...); a database URL takes none")
@@ -154,7 +161,9 @@ class Memory:
         meter = usage_meter(url, settings)
         if isinstance(embedder, str):
             settings, embedder = settings.replace(embedder=embedder), None
-        store, owned = open_store(url, settings, meter=meter if meter_embeddings else None, embedder=embedder)
+        store, owned = open_store(
+            url, settings, meter=meter if meter_embeddings else None, embedder=embedder, pool_size=pool_size
+        )
         owned.append(meter.ledger.close)
         if summarizer is None:
             from remem.models import chat_model_from_settings

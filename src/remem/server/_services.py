@@ -31,6 +31,12 @@ class Principal:
     admin: bool = False
 
 
+STORE_POOL_SIZE = 10
+"""The most connections a server process's store opens on PostgreSQL (as many as its checkpointer's
+pool, ``PostgresSaver.from_conn_string``'s ``pool_size``): requests run side by side up to that many,
+then wait for a connection; ``/metrics`` shows both pools. SQLite keeps one connection."""
+
+
 class Services:
     """The database's memory, store and checkpointer, and each tenant's view of them."""
 
@@ -41,7 +47,7 @@ class Services:
         self.settings = settings
         self._stack = contextlib.ExitStack()
         try:
-            self.memory = Memory.from_url(url, settings=settings)
+            self.memory = Memory.from_url(url, settings=settings, pool_size=STORE_POOL_SIZE)
             self._stack.callback(self.memory.close)
             self.store: BaseStore = self.memory.store
             self.saver: Any = self._stack.enter_context(checkpointer_from_url(url))

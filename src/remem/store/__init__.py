@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from langgraph.store.base import BaseStore, SearchItem
 
 from remem._url import parse_database_url
-from remem.errors import InvalidFilterError, NamespaceError
+from remem.errors import ConfigError, InvalidFilterError, NamespaceError
 from remem.store._base import RememStoreBase
 from remem.store._compact import Compaction
 from remem.store._core import ScoredItem, SearchMode
@@ -156,19 +156,34 @@ def _scored(hit: SearchItem) -> ScoredItem:
 
 @contextmanager
 def open_store(
-    url: str | Path, *, index: Mapping[str, Any] | None = None, read_only: bool = False
+    url: str | Path,
+    *,
+    index: Mapping[str, Any] | None = None,
+    read_only: bool = False,
+    pool_size: int | None = None,
 ) -> Iterator[RememStoreBase]:
     """Open a store from a URL: ``postgresql://...``, ``sqlite:///path``, a file path, ``:memory:`` or ``memory://``.
 
     ``read_only=True`` is for commands that only read (as ``checkpointer_from_url(create=False)``): SQLite
     opens with ``mode=ro``, PostgreSQL with read-only transactions; nothing is created, writes are refused,
     and a missing file or missing store tables raise :class:`~remem.errors.NotFoundError` saying what to do.
+    ``pool_size``: on PostgreSQL, a pool of up to that many connections, so that calls from several
+    threads run side by side (default: one connection, one call at a time); SQLite keeps its one connection.
     """
     if parse_database_url(url).kind == "postgres":
         from remem.store.postgres import PostgresStore
 
-        with PostgresStore.from_conn_string(str(url), index=index, read_only=read_only) as pg:
+        pool = None if pool_size is None else {"min_size": 1, "max_size": _check_pool_size(pool_size)}
+        with PostgresStore.from_conn_string(
+            str(url), index=index, read_only=read_only, pool_config=pool
+        ) as pg:
             yield pg
     else:
         with SqliteStore.from_conn_string(url, index=index, read_only=read_only) as lite:
             yield lite
+
+
+def _check_pool_size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"pool_size takes a whole number of connections, at least 1; got {size!r}")
+    return size

@@ -107,6 +107,11 @@ class RememStoreBase(BaseStore):
         """Make deleted bytes unrecoverable from storage (VACUUM and friends); True if done."""
         return False
 
+    def _serial(self) -> contextlib.AbstractContextManager[Any]:
+        """What a sync call's transaction runs under: the store's lock (one connection, one transaction at
+        a time); a backend on a pool, where each transaction borrows a connection of its own, needs none."""
+        return self._lock
+
     # -------------------------------------------------- driver
 
     def _check_writable(self, write: bool) -> None:
@@ -139,7 +144,7 @@ class RememStoreBase(BaseStore):
         ready: Mapping[bytes, Vector] | None,
     ) -> T:
         self._check_writable(write)
-        with self._lock:
+        with self._serial():
             while True:
                 tx = Tx(self._vectors(), ready or {})
                 result = run(make(tx), lambda: self._transaction(write, snapshot))

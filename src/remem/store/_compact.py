@@ -124,9 +124,13 @@ def _vacuum_full(
 
 
 def _compact_postgres(store: Any, wait: float) -> Compaction:
+    with store._connection() as conn:  # the store's connection, or one borrowed from its pool
+        return _compact_postgres_on(conn, wait)
+
+
+def _compact_postgres_on(conn: Any, wait: float) -> Compaction:
     import psycopg
 
-    conn: psycopg.Connection[Any] = store.conn
     deadline = time.monotonic() + wait
     kept: dict[str, int] = {}
     current = [""]

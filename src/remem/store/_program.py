@@ -135,8 +135,10 @@ def batch_program(
     found: dict[tuple[str, str], tuple[Any, ...]] | None = None
     if len(gets) > 1:  # every get of the batch in a few statements instead of one each
         found = yield from _rows_by_key(d, [(core.ns_path(op.namespace), op.key) for op in gets], seen)
+    # (an identical read is found by its repr, worth its cost only where a batch has more than one read)
+    reads = sum(1 for op in ops if not isinstance(op, PutOp))
     for i, op in enumerate(ops):
-        same = None if isinstance(op, PutOp) else repr(op)
+        same = None if isinstance(op, PutOp) or reads < 2 else repr(op)
         if same is not None and same in answered:
             results[i] = answered[same]
             continue

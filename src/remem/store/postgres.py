@@ -90,7 +90,6 @@ class _PostgresBackend(RememStoreBase):
         self.ef_search = ef_search
         self.keyword_budget = keyword_budget
         self._is_setup = False
-        self._active: psycopg.Connection[Any] | None = None  # the connection of the running transaction
         self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
         self.retry = Retry(self._sync_reopens, "the PostgreSQL connection was lost")
 
@@ -116,11 +115,7 @@ class _PostgresBackend(RememStoreBase):
                 return
             try:
                 with self._connection() as conn:
-                    self._active = conn
-                    try:
-                        self._setup(conn)
-                    finally:
-                        self._active = None
+                    self._setup(conn)
             except psycopg.Error as exc:
                 raise StorageError(
                     f"setting up the store's tables failed: {mask_secrets(str(exc))}; check the database"
@@ -140,7 +135,7 @@ class _PostgresBackend(RememStoreBase):
             except psycopg.Error:
                 has_vector = False  # no pgvector here: the exact path
         with c.transaction():
-            drive(self._setup_program(has_vector), self._execute)
+            drive(self._setup_program(has_vector), functools.partial(self._execute, c))
 
     def _setup_program(self, has_vector: bool) -> Program[None]:
         """Migrate (or, read-only, check) the tables and choose the vector path, in one transaction; the
@@ -169,6 +164,11 @@ class _PostgresBackend(RememStoreBase):
         yield from prog.reindex_program(self.dialect)
 
     # -------------------------------------------------- connections
+
+    def _serial(self) -> contextlib.AbstractContextManager[Any]:
+        """On a pool, sync calls run side by side, each transaction on a connection of its own (the
+        thread leases never depend on it: each lease has its own session, see :mod:`remem._lease`)."""
+        return contextlib.nullcontext() if isinstance(self._sync_conn, ConnectionPool) else self._lock
 
     def _sync_dsn(self) -> str:
         """Where a sync connection the store opens itself goes (a store given its connection has none)."""
@@ -210,19 +210,14 @@ class _PostgresBackend(RememStoreBase):
                 # an autocommit read with no snapshot to share runs each statement alone: no BEGIN, no COMMIT
                 alone = not write and not snapshot and conn.autocommit and self.pipe is None
                 with contextlib.nullcontext() if alone else conn.transaction():
-                    self._active = conn
-                    try:
-                        yield self._execute
-                    finally:
-                        self._active = None
+                    yield functools.partial(self._execute, conn)
         except psycopg.Error as exc:
             raise StorageError(
                 f"PostgreSQL refused the work: {mask_secrets(str(exc))}; check the server and the database"
             ) from exc
 
-    def _execute(self, request: Statement) -> Rows:
-        assert self._active is not None
-        with self._active.cursor(row_factory=tuple_row) as cur:
+    def _execute(self, conn: psycopg.Connection[Any], request: Statement) -> Rows:
+        with conn.cursor(row_factory=tuple_row) as cur:
             return execute(cur, request, self.pipe.sync if self.pipe is not None else None)
 
     def _vectors(self) -> PostgresVectors:
