@@ -100,3 +100,10 @@ def test_compaction_on_a_pool_rewrites_the_tables_on_a_borrowed_connection(pg_ur
         compaction = store.compact(wait=10)
         assert compaction.done, compaction.detail
         assert store.search(("a",)) == []
+
+
+def test_a_pool_size_for_a_server_url_is_refused() -> None:
+    from remem import Memory
+
+    with pytest.raises(ConfigError, match="pool_size is for a database URL"):
+        Memory.from_url("http://127.0.0.1:8420", pool_size=2)
