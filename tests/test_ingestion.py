@@ -18,27 +18,21 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remem import Memory, load_settings
+from remem import Memory
 from remem.cli import main
 from remem.errors import NotFoundError, RememUsageError
 from remem.extraction._schema import Candidate, memory_value
 from remem.ingestion import MESSAGE_TAG, begin_ingestion, get_ingestion, list_ingestions, undo_ingestion
 from remem.jobs import open_queue
 from remem.layout import user_memories
+from remem.testing import offline_settings
 
-SETTINGS = load_settings(environ={}, config_file=None, embedder="fake")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'remem.db'}"
-    return str(request.getfixturevalue("pg_url"))
+SETTINGS = offline_settings()
 
 
 @pytest.fixture
-def memory(url: str) -> Iterator[Memory]:
-    with Memory.from_url(url, settings=SETTINGS) as mem:
+def memory(db_url: str) -> Iterator[Memory]:
+    with Memory.from_url(db_url, settings=SETTINGS) as mem:
         yield mem
 
 
@@ -138,12 +132,12 @@ def test_undo_removes_what_a_load_added_and_nothing_else(memory: Memory) -> None
         undo_ingestion(memory, last=True)
 
 
-def test_an_erased_user_leaves_no_id_in_the_ingestion_journal(url: str) -> None:
+def test_an_erased_user_leaves_no_id_in_the_ingestion_journal(db_url: str) -> None:
     """The journal names the threads and users a load touched; after `forget --user` none of the erased
     user's names is left there (an entry naming only them goes), and another user's part still undoes."""
     from remem.erasure import erase
 
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         with begin_ingestion(memory, kind="load", source="crm.jsonl") as both:
             both.add_messages(
                 "maya-chat", [{"role": "user", "content": "maya likes kites", "id": "m1"}], user_id="maya"
@@ -159,9 +153,9 @@ def test_an_erased_user_leaves_no_id_in_the_ingestion_journal(url: str) -> None:
         journal = json.dumps([e.to_value() for e in list_ingestions(memory)])
         assert "maya" in journal  # what the check below would miss if the journal never named her
 
-    erase(url, user_id="maya")
+    erase(db_url, user_id="maya")
 
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         entries = list_ingestions(memory)
         assert "maya" not in json.dumps([e.to_value() for e in entries])
         assert [e.id for e in entries] == [both.id]  # the load that named only maya is gone whole
@@ -261,8 +255,8 @@ def _remem(*args: str, point: str = "none") -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("point", ["thread:t1", "thread:t2", "user:maya"])
-def test_an_undo_killed_at_a_step_is_finished_by_the_next(url: str, tmp_path: Path, point: str) -> None:
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+def test_an_undo_killed_at_a_step_is_finished_by_the_next(db_url: str, tmp_path: Path, point: str) -> None:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         _seed(memory)
         before = _snapshot(memory)
         with begin_ingestion(memory, kind="load") as ing:
@@ -271,13 +265,13 @@ def test_an_undo_killed_at_a_step_is_finished_by_the_next(url: str, tmp_path: Pa
             ing.add_memories("maya", ["collects zebra figurines"])
         ingestion_id = ing.id
 
-    killed = _remem("ingest", "undo", "--id", ingestion_id, "--db", url, point=point)
+    killed = _remem("ingest", "undo", "--id", ingestion_id, "--db", db_url, point=point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         entry = get_ingestion(memory, ingestion_id)
         assert entry.state == "undoing" and entry.undo["done"][-1] == point
 
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         report = undo_ingestion(memory, last=True)  # the one left undoing
         assert (report.ingestion_id, report.messages, report.memories) == (ingestion_id, 2, 1)
         assert (report.threads_removed, report.runs) == (1, 2)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,16 +25,9 @@ SETTINGS = offline_settings()
 PRICES = PriceTable({"scripted": Price(1.0, 2.0)})
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'app.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
-def ledger(url: str) -> Iterator[Ledger]:
-    with open_ledger(url) as opened:
+def ledger(db_url: str) -> Iterator[Ledger]:
+    with open_ledger(db_url) as opened:
         yield opened
 
 
@@ -145,8 +137,8 @@ def test_a_reply_without_provider_usage_is_recorded_as_its_estimate_counted_it(l
 
 
 @pytest.mark.parametrize("order", ["card_first", "budget_first"])
-def test_with_the_context_card_middleware_in_either_order(ledger: Ledger, url: str, order: str) -> None:
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+def test_with_the_context_card_middleware_in_either_order(ledger: Ledger, db_url: str, order: str) -> None:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         card = ContextCardMiddleware(memory, thread_id="t1", user_id="maya", compaction_token_trigger=150)
         budget = BudgetMiddleware(ledger, budgets=Budgets(thread_tokens=100_000), prices=PRICES)
         middleware = [card, budget] if order == "card_first" else [budget, card]
@@ -335,10 +327,10 @@ def test_a_system_prompt_that_changes_per_call_is_counted_as_sent_and_the_schema
     assert len(repeated.seen) == 3 and built == [1]  # the same prompt and tools: built and counted once
 
 
-def test_a_refusal_note_is_not_stored_as_the_assistants_words(ledger: Ledger, url: str) -> None:
+def test_a_refusal_note_is_not_stored_as_the_assistants_words(ledger: Ledger, db_url: str) -> None:
     from remem.messages import is_refusal
 
-    with Memory.from_url(url, settings=SETTINGS) as memory:
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
         card = ContextCardMiddleware(memory, thread_id="t1", user_id="maya")
         budget = BudgetMiddleware(
             ledger, budgets=Budgets(thread_tokens=60), prices=PRICES, budget_action="refuse"

@@ -6,7 +6,6 @@ it asked for) is not repeated: the model's and the tool's call counters say so, 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +21,6 @@ from remem.usage import Budgets, Price, PriceTable, open_ledger
 
 SETTINGS = offline_settings()
 CONFIG: Any = {"configurable": {"thread_id": "t1", "user_id": "maya"}}
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'app.db'}"
-    return str(request.getfixturevalue("pg_url"))
 
 
 class Counted:
@@ -59,13 +51,13 @@ def _agent(model: ScriptedChatModel, saver: Any, ledger: Any, counted: Counted, 
 
 @pytest.mark.parametrize("with_card", [False, True], ids=["budget", "card+budget"])
 def test_a_failed_second_call_is_resumed_without_repeating_the_first(
-    url: str, counted: Counted, with_card: bool
+    db_url: str, counted: Counted, with_card: bool
 ) -> None:
     call = AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lyon"}, "id": "c1"}])
     model = ScriptedChatModel(replies=[call, RuntimeError("provider down"), "It is sunny in Lyon."])
-    memory = Memory.from_url(url, settings=SETTINGS) if with_card else None
+    memory = Memory.from_url(db_url, settings=SETTINGS) if with_card else None
     try:
-        with checkpointer_from_url(url) as saver, open_ledger(url) as ledger:
+        with checkpointer_from_url(db_url) as saver, open_ledger(db_url) as ledger:
             agent = _agent(model, saver, ledger, counted, memory)
             with pytest.raises(RuntimeError, match="provider down"):
                 agent.invoke({"messages": [HumanMessage(content="Weather in Lyon?")]}, CONFIG)
