@@ -17,6 +17,8 @@ from remem import ScriptedChatModel, build_agent, checkpointer_from_url, run_tur
 from remem.agent import ledger_of
 from remem.cli import main
 from remem.middleware import BudgetMiddleware
+from remem.strategies import SummaryStrategy
+from remem.summarize import LLMSummarizer
 from remem.usage import UsageRecorder, ledger_for
 
 
@@ -121,6 +123,26 @@ def test_remem_agent_and_the_recorder_count_each_call_once(db_url: str) -> None:
         turns = [e.turn for e in ledger.events(thread_id="R")]
         recorder.ledger.close()
     assert len(model.calls) == 2 and turns == [1, 2]
+
+
+def test_remem_agent_summariser_calls_and_the_recorder_count_each_call_once(db_url: str) -> None:
+    chat, summariser = ScriptedChatModel(default="Reply."), ScriptedChatModel(default="A short summary.")
+    with checkpointer_from_url(db_url) as saver:
+        agent = build_agent(
+            chat,
+            strategy=SummaryStrategy(keep=2, trigger_messages=3),
+            checkpointer=saver,
+            summarizer=LLMSummarizer(summariser),
+        )
+        recorder = UsageRecorder(ledger_for(saver))
+        for question in ("one", "two", "three"):
+            run_turn(agent.with_config(callbacks=[recorder]), "S", question)
+        ledger = ledger_of(agent)
+        assert ledger is not None
+        kinds = sorted(e.kind for e in ledger.events(thread_id="S"))
+        recorder.ledger.close()
+    assert summariser.calls  # the summary ran
+    assert kinds == sorted(["chat"] * len(chat.calls) + ["summariser"] * len(summariser.calls))
 
 
 def test_a_replayed_call_is_recorded_once(db_url: str) -> None:

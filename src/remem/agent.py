@@ -103,6 +103,7 @@ from remem.usage._approval import pending_approval
 from remem.usage._gate import Call, Gate
 from remem.usage._pending import UNRECORDED
 from remem.usage._prefix import PrefixCounter
+from remem.usage._records import call_id_of
 
 if TYPE_CHECKING:
     from remem.middleware.budget import BudgetMiddleware
@@ -411,6 +412,7 @@ class _Nodes:
                         turn=_turn_before(state),
                         node="summarize_conversation",
                         latency_ms=result.latency_ms,
+                        call_id=call_id_of(caller.thread_id, result.extra.get("reply_id")),
                     ),
                     state,
                     update,

@@ -406,7 +406,9 @@ class LLMSummarizer:
             extra={
                 "source": "provider"
                 if usage.get("input_tokens") and usage.get("output_tokens")
-                else "counted"
+                else "counted",
+                # The ledger's call id is made of it, so a UsageRecorder that also saw the call adds nothing.
+                "reply_id": getattr(reply, "id", None),
             },
         )
 

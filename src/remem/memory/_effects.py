@@ -28,6 +28,7 @@ from remem import _statements
 from remem.errors import RememError, StorageError
 from remem.summarize import Summarizer, SummaryResult
 from remem.usage import Meter
+from remem.usage._records import call_id_of
 
 __all__ = ["ALease", "Flow", "Guard", "Lease", "Leased", "StoreCall", "SummarizeCall", "arun", "run"]
 
@@ -110,6 +111,7 @@ def _record(meter: Meter | None, call: SummarizeCall, result: SummaryResult) -> 
         user_id=call.user_id,
         node="memory.summary",
         latency_ms=result.latency_ms,
+        call_id=call_id_of(call.thread_id, result.extra.get("reply_id")),
     )
 
 

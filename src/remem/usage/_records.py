@@ -122,11 +122,11 @@ class Totals:
         }
 
 
-def call_id_of(thread_id: str | None, reply_id: str | None) -> str | None:
+def call_id_of(thread_id: str | None, reply_id: object) -> str | None:
     """The id of a chat call in the ledger, ``thread:reply id``: the one scheme of remem's agent,
     ``BudgetMiddleware``, the extractor and :class:`~remem.usage.UsageRecorder`, so a call that two of them
     see is recorded once (None: the call has no thread or its reply no id)."""
-    return f"{thread_id}:{reply_id}" if thread_id and reply_id else None
+    return f"{thread_id}:{reply_id}" if thread_id and isinstance(reply_id, str) and reply_id else None
 
 
 def usage_from_metadata(meta: Any) -> tuple[int, int, int] | None:

@@ -14,7 +14,9 @@ nothing else records. The rules:
   or the recorder's own ``user_id``; ``node`` is the LangGraph node that made the call; ``turn`` is left
   empty (only remem's agent and ``BudgetMiddleware`` number turns).
 - **Once per call**: a call's id is :func:`~remem.usage._records.call_id_of` its thread and reply id, the id
-  remem's agent, ``BudgetMiddleware`` and the extractor give the same call. The row is written when the
+  remem's agent (chat model and summariser), ``BudgetMiddleware``, ``Memory``'s summariser and the
+  extractor give the same call. (A summary made in several calls, of an input above
+  ``summary_max_input_tokens``, is one row of theirs: the recorder adds its calls after the first.) The row is written when the
   node (the run) that made the call ends or fails, after any of those has recorded it, so their row
   (with its turn, settling its budget hold) is the one kept and this one adds nothing. A run replayed or
   a callback repeated records nothing twice: the ledger ignores a call id it holds.
