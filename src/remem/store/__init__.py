@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from langgraph.store.base import BaseStore, SearchItem
 
 from remem._url import parse_database_url
-from remem.errors import ConfigError, InvalidFilterError, NamespaceError
+from remem.errors import InvalidFilterError, NamespaceError
 from remem.store._base import RememStoreBase
 from remem.store._compact import Compaction
 from remem.store._core import ScoredItem, SearchMode
@@ -185,5 +185,7 @@ def open_store(
 
 def _check_pool_size(size: int) -> int:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        from remem.errors import ConfigError  # imported here: remem.store exports no ConfigError
+
         raise ConfigError(f"pool_size takes a whole number of connections, at least 1; got {size!r}")
     return size
