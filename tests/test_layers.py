@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # memory client and the job queue: it removes a user's queued jobs (remem.jobs, whose handlers run the
     # memory client), and the memory client's remote twin returns its reports.
     ("memory client", ("remem.memory", "remem.erasure", "remem.jobs", "remem.ingestion")),
-    ("agent", ("remem.agent", "remem.middleware", "remem.inspection", "remem.eval")),
+    ("agent", ("remem.agent", "remem._turn", "remem.middleware", "remem.inspection", "remem.eval")),
     ("surfaces", ("remem.cli", "remem.server", "remem.demo")),
     ("package", ("remem",)),  # the package's __init__ re-exports the public API of every layer
 ]
