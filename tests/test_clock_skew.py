@@ -53,3 +53,20 @@ def test_turns_from_clocks_an_hour_ahead_and_behind_follow_each_other(kind: str,
         assert questions == ["from the future", "from now", "from the past", "now again"]
         replies = [m.text for m in state.values["messages"] if m.type == "ai"]
         assert replies == [f"reply to {q}" for q in questions]
+
+
+def test_a_prune_keeping_the_latest_keeps_the_last_written_not_the_highest_id(kind: str, target: str) -> None:
+    """After a turn from a clock an hour ahead, the next turn's checkpoint has the lower id but is the head:
+    ``prune(strategy="keep_latest")`` keeps it (it kept the future one, and the thread lost its last turn)."""
+    _turn_in_child(kind, target, +HOUR, "from the future")
+    with open_saver(kind, target) as saver:
+        agent = agent_for(saver)
+        run_turn(agent, THREAD, "from now")
+        saver.prune([THREAD], strategy="keep_latest")
+        kept = list(saver.list({"configurable": {"thread_id": THREAD}}))
+        assert len(kept) == 1
+        state = agent.get_state({"configurable": {"thread_id": THREAD}})
+        assert [m.text for m in state.values["messages"] if m.type == "human"] == [
+            "from the future",
+            "from now",
+        ]

@@ -230,6 +230,34 @@ def test_forget_a_user_takes_their_threads_in_this_tenant_only(served: Served) -
     assert b.get("/v1/threads/u-one").status_code == 200
 
 
+def test_forget_a_user_takes_their_ids_out_of_the_tenants_ingestion_journal(served: Served) -> None:
+    import json
+
+    from remem.ingestion import begin_ingestion, list_ingestions
+    from remem.memory import Memory
+    from remem.server._tenancy import TenantStore
+
+    def journal(store: object, tenant: str) -> str:
+        return json.dumps([e.to_value() for e in list_ingestions(Memory(TenantStore(store, tenant)))])
+
+    with open_store(served.db) as store:
+        for tenant in ("a", "b"):
+            with begin_ingestion(Memory(TenantStore(store, tenant)), kind="load", source="crm.jsonl") as ing:
+                ing.add_messages(
+                    "iris-import", [{"role": "user", "content": "iris here", "id": "i1"}], user_id="iris"
+                )
+                ing.add_messages(
+                    "ivan-import", [{"role": "user", "content": "ivan here", "id": "v1"}], user_id="ivan"
+                )
+        assert "iris" in journal(store, "a")
+    a = client(served.main, served.keys.a)
+    assert a.post("/v1/forget", json={"user_id": "iris"}).status_code == 200
+    with open_store(served.db) as store:
+        assert "iris" not in journal(store, "a")
+        assert "ivan-import" in journal(store, "a")  # another user's part of the same load stays
+        assert "iris-import" in journal(store, "b")  # and another tenant's journal is not touched
+
+
 # ----------------------------------------------------------------------------- keys
 
 

@@ -351,8 +351,12 @@ class _Nodes:
             ) from exc
         update["messages"] = [*dropped, reply]
         if self.gate.recording is not None:
-            event = self.gate.event(decision, reply, sent=sent, started=started, node="call_model")
-            kept = self.gate.after(decision, event)
+            try:
+                event = self.gate.event(decision, reply, sent=sent, started=started, node="call_model")
+                kept = self.gate.after(decision, event)
+            except BaseException:
+                self.gate.release(decision)  # as BudgetMiddleware does: no hold outlives a failed turn
+                raise
             if kept:
                 update[UNRECORDED] = [*update.get(UNRECORDED, state.get(UNRECORDED) or []), *kept]
         return update

@@ -65,8 +65,9 @@ def _created(ts: str) -> datetime | None:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-CheckpointInfo = tuple[str, str, str | None, str]
-"""(namespace, checkpoint id, run id, creation timestamp) of one stored checkpoint."""
+CheckpointInfo = tuple[str, str, str | None, str, int]
+"""(namespace, checkpoint id, run id, creation timestamp, seq) of one stored checkpoint; ``seq`` is its
+place in the order the namespace's checkpoints were written (the head is the highest)."""
 Picker = Callable[[list[CheckpointInfo]], set[tuple[str, str]]]
 """Picks the (namespace, checkpoint id) of the checkpoints a prune deletes."""
 
@@ -80,10 +81,10 @@ def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Progra
     tid = row[0]
     raw = yield ctx.q(sql.SELECT_THREAD_CHECKPOINTS, (tid,))
     decoded = {
-        (ns, cid): (parent_id, run_id, codec.decode_body(bytes(body)))
-        for ns, cid, parent_id, run_id, body in raw
+        (ns, cid): (parent_id, run_id, codec.decode_body(bytes(body)), seq or 0)
+        for ns, cid, parent_id, run_id, body, seq in raw
     }
-    gone = doomed([(ns, cid, v[1], v[2].created) for (ns, cid), v in decoded.items()])
+    gone = doomed([(ns, cid, v[1], v[2].created, v[3]) for (ns, cid), v in decoded.items()])
     if not gone:
         return 0
     keys = sorted(gone)
@@ -143,16 +144,18 @@ def _collect_garbage(ctx: Context, tid: int, kept: list[codec.RawBody]) -> Progr
 
 
 def keep_latest(before: datetime | None) -> Picker:
-    """Picks every checkpoint but the latest of each namespace (only those created before ``before``)."""
+    """Picks every checkpoint but the latest of each namespace (only those created before ``before``). The
+    latest is the last written (highest ``seq``, the head ``get_tuple`` reads), not the highest id: an id
+    carries its writer's clock, which may run ahead of the others'."""
 
     def pick(checkpoints: list[CheckpointInfo]) -> set[tuple[str, str]]:
-        latest: dict[str, str] = {}
-        for ns, cid, _, _ in checkpoints:
-            if cid > latest.get(ns, ""):
-                latest[ns] = cid
+        latest: dict[str, tuple[int, str]] = {}
+        for ns, cid, _, _, seq in checkpoints:
+            if (seq, cid) > latest.get(ns, (-1, "")):
+                latest[ns] = (seq, cid)
         out = set()
-        for ns, cid, _, ts in checkpoints:
-            if cid == latest[ns]:
+        for ns, cid, _, ts, _ in checkpoints:
+            if cid == latest[ns][1]:
                 continue
             created = _created(ts)
             if before is None or (created is not None and created < before):
@@ -164,7 +167,7 @@ def keep_latest(before: datetime | None) -> Picker:
 
 def of_runs(run_ids: set[str]) -> Picker:
     def pick(checkpoints: list[CheckpointInfo]) -> set[tuple[str, str]]:
-        return {(ns, cid) for ns, cid, run_id, _ in checkpoints if run_id in run_ids}
+        return {(ns, cid) for ns, cid, run_id, _, _ in checkpoints if run_id in run_ids}
 
     return pick
 

@@ -158,7 +158,7 @@ GET_LATEST_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoin
 JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
 ORDER BY c.seq DESC LIMIT 1"""
 SELECT_THREAD_CHECKPOINTS = (
-    "SELECT ns, checkpoint_id, parent_id, run_id, body FROM remem_cp_checkpoints WHERE tid = ?"
+    "SELECT ns, checkpoint_id, parent_id, run_id, body, seq FROM remem_cp_checkpoints WHERE tid = ?"
 )
 CLEAR_PARENT = (
     "UPDATE remem_cp_checkpoints SET parent_id = NULL WHERE tid = ? AND ns = ? AND checkpoint_id = ?"

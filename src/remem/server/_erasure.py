@@ -6,13 +6,16 @@ checkpointer and the ledger), which the library's user and thread scopes do not 
 is erased as its store namespace (:func:`remem.layout.thread_root` in the tenant's slot) and its
 checkpoint thread (checkpoints and usage rows); a tenant's user as the user's namespace and each of the
 user's threads. Each erasure is journaled and resumable: sending the same request again finishes one
-that stopped part way.
+that stopped part way. The tenant's ingestion journal (in its slot too) then loses the erased user's and
+threads' ids (:func:`remem.ingestion.forget_in_journal`, as the library's erasure does for its own).
 """
 
 from __future__ import annotations
 
 from remem import layout
+from remem._lease import DEFAULT_LEASE_TIMEOUT
 from remem.erasure import ErasureReport, erase
+from remem.ingestion import forget_in_journal
 from remem.server._services import Services
 from remem.server._tenancy import checkpoint_thread
 
@@ -37,7 +40,9 @@ def forget_scope(
     memory = services.memory_for(tenant)
     if thread_id is not None:
         memory.get_thread(thread_id)  # NotFoundError (404) when it is not this tenant's
-        return _thread(services, tenant, thread_id)
+        reports = _thread(services, tenant, thread_id)
+        _forget_in_journal(services, tenant, None, [thread_id])
+        return reports
     assert user_id is not None
     owned: list[str] = []
     offset = 0
@@ -50,4 +55,10 @@ def forget_scope(
     reports = [erase(services.url, namespace=list(layout.user_root(user_id, tenant=tenant)))]
     for owned_thread in owned:
         reports.extend(_thread(services, tenant, owned_thread))
+    _forget_in_journal(services, tenant, user_id, owned)
     return reports
+
+
+def _forget_in_journal(services: Services, tenant: str, user_id: str | None, threads: list[str]) -> None:
+    store = services.store_for(tenant)
+    forget_in_journal(store, user_id=user_id, thread_ids=threads, timeout=DEFAULT_LEASE_TIMEOUT)
