@@ -123,9 +123,9 @@ def test_a_single_put_on_postgres_is_two_statements_and_keeps_the_old_words_out(
         sent: list[str] = []
         execute = store._execute
 
-        def counting(request: Any) -> Any:
+        def counting(conn: Any, request: Any) -> Any:
             sent.append(request.sql)
-            return execute(request)
+            return execute(conn, request)
 
         store._execute = counting
         store.put(ns, "a", {"text": "green tea by the river"})
