@@ -338,6 +338,31 @@ def test_the_key_cache_sees_a_revoke_made_elsewhere_within_its_ttl(tmp_path: Pat
         assert cache.verify(other) is None
 
 
+def test_a_key_revoked_while_the_cache_reads_it_is_not_kept_as_active(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read finds the key active, then a revoke through this process clears the cache before the
+    answer is stored: the next request must read again (it was kept, and worked for one more ttl)."""
+    from remem.server import keys
+    from remem.server.keys import KeyCache, revoke_key
+
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        cache = KeyCache(store, ttl=60.0)
+        secret, info = create_key(store, tenant="a")
+        read = keys.verify_key
+
+        def read_then_revoke(store_: object, key: str) -> object:
+            found = read(store_, key)  # type: ignore[arg-type]
+            revoke_key(store, info.key_id)
+            cache.clear()  # what the server does after a revoke through it
+            return found
+
+        monkeypatch.setattr(keys, "verify_key", read_then_revoke)
+        assert cache.verify(secret) == info  # the request in flight was checked before the revoke
+        monkeypatch.setattr(keys, "verify_key", read)
+        assert cache.lookup(secret) is None and cache.verify(secret) is None
+
+
 def test_a_server_beyond_loopback_refuses_to_start_without_keys(tmp_path: Path) -> None:
     from remem.cli import main
 

@@ -154,6 +154,7 @@ class KeyCache:
         self._known: dict[str, tuple[float, KeyInfo]] = {}
         self._keyed: tuple[float, bool] | None = None
         self._lock = threading.Lock()
+        self._generation = 0  # bumped by clear(): a read begun before it must not be kept after it
 
     def lookup(self, secret: str) -> KeyInfo | None:
         """The active key ``secret`` is if this process read it less than ``ttl`` ago, else None."""
@@ -168,12 +169,16 @@ class KeyCache:
         found = self.lookup(secret)
         if found is not None:
             return found
+        with self._lock:
+            generation = self._generation
         found = verify_key(self.store, secret)
         digest = _digest(secret)
         with self._lock:
             if found is None:
                 self._known.pop(digest, None)
                 return None
+            if generation != self._generation:  # revoked or rotated while it was read: answer, keep nothing
+                return found
             if len(self._known) >= 10_000:  # a bound: drop the oldest half
                 for old, _ in sorted(self._known.items(), key=lambda kv: kv[1][0])[:5_000]:
                     del self._known[old]
@@ -202,6 +207,7 @@ class KeyCache:
         """Forget every key read (after a revoke or rotation through this process)."""
         with self._lock:
             self._known.clear()
+            self._generation += 1
 
 
 def has_keys(store: BaseStore) -> bool:
