@@ -87,6 +87,8 @@ def test_the_remote_client_answers_as_the_local_one(served: Served, local: Memor
     assert [m.id for m in rl] == [m.id for m in ll] == ["m4", "m5"]
     assert (ri.message_count, ri.summary_revision) == (li.message_count, li.summary_revision)
     assert [s.revision for s in rt.summaries()] == [s.revision for s in lt.summaries()]
+    (rp, rn), (lp, ln) = rt.message_page(1, 2), lt.message_page(1, 2)
+    assert [(m.id, m.seq) for m in rp] == [(m.id, m.seq) for m in lp] and rn == ln == len(CONVERSATION)
     assert served.a not in repr(remote)
     remote.close()
 

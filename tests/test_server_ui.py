@@ -20,13 +20,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from langgraph.store.base import GetOp, Op, Result
+from langgraph.store.base import GetOp, Op, PutOp, Result
 from langgraph.store.memory import InMemoryStore
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from remem.memory import Memory
 from remem.server._tenancy import TenantStore
-from remem.server._ui._data import message_page
 from remem.server.keys import create_key
 from remem.store import open_store
 from tests.server_process import Server, start_server
@@ -90,14 +89,11 @@ def _seed_ledger(db: str) -> None:
                 "chat", "gpt-4o-mini", input_tokens=400 * turn, output_tokens=80, cached_tokens=100 * turn,
                 thread_id="tenants:a:trip", user_id="tenants:a:maya", turn=turn,
             )  # fmt: skip
-        meter.record(
-            "summariser",
-            "gpt-4o-mini",
-            input_tokens=900,
-            output_tokens=120,
-            thread_id="tenants:a:trip",
-            turn=3,
-        )
+        for turn, node in ((3, "memory.summary"), (5, "summarize_conversation")):
+            meter.record(
+                "summariser", "gpt-4o-mini", input_tokens=900, output_tokens=120,
+                thread_id="tenants:a:trip", turn=turn, node=node,
+            )  # fmt: skip
         meter.record(
             "chat", "gpt-4o-mini", input_tokens=999_999, output_tokens=1, thread_id="tenants:b:secret-b"
         )
@@ -352,14 +348,20 @@ def test_the_card_is_shown_as_the_model_gets_it_with_its_budget_bar(tenant_a: Pa
     shot(site, page, "card")
 
 
-def test_the_chart_shows_tokens_per_turn_and_the_summary_turn(tenant_a: Page, site: Site) -> None:
+def test_the_chart_shows_tokens_per_turn_and_marks_summaries_and_compactions(
+    tenant_a: Page, site: Site
+) -> None:
     page = tenant_a
     page.goto("/ui/thread/usage?id=trip")
     chart = page.locator("svg#turn-chart")
     expect(chart).to_be_visible()
     assert chart.locator("circle.cost").count() == 6
     assert chart.locator("rect.output").count() == 6
-    expect(chart.locator("text.mark")).to_have_count(1)
+    marks = chart.locator("text.mark")
+    expect(marks).to_have_count(2)
+    expect(marks.nth(0)).to_contain_text("S")  # turn 3: the memory's summary revision
+    expect(marks.nth(1)).to_contain_text("C")  # turn 5: the agent compacted the conversation
+    expect(page.locator("figure.chart tbody tr").nth(4)).to_contain_text("compaction")
     expect(page.locator("figure.chart tbody tr")).to_have_count(6)
     shot(site, page, "tokens")
 
@@ -502,14 +504,59 @@ def test_a_key_of_one_tenant_sees_nothing_of_another(browser: Browser, site: Sit
 
 
 class CountingStore(InMemoryStore):
-    """LangGraph's in-memory store counting the items each batch asks for."""
+    """LangGraph's in-memory store counting the items each batch asks for and the writes it is sent."""
 
     reads = 0
+    writes = 0
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         given = list(ops)
         self.reads += sum(isinstance(op, GetOp) for op in given)
+        self.writes += sum(isinstance(op, PutOp) for op in given)
         return super().batch(given)
+
+
+def test_a_card_preview_writes_nothing_where_a_turns_card_writes_a_summary() -> None:
+    store = CountingStore()
+    thread = Memory(store).thread("t", user_id="u", context_summary_update_frequency=1)
+    thread.add_messages(
+        [{"role": "user", "content": f"I like tea number {i}", "id": f"m{i}"} for i in range(6)]
+    )
+    store.writes = 0
+    preview = thread.preview_context_card(max_recent_messages=2, except_last_messages=2)
+    assert store.writes == 0 and thread.info().summary_revision == 0 and preview.summary == ""
+    card = thread.get_context_card(max_recent_messages=2, except_last_messages=2)
+    assert (
+        store.writes > 0 and thread.info().summary_revision == 1 and card.summary
+    )  # a turn's card extends it
+    store.writes = 0
+    thread.add_messages([{"role": "user", "content": "and coffee", "id": "m6"}])
+    store.writes = 0
+    again = thread.preview_context_card(max_recent_messages=2, except_last_messages=2)
+    assert store.writes == 0 and again.summary == card.summary and again.summary_revision == 1
+
+
+def test_a_memory_is_edited_through_the_memory_client_with_its_checks() -> None:
+    from remem.errors import NotFoundError, RememUsageError
+
+    memory = Memory(InMemoryStore())
+    memory.store.put(("users", "maya", "memories"), "tea", {"content": "Maya drinks tea", "type": "fact"})
+    value = memory.edit_memory("maya", "tea", "Maya drinks matcha")
+    assert value["type"] == "fact" and memory.store.get(("users", "maya", "memories"), "tea").value == value  # type: ignore[union-attr]
+    with pytest.raises(RememUsageError):
+        memory.edit_memory("maya", "tea", "  ")
+    with pytest.raises(NotFoundError):
+        memory.edit_memory("maya", "coffee", "Maya drinks coffee")
+    with pytest.raises(RememUsageError):
+        memory.edit_memory("ma/ya", "tea", "text")  # a label the layout refuses
+
+
+def _rows(db: Path) -> dict[str, list[tuple[object, ...]]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {n: sorted(map(tuple, conn.execute(f'SELECT * FROM "{n}"')), key=repr) for n in names}
 
 
 def test_a_page_of_a_long_thread_reads_only_the_page() -> None:
@@ -519,12 +566,12 @@ def test_a_page_of_a_long_thread_reads_only_the_page() -> None:
     for start in range(0, BIG, 1000):
         thread.add_messages(_big(start))
     store.reads = 0
-    page, total = message_page(memory, "long", 5000, 50)
+    page, total = thread.message_page(5000, 50)
     assert total == BIG
     assert [m.seq for m in page] == list(range(5000, 5050))
     assert store.reads <= 50 + 4  # the page's messages, its order chunk, the thread's metadata
     store.reads = 0
-    last, _ = message_page(memory, "long", BIG - 10, 50)
+    last, _ = thread.message_page(BIG - 10, 50)
     assert [m.seq for m in last] == list(range(BIG - 10, BIG)) and store.reads <= 10 + 4
 
 
@@ -585,6 +632,10 @@ def test_a_server_without_keys_opens_its_pages_on_loopback_but_still_checks_form
         thread = c.get("/ui/thread", params={"id": "notes"})
         assert "&lt;i&gt;mine&lt;/i&gt;" in thread.text and "<i>mine</i>" not in thread.text
         assert thread.headers["content-security-policy"].startswith("default-src 'none'")
+        before = _rows(tmp_path / "open.db")
+        card = c.get("/ui/thread/card", params={"id": "notes"})
+        assert card.status_code == 200 and "without writing anything" in card.text
+        assert _rows(tmp_path / "open.db") == before  # reads never write: no summary revision, no row
         c.cookies.set("remem_csrf", "y" * 43)
         refused = c.post("/ui/forget", data={"user": "me"})
         assert refused.status_code == 403

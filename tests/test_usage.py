@@ -543,3 +543,21 @@ def test_a_price_is_made_only_of_numbers_of_0_or_more_and_its_cost_is_never_nega
     cost = price.cost(input_tokens, output_tokens, cached_tokens)
     assert cost >= 0.0
     assert cost == PriceTable({"m": price}).cost("m", input_tokens, output_tokens, cached_tokens)
+
+
+def test_totals_add_up_and_say_when_no_call_was_priced() -> None:
+    from remem.usage import Totals
+
+    priced = Totals("t", calls=2, input_tokens=10, output_tokens=5, cached_tokens=3, cost=0.5, unpriced=1)
+    unpriced = Totals("u", calls=1, input_tokens=7, unpriced=1)
+    both = priced + unpriced
+    assert (both.key, both.calls, both.tokens, both.cached_tokens, both.cost, both.unpriced) == (
+        "t",
+        3,
+        22,
+        3,
+        0.5,
+        2,
+    )
+    assert priced.priced_cost == 0.5 and unpriced.priced_cost is None and Totals().priced_cost is None
+    assert both.as_dict()["cost"] == 0.5 and unpriced.as_dict()["cost"] is None

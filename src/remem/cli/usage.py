@@ -208,7 +208,7 @@ def terminal_chart(per_turn: list[Totals], width: int = 40) -> list[str]:
         inp = round(t.input_tokens / top * width)
         out = max(round(t.tokens / top * width) - inp, 0)
         bar = "█" * inp + "▒" * out
-        cost = t.cost if t.calls > t.unpriced else None
+        cost = t.priced_cost
         lines.append(f"{label.rjust(pad)} │{bar.ljust(width)} {t.tokens:>9,} tok  cost {_cost(cost)}")
     return lines
 

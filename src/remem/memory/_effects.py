@@ -30,9 +30,22 @@ from remem.summarize import Summarizer, SummaryResult
 from remem.usage import Meter
 from remem.usage._records import call_id_of
 
-__all__ = ["ALease", "Flow", "Guard", "Lease", "Leased", "StoreCall", "SummarizeCall", "arun", "run"]
+__all__ = [
+    "SUMMARY_NODE",
+    "ALease",
+    "Flow",
+    "Guard",
+    "Lease",
+    "Leased",
+    "StoreCall",
+    "SummarizeCall",
+    "arun",
+    "run",
+]
 
 T = TypeVar("T")
+SUMMARY_NODE = "memory.summary"
+"""The ledger's ``node`` of the memory client's summariser calls (each one writes a summary revision)."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +122,7 @@ def _record(meter: Meter | None, call: SummarizeCall, result: SummaryResult) -> 
         source="counted" if result.extra.get("source") == "counted" else "provider",
         thread_id=call.thread_id,
         user_id=call.user_id,
-        node="memory.summary",
+        node=SUMMARY_NODE,
         latency_ms=result.latency_ms,
         call_id=call_id_of(call.thread_id, result.extra.get("reply_id")),
     )

@@ -28,7 +28,9 @@ from remem.memory._records import (
     StoredMessage,
     Summary,
     ThreadInfo,
+    check_label,
     chunk_key,
+    memories_ns,
     messages_ns,
     meta_ns,
     now_iso,
@@ -45,8 +47,10 @@ __all__ = [
     "MESSAGE_FIELDS",
     "TextCounter",
     "add_messages_plan",
+    "edit_memory_plan",
     "ids_between",
     "list_messages_plan",
+    "message_page_plan",
     "messages_by_id",
     "open_thread_plan",
     "revision_within",
@@ -348,3 +352,19 @@ def summaries_plan(thread_id: str) -> Flow[list[Summary]]:
     keys = [chunk_key(n) for n in range(1, info.summary_revision + 1)]
     items = yield StoreCall([GetOp(summaries_ns(thread_id), key) for key in keys])
     return [Summary.from_value(item.value) for item in items if item is not None]
+
+
+def edit_memory_plan(user_id: str, memory_id: str, content: str) -> Flow[dict[str, Any]]:
+    """Replace the text of one of the user's long-term memories (re-indexed); its other fields are kept."""
+    check_label(user_id, "user_id")
+    check_text(memory_id, "memory_id")
+    if not check_text(content, "content").strip():
+        raise RememUsageError("a memory needs some content; to remove it, delete it instead")
+    (item,) = yield StoreCall([GetOp(memories_ns(user_id), memory_id)])
+    if item is None:
+        raise NotFoundError(
+            f"user {user_id!r} has no memory {memory_id!r}; search the user's memories for its id"
+        )
+    value = {**item.value, "content": content, "updated_at": now_iso()}
+    yield StoreCall([PutOp(memories_ns(user_id), memory_id, value, index=["content"])])
+    return value

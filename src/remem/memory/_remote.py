@@ -183,8 +183,10 @@ class _Wire:
         return _Call("POST", _path("threads", thread.thread_id, "messages"), body)
 
     @staticmethod
-    def messages(thread_id: str, offset: int) -> _Call:
-        return _Call("GET", _path("threads", thread_id, "messages"), params={"limit": 1000, "offset": offset})
+    def messages(thread_id: str, offset: int, limit: int = 1000) -> _Call:
+        return _Call(
+            "GET", _path("threads", thread_id, "messages"), params={"limit": limit, "offset": offset}
+        )
 
     @staticmethod
     def summary(thread_id: str, except_last: int, token_budget: int) -> _Call:
@@ -408,6 +410,14 @@ class RemoteThread(Thread):
             page, offset = _page(await self.memory._asend(_Wire.messages(self.thread_id, offset)))
             found.extend(page)
         return _last(found, last)
+
+    def message_page(self, offset: int = 0, limit: int = 100) -> tuple[list[StoredMessage], int]:
+        data = self.memory._send(_Wire.messages(self.thread_id, offset, limit))
+        return _page(data)[0], int(data["total"])
+
+    async def amessage_page(self, offset: int = 0, limit: int = 100) -> tuple[list[StoredMessage], int]:
+        data = await self.memory._asend(_Wire.messages(self.thread_id, offset, limit))
+        return _page(data)[0], int(data["total"])
 
     def get_summary(self, except_last: int = 0, token_budget: int = 1000) -> Summary:
         return _build(Summary, self.memory._send(_Wire.summary(self.thread_id, except_last, token_budget)))

@@ -367,8 +367,10 @@ def context_card_plan(
     metadata_filter: Mapping[str, Any] | None,
     query: str | None,
     count: TextCounter,
+    extend_summary: bool = True,
 ) -> Flow[ContextCard]:
-    """Build the thread's context card (see ``_card`` for the rules and the layout)."""
+    """Build the thread's context card (see ``_card`` for the rules and the layout). ``extend_summary``
+    False: the summary is the newest stored revision that fits, never extended, so the plan writes nothing."""
     check_card_arguments(except_last_messages, max_recent_messages, max_relevant_results, token_budget)
     check_text(query, "query", optional=True)
     types, metadata_filter = check_types(types), check_filter(metadata_filter)
@@ -379,7 +381,10 @@ def context_card_plan(
     recent: list[StoredMessage] = []
     if max_recent_messages:
         recent = yield from messages_by_id(thread_id, tail_ids[-max_recent_messages:])
-    summary = yield from summary_at(thread_id, info, boundary, info.context_summary_update_frequency)
+    if extend_summary:
+        summary = yield from summary_at(thread_id, info, boundary, info.context_summary_update_frequency)
+    else:
+        summary = yield from revision_within(thread_id, info.summary_revision, boundary)
     exclude = set(tail_ids)
     if query is None:
         latest = yield from _latest_user_message(thread_id, info)

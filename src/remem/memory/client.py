@@ -38,7 +38,9 @@ from remem.memory._plans import (
     FREQUENCY_MEANING,
     MESSAGE_FIELDS,
     add_messages_plan,
+    edit_memory_plan,
     list_messages_plan,
+    message_page_plan,
     open_thread_plan,
     summaries_plan,
     summary_plan,
@@ -303,6 +305,17 @@ class Memory:
         )
         return records
 
+    def edit_memory(self, user_id: str, memory_id: str, content: str) -> dict[str, Any]:
+        """Replace the text of the user's long-term memory ``memory_id`` (re-indexed for search; its other
+        fields kept) and return its new value; :class:`~remem.NotFoundError` when the user has none."""
+        value: dict[str, Any] = self._run(edit_memory_plan(user_id, memory_id, content))
+        return value
+
+    async def aedit_memory(self, user_id: str, memory_id: str, content: str) -> dict[str, Any]:
+        """Async version of :meth:`edit_memory`."""
+        value: dict[str, Any] = await self._arun(edit_memory_plan(user_id, memory_id, content))
+        return value
+
 
 class Thread:
     """One conversation thread: its raw messages, its summary revisions and its context cards."""
@@ -357,6 +370,21 @@ class Thread:
         """Async version of :meth:`messages`."""
         found: list[StoredMessage] = await self.memory._arun(list_messages_plan(self.thread_id, last))
         return found
+
+    def message_page(self, offset: int = 0, limit: int = 100) -> tuple[list[StoredMessage], int]:
+        """``limit`` messages from position ``offset`` and how many the thread holds. Reads only the page
+        (the thread's metadata, the order chunks that hold it, its messages), however long the thread is."""
+        page: tuple[list[StoredMessage], int] = self.memory._run(
+            message_page_plan(self.thread_id, offset, limit)
+        )
+        return page
+
+    async def amessage_page(self, offset: int = 0, limit: int = 100) -> tuple[list[StoredMessage], int]:
+        """Async version of :meth:`message_page`."""
+        page: tuple[list[StoredMessage], int] = await self.memory._arun(
+            message_page_plan(self.thread_id, offset, limit)
+        )
+        return page
 
     def get_summary(self, except_last: int = 0, token_budget: int = 1000) -> Summary:
         """The summary of every message but the last ``except_last``, extended first if needed.
@@ -440,6 +468,58 @@ class Thread:
                 types=types,
                 metadata_filter=metadata_filter,
                 query=query,
+            )
+        )
+        return card
+
+    def preview_context_card(
+        self,
+        except_last_messages: int = 0,
+        max_recent_messages: int = 0,
+        max_relevant_results: int | None = None,
+        token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
+        types: Sequence[str] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+    ) -> ContextCard:
+        """The card :meth:`get_context_card` would build now, built without writing anything (for an
+        inspector: reads never write). Its summary is the newest stored revision that fits, where
+        :meth:`get_context_card` first extends it once enough new messages wait (a new revision)."""
+        card: ContextCard = self.memory._run(
+            self._card_plan(
+                except_last_messages=except_last_messages,
+                max_recent_messages=max_recent_messages,
+                max_relevant_results=max_relevant_results,
+                token_budget=token_budget,
+                types=types,
+                metadata_filter=metadata_filter,
+                query=query,
+                extend_summary=False,
+            )
+        )
+        return card
+
+    async def apreview_context_card(
+        self,
+        except_last_messages: int = 0,
+        max_recent_messages: int = 0,
+        max_relevant_results: int | None = None,
+        token_budget: int = DEFAULT_CARD_TOKEN_BUDGET,
+        types: Sequence[str] | None = None,
+        metadata_filter: Mapping[str, Any] | None = None,
+        query: str | None = None,
+    ) -> ContextCard:
+        """Async version of :meth:`preview_context_card`."""
+        card: ContextCard = await self.memory._arun(
+            self._card_plan(
+                except_last_messages=except_last_messages,
+                max_recent_messages=max_recent_messages,
+                max_relevant_results=max_relevant_results,
+                token_budget=token_budget,
+                types=types,
+                metadata_filter=metadata_filter,
+                query=query,
+                extend_summary=False,
             )
         )
         return card

@@ -232,9 +232,7 @@ def list_messages(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> dict[str, Any]:
     """The thread's messages in order, one page (``next_offset`` is None on the last)."""
-    from remem.server._ui._data import message_page
-
-    page, total = message_page(_memory(request), thread_id, offset, limit)  # reads only the page
+    page, total = _memory(request).get_thread(thread_id).message_page(offset, limit)  # reads only the page
     following = offset + limit if offset + limit < total else None
     return {"messages": as_json(page), "total": total, "offset": offset, "next_offset": following}
 

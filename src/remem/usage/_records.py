@@ -108,6 +108,26 @@ class Totals:
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    @property
+    def priced_cost(self) -> float | None:
+        """``cost`` when at least one call was priced; None when none was (or no call was made)."""
+        return self.cost if self.calls > self.unpriced else None
+
+    def __add__(self, other: Totals) -> Totals:
+        """The sum of both (under this one's ``key``): one group's totals gathered from several rows."""
+        return Totals(
+            self.key,
+            self.calls + other.calls,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.cost + other.cost,
+            self.unpriced + other.unpriced,
+            self.latency_ms + other.latency_ms,
+            self.held_tokens + other.held_tokens,
+            self.held_cost + other.held_cost,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "key": list(self.key) if isinstance(self.key, tuple) else self.key,
@@ -116,7 +136,7 @@ class Totals:
             "output_tokens": self.output_tokens,
             "cached_tokens": self.cached_tokens,
             "tokens": self.tokens,
-            "cost": self.cost if self.calls > self.unpriced else None,
+            "cost": self.priced_cost,
             "unpriced_calls": self.unpriced,
             "latency_ms": round(self.latency_ms, 2),
         }

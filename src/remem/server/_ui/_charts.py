@@ -48,7 +48,7 @@ def budget_bar(sections: Sequence[Any], budget: int) -> Html:
 
 def turn_chart(turns: Sequence[dict[str, Any]]) -> Html:
     """Stacked bars of tokens per turn (cached input, other input, output), a dot per turn's cost, and a
-    mark over the turns that wrote a summary."""
+    mark over the turns that wrote a summary revision (S) or compacted the conversation (C)."""
     if not turns:
         return h('<p class="empty">{}</p>', "No model calls recorded for this thread.")
     width, height, pad = 640, 220, 36
@@ -91,13 +91,23 @@ def turn_chart(turns: Sequence[dict[str, Any]]) -> Html:
                     f"{t['cost']:.5f}",
                 )
             )
-        if t["summary"]:
+        marks = [
+            (letter, about)
+            for letter, about, on in (
+                ("S", "the memory wrote a summary revision", t["summary"]),
+                ("C", "a compaction (the graph's own summariser call)", t.get("compaction")),
+            )
+            if on
+        ]
+        for n, (letter, about) in enumerate(marks):
             parts.append(
                 h(
-                    '<text class="mark" x="{}" y="{}" text-anchor="middle">S<title>turn {}: a summariser call (summary refresh or compaction)</title></text>',
+                    '<text class="mark" x="{}" y="{}" text-anchor="middle">{}<title>turn {}: {}</title></text>',
                     f"{x + bar / 2:.1f}",
-                    pad - 6,
+                    pad - 6 - 12 * n,
+                    letter,
                     t["turn"],
+                    about,
                 )
             )
     axis = h(
@@ -122,20 +132,22 @@ def turn_chart(turns: Sequence[dict[str, Any]]) -> Html:
             t["cached"],
             t["output"],
             "–" if t["cost"] is None else f"{t['cost']:.5f}",
-            "yes" if t["summary"] else "",
+            ", ".join(
+                name for name, on in (("summary", t["summary"]), ("compaction", t.get("compaction"))) if on
+            ),
         )
         for t in turns
     )
     return h(
         '<figure class="chart"><svg id="turn-chart" role="img" aria-labelledby="chart-title" viewBox="0 0 {} {}">'
-        '<title id="chart-title">Tokens per turn ({} turns): input, cached input and output; dots: cost; S: a summariser call (a summary refresh or a compaction)</title>'
+        '<title id="chart-title">Tokens per turn ({} turns): input, cached input and output; dots: cost; S: a summary revision; C: a compaction</title>'
         "{}{}</svg>"
         '<figcaption><span class="key cached"></span>cached input <span class="key input"></span>input '
         '<span class="key output"></span>output <span class="key cost"></span>cost (right scale, max {})'
         "</figcaption>"
         '<details><summary>The numbers</summary><div class="scroll"><table><caption>Tokens and cost per turn</caption>'
         '<thead><tr><th scope="col">turn</th><th scope="col">input</th><th scope="col">cached</th>'
-        '<th scope="col">output</th><th scope="col">cost</th><th scope="col">summary</th></tr></thead>'
+        '<th scope="col">output</th><th scope="col">cost</th><th scope="col">summariser</th></tr></thead>'
         "<tbody>{}</tbody></table></div></details></figure>",
         width,
         height,

@@ -3,34 +3,33 @@
 Every function takes the :class:`~remem.server._services.Services` and the signed-in key's tenant, and
 reads through the tenant's view (:meth:`Services.memory_for`, its store, the checkpointer under
 :func:`~remem.server._tenancy.checkpoint_thread` ids, ledger rows of those ids): nothing here can name
-another tenant's rows. Pages of messages read only the page (:func:`message_page`).
+another tenant's rows. Pages of messages read only the page
+(:meth:`Thread.message_page <remem.memory.Thread.message_page>`).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from remem import layout
 from remem.errors import NotFoundError, RememUsageError
-from remem.memory import Memory, StoredMessage
+from remem.memory import Memory
 from remem.memory._card import ContextCard
-from remem.memory._plans import message_page_plan
+from remem.memory._effects import SUMMARY_NODE
 from remem.server._services import Services
 from remem.server._tenancy import checkpoint_thread, tenant_thread
+from remem.usage import Totals
 
 __all__ = [
     "CardSection",
-    "Spend",
     "ThreadRow",
     "card_sections",
     "checkpoints",
     "jobs_of",
-    "message_page",
     "state_at",
     "thread_rows",
     "turn_usage",
@@ -40,32 +39,8 @@ __all__ = [
 MAX_THREADS = 10_000  # listed for sorting; past it the list says it stopped
 
 
-@dataclass
-class Spend:
-    """Tokens and cost of some calls (cost None while some of them had no price)."""
-
-    calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    cost: float = 0.0
-    unpriced: int = 0
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    @property
-    def priced_cost(self) -> float | None:
-        return None if self.calls and self.unpriced == self.calls else self.cost
-
-    def add(self, totals: Any) -> None:
-        self.calls += totals.calls
-        self.input_tokens += totals.input_tokens
-        self.output_tokens += totals.output_tokens
-        self.cached_tokens += totals.cached_tokens
-        self.cost += totals.cost
-        self.unpriced += totals.unpriced
+def _add(sums: dict[str, Totals], key: str, totals: Totals) -> None:
+    sums[key] = sums.get(key, Totals(key)) + totals
 
 
 @dataclass
@@ -76,7 +51,7 @@ class ThreadRow:
     created_at: str
     messages: int
     last_activity: str
-    spend: Spend = field(default_factory=Spend)
+    spend: Totals = field(default_factory=Totals)
 
 
 def _ledger(services: Services) -> Any:
@@ -110,13 +85,13 @@ def _thread_ids(memory: Memory) -> Iterator[str]:
 def thread_rows(services: Services, tenant: str | None) -> list[ThreadRow]:
     """Every thread of the tenant (up to :data:`MAX_THREADS`), with its last activity and its spend."""
     memory = services.memory_for(tenant)
-    spend: dict[str, Spend] = {}
+    spend: dict[str, Totals] = {}
     ledger = _ledger(services)
     if ledger is not None:
         for totals in ledger.totals(by="thread"):
             own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
             if own is not None:
-                spend.setdefault(own, Spend()).add(totals)
+                _add(spend, own, totals)
     rows = []
     for thread_id in _thread_ids(memory):
         try:
@@ -133,17 +108,10 @@ def thread_rows(services: Services, tenant: str | None) -> list[ThreadRow]:
                 created_at=info.created_at,
                 messages=info.message_count,
                 last_activity=last[-1].timestamp if last else info.created_at,
-                spend=spend.get(thread_id, Spend()),
+                spend=spend.get(thread_id, Totals(thread_id)),
             )
         )
     return rows
-
-
-def message_page(memory: Memory, thread_id: str, offset: int, limit: int) -> tuple[list[StoredMessage], int]:
-    """One page of a thread's messages and how many it holds (reads only the page)."""
-    memory.get_thread(thread_id)  # NotFoundError when it is not the tenant's
-    page: tuple[list[StoredMessage], int] = memory._run(message_page_plan(thread_id, offset, limit))
-    return page
 
 
 @dataclass(frozen=True)
@@ -209,16 +177,17 @@ def state_at(services: Services, tenant: str | None, thread_id: str, checkpoint_
 
 
 def turn_usage(services: Services, tenant: str | None, thread_id: str) -> list[dict[str, Any]]:
-    """Per turn of the thread: input, output and cached tokens, cost, and whether the summariser ran
-    (a summary refresh or a compaction: both are summariser calls in the ledger)."""
+    """Per turn of the thread: input, output and cached tokens, cost, and which summariser calls it made:
+    ``summary`` (the memory client wrote a summary revision) and ``compaction`` (a summariser call of the
+    graph itself, such as the agent's ``summarize_conversation``, which trims the conversation)."""
     ledger = _ledger(services)
     if ledger is None:
         return []
     stored = checkpoint_thread(thread_id, tenant)
-    summarised = {
-        t.key[1] if isinstance(t.key, tuple) else t.key
-        for t in ledger.totals(by="turn", thread_id=stored, kind="summariser")
-    }
+    summarised: set[Any] = set()
+    compacted: set[Any] = set()
+    for event in ledger.events(thread_id=stored, kind="summariser"):
+        (summarised if event.node == SUMMARY_NODE else compacted).add(event.turn)
     turns = []
     for t in ledger.totals(by="turn", thread_id=stored):
         turn = t.key[1] if isinstance(t.key, tuple) else t.key
@@ -228,8 +197,9 @@ def turn_usage(services: Services, tenant: str | None, thread_id: str) -> list[d
                 "input": t.input_tokens,
                 "output": t.output_tokens,
                 "cached": t.cached_tokens,
-                "cost": t.cost if t.calls > t.unpriced else None,
+                "cost": t.priced_cost,
                 "summary": turn in summarised,
+                "compaction": turn in compacted,
             }
         )
     return sorted(turns, key=lambda t: (t["turn"] is None, t["turn"] if t["turn"] is not None else 0))
@@ -240,23 +210,23 @@ def usage_overview(services: Services, tenant: str | None) -> dict[str, Any]:
     from remem.usage import Budgets, day_of
 
     ledger = _ledger(services)
-    per: dict[str, dict[str, Spend]] = {"day": defaultdict(Spend), "model": defaultdict(Spend)}
-    threads: dict[str, Spend] = defaultdict(Spend)
-    users: dict[str, Spend] = defaultdict(Spend)
+    per: dict[str, dict[str, Totals]] = {"day": {}, "model": {}}
+    threads: dict[str, Totals] = {}
+    users: dict[str, Totals] = {}
     today = day_of(time.time())
     if ledger is not None:
         for totals in ledger.totals(by="thread"):
             own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
             if own is None:
                 continue
-            threads[own].add(totals)
+            _add(threads, own, totals)
             for by in ("day", "model"):
                 for part in ledger.totals(by=by, thread_id=str(totals.key)):
-                    per[by][str(part.key)].add(part)
+                    _add(per[by], str(part.key), part)
         for totals in ledger.totals(by="user", day=today):
             own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
             if own is not None:
-                users[own].add(totals)
+                _add(users, own, totals)
     budgets = Budgets.from_settings(services.settings)
     scopes = []
     for scope, label, spent in (

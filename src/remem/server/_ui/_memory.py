@@ -10,7 +10,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from remem import layout
-from remem._clock import now_iso
 from remem.errors import NotFoundError, RememUsageError
 from remem.server._ui._base import Context, checked_form, context, csrf_field, guarded, page
 from remem.server._ui._html import Html, h, join, link, url
@@ -165,15 +164,7 @@ async def edit_memory(request: Request) -> Response:
     user, memory_id, content = (str(form.get(k, "")) for k in ("user", "id", "content"))
 
     def save() -> Response:
-        if not content.strip():
-            raise RememUsageError("a memory needs some content; delete it instead")
-        value = _value(ctx, user, memory_id)
-        if value is None:
-            raise NotFoundError(f"user {user!r} has no memory {memory_id!r}")
-        value.update(content=content, updated_at=now_iso())
-        ctx.services.store_for(ctx.tenant).put(
-            layout.user_memories(user), memory_id, value, index=["content"]
-        )
+        ctx.services.memory_for(ctx.tenant).edit_memory(user, memory_id, content)
         return redirect(url("/ui/memory", {"user": user, "id": memory_id, "done": "edited"}))
 
     return await run_in_threadpool(guarded, ctx, save)

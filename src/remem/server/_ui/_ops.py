@@ -15,13 +15,14 @@ from remem.server._ui import _data
 from remem.server._ui._base import Context, checked_form, context, csrf_field, guarded, page
 from remem.server._ui._html import Html, h, join, link, money, number, table
 from remem.server._ui._session import redirect
+from remem.usage import Totals
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
-def _spend_rows(spend: dict[str, _data.Spend], linked: bool = False) -> list[tuple[Any, ...]]:
+def _spend_rows(spend: dict[str, Totals], linked: bool = False) -> list[tuple[Any, ...]]:
     return [
         (
             link(name, "/ui/thread", {"id": name}) if linked else name,

@@ -216,8 +216,8 @@ def thread_page(request: Request) -> Response:
         info, facts = _head(ctx, thread_id)
         pages = max(1, math.ceil(info.message_count / MESSAGES_PAGE))
         current = whole(request.query_params.get("page"), pages, 1, pages)  # the latest page by default
-        memory = ctx.services.memory_for(ctx.tenant)
-        messages, total = _data.message_page(memory, thread_id, (current - 1) * MESSAGES_PAGE, MESSAGES_PAGE)
+        thread = ctx.services.memory_for(ctx.tenant).get_thread(thread_id)
+        messages, total = thread.message_page((current - 1) * MESSAGES_PAGE, MESSAGES_PAGE)
         pager = _pager("/ui/thread", {"id": thread_id}, current, pages, "Message pages")
         listing = join(_message(m) for m in messages) or h('<p class="empty">{}</p>', "No messages yet.")
         body = h(
@@ -276,12 +276,32 @@ def card_page(request: Request) -> Response:
     query = q.get("query") or None
 
     def build() -> Response:
-        _, facts = _head(ctx, thread_id)
+        info, facts = _head(ctx, thread_id)
         thread = ctx.services.memory_for(ctx.tenant).get_thread(thread_id)
-        card = thread.get_context_card(
+        # Reads never write: the preview does not extend the summary as a turn's card would.
+        card = thread.preview_context_card(
             except_last_messages=tail, max_recent_messages=recent, token_budget=budget, query=query
         )
         sections = _data.card_sections(thread.memory, card)
+        summaries = thread.summaries()
+        used = next((s for s in summaries if s.revision == card.summary_revision), None)
+        boundary = max(info.message_count - max(tail, recent), 0)
+        waiting = boundary - (used.covered_count if used else 0)
+        preview = h(
+            '<p class="note" id="card-preview">{}</p>',
+            "Built for this page without writing anything. "
+            + (
+                f"Its summary is stored revision {used.revision}, covering {used.covered_count} messages. "
+                if used
+                else "No stored summary yet. "
+            )
+            + (
+                f"{waiting} message(s) since then: a turn's card would first extend the summary "
+                f"(after {info.context_summary_update_frequency} new messages, or at once while there is none)."
+                if waiting > 0
+                else "The card a turn gets now is the same."
+            ),
+        )
         form = h(
             '<form class="filters" method="get" action="/ui/thread/card"><input type="hidden" name="id" value="{}">'
             '<label>Token budget<input name="budget" type="number" min="1" value="{}"></label>'
@@ -311,19 +331,20 @@ def card_page(request: Request) -> Response:
             for r in card.records
         )
         body = h(
-            "{}{}{}<h2>Budget</h2>{}<h2>The card as the model receives it</h2>"
+            "{}{}{}{}<h2>Budget</h2>{}<h2>The card as the model receives it</h2>"
             "<p>Sent as a user-role message named <code>memory_context_card</code>.</p>{}"
             "<h2>Why these records</h2>{}<h2>Summary</h2>{}<h3>Revisions</h3>{}",
             facts,
             _tabs(thread_id, "/ui/thread/card"),
             form,
+            preview,
             budget_bar(sections, budget),
             shown,
             h("<ul>{}</ul>", why) if card.records else h('<p class="empty">{}</p>', "No records recalled."),
             h('<pre class="text">{}</pre>', card.summary)
             if card.summary
             else h('<p class="empty">{}</p>', "No summary yet."),
-            _revisions(thread.summaries()),
+            _revisions(summaries),
         )
         return page(ctx, f"Thread {thread_id}: context card", body, current="/ui/threads")
 
