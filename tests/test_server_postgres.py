@@ -132,6 +132,46 @@ def test_two_workers_answer_on_connections_with_nagle_off(served: tuple[Server, 
         assert server_side_option(server, client, socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 
 
+@pytest.mark.postgres
+def test_each_worker_listens_on_a_socket_of_its_own_and_connections_reach_both(
+    served: tuple[Server, str, str],
+) -> None:
+    """Workers sharing one listening socket left kept-alive clients piled on one worker; each binds its
+    own (SO_REUSEPORT) and the kernel spreads new connections over them. The supervisor listens on none."""
+    import psutil
+
+    server, _, _ = served
+    port = int(server.url.rsplit(":", 1)[1])
+
+    def listening(pid: int) -> set[int]:
+        found = psutil.Process(pid).net_connections(kind="tcp")
+        fds = {c.fd for c in found if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        return {os.stat(f"/proc/{pid}/fd/{fd}").st_ino for fd in fds}
+
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    sockets = {p.pid: listening(p.pid) for p in children}
+    workers = {pid: found for pid, found in sockets.items() if found}
+    assert listening(server.process.pid) == set()
+    assert len(workers) == 2 and all(len(found) == 1 for found in workers.values())
+    assert len(set.union(*workers.values())) == 2  # two sockets, not one shared
+    clients = [httpx.Client(base_url=server.url) for _ in range(24)]  # 24 hashed connections: both get some
+    try:
+        for c in clients:
+            assert c.get("/healthz").status_code == 200
+        held = [
+            sum(
+                1
+                for c in psutil.Process(pid).net_connections(kind="tcp")
+                if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port
+            )
+            for pid in workers
+        ]
+        assert all(n > 0 for n in held), held
+    finally:
+        for c in clients:
+            c.close()
+
+
 def test_the_listening_socket_hands_nagle_off_to_accepted_connections() -> None:
     """The factory itself, accepted the way uvicorn's workers accept (asyncio's create_server on it), next
     to uvicorn's own socket, which does not (so the check can tell them apart)."""
