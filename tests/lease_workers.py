@@ -119,6 +119,40 @@ def middleware_worker(kind: str, target: str, memory_url: str, worker: int, turn
             out.flush()
 
 
+def mirror_worker(kind: str, target: str, memory_url: str, worker: int, turns: int, calls: str) -> None:
+    """As :func:`middleware_worker`, with the ledger recording every model call (``UsageRecorder``) and each
+    call the model really answered written to ``calls``: a refused run must neither pay nor be mirrored."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    from remem.errors import ThreadBusyError
+    from remem.middleware import ContextCardMiddleware
+    from remem.usage import UsageRecorder, ledger_for
+
+    settings = Settings(embedder="fake")
+    with (
+        open_saver(kind, target) as saver,
+        Memory.from_url(memory_url, settings=settings) as memory,
+        open(calls, "a", encoding="utf-8") as paid,
+    ):
+
+        def answer(messages: list[BaseMessage]) -> str:
+            paid.write(messages[-1].text + "\n")
+            paid.flush()
+            return "reply to " + messages[-1].text
+
+        card = ContextCardMiddleware(memory, user_id="maya", compaction_token_trigger=100_000)
+        agent = create_agent(
+            model=ScriptedChatModel(default=answer), tools=[], middleware=[card], checkpointer=saver
+        )
+        recorder = UsageRecorder(ledger_for(saver))
+        config: Any = {"configurable": {"thread_id": THREAD}, "callbacks": [recorder]}
+        for i in range(turns):
+            with contextlib.suppress(ThreadBusyError):  # refused, said clearly
+                agent.invoke({"messages": [HumanMessage(f"w{worker} q{i}")]}, config)
+        recorder.ledger.close()
+
+
 def append_worker(url: str, worker: int, count: int, acks: str) -> None:
     """Append ``count`` messages to the shared memory thread; write each acknowledged id to ``acks``.
     At the end the first message is sent again: its line records the seq it came back with."""

@@ -64,6 +64,7 @@ __all__ = [
     "TURN_LEASE_KEY",
     "Scope",
     "ThreadLease",
+    "atake_lease",
     "athread_lease",
     "carried_lease",
     "carry_lease",
@@ -71,6 +72,7 @@ __all__ = [
     "lease_target",
     "lease_waits",
     "retain_idle_connections",
+    "take_lease",
     "thread_lease",
     "thread_leases",
 ]
@@ -774,6 +776,23 @@ def thread_lease(
     finally:
         _held.reset(token)
         lease.release()
+
+
+def take_lease(
+    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+) -> ThreadLease:
+    """The lease of ``thread_id``, held until :meth:`ThreadLease.release` is called, from any thread: a
+    lease handed over, which no context holds (see :mod:`remem.checkpoint._claims`)."""
+    check_label(thread_id, "thread_id")
+    return _acquire(lease_target(owner), scope, thread_id, timeout)
+
+
+async def atake_lease(
+    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+) -> ThreadLease:
+    """Async version of :func:`take_lease`."""
+    check_label(thread_id, "thread_id")
+    return await _aacquire(await alease_target(owner), scope, thread_id, timeout)
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:

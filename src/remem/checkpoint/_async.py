@@ -15,13 +15,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from remem._statements import AExecute, Program, arun
+from remem.checkpoint import _claims, _prune, _read, _write
 from remem.checkpoint import _ops as ops
-from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint._base import (
     HEAD_READ,
     CheckpointStats,
     RememSaver,
     cutoff_of,
+    head_config,
     read_only_error,
     setup_op,
     stats_op,
@@ -148,13 +149,30 @@ class AsyncSaver(RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        async with self._arun_lease(config) as lease:
-            if lease is not None:
-                await lease.averify()
-            self._forget_read(config)
-            return await self._run(
-                lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
-            )
+        run = config["configurable"].get(ops.RUN_MARK)
+        try:
+            async with self._arun_lease(config) as lease:
+                if lease is not None:
+                    await lease.averify()
+                self._forget_read(config)
+                written = await self._run(
+                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions),
+                    write=True,
+                )
+        except Exception as exc:
+            if run:
+                _claims.record_failed(run, exc)
+            raise
+        if run:
+            _claims.record_written(run, checkpoint["id"])
+        return written
+
+    async def _ahead_id(self, thread_id: str) -> str | None:
+        stamp = await self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)
+        return None if stamp is None else str(stamp[0])
+
+    def _head_id(self, thread_id: str) -> str | None:
+        return self._sync(self._ahead_id(thread_id))
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""

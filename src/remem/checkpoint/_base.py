@@ -11,10 +11,11 @@ another thread (as the stock async savers do).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -27,15 +28,32 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem import _migrate
-from remem._lease import ThreadLease, athread_lease, carried_lease, lease_target, thread_lease
+from remem._lease import (
+    DEFAULT_LEASE_TIMEOUT,
+    ThreadLease,
+    alease_target,
+    atake_lease,
+    athread_lease,
+    carried_lease,
+    lease_target,
+    take_lease,
+    thread_lease,
+)
 from remem._statements import Program
+from remem.checkpoint import _claims, _prune, _read, _write
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
-from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
 from remem.checkpoint._serde import RememSerializer
-from remem.errors import ArgumentTypeError, ConfigError, NotFoundError, RememUsageError, StorageError
+from remem.errors import (
+    ArgumentTypeError,
+    ConfigError,
+    NotFoundError,
+    RememUsageError,
+    StorageError,
+    ThreadBusyError,
+)
 
 __all__ = ["CheckpointStats", "RememSaver", "ThreadStats"]
 
@@ -133,6 +151,29 @@ def stats_op(ctx: ops.Context) -> Program[CheckpointStats]:
     return CheckpointStats(out, int(size or 0))
 
 
+def _check_claim(thread_id: str, checkpoint_id: str, head: str | None) -> None:
+    if head != checkpoint_id:
+        raise ThreadBusyError(
+            f"thread {thread_id!r} moved on while this run was under way: another run wrote checkpoint "
+            f"{head} after this run read the thread, so this run stopped before its model call (the model "
+            "was not called, this step wrote nothing). Send turns one at a time per thread with "
+            "remem.run_turn (a second turn then waits for the thread's lease), or retry"
+        )
+
+
+@contextlib.contextmanager
+def _given_back(lease: ThreadLease) -> Iterator[ThreadLease]:
+    """A claimed lease (:mod:`._claims`) for one put, released after it."""
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def head_config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
 def cutoff_of(older_than: timedelta | datetime | None) -> datetime | None:
     if older_than is None:
         return None
@@ -203,6 +244,9 @@ class RememSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
+        claimed = _claims.take(lease_target(self), str(conf["thread_id"]), conf.get("checkpoint_id"))
+        if claimed is not None:
+            return _given_back(claimed)
         return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
 
     def _arun_lease(
@@ -213,7 +257,87 @@ class RememSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
-        return athread_lease(self, str(conf["thread_id"]), scope="checkpoint")
+        return self._aclaimed_or_lease(str(conf["thread_id"]), conf.get("checkpoint_id"))
+
+    @contextlib.asynccontextmanager
+    async def _aclaimed_or_lease(self, thread_id: str, parent_id: str | None) -> AsyncIterator[ThreadLease]:
+        claimed = _claims.take(await alease_target(self), thread_id, parent_id)
+        if claimed is None:
+            async with athread_lease(self, thread_id, scope="checkpoint") as lease:
+                yield lease
+            return
+        try:
+            yield claimed
+        finally:
+            await asyncio.to_thread(claimed.release)
+
+    def _claim_spot(self, config: RunnableConfig) -> tuple[str, str, str] | None:
+        """(run, thread id, the checkpoint a model call runs from) when that call can claim the thread: a
+        bare run's call (no turn lease) in the root graph, whose checkpoints are written as it goes."""
+        conf = config.get("configurable") or {}
+        run, checkpoint_id = conf.get(ops.RUN_MARK), (conf.get("checkpoint_map") or {}).get("")
+        if not run or not checkpoint_id or self._turn_lease(config) is not None:
+            return None
+        if "|" in str(conf.get("checkpoint_ns", "")) or conf.get("__pregel_durability") == "exit":
+            return None
+        return str(run), str(conf["thread_id"]), str(checkpoint_id)
+
+    def claim_model_call(self, config: RunnableConfig) -> ThreadLease | None:
+        """Claim the thread for the model call of the task ``config`` belongs to (see :mod:`._claims`):
+        its lease, held until the checkpoint after the call is written; None when the call cannot claim
+        (a turn holds the lease already, time travel, a subgraph, ``durability="exit"``). Raises
+        :class:`~remem.errors.ThreadBusyError` when the run was overtaken: the call must not be made."""
+        spot = self._claim_spot(config)
+        if spot is None:
+            return None
+        run, thread_id, checkpoint_id = spot
+        self._wait_written(run, checkpoint_id)
+        lease = take_lease(self, thread_id, scope="checkpoint")
+        try:
+            _check_claim(thread_id, checkpoint_id, self._head_id(thread_id))
+            _claims.hand_over(lease.target, thread_id, checkpoint_id, lease)
+        except BaseException:
+            lease.release()
+            raise
+        return lease
+
+    async def aclaim_model_call(self, config: RunnableConfig) -> ThreadLease | None:
+        """Async version of :meth:`claim_model_call`."""
+        spot = self._claim_spot(config)
+        if spot is None:
+            return None
+        run, thread_id, checkpoint_id = spot
+        await asyncio.to_thread(self._wait_written, run, checkpoint_id)
+        lease = await atake_lease(self, thread_id, scope="checkpoint")
+        try:
+            _check_claim(thread_id, checkpoint_id, await self._ahead_id(thread_id))
+            _claims.hand_over(lease.target, thread_id, checkpoint_id, lease)
+        except BaseException:
+            await asyncio.to_thread(lease.release)
+            raise
+        return lease
+
+    def wait_written(self, config: RunnableConfig) -> None:
+        """Wait until the checkpoint the task of ``config`` runs from is written, for a task of a run that
+        claims its model calls (else at once); raises what refused it."""
+        spot = self._claim_spot(config)
+        if spot is not None:
+            self._wait_written(spot[0], spot[2])
+
+    @staticmethod
+    def _wait_written(run: str, checkpoint_id: str) -> None:
+        # A put waits at most the lease timeout for the lease, then fails: its outcome comes by then.
+        if not _claims.wait_written(run, checkpoint_id, 2 * DEFAULT_LEASE_TIMEOUT):
+            raise ThreadBusyError(
+                f"this run's checkpoint {checkpoint_id} was not written within {2 * DEFAULT_LEASE_TIMEOUT:g} s "
+                "(the thread's lease stayed taken); the model was not called. Retry when the thread is free"
+            )
+
+    def _head_id(self, thread_id: str) -> str | None:
+        raise NotImplementedError
+
+    async def _ahead_id(self, thread_id: str) -> str | None:
+        raise NotImplementedError
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:
         return codec.next_version(current)

@@ -32,6 +32,9 @@ The ``__pregel_`` prefix keeps the mark out of everything LangGraph shows of a r
 ``checkpoints`` and ``debug`` stream payloads (``config`` and ``parent_config``) drop such keys
 (``rm_pregel_keys``), so they equal the configs ``get_state_history`` lists, as with a stock saver; and
 checkpoint metadata never copies a key that starts with ``__``."""
+RUN_MARK = "__pregel_remem_run"
+"""Set next to :data:`FROM_HEAD` when a run loads the thread's latest checkpoint: a token of that run,
+which LangGraph passes back with the run's puts and in its tasks' configs (see :mod:`._claims`)."""
 RUN_KEY = "__pregel_runtime"
 """What LangGraph puts in the ``configurable`` of a run's own reads and writes (never in get_state's)."""
 

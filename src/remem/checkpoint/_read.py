@@ -4,6 +4,7 @@ of ``list()``, the thread ids, and the marks a LangGraph run's loaded tuples car
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -16,7 +17,7 @@ from remem._statements import Program
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head
-from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, Context, load_lists, thread_id_of
+from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, RUN_MARK, Context, load_lists, thread_id_of
 
 
 @dataclass
@@ -286,13 +287,16 @@ def mark_loaded(config: RunnableConfig, tup: CheckpointTuple | None) -> Checkpoi
     if RUN_KEY not in conf:
         return tup
     latest = not conf.get("checkpoint_id")
+    run = {RUN_MARK: uuid.uuid4().hex} if latest else {}  # tells this run's puts and tasks apart
+    if isinstance(conf, dict):
+        conf.update(run)  # the run's own config, which its tasks' configs are made from
     if tup is None:
         if latest and isinstance(conf, dict):
             # A run that found the thread empty builds its first checkpoint on this very config (there
             # is no tuple to carry the mark), so the mark goes here: every later put of the run has it.
             conf[FROM_HEAD] = True
         return None
-    marked = {**tup.config["configurable"], FROM_HEAD: latest}
+    marked = {**tup.config["configurable"], FROM_HEAD: latest, **run}
     return tup._replace(config={**tup.config, "configurable": marked})
 
 

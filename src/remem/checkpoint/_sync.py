@@ -15,13 +15,14 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from remem._statements import Execute, Program, run
+from remem.checkpoint import _claims, _prune, _read, _write
 from remem.checkpoint import _ops as ops
-from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint._base import (
     HEAD_READ,
     CheckpointStats,
     RememSaver,
     cutoff_of,
+    head_config,
     read_only_error,
     setup_op,
     stats_op,
@@ -136,13 +137,30 @@ class SyncSaver(RememSaver):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        with self._run_lease(config) as lease:
-            if lease is not None:
-                lease.verify()
-            self._forget_read(config)
-            return self._run(
-                lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions), write=True
-            )
+        run = config["configurable"].get(ops.RUN_MARK)
+        try:
+            with self._run_lease(config) as lease:
+                if lease is not None:
+                    lease.verify()
+                self._forget_read(config)
+                written = self._run(
+                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions),
+                    write=True,
+                )
+        except Exception as exc:
+            if run:
+                _claims.record_failed(run, exc)
+            raise
+        if run:
+            _claims.record_written(run, checkpoint["id"])
+        return written
+
+    def _head_id(self, thread_id: str) -> str | None:
+        stamp = self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)
+        return None if stamp is None else str(stamp[0])
+
+    async def _ahead_id(self, thread_id: str) -> str | None:
+        return await asyncio.to_thread(self._head_id, thread_id)
 
     def put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""

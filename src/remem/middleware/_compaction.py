@@ -16,6 +16,7 @@ sync and async methods run the same pure steps.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import hashlib
 import uuid
@@ -26,6 +27,9 @@ from typing import Any, Literal, TypedDict
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 
+from remem._lease import DEFAULT_LEASE_TIMEOUT, ThreadLease
+from remem.checkpoint import _claims
+from remem.checkpoint._base import RememSaver
 from remem.errors import ArgumentTypeError, NotFoundError, RememUsageError
 from remem.memory import CARD_MESSAGE_NAME, DEFAULT_CARD_TOKEN_BUDGET, ContextCard, Memory, Thread
 from remem.messages import (
@@ -338,6 +342,74 @@ class Compactor:
                 del self._threads[thread.thread_id]
                 await (await self.athread()).aadd_messages(turns)
             self._persisted[thread.thread_id].update(t["id"] for t in turns)
+
+    @staticmethod
+    def _run_saver() -> tuple[RememSaver, Any] | None:
+        """The run's remem saver and the task's config, when a remem saver checkpoints the run."""
+        try:
+            config = get_config()
+        except RuntimeError:
+            return None
+        saver = (config.get("configurable") or {}).get("__pregel_checkpointer")
+        return (saver, config) if isinstance(saver, RememSaver) else None
+
+    def mirrors_accepted(self) -> bool:
+        """Whether this run's model calls claim the thread (:mod:`remem.checkpoint._claims`): then turns
+        are mirrored only from checkpoints the saver accepted, never from a run that was refused."""
+        found = self._run_saver()
+        return found is not None and found[0]._claim_spot(found[1]) is not None
+
+    def claim(self, messages: Sequence[BaseMessage]) -> ThreadLease | None:
+        """Claim the thread for this model call (raising ThreadBusyError, before the call, for a run that
+        was overtaken), then store the turns of the checkpoint the call runs from; None when the run does
+        not claim (its turns are stored as they come)."""
+        found = self._run_saver()
+        lease = found[0].claim_model_call(found[1]) if found is not None else None
+        if lease is not None:
+            try:
+                self.persist(messages)
+            except BaseException:
+                _claims.withdraw(lease)
+                raise
+        return lease
+
+    async def aclaim(self, messages: Sequence[BaseMessage]) -> ThreadLease | None:
+        """Async version of :meth:`claim`."""
+        found = self._run_saver()
+        lease = await found[0].aclaim_model_call(found[1]) if found is not None else None
+        if lease is not None:
+            try:
+                await self.apersist(messages)
+            except BaseException:
+                await asyncio.to_thread(_claims.withdraw, lease)
+                raise
+        return lease
+
+    @staticmethod
+    def settle(lease: ThreadLease | None, *, failed: bool) -> None:
+        """After the claimed call: a failed call gives the claim back; else the put of the checkpoint after
+        the call takes it, or it is given back after the lease timeout."""
+        if lease is None:
+            return
+        if failed:
+            _claims.withdraw(lease)
+        else:
+            _claims.expire(lease, DEFAULT_LEASE_TIMEOUT)
+
+    def persist_written(self, messages: Sequence[BaseMessage]) -> None:
+        """:meth:`persist` after a model call: for a run that claims, once the checkpoint holding the reply
+        is written (so a reply is mirrored only when the saver accepted it)."""
+        found = self._run_saver()
+        if found is not None:
+            found[0].wait_written(found[1])
+        self.persist(messages)
+
+    async def apersist_written(self, messages: Sequence[BaseMessage]) -> None:
+        """Async version of :meth:`persist_written`."""
+        found = self._run_saver()
+        if found is not None:
+            await asyncio.to_thread(found[0].wait_written, found[1])
+        await self.apersist(messages)
 
     def plan(
         self, messages: Sequence[BaseMessage], system: SystemMessage | None, tools: Sequence[Any]

@@ -27,7 +27,12 @@ before the first middleware hook runs, and no hook runs when a run fails, so a m
 thread's lease over a whole run. remem's savers close that gap themselves: a run that loaded the thread's
 latest checkpoint may only extend it, so of two bare ``agent.invoke`` calls on one thread at once, a
 checkpoint of the one whose start the other overtook is refused with :class:`~remem.ThreadBusyError`
-(never a silent fork; time travel and ``update_state`` fork as in stock LangGraph). Such a run fails, and
+(never a silent fork; time travel and ``update_state`` fork as in stock LangGraph). On a remem saver each
+model call of a bare run also claims the thread (:mod:`remem.checkpoint._claims`): it waits until the
+checkpoint it runs from is written, takes the thread's lease, checks that checkpoint is still the head, and
+the lease is given back once the checkpoint after the call is written. An overtaken run so stops before its
+model call (nothing paid), and turns are stored to the remem thread only from written checkpoints: the
+question once the call is claimed, the reply once its checkpoint is written. Such a run fails, and
 if it was refused after its input was stored, its question stays in the thread without a reply. To have a
 second turn wait instead (up to ``thread_lease_timeout``), send turns with :func:`remem.run_turn`
 (``run_turn(agent, thread_id, message)``). A stock saver gives bare invokes no such protection.
@@ -35,6 +40,7 @@ second turn wait instead (up to ``thread_lease_timeout``), send turns with :func
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Unpack, cast
@@ -96,23 +102,42 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         super().__init__()
         self.compactor = Compactor(memory, options, owner="ContextCardMiddleware")
 
+    # A bare run on a remem saver claims the thread in wrap_model_call and stores its turns there and
+    # after the model, from written checkpoints only (see the module docstring); other runs store here.
+
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.compactor.persist(state["messages"])
+        if not self.compactor.mirrors_accepted():
+            self.compactor.persist(state["messages"])
         return None
 
     async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await self.compactor.apersist(state["messages"])
+        if not self.compactor.mirrors_accepted():
+            await self.compactor.apersist(state["messages"])
         return None
 
     def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.compactor.persist(state["messages"])
+        self.compactor.persist_written(state["messages"])
         return None
 
     async def aafter_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await self.compactor.apersist(state["messages"])
+        await self.compactor.apersist_written(state["messages"])
         return None
 
     def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        claim = self.compactor.claim(request.state["messages"])
+        try:
+            response = self._call(request, handler)
+        except BaseException:
+            self.compactor.settle(claim, failed=True)
+            raise
+        self.compactor.settle(claim, failed=False)
+        return response
+
+    def _call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
@@ -126,6 +151,20 @@ class ContextCardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return _compacted(response, card, plan)
 
     async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        claim = await self.compactor.aclaim(request.state["messages"])
+        try:
+            response = await self._acall(request, handler)
+        except BaseException:
+            await asyncio.to_thread(self.compactor.settle, claim, failed=True)
+            raise
+        self.compactor.settle(claim, failed=False)
+        return response
+
+    async def _acall(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],

@@ -1,0 +1,111 @@
+"""A bare run's claim on its thread for one model call, and what became of each run's checkpoints.
+
+A bare ``agent.invoke`` (no :func:`remem.run_turn`) holds the thread's lease only while each checkpoint is
+written, so a run another one overtook learns it only when its next checkpoint is refused: with
+LangGraph's default ``durability="async"`` that is after its model call was paid and after
+``ContextCardMiddleware`` mirrored the turn into memory. The middleware claims the thread before the call
+instead (:meth:`~remem.checkpoint._base.RememSaver.claim_model_call`):
+
+1. it waits until the checkpoint the model call runs from is written (:func:`wait_written`), and fails
+   with the run's own refusal if one of the run's checkpoints was refused;
+2. it takes the thread's checkpoint lease and checks that this checkpoint is still the thread's head;
+3. it hands the lease over (:func:`hand_over`): the run's next put, the checkpoint after the call, is
+   written under it and gives it back (:func:`take`). A run that overtakes waits for that lease.
+
+Runs are told apart by :data:`RUN_MARK`, a token the saver puts next to ``FROM_HEAD`` in what a run
+loads: LangGraph passes it to the run's puts and to its tasks' configs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from remem._lease import LeaseTarget, ThreadLease
+from remem.checkpoint._ops import RUN_MARK
+from remem.errors import RememError, ThreadBusyError
+
+__all__ = [
+    "RUN_MARK",
+    "expire",
+    "hand_over",
+    "record_failed",
+    "record_written",
+    "take",
+    "wait_written",
+    "withdraw",
+]
+
+_KEEP = 512  # runs remembered (a run's outcome is asked for within the run)
+_ClaimKey = tuple[LeaseTarget, str, str]  # target, thread id, the checkpoint the claimed call runs from
+
+_cond = threading.Condition()
+_written: OrderedDict[str, set[str]] = OrderedDict()
+_failed: OrderedDict[str, BaseException] = OrderedDict()
+_claims: dict[_ClaimKey, ThreadLease] = {}
+
+
+def _keep(table: OrderedDict[str, Any], run: str, value: Any) -> None:
+    table[run] = value
+    table.move_to_end(run)
+    while len(table) > _KEEP:
+        table.popitem(last=False)
+
+
+def record_written(run: str, checkpoint_id: str) -> None:
+    with _cond:
+        _keep(_written, run, _written.get(run, set()) | {checkpoint_id})
+        _cond.notify_all()
+
+
+def record_failed(run: str, exc: BaseException) -> None:
+    with _cond:
+        _keep(_failed, run, exc)
+        _cond.notify_all()
+
+
+def wait_written(run: str, checkpoint_id: str, timeout: float) -> bool:
+    """Wait until the run's checkpoint ``checkpoint_id`` is written (True), or raise what refused one of the
+    run's checkpoints (LangGraph writes a run's checkpoints in order: after a refusal, none follows).
+    False when neither came within ``timeout`` (a put still waiting for the thread's lease)."""
+    with _cond:
+        done = _cond.wait_for(
+            lambda: checkpoint_id in _written.get(run, ()) or run in _failed, timeout=timeout
+        )
+        failed = _failed.get(run)
+    if failed is not None:  # a copy: the put's own error is raised in the run's thread already
+        kind = type(failed) if isinstance(failed, RememError) else ThreadBusyError
+        raise kind(str(failed)) from failed
+    return bool(done)
+
+
+def hand_over(target: LeaseTarget, thread_id: str, checkpoint_id: str, lease: ThreadLease) -> None:
+    with _cond:
+        _claims[(target, thread_id, checkpoint_id)] = lease
+
+
+def take(target: LeaseTarget, thread_id: str, parent_id: str | None) -> ThreadLease | None:
+    """The claim a put whose parent is ``parent_id`` writes under (and then releases), if any."""
+    if parent_id is None:
+        return None
+    with _cond:
+        return _claims.pop((target, thread_id, parent_id), None)
+
+
+def withdraw(lease: ThreadLease) -> None:
+    """Give back a claim no put took (the model call failed, or the run stopped before its checkpoint)."""
+    with _cond:
+        keys = [k for k, held in _claims.items() if held is lease]
+        for key in keys:
+            del _claims[key]
+    if keys:
+        lease.release()
+
+
+def expire(lease: ThreadLease, seconds: float) -> None:
+    """Give the claim back after ``seconds`` if no put took it by then (a run stopped between its model
+    call and the checkpoint after it, without an error a middleware sees)."""
+    timer = threading.Timer(seconds, withdraw, (lease,))
+    timer.daemon = True
+    timer.start()
