@@ -251,6 +251,7 @@ class Ingestion:
         self.memory = memory
         self.entry = entry
         self.queue = queue
+        self._saved: tuple[set[str], set[str]] = (set(entry.users), set(entry.threads))
 
     @property
     def id(self) -> str:
@@ -267,7 +268,27 @@ class Ingestion:
             self.close()
 
     def _save(self) -> None:
-        self.memory.store.batch([_put_entry(self.entry)])
+        """Write the entry under its ingestion's lease (the fence :func:`forget_in_journal` and an undo
+        hold), merged with the stored one: a user or thread named before and missing there now was erased
+        meanwhile, and stays out (a whole write would put the erased ids back)."""
+        store = self.memory.store
+        fence = f"_remem ingestion {self.id}"
+        with thread_lease(store, fence, scope="memory", timeout=self.memory.thread_lease_timeout):
+            item = store.get(ingestions_root(), self.id)
+            stored = IngestionEntry.from_value(item.value) if item is not None else None
+            if stored is not None and stored.state in ("undoing", "undone"):
+                raise RememUsageError(
+                    f"ingestion {self.id} was undone while it was loading; load again as a new ingestion"
+                )
+            users, threads = self._saved
+            erased_threads = threads - set(stored.threads if stored is not None else ())
+            for user_id in sorted(users - set(stored.users if stored is not None else ())):
+                self.entry = _without(self.entry, user_id, erased_threads)
+            self.entry = _without(self.entry, None, erased_threads)
+            if stored is None and not (self.entry.threads or self.entry.users):
+                return  # erased whole while loading: nothing of it left to name
+            store.batch([_put_entry(self.entry)])
+            self._saved = (set(self.entry.users), set(self.entry.threads))
 
     def _count(self, what: str, n: int) -> None:
         self.entry.added[what] = self.entry.added.get(what, 0) + n
@@ -363,7 +384,9 @@ def begin_ingestion(
     store = _store(memory)
     entry = IngestionEntry(id=_new_id(), kind=kind, source=source, state="open", started_at=now_iso())
     store.batch([_put_entry(entry)])
-    return Ingestion(memory, entry, queue)
+    ingestion = Ingestion(memory, entry, queue)
+    ingestion._saved = (set(), set())
+    return ingestion
 
 
 def _refresh(queue: JobQueue | None, threads: Mapping[str, Any]) -> None:
