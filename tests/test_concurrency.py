@@ -19,7 +19,9 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from remem import Memory, Settings, ThreadBusyError, arun_turn, build_agent, run_turn
-from remem._lease import athread_lease, lease_target, thread_lease
+from remem._lease import LeaseTarget, athread_lease, thread_lease
+from remem.checkpoint._targets import acheckpointer_lease_target, checkpointer_lease_target
+from remem.store._targets import store_lease_target
 from tests import matrix
 from tests.lease_workers import (
     THREAD,
@@ -303,7 +305,7 @@ def test_six_processes_appending_to_one_memory_thread_lose_none(
 
 
 def _hold(owner: Any, scope: Any, entered: threading.Event, leave: threading.Event) -> None:
-    with thread_lease(owner, "t", scope=scope, timeout=5):
+    with thread_lease(checkpointer_lease_target(owner), "t", scope=scope, timeout=5):
         entered.set()
         leave.wait(10)
 
@@ -320,6 +322,7 @@ def test_a_second_writer_waits_then_fails_with_thread_busy(
         owner_cm = open_saver(kind, _target(kind, tmp_path, request))
         owner = owner_cm.__enter__()
     try:
+        target = checkpointer_lease_target(owner)
         entered, leave = threading.Event(), threading.Event()
         holder = threading.Thread(target=_hold, args=(owner, "checkpoint", entered, leave))
         holder.start()
@@ -328,18 +331,18 @@ def test_a_second_writer_waits_then_fails_with_thread_busy(
             pytest.raises(
                 ThreadBusyError, match=r"thread 't' is busy.*waited|waited.*REMEM_THREAD_LEASE_TIMEOUT"
             ),
-            thread_lease(owner, "t", scope="checkpoint", timeout=0.2),
+            thread_lease(target, "t", scope="checkpoint", timeout=0.2),
         ):
             pass
-        with thread_lease(owner, "other", scope="checkpoint", timeout=0.2):
+        with thread_lease(target, "other", scope="checkpoint", timeout=0.2):
             pass  # another thread of the same database is free
-        with thread_lease(owner, "t", scope="memory", timeout=0.2):
+        with thread_lease(target, "t", scope="memory", timeout=0.2):
             pass  # and so is the memory client's lease of the same thread
         leave.set()
         holder.join(10)
         with (
-            thread_lease(owner, "t", scope="checkpoint", timeout=0.2),
-            thread_lease(owner, "t", scope="checkpoint", timeout=0.2),
+            thread_lease(target, "t", scope="checkpoint", timeout=0.2),
+            thread_lease(target, "t", scope="checkpoint", timeout=0.2),
         ):
             pass  # taken again by its holder at no cost
     finally:
@@ -374,7 +377,7 @@ def test_busy_turn_writes_nothing_and_says_what_to_do(tmp_path: Path) -> None:
 
 
 def _hold_thread(saver: Any, entered: threading.Event, leave: threading.Event) -> None:
-    with thread_lease(saver, THREAD, scope="checkpoint", timeout=5):
+    with thread_lease(checkpointer_lease_target(saver), THREAD, scope="checkpoint", timeout=5):
         entered.set()
         leave.wait(10)
 
@@ -389,14 +392,15 @@ def test_the_lease_is_found_from_stock_savers_and_stores(tmp_path: Path, pg_url:
 
     path = tmp_path / "stock.db"
     with StockSqliteSaver.from_conn_string(str(path)) as stock:
-        assert lease_target(stock).kind == "sqlite" and lease_target(stock).where == str(path.resolve())
+        found = checkpointer_lease_target(stock)
+        assert found.kind == "sqlite" and found.where == str(path.resolve())
     with SqliteStore.from_conn_string(path) as store:
-        assert lease_target(store).where == str(path.resolve())
+        assert store_lease_target(store).where == str(path.resolve())
     with StockPostgresSaver.from_conn_string(pg_url) as pg:
-        found = lease_target(pg)
+        found = checkpointer_lease_target(pg)
         assert found.kind == "postgres" and found.label.endswith(pg_url.rsplit("/", 1)[1])
-    assert lease_target(InMemorySaver()).kind == "process"
-    assert lease_target(InMemoryStore()).kind == "process"
+    assert checkpointer_lease_target(InMemorySaver()).kind == "process"
+    assert store_lease_target(InMemoryStore()).kind == "process"
 
 
 @pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
@@ -420,13 +424,11 @@ async def test_async_turns_on_one_thread_take_turns(
 
 
 async def athread_lease_target_kind(saver: Any) -> str:
-    from remem._lease import alease_target
-
-    return (await alease_target(saver)).kind
+    return (await acheckpointer_lease_target(saver)).kind
 
 
 async def test_an_async_wait_that_is_cancelled_leaves_the_lease_free(tmp_path: Path) -> None:
-    owner = InMemorySaver()
+    owner = LeaseTarget.in_process(InMemorySaver())
     async with athread_lease(owner, "t", scope="checkpoint", timeout=5):
         # a waiter of its own (a task started here would share this context's lease)
         waiter = asyncio.get_running_loop().create_task(_take(owner), context=contextvars.Context())
@@ -439,7 +441,7 @@ async def test_an_async_wait_that_is_cancelled_leaves_the_lease_free(tmp_path: P
         pass  # a lease the cancelled waiter kept would make this a ThreadBusyError
 
 
-async def _take(owner: Any) -> None:
+async def _take(owner: LeaseTarget) -> None:
     async with athread_lease(owner, "t", scope="checkpoint", timeout=5):
         pass
 
@@ -592,7 +594,7 @@ def test_a_read_kept_under_the_lease_is_never_stale_nor_shared(
     with open_saver(kind, target) as saver, open_saver(kind, target) as other:
         app = _echo_graph(saver)
         app.invoke({"messages": [("user", "first")]}, config)
-        with thread_lease(saver, THREAD, scope="checkpoint"):
+        with thread_lease(checkpointer_lease_target(saver), THREAD, scope="checkpoint"):
             first = saver.get_tuple(config)
             assert first is not None
             first.checkpoint["channel_values"]["messages"].append(HumanMessage("changed by a reader"))

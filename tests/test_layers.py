@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("models", ("remem.models", "remem.embeddings", "remem.testing", "remem.usage.ratelimit")),
     (
         "layout",
-        ("remem.layout", "remem._statements", "remem._migrate", "remem._lease"),
+        ("remem.layout", "remem._statements", "remem._migrate", "remem._lease", "remem._lease_target"),
     ),  # the contract storage shares
     ("strategies", ("remem.strategies",)),
     ("summarisers", ("remem.summarize",)),

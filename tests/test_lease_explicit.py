@@ -24,7 +24,7 @@ def test_the_saver_writes_under_the_lease_its_config_carries(tmp_path: Path) -> 
     path = tmp_path / "threads.db"
     with open_saver("sqlite", str(path)) as saver:
         agent = agent_for(saver)
-        with thread_lease(saver, THREAD, scope="checkpoint", timeout=1) as lease:
+        with thread_lease(saver.lease_target, THREAD, scope="checkpoint", timeout=1) as lease:
             config = carry_lease({"configurable": {"thread_id": THREAD}}, lease)
             assert config["configurable"][TURN_LEASE_KEY] is lease
             done: list[Any] = []

@@ -166,6 +166,6 @@ def test_a_lease_keeps_no_descriptor_open_once_given_back(tmp_path: Path) -> Non
         ]
         before = _open_descriptors()
         for store in stores:
-            with thread_lease(store, "t", scope="memory", timeout=5) as lease:
+            with thread_lease(store.lease_target, "t", scope="memory", timeout=5) as lease:
                 lease.verify()
         assert _open_descriptors() - before <= 2

@@ -71,13 +71,13 @@ def test_an_erasure_fence_holds_many_threads_on_one_session(pg_url: str) -> None
 
     threads = [f"t{i}" for i in range(60)]
     with PostgresSaver.from_conn_string(pg_url) as saver:
-        with thread_leases(saver, threads, scope="checkpoint", timeout=5):
+        with thread_leases(saver.lease_target, threads, scope="checkpoint", timeout=5):
             assert _lease_sessions(pg_url) == 1
             done: list[Any] = []
 
             def other() -> None:  # another thread of this process, as another process would
                 try:
-                    with thread_lease(saver, "t42", scope="checkpoint", timeout=0.2):
+                    with thread_lease(saver.lease_target, "t42", scope="checkpoint", timeout=0.2):
                         done.append("taken")
                 except ThreadBusyError:
                     done.append("busy")
@@ -86,6 +86,6 @@ def test_an_erasure_fence_holds_many_threads_on_one_session(pg_url: str) -> None
             worker.start()
             worker.join(30)
             assert done == ["busy"]
-        with thread_lease(saver, "t42", scope="checkpoint", timeout=1):
+        with thread_lease(saver.lease_target, "t42", scope="checkpoint", timeout=1):
             pass  # given back
     assert _lease_sessions(pg_url) == 0

@@ -1,8 +1,9 @@
 """One writer per thread: a lease on a thread, held by the database, while one turn or append writes it.
 
 A second turn (or append) on the same thread waits for the lease, at most ``timeout`` seconds, and then
-fails with :class:`~remem.errors.ThreadBusyError` before it has written anything. Where the lease lives
-follows the database of the saver or store that is given:
+fails with :class:`~remem.errors.ThreadBusyError` before it has written anything. Where the lease lives is
+the :class:`~remem._lease_target.LeaseTarget` each function is given (the database a saver or store holds
+a connection to: ``saver.lease_target``, :func:`remem.checkpoint._targets.checkpointer_lease_target`):
 
 - a SQLite file: a byte-range lock on a sidecar file ``<database>-lease``, one byte per thread (its
   offset a hash of the thread id). On Linux it is an open-file-description lock (``F_OFD_SETLK``): it
@@ -45,23 +46,22 @@ import fcntl
 import hashlib
 import os
 import random
-import sqlite3
 import struct
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from remem._files import make_private_file
+from remem._lease_target import LeaseTarget
 from remem.errors import StorageError, ThreadBusyError
 from remem.layout import check_label
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
     "TURN_LEASE_KEY",
+    "LeaseTarget",
     "Scope",
     "ThreadLease",
     "atake_lease",
@@ -69,7 +69,6 @@ __all__ = [
     "carried_lease",
     "carry_lease",
     "close_idle_connections",
-    "lease_target",
     "lease_waits",
     "retain_idle_connections",
     "take_lease",
@@ -89,25 +88,12 @@ _POLL_FIRST, _POLL_MAX = 0.001, 0.01  # seconds between tries of a POSIX lock (i
 _IDLE_PG_CONNECTIONS = 4  # kept per server for the next lease
 
 
-@dataclass(frozen=True)
-class LeaseTarget:
-    """Where a thread's lease is held: ``kind`` sqlite (a file path), postgres (a conninfo) or process."""
-
-    kind: Literal["sqlite", "postgres", "process"]
-    where: str
-    label: str  # what a message may show (never a password)
-
-    def __repr__(self) -> str:  # a conninfo may hold a password
-        return f"LeaseTarget(kind={self.kind!r}, label={self.label!r})"
-
-
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
 Release = Callable[[], None]
 Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
 # The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
 # to be still held: a task that outlives its parent's lease takes the lease itself).
 _held: contextvars.ContextVar[dict[_Key, ThreadLease]] = contextvars.ContextVar("remem_leases")
-_targets: weakref.WeakKeyDictionary[Any, LeaseTarget] = weakref.WeakKeyDictionary()
 
 
 class _State:
@@ -144,95 +130,6 @@ def _reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-# -------------------------------------------------------------------------------- where the lease lives
-
-
-def _sqlite_target(path: str, owner: Any) -> LeaseTarget:
-    if not path:  # :memory: or a temporary database: no other process can open it
-        return _process_target(owner)
-    real = os.path.realpath(path)
-    return LeaseTarget("sqlite", real, real)
-
-
-def _process_target(owner: Any) -> LeaseTarget:
-    return LeaseTarget("process", f"{type(owner).__name__}@{id(owner):x}", "this process")
-
-
-def _postgres_target(conninfo: str) -> LeaseTarget:
-    from remem._url import describe_postgres
-
-    return LeaseTarget("postgres", conninfo, describe_postgres(conninfo))
-
-
-def _main_file(rows: list[Any]) -> str:
-    for row in rows:
-        if row[1] == "main":
-            return str(row[2] or "")
-    return ""
-
-
-def _made_by(obj: Any, package: str) -> bool:
-    """Whether ``obj``'s class, or a class it derives from, comes from ``package``."""
-    return any(c.__module__.split(".")[0] == package for c in type(obj).__mro__)
-
-
-def _describe(owner: Any) -> LeaseTarget | Any:
-    """The target of ``owner`` (a saver, a store, a connection or pool), or an aiosqlite connection to ask."""
-    conn = getattr(owner, "conn", owner)
-    if isinstance(conn, sqlite3.Connection):
-        try:
-            rows = conn.execute("PRAGMA database_list").fetchall()
-        except sqlite3.ProgrammingError as exc:  # closed: the saver's `with` block has ended
-            from remem._sqlite import storage_error
-
-            raise storage_error(
-                exc, where=getattr(owner, "_where", "the SQLite database"), doing=""
-            ) from None
-        return _sqlite_target(_main_file(rows), owner)
-    if type(conn).__module__.startswith("aiosqlite"):
-        return conn
-    conninfo = getattr(conn, "conninfo", None)  # psycopg_pool's pools, and subclasses such as remem's own
-    if isinstance(conninfo, str) and _made_by(conn, "psycopg_pool"):
-        return _postgres_target(conninfo)
-    info = getattr(conn, "info", None)
-    if type(conn).__module__.startswith("psycopg") and info is not None:
-        from psycopg.conninfo import make_conninfo
-
-        password = getattr(info, "password", None)
-        dsn = make_conninfo(info.dsn, password=password) if password else info.dsn
-        return _postgres_target(dsn)
-    return _process_target(owner)
-
-
-def _remember(owner: Any, target: LeaseTarget) -> LeaseTarget:
-    with contextlib.suppress(TypeError):  # an owner that takes no weak reference is looked up again
-        _targets[owner] = target
-    return target
-
-
-def lease_target(owner: Any) -> LeaseTarget:
-    """Where the leases of ``owner``'s threads are held (a saver, a store, a connection, a pool)."""
-    with contextlib.suppress(TypeError):
-        if owner in _targets:
-            return _targets[owner]
-    found = _describe(owner)
-    if not isinstance(found, LeaseTarget):  # an aiosqlite connection cannot be asked from sync code
-        return _process_target(owner)
-    return _remember(owner, found)
-
-
-async def alease_target(owner: Any) -> LeaseTarget:
-    """Async version of :func:`lease_target`."""
-    with contextlib.suppress(TypeError):
-        if owner in _targets:
-            return _targets[owner]
-    found = _describe(owner)
-    if not isinstance(found, LeaseTarget):
-        async with found.execute("PRAGMA database_list") as cur:
-            found = _sqlite_target(_main_file(list(await cur.fetchall())), owner)
-    return _remember(owner, found)
 
 
 # -------------------------------------------------------------------------------- taking and giving back
@@ -707,7 +604,7 @@ def carried_lease(config: Any, target: LeaseTarget, *, scope: Scope) -> ThreadLe
 
 @contextlib.contextmanager
 def thread_leases(
-    owner: Any, thread_ids: Sequence[str], *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget, thread_ids: Sequence[str], *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> Iterator[None]:
     """Hold the leases of all of ``thread_ids`` for the block (an erasure's fence), taken in sorted order so
     that two such holders never wait for each other in a circle; ``timeout`` bounds the whole wait. On
@@ -715,14 +612,13 @@ def thread_leases(
     connection each). Leases this context holds already are not taken again."""
     for thread_id in thread_ids:
         check_label(thread_id, "thread_id")
-    target = lease_target(owner)
     ids = [t for t in sorted(set(thread_ids)) if _held_lease(target, scope, t) is None]
     if target.kind != "postgres":
         deadline = time.monotonic() + timeout
         with contextlib.ExitStack() as stack:
             for thread_id in ids:
                 left = max(deadline - time.monotonic(), 0.0)
-                stack.enter_context(thread_lease(owner, thread_id, scope=scope, timeout=left))
+                stack.enter_context(thread_lease(target, thread_id, scope=scope, timeout=left))
             yield
         return
     import psycopg
@@ -757,13 +653,12 @@ def thread_leases(
 
 @contextlib.contextmanager
 def thread_lease(
-    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> Iterator[ThreadLease]:
-    """Hold the lease of ``thread_id`` in ``owner``'s database for the block (waiting up to ``timeout`` s);
+    """Hold the lease of ``thread_id`` at ``target`` (its database) for the block (waiting up to ``timeout`` s);
     the block gets the :class:`ThreadLease` to verify before each write. An id that is not valid text (a
     lone surrogate, NUL, empty) is refused here, before anything is taken or written."""
     check_label(thread_id, "thread_id")
-    target = lease_target(owner)
     key = _key_of(target, scope, thread_id)
     held = _held_lease(target, scope, thread_id)
     if held is not None:
@@ -779,20 +674,20 @@ def thread_lease(
 
 
 def take_lease(
-    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> ThreadLease:
     """The lease of ``thread_id``, held until :meth:`ThreadLease.release` is called, from any thread: a
     lease handed over, which no context holds (see :mod:`remem.checkpoint._claims`)."""
     check_label(thread_id, "thread_id")
-    return _acquire(lease_target(owner), scope, thread_id, timeout)
+    return _acquire(target, scope, thread_id, timeout)
 
 
 async def atake_lease(
-    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> ThreadLease:
     """Async version of :func:`take_lease`."""
     check_label(thread_id, "thread_id")
-    return await _aacquire(await alease_target(owner), scope, thread_id, timeout)
+    return await _aacquire(target, scope, thread_id, timeout)
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:
@@ -804,11 +699,10 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 @contextlib.asynccontextmanager
 async def athread_lease(
-    owner: Any, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> AsyncIterator[ThreadLease]:
     """Async version of :func:`thread_lease`."""
     check_label(thread_id, "thread_id")
-    target = await alease_target(owner)
     key = _key_of(target, scope, thread_id)
     held = _held_lease(target, scope, thread_id)
     if held is not None:

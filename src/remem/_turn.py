@@ -26,7 +26,8 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-from remem._lease import DEFAULT_LEASE_TIMEOUT, athread_lease, carry_lease, thread_lease
+from remem._lease import DEFAULT_LEASE_TIMEOUT, LeaseTarget, athread_lease, carry_lease, thread_lease
+from remem.checkpoint._targets import acheckpointer_lease_target, checkpointer_lease_target
 from remem.errors import (
     ApprovalPendingError,
     ArgumentTypeError,
@@ -117,10 +118,22 @@ def _turn_rules(graph: Any, gate: BudgetMiddleware | None, lease_timeout: float 
     return rules
 
 
-def _lease_owner(graph: CompiledStateGraph[Any, Any, Any, Any]) -> Any:
-    """What holds the thread's lease: the checkpointer's database (the graph itself when it has none)."""
+def _lease_target(graph: CompiledStateGraph[Any, Any, Any, Any]) -> LeaseTarget:
+    """Where the thread's lease is held: the checkpointer's database (this process when it has none)."""
     saver = graph.checkpointer
-    return saver if isinstance(saver, BaseCheckpointSaver) else graph
+    return (
+        checkpointer_lease_target(saver)
+        if isinstance(saver, BaseCheckpointSaver)
+        else LeaseTarget.in_process(graph)
+    )
+
+
+async def _alease_target(graph: CompiledStateGraph[Any, Any, Any, Any]) -> LeaseTarget:
+    """Async version of :func:`_lease_target` (an ``aiosqlite`` saver's file is read from async code)."""
+    saver = graph.checkpointer
+    if isinstance(saver, BaseCheckpointSaver):
+        return await acheckpointer_lease_target(saver)
+    return LeaseTarget.in_process(graph)
 
 
 def _unfinished(snapshot: Any) -> bool:
@@ -176,7 +189,7 @@ def run_turn(
     config = thread_config(thread_id, user_id, budgets)
     rules = _turn_rules(graph, gate, lease_timeout)
     with thread_lease(
-        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+        _lease_target(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
     ) as lease:
         config = carry_lease(config, lease)  # the saver writes under the turn's lease
         snapshot = graph.get_state(config)
@@ -229,7 +242,7 @@ def resume_turn(
     config = thread_config(thread_id, user_id)
     rules = _turn_rules(graph, gate, lease_timeout)
     with thread_lease(
-        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+        _lease_target(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
     ) as lease:
         config = thread_config(
             thread_id, user_id, _waiting_budgets(graph.get_state(config), thread_id, budgets)
@@ -256,7 +269,7 @@ async def arun_turn(
     config = thread_config(thread_id, user_id, budgets)
     rules = _turn_rules(graph, gate, lease_timeout)
     async with athread_lease(
-        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+        await _alease_target(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
     ) as lease:
         config = carry_lease(config, lease)
         snapshot = await graph.aget_state(config)
@@ -305,7 +318,7 @@ async def aresume_turn(
     config = thread_config(thread_id, user_id)
     rules = _turn_rules(graph, gate, lease_timeout)
     async with athread_lease(
-        _lease_owner(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
+        await _alease_target(graph), thread_id, scope="checkpoint", timeout=rules.lease_timeout
     ) as lease:
         waiting = _waiting_budgets(await graph.aget_state(config), thread_id, budgets)
         config = carry_lease(thread_config(thread_id, user_id, waiting), lease)

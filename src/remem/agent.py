@@ -57,7 +57,6 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.store.base import BaseStore
 
-from remem._lease import alease_target
 from remem._turn import (
     SUMMARY_ERROR_KEY,
     TURN_RULES_ATTRIBUTE,
@@ -209,12 +208,10 @@ class _Nodes:
         system_prompt: str | None,
         gate: Gate,
         tool_tokens: int = 0,
-        ledger_owner: Any = None,
     ) -> None:
         self.model, self.strategy, self.summarizer, self.count = model, strategy, summarizer, count
         # The view is counted once per thread: each call counts the messages added since the last one.
         self._prefix = PrefixCounter(count) if count is approximate_token_count else None
-        self.ledger_owner = ledger_owner  # whose database the ledger is in, when it is found from it
         self.system_prompt, self.gate, self.tool_tokens = system_prompt, gate, tool_tokens
         self.model_name = model_name(model)
 
@@ -303,10 +300,10 @@ class _Nodes:
 
     async def _afind_ledger(self) -> None:
         # An aiosqlite saver's file can only be asked from async code: asked here, before a sync step opens
-        # the ledger (remem._lease remembers it), so that the ledger is in the saver's own database.
+        # the ledger, so that the ledger is in the saver's own database (ledger_for's prepare step).
         ledger = self.ledger
-        if self.ledger_owner is not None and isinstance(ledger, LazyLedger) and not ledger.opened:
-            await alease_target(self.ledger_owner)
+        if isinstance(ledger, LazyLedger):
+            await ledger.aprepare()
 
     async def acall_model(self, state: MemoryState, config: RunnableConfig) -> dict[str, Any]:
         """Async version of :meth:`call_model`."""
@@ -529,7 +526,6 @@ def build_agent(
         system_prompt,
         gate,
         count([SystemMessage(content=tool_text)]) if tool_text else 0,
-        checkpointer if ledger is True else None,
     )
     graph = StateGraph(MemoryState)
     # Sync and async steps: an async run (ainvoke, arun_turn) finds the ledger of an async saver first.

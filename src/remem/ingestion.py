@@ -64,6 +64,7 @@ from remem.layout import (
 )
 from remem.memory import Memory
 from remem.memory._records import ORDER_CHUNK, StoredMessage, ThreadInfo, stored_message_from_input
+from remem.store._targets import store_lease_target
 
 __all__ = [
     "MEMORY_TAG",
@@ -223,7 +224,9 @@ def forget_in_journal(
         entry = IngestionEntry.from_value(item.value)
         if user_id not in entry.users and not threads & set(entry.threads):
             continue
-        with thread_lease(store, f"_remem ingestion {entry.id}", scope="memory", timeout=timeout):
+        with thread_lease(
+            store_lease_target(store), f"_remem ingestion {entry.id}", scope="memory", timeout=timeout
+        ):
             current = store.get(ingestions_root(), entry.id)
             if current is None:
                 continue
@@ -443,7 +446,10 @@ def undo_ingestion(
     if entry.state == "undone":
         return _report(entry)
     with thread_lease(
-        store, f"_remem ingestion {entry.id}", scope="memory", timeout=memory.thread_lease_timeout
+        store_lease_target(store),
+        f"_remem ingestion {entry.id}",
+        scope="memory",
+        timeout=memory.thread_lease_timeout,
     ):
         entry = get_ingestion(memory, entry.id)  # as the last run left it
         if entry.state == "undone":
@@ -483,7 +489,9 @@ def _order(store: BaseStore, thread_id: str, count: int) -> list[str]:
 
 def _undo_thread(memory: Memory, entry: IngestionEntry, thread_id: str) -> None:
     store = memory.store
-    with thread_lease(store, thread_id, scope="memory", timeout=memory.thread_lease_timeout) as lease:
+    with thread_lease(
+        store_lease_target(store), thread_id, scope="memory", timeout=memory.thread_lease_timeout
+    ) as lease:
         meta = store.get(thread_meta(thread_id), THREAD_META_KEY)
         info = ThreadInfo.from_value(meta.value) if meta is not None else None
         values = {item.key: item.value for item in _all(store, thread_messages(thread_id))}

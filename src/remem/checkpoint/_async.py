@@ -70,6 +70,7 @@ class AsyncSaver(RememSaver):
                 self._is_setup = True
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        await self.alease_target()  # known before a turn's lease is compared with it (aiosqlite: async)
         scratch = self._scratch(config)
         if scratch is None:
             found = await self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
@@ -150,6 +151,7 @@ class AsyncSaver(RememSaver):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         run = config["configurable"].get(ops.RUN_MARK)
+        await self.alease_target()
         try:
             async with self._arun_lease(config) as lease:
                 if lease is not None:
@@ -177,6 +179,7 @@ class AsyncSaver(RememSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
+        await self.alease_target()
         lease = self._turn_lease(config)
         if lease is not None:
             await lease.averify()

@@ -30,12 +30,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from remem import _migrate
 from remem._lease import (
     DEFAULT_LEASE_TIMEOUT,
+    LeaseTarget,
     ThreadLease,
-    alease_target,
     atake_lease,
     athread_lease,
     carried_lease,
-    lease_target,
     take_lease,
     thread_lease,
 )
@@ -205,6 +204,22 @@ class RememSaver(BaseCheckpointSaver[int]):
         """``setup()`` checks the tables instead of creating them (the database refuses writes too)."""
         self._where = "the database"
         """How messages name the database (never with a password)."""
+        self._lease_target: LeaseTarget | None = None
+
+    @property
+    def lease_target(self) -> LeaseTarget:
+        """Where this saver's thread leases are held: its own database, found from the connection it holds
+        (once; a saver keeps its connection)."""
+        if self._lease_target is None:
+            self._lease_target = self._find_lease_target()
+        return self._lease_target
+
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.in_process(self)
+
+    async def alease_target(self) -> LeaseTarget:
+        """Async version of :attr:`lease_target` (an ``aiosqlite`` connection is asked from async code)."""
+        return self.lease_target
 
     def _scratch(self, config: RunnableConfig) -> dict[Any, Any] | None:
         """Where a turn that holds the thread's lease keeps the latest checkpoint it read.
@@ -229,7 +244,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         """The lease of the turn this call belongs to: what ``config`` carries under
         :data:`remem._lease.TURN_LEASE_KEY` (:func:`remem.run_turn` puts it there), if it is this thread's
         in this saver's database; None for a call outside a turn."""
-        return carried_lease(config, lease_target(self), scope="checkpoint")
+        return carried_lease(config, self.lease_target, scope="checkpoint")
 
     def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[ThreadLease | None]:
         """The lease a checkpoint is written under: the turn's (carried by ``config``), else, for a run that
@@ -244,10 +259,10 @@ class RememSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
-        claimed = _claims.take(lease_target(self), str(conf["thread_id"]), conf.get("checkpoint_id"))
+        claimed = _claims.take(self.lease_target, str(conf["thread_id"]), conf.get("checkpoint_id"))
         if claimed is not None:
             return _given_back(claimed)
-        return thread_lease(self, str(conf["thread_id"]), scope="checkpoint")
+        return thread_lease(self.lease_target, str(conf["thread_id"]), scope="checkpoint")
 
     def _arun_lease(
         self, config: RunnableConfig
@@ -261,9 +276,9 @@ class RememSaver(BaseCheckpointSaver[int]):
 
     @contextlib.asynccontextmanager
     async def _aclaimed_or_lease(self, thread_id: str, parent_id: str | None) -> AsyncIterator[ThreadLease]:
-        claimed = _claims.take(await alease_target(self), thread_id, parent_id)
+        claimed = _claims.take(await self.alease_target(), thread_id, parent_id)
         if claimed is None:
-            async with athread_lease(self, thread_id, scope="checkpoint") as lease:
+            async with athread_lease(await self.alease_target(), thread_id, scope="checkpoint") as lease:
                 yield lease
             return
         try:
@@ -292,7 +307,7 @@ class RememSaver(BaseCheckpointSaver[int]):
             return None
         run, thread_id, checkpoint_id = spot
         self._wait_written(run, checkpoint_id)
-        lease = take_lease(self, thread_id, scope="checkpoint")
+        lease = take_lease(self.lease_target, thread_id, scope="checkpoint")
         try:
             _check_claim(thread_id, checkpoint_id, self._head_id(thread_id))
             _claims.hand_over(lease.target, thread_id, checkpoint_id, lease)
@@ -303,12 +318,13 @@ class RememSaver(BaseCheckpointSaver[int]):
 
     async def aclaim_model_call(self, config: RunnableConfig) -> ThreadLease | None:
         """Async version of :meth:`claim_model_call`."""
+        await self.alease_target()
         spot = self._claim_spot(config)
         if spot is None:
             return None
         run, thread_id, checkpoint_id = spot
         await asyncio.to_thread(self._wait_written, run, checkpoint_id)
-        lease = await atake_lease(self, thread_id, scope="checkpoint")
+        lease = await atake_lease(await self.alease_target(), thread_id, scope="checkpoint")
         try:
             _check_claim(thread_id, checkpoint_id, await self._ahead_id(thread_id))
             _claims.hand_over(lease.target, thread_id, checkpoint_id, lease)

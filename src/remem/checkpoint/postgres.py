@@ -20,7 +20,7 @@ from contextlib import (
 )
 from typing import Any
 
-from remem._lease import close_idle_connections, lease_target, retain_idle_connections
+from remem._lease import LeaseTarget, close_idle_connections, retain_idle_connections
 from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import describe_postgres, parse_database_url
@@ -150,6 +150,9 @@ class PostgresSaver(SyncSaver):
         self.pipe = pipe
         self.lock = threading.Lock()
 
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.psycopg(self.conn)
+
     @classmethod
     @contextmanager
     def from_conn_string(
@@ -176,11 +179,11 @@ class PostgresSaver(SyncSaver):
             with first, first.pipeline() as pipe:
                 saver = cls(first, pipe, read_only=read_only, **kwargs)
                 saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
-                retain_idle_connections(lease_target(saver))
+                retain_idle_connections(saver.lease_target)
                 try:
                     yield saver
                 finally:
-                    close_idle_connections(lease_target(saver))
+                    close_idle_connections(saver.lease_target)
             return
         first.close()
         pool = _Pool(
@@ -199,11 +202,11 @@ class PostgresSaver(SyncSaver):
         try:
             saver = cls(pool, read_only=read_only, **kwargs)
             saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
-            retain_idle_connections(lease_target(pool))
+            retain_idle_connections(LeaseTarget.psycopg(pool))
             yield saver
         finally:
             # Stock savers leave no session behind; the thread leases' idle connections go with the pool.
-            close_idle_connections(lease_target(pool))
+            close_idle_connections(LeaseTarget.psycopg(pool))
             pool.close()
 
     def _connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
@@ -253,6 +256,9 @@ class AsyncPostgresSaver(AsyncSaver):
         self.pipe = pipe
         self.lock = asyncio.Lock()
 
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.psycopg(self.conn)
+
     @classmethod
     @asynccontextmanager
     async def from_conn_string(
@@ -276,11 +282,11 @@ class AsyncPostgresSaver(AsyncSaver):
             async with first, first.pipeline() as pipe:
                 saver = cls(first, pipe, read_only=read_only, **kwargs)
                 saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
-                retain_idle_connections(lease_target(saver))
+                retain_idle_connections(saver.lease_target)
                 try:
                     yield saver
                 finally:
-                    await asyncio.to_thread(close_idle_connections, lease_target(saver))
+                    await asyncio.to_thread(close_idle_connections, saver.lease_target)
             return
         await first.close()
         pool = _AsyncPool(
@@ -299,10 +305,10 @@ class AsyncPostgresSaver(AsyncSaver):
         try:
             saver = cls(pool, read_only=read_only, **kwargs)
             saver._where = f"PostgreSQL at {describe_postgres(dsn)}"
-            retain_idle_connections(lease_target(pool))
+            retain_idle_connections(LeaseTarget.psycopg(pool))
             yield saver
         finally:
-            await asyncio.to_thread(close_idle_connections, lease_target(pool))
+            await asyncio.to_thread(close_idle_connections, LeaseTarget.psycopg(pool))
             await pool.close()
 
     def _connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:

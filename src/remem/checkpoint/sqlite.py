@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from remem import _sqlite
 from remem._files import make_private_file
+from remem._lease import LeaseTarget
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import display_url, parse_database_url
 from remem.checkpoint._async import AsyncSaver
 from remem.checkpoint._sql import SQLITE
 from remem.checkpoint._sync import SyncSaver
-from remem.errors import ConfigError, MissingDependencyError, NotFoundError, StorageError
+from remem.errors import ConfigError, MissingDependencyError, NotFoundError, RememUsageError, StorageError
 
 if TYPE_CHECKING:
     import aiosqlite
@@ -101,6 +102,9 @@ class SqliteSaver(SyncSaver):
         except sqlite3.Error as exc:
             raise _storage_error(exc, _sqlite.database_file(conn)) from exc
 
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.sqlite(self.conn, where=self._where)
+
     @classmethod
     @contextmanager
     def from_conn_string(
@@ -156,6 +160,16 @@ class AsyncSqliteSaver(AsyncSaver):
         self.conn = conn
         self.lock = asyncio.Lock()
         self._configured = False
+
+    def _find_lease_target(self) -> LeaseTarget:
+        raise RememUsageError(
+            "an aiosqlite saver's lease target is found from async code: await saver.alease_target()"
+        )
+
+    async def alease_target(self) -> LeaseTarget:
+        if self._lease_target is None:
+            self._lease_target = await LeaseTarget.asqlite(self.conn)
+        return self._lease_target
 
     @classmethod
     @asynccontextmanager

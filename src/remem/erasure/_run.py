@@ -17,6 +17,7 @@ from typing import Any
 from remem._clock import now_iso
 from remem._lease import DEFAULT_LEASE_TIMEOUT, thread_leases
 from remem.checkpoint import checkpointer_from_url, list_threads
+from remem.checkpoint._targets import checkpointer_lease_target
 from remem.erasure import _journal
 from remem.erasure._journal import JournalEntry
 from remem.erasure._scopes import ForgetReport, delete_scope, store_scope, threads_of_user
@@ -24,6 +25,7 @@ from remem.errors import ErasureIncompleteError, RememRuntimeError
 from remem.jobs import forget_jobs
 from remem.layout import escape_label, thread_id_of, thread_meta
 from remem.store import Compaction, RememStoreBase, Statements
+from remem.store._targets import store_lease_target
 from remem.usage import forget_usage
 
 __all__ = ["ErasureReport", "Run", "describe", "fill", "plan"]
@@ -232,8 +234,12 @@ class Run:
         the order a turn takes them in, so neither waits for the other in a circle)."""
         threads = self.entry.plan["threads"]
         with (
-            thread_leases(saver, threads, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT),
-            thread_leases(self.store, threads, scope="memory", timeout=DEFAULT_LEASE_TIMEOUT),
+            thread_leases(
+                checkpointer_lease_target(saver), threads, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT
+            ),
+            thread_leases(
+                store_lease_target(self.store), threads, scope="memory", timeout=DEFAULT_LEASE_TIMEOUT
+            ),
         ):
             yield
 

@@ -49,6 +49,7 @@ from remem.memory._plans import (
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo, check_label
 from remem.memory._search import context_card_plan, recall_plan, search_plan
 from remem.messages import TokenCounter, token_counter
+from remem.store._targets import store_lease_target
 from remem.summarize import Summarizer, summarizer_for
 from remem.usage import Meter, usage_meter
 
@@ -206,10 +207,14 @@ class Memory:
         return self.token_counter([HumanMessage(content=check_text(text, "text"))])
 
     def _lease(self, thread_id: str) -> AbstractContextManager[ThreadLease]:
-        return thread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
+        return thread_lease(
+            store_lease_target(self.store), thread_id, scope="memory", timeout=self.thread_lease_timeout
+        )
 
     def _alease(self, thread_id: str) -> AbstractAsyncContextManager[ThreadLease]:
-        return athread_lease(self.store, thread_id, scope="memory", timeout=self.thread_lease_timeout)
+        return athread_lease(
+            store_lease_target(self.store), thread_id, scope="memory", timeout=self.thread_lease_timeout
+        )
 
     def _run(self, plan: Flow[Any]) -> Any:
         return run(plan, self.store, self.summarizer, self._lease, self.meter)

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, SearchOp, TTLConfig
 
+from remem._lease_target import LeaseTarget
 from remem._statements import AExecute, Execute, Program, Retry, aretrying, arun, cancelling, retrying, run
 from remem.embeddings import embed_array
 from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
@@ -57,6 +58,7 @@ class RememStoreBase(BaseStore):
     """
 
     supports_ttl: bool = True
+    _lease_target: LeaseTarget | None = None
     dialect: prog.Dialect
     read_only: bool = False
     """Opened with ``read_only=True``: nothing is created or written (reads do not refresh TTLs)."""
@@ -84,7 +86,18 @@ class RememStoreBase(BaseStore):
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
 
+    @property
+    def lease_target(self) -> LeaseTarget:
+        """Where the memory client's thread leases on this store are held: the store's own database,
+        found from the connection it holds (once)."""
+        if self._lease_target is None:
+            self._lease_target = self._find_lease_target()
+        return self._lease_target
+
     # -------------------------------------------------- hooks a backend implements
+
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.in_process(self)
 
     def _where(self) -> str:
         """The database, as messages name it."""

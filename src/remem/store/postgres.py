@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
 
 from remem import _migrate
-from remem._lease import close_idle_connections, lease_target, retain_idle_connections
+from remem._lease import LeaseTarget, close_idle_connections, retain_idle_connections
 from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, Retry, adrive, aexecute, drive, execute
 from remem._url import display_url, parse_database_url
@@ -340,6 +340,9 @@ class PostgresStore(_PostgresBackend, SyncStore):
         assert self._sync_conn is not None
         return self._sync_conn
 
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.psycopg(self.conn)
+
     @classmethod
     @contextlib.contextmanager
     def from_conn_string(
@@ -363,13 +366,13 @@ class PostgresStore(_PostgresBackend, SyncStore):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
             store.read_only = read_only
-            retain_idle_connections(lease_target(store))
+            retain_idle_connections(store.lease_target)
             try:
                 store._setup_now()
                 yield store
             finally:
                 store.stop_ttl_sweeper(1)
-                close_idle_connections(lease_target(store))  # the memory client's thread leases
+                close_idle_connections(store.lease_target)  # the memory client's thread leases
 
 
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -478,6 +481,9 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         self.apipe = pipe
         self._alock: asyncio.Lock | None = None
         self.aretry = Retry(self._async_reopens, "the PostgreSQL connection was lost")
+
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.psycopg(self.conn)
 
     def _async_reopens(self, exc: BaseException) -> bool:
         """Async version of :meth:`_sync_reopens`."""
@@ -634,11 +640,11 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
             store.read_only = read_only
-            retain_idle_connections(lease_target(store))
+            retain_idle_connections(store.lease_target)
             try:
                 await store.setup()
                 yield store
             finally:
                 await store.stop_ttl_sweeper(1)
                 await asyncio.to_thread(store._close_sync)
-                await asyncio.to_thread(close_idle_connections, lease_target(store))
+                await asyncio.to_thread(close_idle_connections, store.lease_target)

@@ -29,6 +29,7 @@ from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem import _migrate, _sqlite
 from remem._files import make_private_file
+from remem._lease_target import LeaseTarget
 from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
@@ -155,6 +156,9 @@ class _SqliteBackend(RememStoreBase):
 
     def _where(self) -> str:
         return _sqlite.database_file(self.conn)
+
+    def _find_lease_target(self) -> LeaseTarget:
+        return LeaseTarget.sqlite(self.conn, where=self._where())
 
     def _setup_locked(self, c: sqlite3.Connection) -> None:
         c.execute(f"PRAGMA busy_timeout = {int(_sqlite.BUSY_TIMEOUT_MS)}")

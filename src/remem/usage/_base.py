@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from remem._statements import Program, Statement, drive
@@ -217,8 +217,11 @@ class LazyLedger(Ledger):
     """A ledger opened on first use by ``opener`` (so that building an agent, or a read-only command,
     creates no table and opens no connection). Thread-safe; :meth:`close` closes what was opened."""
 
-    def __init__(self, opener: Callable[[], Ledger]) -> None:
+    def __init__(
+        self, opener: Callable[[], Ledger], *, prepare: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._opener: Callable[[], Ledger] | None = opener
+        self._prepare = prepare
         self._inner: Ledger | None = None
         self._lock = threading.Lock()
 
@@ -237,6 +240,12 @@ class LazyLedger(Ledger):
                     raise RememUsageError("this usage ledger was closed; open a new one")
                 self._inner = self._opener()
             return self._inner
+
+    async def aprepare(self) -> None:
+        """Find, from async code, what the opener needs before a sync call opens it (an ``aiosqlite``
+        owner's file: see :func:`~remem.usage.ledger_for`); nothing once opened."""
+        if self._prepare is not None and self._inner is None:
+            await self._prepare()
 
     def setup(self) -> None:
         self.inner().setup()

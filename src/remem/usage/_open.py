@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from remem._lease import lease_target
+from remem._lease_target import LeaseTarget, is_loaded_instance
 from remem._url import parse_database_url
 from remem.usage._base import LazyLedger, Ledger
 from remem.usage.meter import Meter
@@ -31,42 +30,83 @@ def ledger_from_url(url: str | Path) -> Ledger:
     return SqliteLedger.open(":memory:" if parsed.kind == "memory" else parsed.target)
 
 
-_LOCK = type(threading.Lock())
+# The savers and stores whose own connection a ledger may share (by class: nothing is found by attributes).
+_SQLITE_SAVERS = (("remem.checkpoint.sqlite", "SqliteSaver"), ("langgraph.checkpoint.sqlite", "SqliteSaver"))
+_POOLED = (
+    ("remem.checkpoint.postgres", "PostgresSaver"),
+    ("langgraph.checkpoint.postgres", "PostgresSaver"),
+    ("remem.store.postgres", "PostgresStore"),
+    ("langgraph.store.postgres", "PostgresStore"),
+)
+_POOL = (("psycopg_pool", "ConnectionPool"),)
 
 
 def _sharing(owner: Any) -> Ledger | None:
-    """A ledger on ``owner``'s own connection, when it can be shared safely: a ``sqlite3`` connection in
-    autocommit mode with the owner's lock (remem's ``SqliteSaver``; then the ledger lives as long as the
-    owner); or, beside a ``psycopg_pool`` pool (remem's and the stock ``PostgresSaver`` on a pool), one
+    """A ledger on ``owner``'s own connection, when it can be shared safely: the ``sqlite3`` connection of
+    a SQLite saver (remem's or the stock one) in autocommit mode, with the saver's lock (then the ledger
+    lives as long as the owner); or, beside the ``psycopg_pool`` pool of a PostgreSQL saver or store, one
     connection of its own with the pool's settings, kept for the ledger's life (a borrow per call costs
     the pool's connection check, a round trip)."""
-    conn = getattr(owner, "conn", None)
-    lock = getattr(owner, "lock", None)
-    if isinstance(conn, sqlite3.Connection) and conn.isolation_level is None and isinstance(lock, _LOCK):
-        from remem.usage.sqlite import SqliteLedger
+    if is_loaded_instance(owner, _SQLITE_SAVERS):
+        conn, lock = owner.conn, owner.lock
+        if isinstance(conn, sqlite3.Connection) and conn.isolation_level is None:
+            from remem.usage.sqlite import SqliteLedger
 
-        return SqliteLedger.sharing(conn, lock)
-    if any(
-        c.__module__.startswith("psycopg_pool") and c.__name__ == "ConnectionPool" for c in type(conn).__mro__
-    ):
+            return SqliteLedger.sharing(conn, lock)
+    if is_loaded_instance(owner, _POOLED) and is_loaded_instance(owner.conn, _POOL):
         from remem.usage.postgres import PostgresLedger
 
-        return PostgresLedger.beside_pool(conn)
+        return PostgresLedger.beside_pool(owner.conn)
     return None
+
+
+def _target_of(owner: Any) -> LeaseTarget:
+    """Where ``owner``'s database is: a checkpointer's, a store's, or a connection's or pool's own."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.store.base import BaseStore
+
+    if isinstance(owner, BaseCheckpointSaver):
+        from remem.checkpoint._targets import checkpointer_lease_target
+
+        return checkpointer_lease_target(owner)
+    if isinstance(owner, BaseStore):
+        from remem.store._targets import store_lease_target
+
+        return store_lease_target(owner)
+    return LeaseTarget.of_connection(owner)
+
+
+async def _atarget_of(owner: Any) -> LeaseTarget:
+    """Async version of :func:`_target_of`, which also reads an ``aiosqlite`` saver's file."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    if isinstance(owner, BaseCheckpointSaver):
+        from remem.checkpoint._targets import acheckpointer_lease_target
+
+        return await acheckpointer_lease_target(owner)
+    if is_loaded_instance(owner, (("aiosqlite", "Connection"),)):
+        return await LeaseTarget.aof_connection(owner)
+    return _target_of(owner)
 
 
 def ledger_for(owner: Any) -> LazyLedger:
     """The ledger in ``owner``'s database (a checkpointer, a store, a connection or a pool), opened on first
     use: the same SQLite file or PostgreSQL database as the threads, on the owner's own connection where
     that is safe (remem's ``SqliteSaver``), else on a connection of its own. An owner with no database of its own
-    (``InMemorySaver``, None) gets a ledger in this process's memory. The caller closes it.
+    (``InMemorySaver``, None) gets a ledger in this process's memory. The caller closes it. An ``aiosqlite``
+    owner's file is found by :meth:`LazyLedger.aprepare`, awaited before the first use from sync code.
     """
+    found: list[LeaseTarget] = []
+
+    async def prepare() -> None:
+        if owner is not None and not found:
+            found.append(await _atarget_of(owner))
 
     def opened() -> Ledger:
         shared = _sharing(owner)
         if shared is not None:
             return shared
-        target = lease_target(owner) if owner is not None else None
+        target = None if owner is None else found[0] if found else _target_of(owner)
         if target is not None and target.kind == "postgres":
             from remem.usage.postgres import PostgresLedger
 
@@ -77,7 +117,7 @@ def ledger_for(owner: Any) -> LazyLedger:
             target.where if target is not None and target.kind == "sqlite" else ":memory:"
         )
 
-    return LazyLedger(opened)
+    return LazyLedger(opened, prepare=prepare)
 
 
 @contextmanager
@@ -119,7 +159,7 @@ def read_ledger(url: str | Path) -> Iterator[Ledger | None]:
 def read_ledger_of(owner: Any) -> Iterator[Ledger | None]:
     """The ledger in ``owner``'s database (see :func:`ledger_for`) opened read-only: nothing is created;
     None when that database holds no ledger or ``owner`` has no database (``InMemorySaver``)."""
-    target = lease_target(owner)
+    target = _target_of(owner)
     if target.kind == "process":
         yield None
         return

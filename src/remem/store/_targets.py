@@ -1,0 +1,32 @@
+"""Where the memory client's thread leases on a store are held (:class:`remem._lease.LeaseTarget`).
+
+remem's stores know their own (:attr:`RememStoreBase.lease_target`). LangGraph's SQLite and PostgreSQL
+stores are mapped by their class to the database of the connection they were given; any other store
+(``InMemoryStore``, a third party's) keeps its threads' leases in this process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remem._lease_target import LeaseTarget, is_loaded_instance
+from remem.store._base import RememStoreBase
+
+__all__ = ["store_lease_target"]
+
+_STOCK = (
+    ("langgraph.store.sqlite", "SqliteStore"),
+    ("langgraph.store.sqlite.aio", "AsyncSqliteStore"),
+    ("langgraph.store.postgres", "PostgresStore"),
+    ("langgraph.store.postgres.aio", "AsyncPostgresStore"),
+)
+_STOCK_AIOSQLITE = (("langgraph.store.sqlite.aio", "AsyncSqliteStore"),)
+
+
+def store_lease_target(store: Any) -> LeaseTarget:
+    """The lease target of ``store``."""
+    if isinstance(store, RememStoreBase):
+        return store.lease_target
+    if is_loaded_instance(store, _STOCK) and not is_loaded_instance(store, _STOCK_AIOSQLITE):
+        return LeaseTarget.of_connection(store.conn)
+    return LeaseTarget.in_process(store)
