@@ -276,7 +276,9 @@ class Ingestion:
         meanwhile, and stays out (a whole write would put the erased ids back)."""
         store = self.memory.store
         fence = f"_remem ingestion {self.id}"
-        with thread_lease(store, fence, scope="memory", timeout=self.memory.thread_lease_timeout):
+        with thread_lease(
+            store_lease_target(store), fence, scope="memory", timeout=self.memory.thread_lease_timeout
+        ):
             item = store.get(ingestions_root(), self.id)
             stored = IngestionEntry.from_value(item.value) if item is not None else None
             if stored is not None and stored.state in ("undoing", "undone"):
