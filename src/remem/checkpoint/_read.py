@@ -14,6 +14,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_key
 
 from remem._statements import Program
+from remem.checkpoint import _claims
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head
@@ -296,6 +297,10 @@ def mark_loaded(config: RunnableConfig, tup: CheckpointTuple | None) -> Checkpoi
             # is no tuple to carry the mark), so the mark goes here: every later put of the run has it.
             conf[FROM_HEAD] = True
         return None
+    if latest:
+        # The run starts from this checkpoint: a model call resumed from it (``invoke(None)``) runs from a
+        # checkpoint the run did not write, and may claim the thread at once.
+        _claims.record_written(run[RUN_MARK], tup.checkpoint["id"])
     marked = {**tup.config["configurable"], FROM_HEAD: latest, **run}
     return tup._replace(config={**tup.config, "configurable": marked})
 
