@@ -156,6 +156,18 @@ PINNED_ALL: dict[str, list[str]] = {
         "extraction_node",
         "is_extractable",
     ],
+    "remem.ingestion": [
+        "MEMORY_TAG",
+        "MESSAGE_TAG",
+        "Ingestion",
+        "IngestionEntry",
+        "UndoReport",
+        "begin_ingestion",
+        "forget_in_journal",
+        "get_ingestion",
+        "list_ingestions",
+        "undo_ingestion",
+    ],
     "remem.jobs": [
         "DEFAULT_LEASE",
         "DEFAULT_MAX_ATTEMPTS",

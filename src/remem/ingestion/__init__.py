@@ -1,0 +1,66 @@
+"""Ingestions you can undo: a write batch from outside a turn, recorded with an id, removed as a whole.
+
+    with begin_ingestion(memory, kind="load", source="crm-export.jsonl") as ing:
+        ing.add_messages("support-42", [{"role": "user", "content": "I moved to Lyon."}], user_id="maya")
+        ing.add_memories("maya", ["prefers email"])
+    list_ingestions(memory)                       # newest last: id, kind, source, state, counts
+    undo_ingestion(memory, last=True)             # or ingestion_id="ing-..."; remem ingest undo --last
+
+What an ingestion writes carries its id: a message holds it in its metadata (``remem_ingestion``) and a
+memory in its value (``ingestion``), written in the same store batch as the data, so nothing it wrote can
+escape its undo, even when the load was killed half way. Its entry in the journal
+(``("_remem", "ingestions")``, :func:`remem.layout.ingestions_root`) names the threads and users it
+touched; a thread is named there before anything is written to it.
+
+An undo removes, one step at a time:
+
+1. **each thread** it wrote to, under the thread's lease: the messages it added (their vector and keyword
+   rows go with them), the thread's order renumbered without them, the thread's counts, and every summary
+   revision that covered one of them marked ``stale`` (the next ``get_summary`` or card builds from the
+   revision before it; a card is built from summaries, so cards follow). A thread the ingestion created
+   and that holds nothing else is removed whole. The extraction watermark moves back before them.
+2. **each user** whose memories it may have changed: the memories it loaded, the memories extracted from
+   the messages it added (any source among them), and a memory those had superseded made valid again.
+3. **close**: the entry is ``undone``, with its totals.
+
+Each step commits together with its mark in the entry (one store batch), so a run killed at any point
+leaves an entry in state ``undoing`` that the next ``undo`` of the same ingestion goes on from, at the
+first step not done, with exact totals. Undo is the journaled pattern of :mod:`remem.erasure`, on the
+store (so it runs on every backend the memory client does).
+
+Not covered: checkpoints (``remem import`` copies stock checkpoints; it is not an ingestion yet), and
+extraction jobs still queued for the removed messages (park them with ``remem queue park``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from remem.ingestion._journal import (
+    MEMORY_TAG,
+    MESSAGE_TAG,
+    IngestionEntry,
+    UndoReport,
+    forget_in_journal,
+    get_ingestion,
+    list_ingestions,
+)
+from remem.ingestion._load import Ingestion, begin_ingestion
+from remem.ingestion._undo import undo_ingestion
+
+__all__ = [
+    "MEMORY_TAG",
+    "MESSAGE_TAG",
+    "Ingestion",
+    "IngestionEntry",
+    "UndoReport",
+    "begin_ingestion",
+    "forget_in_journal",
+    "get_ingestion",
+    "list_ingestions",
+    "undo_ingestion",
+]
+
+_on_step: Callable[[str], None] | None = None
+"""Called with each undo step's name ("thread:T", "user:U", "closed") once it has committed: the seam crash
+tests use to stop a real process at a chosen point. Leave it None."""
