@@ -9,14 +9,20 @@ holds no lease between its writes, so its next checkpoint (whose parent the eras
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from langchain_core.messages import HumanMessage
 
 from remem import ScriptedChatModel, ThreadBusyError, run_turn
+from remem.checkpoint import AsyncPostgresSaver, AsyncSqliteSaver
+from remem.layout import CHECKPOINT_TABLES
 from tests.lease_workers import THREAD, agent_for, context, erase_worker, open_saver
 
 CONFIG = {"configurable": {"thread_id": THREAD, "user_id": "maya"}}
@@ -33,6 +39,21 @@ def _where(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[s
 def _stored_text(saver: Any) -> str:
     """Everything the thread's checkpoints and pending writes hold, as text."""
     return repr([(t.checkpoint["channel_values"], t.pending_writes) for t in saver.list(CONFIG)])
+
+
+def _rows_left(kind: str, target: str) -> dict[str, int]:
+    """How many rows each checkpoint table holds, read past the saver: an orphan pending write (one whose
+    checkpoint is gone) is listed by no read of the saver, but it still holds what was erased."""
+    counts = {}
+    if kind == "postgres":
+        with psycopg.connect(target) as conn:
+            for table in CHECKPOINT_TABLES:
+                counts[table] = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        return counts
+    with contextlib.closing(sqlite3.connect(target)) as conn:
+        for table in CHECKPOINT_TABLES:
+            counts[table] = conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    return counts
 
 
 def _erasing_model(url: str, out: Path, children: list[Any]) -> ScriptedChatModel:
@@ -79,4 +100,33 @@ def test_a_bare_invoke_in_flight_is_refused_after_the_erasure(
         children[0].join(60)
         assert children[0].exitcode == 0
         assert "secret" not in _stored_text(saver)
+        # Not even the model's reply as a pending write of the erased checkpoint, nor the thread's row.
+        assert _rows_left(kind, target) == dict.fromkeys(CHECKPOINT_TABLES, 0)
         assert agent.get_state(CONFIG).values.get("messages", []) == []
+
+
+@contextlib.asynccontextmanager
+async def _open_async_saver(kind: str, target: str) -> AsyncIterator[Any]:
+    if kind == "postgres":
+        async with AsyncPostgresSaver.from_conn_string(target) as pg:
+            await pg.setup()
+            yield pg
+        return
+    async with AsyncSqliteSaver.from_conn_string(target) as saver:
+        yield saver
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_an_async_bare_invoke_in_flight_leaves_no_pending_write_after_the_erasure(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target, url = _where(kind, tmp_path, request)
+    out, children = tmp_path / "erased.json", []
+    async with _open_async_saver(kind, target) as saver:
+        agent = agent_for(saver, model=_erasing_model(url, out, children))
+        await agent.ainvoke({"messages": [HumanMessage("the first secret")]}, CONFIG)
+        with pytest.raises(ThreadBusyError, match="deleted or erased while this run was under way"):
+            await agent.ainvoke({"messages": [HumanMessage("the second secret")]}, CONFIG)
+        children[0].join(60)
+        assert children[0].exitcode == 0
+    assert _rows_left(kind, target) == dict.fromkeys(CHECKPOINT_TABLES, 0)

@@ -49,6 +49,7 @@ from remem.errors import (
     ArgumentTypeError,
     ConfigError,
     NotFoundError,
+    RememError,
     RememUsageError,
     StorageError,
     ThreadBusyError,
@@ -348,6 +349,20 @@ class RememSaver(BaseCheckpointSaver[int]):
                 f"this run's checkpoint {checkpoint_id} was not written within {2 * DEFAULT_LEASE_TIMEOUT:g} s "
                 "(the thread's lease stayed taken); the model was not called. Retry when the thread is free"
             )
+
+    @staticmethod
+    def _writes_follow(run: str, checkpoint_id: str) -> bool | None:
+        """After a run's pending writes found their checkpoint not stored, whether they may be written:
+        the run's put of that checkpoint can still be under way (LangGraph saves a checkpoint and the
+        writes on it in parallel), so this waits for it. True: it was written (write, again only if it is
+        still stored: an erasure may have removed it); False: one of the run's checkpoints was refused
+        (nothing of the run follows, so nothing is written); None: no outcome came in time (written as
+        stock writes it)."""
+        try:
+            written = _claims.wait_written(run, checkpoint_id, 2 * DEFAULT_LEASE_TIMEOUT)
+        except RememError:
+            return False
+        return True if written else None
 
     def _head_id(self, thread_id: str) -> str | None:
         raise NotImplementedError

@@ -150,6 +150,7 @@ HEAD_STAMP = """SELECT c.checkpoint_id, t.epoch, (SELECT COUNT(*) FROM remem_cp_
     WHERE w.tid = c.tid AND w.ns = c.ns AND w.checkpoint_id = c.checkpoint_id)
 FROM remem_cp_checkpoints c JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
 ORDER BY c.seq DESC LIMIT 1"""
+CHECKPOINT_EXISTS = "SELECT 1 FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
 SELECT_BODY = "SELECT body FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?"
 _CHECKPOINT_COLUMNS = "t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, t.epoch"
 GET_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c

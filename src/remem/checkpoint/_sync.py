@@ -169,7 +169,25 @@ class SyncSaver(RememSaver):
         if lease is not None:
             lease.verify()
         self._forget_read(config)
-        self._run(lambda tx: _write.put_writes(self._ctx, tx, config, writes, task_id, task_path), write=True)
+        run = _write.run_of(config["configurable"])
+
+        def write(stored_only: bool) -> None:
+            self._run(
+                lambda tx: _write.put_writes(
+                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only
+                ),
+                write=True,
+            )
+
+        try:
+            write(run is not None)
+        except _write.CheckpointGone as gone:
+            # A run's writes on a checkpoint that was refused or erased would be orphans holding what the
+            # erasure removed; one whose put is still under way is written once that put is.
+            follows = self._writes_follow(str(run), str(gone))
+            if follows is not False:
+                with contextlib.suppress(_write.CheckpointGone):
+                    write(follows is True)
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)

@@ -21,7 +21,7 @@ from remem._statements import Program, Statement
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
-from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, Context, Tx, load_lists, thread_id_of
+from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, RUN_MARK, Context, Tx, load_lists, thread_id_of
 from remem.errors import ThreadBusyError
 
 Encoded = tuple[str, Any]
@@ -244,6 +244,19 @@ def put(
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
 
+class CheckpointGone(Exception):
+    """Raised by :func:`put_writes` of a run's writes whose checkpoint is not stored: the transaction is
+    rolled back, so nothing is written (not even the thread's row)."""
+
+
+def run_of(conf: Mapping[str, Any]) -> str | None:
+    """The run (:data:`RUN_MARK`) whose pending writes must land on a stored checkpoint: one that started
+    from the thread's head, so it knows which of its checkpoints it wrote. Other writes keep stock
+    semantics (written whatever their checkpoint)."""
+    run = conf.get(RUN_MARK)
+    return str(run) if run and from_head(conf) else None
+
+
 def put_writes(
     ctx: Context,
     tx: Tx,
@@ -251,7 +264,11 @@ def put_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
+    *,
+    stored_only: bool = False,
 ) -> Program[None]:
+    """A task's pending writes; with ``stored_only``, only if their checkpoint is stored (else
+    :class:`CheckpointGone`), checked under the thread row's lock, which an erasure takes too."""
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -261,6 +278,8 @@ def put_writes(
         return
     state, alloc, start = yield from _thread_for_write(ctx, thread_id)
     tid = state.tid
+    if stored_only and not (yield ctx.q(sql.CHECKPOINT_EXISTS, (tid, ns, checkpoint_id))):
+        raise CheckpointGone(checkpoint_id)
     upserts: list[tuple[Any, ...]] = []
     inserts: list[tuple[Any, ...]] = []
     for idx, ch, enc in encoded:
