@@ -182,6 +182,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "QueueStatus",
         "Worker",
         "WorkerPool",
+        "drop_jobs_of_messages",
         "enqueue_reindex",
         "enqueue_summary_refresh",
         "forget_jobs",

@@ -14,6 +14,9 @@ touched; a thread is named there before anything is written to it.
 
 An undo removes, one step at a time:
 
+0. **the queue** (when the undo is given one): the waiting summary refreshes of its threads and the
+   extraction jobs of its messages are taken out (:func:`remem.jobs.drop_jobs_of_messages`), in the
+   queue's own transaction (a run killed before the step's mark redoes it; those jobs are then not counted).
 1. **each thread** it wrote to, under the thread's lease: the messages it added (their vector and keyword
    rows go with them), the thread's order renumbered without them, the thread's counts, and every summary
    revision that covered one of them marked ``stale`` (the next ``get_summary`` or card builds from the
@@ -28,8 +31,8 @@ leaves an entry in state ``undoing`` that the next ``undo`` of the same ingestio
 first step not done, with exact totals. Undo is the journaled pattern of :mod:`remem.erasure`, on the
 store (so it runs on every backend the memory client does).
 
-Not covered: checkpoints (``remem import`` copies stock checkpoints; it is not an ingestion yet), and
-extraction jobs still queued for the removed messages (park them with ``remem queue park``).
+Not covered: checkpoints (``remem import`` copies stock checkpoints; it is not an ingestion yet), and a
+job a worker is running when the undo starts (it finishes).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ MEMORY_TAG = "ingestion"
 """The key of a memory's value that holds the id of the ingestion that loaded it."""
 STATES = ("open", "done", "undoing", "undone")
 _PAGE = 500
-_COUNTS = ("messages", "memories", "memories_restored", "summaries_stale", "threads_removed")
+_COUNTS = ("messages", "memories", "memories_restored", "summaries_stale", "threads_removed", "jobs")
 
 
 @dataclass
@@ -73,6 +73,7 @@ class UndoReport:
     memories_restored: int = 0
     summaries_stale: int = 0
     threads_removed: int = 0
+    jobs: int = 0
     runs: int = 1
 
     def as_rows(self) -> list[tuple[str, str]]:
@@ -83,6 +84,7 @@ class UndoReport:
             ("memories made valid again", str(self.memories_restored)),
             ("summary revisions marked stale", str(self.summaries_stale)),
             ("threads removed whole", str(self.threads_removed)),
+            ("queued jobs removed or cut", str(self.jobs)),
             ("runs it took", str(self.runs)),
         ]
 

@@ -24,7 +24,7 @@ from remem.ingestion._journal import (
     list_ingestions,
 )
 from remem.ingestion._load import refresh_summaries
-from remem.jobs import JobQueue
+from remem.jobs import JobQueue, drop_jobs_of_messages
 from remem.layout import (
     EXTRACTION_STATE_KEY,
     THREAD_META_KEY,
@@ -103,6 +103,8 @@ def undo_ingestion(
         entry.undo.setdefault("removed", {})
         entry.undo.setdefault("thread_users", {})
         store.batch([_put_entry(entry)])
+        if queue is not None and "jobs" not in entry.undo.get("done", []):
+            _undo_jobs(memory, entry, queue)
         for thread_id in sorted(entry.threads):
             if f"thread:{thread_id}" not in entry.undo.get("done", []):
                 _undo_thread(memory, entry, thread_id)
@@ -131,6 +133,26 @@ def _order(store: BaseStore, thread_id: str, count: int) -> list[str]:
     return ids[:count]
 
 
+def _tagged(entry: IngestionEntry, values: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The keys of the messages among ``values`` that this ingestion added."""
+    return sorted(k for k, v in values.items() if (v.get("metadata") or {}).get(MESSAGE_TAG) == entry.id)
+
+
+def _undo_jobs(memory: Memory, entry: IngestionEntry, queue: JobQueue) -> None:
+    """First step: the waiting jobs on what goes (its threads' summary refreshes, the extraction of its
+    messages) leave the queue, so no worker starts them while the undo runs. Dropping them again changes
+    nothing, so a run killed before this step's mark redoes it (and counts none of them twice)."""
+    removed: dict[str, list[str]] = {}
+    for thread_id in sorted(entry.threads):
+        done = entry.undo.get("removed", {}).get(thread_id)
+        if done is None:
+            values = {i.key: i.value for i in _all(memory.store, thread_messages(thread_id))}
+            done = _tagged(entry, values)
+        removed[thread_id] = list(done)
+    dropped = drop_jobs_of_messages(queue, removed)
+    _commit(memory.store, entry, "jobs", [], {"jobs": dropped})
+
+
 def _undo_thread(memory: Memory, entry: IngestionEntry, thread_id: str) -> None:
     store = memory.store
     with thread_lease(
@@ -139,9 +161,7 @@ def _undo_thread(memory: Memory, entry: IngestionEntry, thread_id: str) -> None:
         meta = store.get(thread_meta(thread_id), THREAD_META_KEY)
         info = ThreadInfo.from_value(meta.value) if meta is not None else None
         values = {item.key: item.value for item in _all(store, thread_messages(thread_id))}
-        tagged = sorted(
-            k for k, v in values.items() if (v.get("metadata") or {}).get(MESSAGE_TAG) == entry.id
-        )
+        tagged = _tagged(entry, values)
         ops: list[PutOp] = [PutOp(thread_messages(thread_id), key, None) for key in tagged]
         counts = {"messages": len(tagged)}
         entry.undo["removed"][thread_id] = tagged

@@ -38,6 +38,7 @@ from remem.jobs._handlers import (
     REINDEX_JOB,
     SUMMARY_JOB,
     BuiltinHandlers,
+    drop_jobs_of_messages,
     enqueue_reindex,
     enqueue_summary_refresh,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "QueueStatus",
     "Worker",
     "WorkerPool",
+    "drop_jobs_of_messages",
     "enqueue_reindex",
     "enqueue_summary_refresh",
     "forget_jobs",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from remem.errors import NotFoundError
@@ -19,6 +20,7 @@ __all__ = [
     "REINDEX_JOB",
     "SUMMARY_JOB",
     "BuiltinHandlers",
+    "drop_jobs_of_messages",
     "enqueue_reindex",
     "enqueue_summary_refresh",
 ]
@@ -49,6 +51,25 @@ def enqueue_reindex(queue: JobQueue, thread_id: str, *, user_id: str | None = No
         user_id=user_id,
         thread_id=thread_id,
     )
+
+
+def drop_jobs_of_messages(queue: JobQueue, removed: Mapping[str, Collection[str]]) -> int:
+    """Take out of the queue the work on messages that are gone (an ingestion undone): per thread of
+    ``removed`` (thread id -> the ids removed from it), every waiting summary refresh (the undo queues a
+    fresh one for a thread it keeps), and the waiting extraction jobs that hold a removed message (one that
+    holds other messages too keeps those). Returns how many jobs were removed or cut."""
+
+    def rewrite(kind: str, payload: Any) -> Any:
+        if kind == SUMMARY_JOB:
+            return None
+        gone = set(removed.get(str(payload.get("thread_id")), ()))
+        messages = list(payload.get("messages") or [])
+        kept = [m for m in messages if (m.get("data") or {}).get("id") not in gone]
+        if len(kept) == len(messages):
+            return payload
+        return {**payload, "messages": kept} if kept else None
+
+    return queue.drop_waiting(sorted(removed), [EXTRACTION_JOB, SUMMARY_JOB], rewrite)
 
 
 class BuiltinHandlers:

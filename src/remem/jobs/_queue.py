@@ -7,7 +7,7 @@ import os
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,6 +236,18 @@ class JobQueue(ABC):
     def park_kind(self, kind: str, reason: str = "parked by hand") -> int:
         """Park every queued job of ``kind``; returns how many."""
         return int(self._run(_sql.park(self.dialect, job_id=None, kind=kind, reason=reason)))
+
+    def drop_waiting(
+        self, thread_ids: Sequence[str], kinds: Sequence[str], rewrite: Callable[[str, Any], Any]
+    ) -> int:
+        """Delete the queued and parked jobs of ``kinds`` for ``thread_ids`` that ``rewrite(kind, payload)``
+        returns None for, and give the payload it returns to the others (the same payload: unchanged);
+        returns how many changed. A running job is left to its worker."""
+        if not thread_ids or not kinds:
+            return 0
+        return int(
+            self._run(_sql.drop_waiting(self.dialect, thread_ids=thread_ids, kinds=kinds, rewrite=rewrite))
+        )
 
     def forget(self, *, user_id: str | None = None, thread_ids: Sequence[str] = ()) -> int:
         """Delete the jobs of ``user_id`` and of ``thread_ids`` (what erasure does); returns how many."""

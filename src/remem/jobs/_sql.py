@@ -14,7 +14,7 @@ holds the file, which every process opening it shares (Python's ``time`` is neve
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from remem import _migrate
@@ -28,6 +28,7 @@ __all__ = [
     "Program",
     "claim",
     "complete",
+    "drop_waiting",
     "enqueue",
     "fail",
     "forget_jobs",
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 T = JOBS_TABLE
+_CHUNK = 500  # ids bound in one statement
 
 # The statuses a job goes through: queued -> running -> done, or back to queued (a retry after a
 # failure, with backoff), or parked (failed max_attempts times, or parked by hand; kept with its error).
@@ -271,12 +273,48 @@ def park(dialect: str, *, job_id: str | None, kind: str | None, reason: str) -> 
     return int(count)
 
 
+def drop_waiting(
+    dialect: str,
+    *,
+    thread_ids: Sequence[str],
+    kinds: Sequence[str],
+    rewrite: Callable[[str, Any], Any],
+) -> Program[int]:
+    """Delete the waiting (queued or parked) jobs of ``kinds`` for ``thread_ids`` for which
+    ``rewrite(kind, payload)`` returns None; one it returns another payload for is kept with that payload.
+    Returns how many were deleted or rewritten. A running job is left to its worker."""
+    changed = 0
+    threads = sorted(set(thread_ids))
+    kind_marks = ", ".join("?" * len(kinds))
+    for i in range(0, len(threads), _CHUNK):
+        chunk = tuple(threads[i : i + _CHUNK])
+        marks = ", ".join("?" * len(chunk))
+        rows = yield Statement(
+            _ph(
+                dialect,
+                f"SELECT id, kind, payload FROM {T} WHERE thread_id IN ({marks}) AND kind IN ({kind_marks}) "
+                "AND status IN ('queued', 'parked') ORDER BY seq",
+            ),
+            (*chunk, *kinds),
+        )
+        for job_id, kind, text in rows:
+            payload = None if text is None else json.loads(text)
+            kept = rewrite(str(kind), payload)
+            params: tuple[Any, ...]
+            if kept is None:
+                sql, params = f"DELETE FROM {T} WHERE id = ?", (job_id,)
+            elif kept != payload:
+                sql = f"UPDATE {T} SET payload = ?, updated_at = {now(dialect)} WHERE id = ?"
+                params = (json.dumps(kept, ensure_ascii=False, sort_keys=True), job_id)
+            else:
+                continue
+            changed += int((yield from rowcount(_ph(dialect, sql), params)))
+    return changed
+
+
 def _exists(dialect: str) -> Program[bool]:
     rows = yield _migrate.table_exists("sqlite" if dialect == "sqlite" else "postgres", T)
     return bool(rows)
-
-
-_CHUNK = 500
 
 
 def forget_jobs(dialect: str, *, user_id: str | None = None, thread_ids: Sequence[str] = ()) -> Program[int]:
