@@ -112,6 +112,7 @@ def _step(saver: Any) -> Any:
 def _as_released(conn: Any, dialect: str) -> None:
     """Turn a fresh checkpoint database into what remem 0.1 left: its own remem_cp_migrations table."""
     ph = "?" if dialect == "sqlite" else "%s"
+    conn.execute("DROP INDEX remem_cp_items_digest")  # v3 came later
     conn.execute("DROP INDEX remem_cp_checkpoints_seq")  # v2's insertion order came later
     conn.execute("ALTER TABLE remem_cp_checkpoints DROP COLUMN seq")
     conn.execute("DROP TABLE remem_schema")
@@ -126,7 +127,7 @@ def test_a_database_of_the_released_format_keeps_working(tmp_path: Path) -> None
         _as_released(saver.conn, "sqlite")
     with SqliteSaver.from_conn_string(db) as saver:
         assert _step(saver) == 7
-        assert recorded(saver.conn, "checkpoint") == [1, 2]
+        assert recorded(saver.conn, "checkpoint") == [1, 2, 3]
         _write_after_upgrade(saver)
 
 
@@ -140,7 +141,7 @@ def test_released_postgres_database_keeps_working(pg_url: str) -> None:
         assert _step(saver) == 7
         _write_after_upgrade(saver)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert recorded(conn, "checkpoint") == [1, 2]
+        assert recorded(conn, "checkpoint") == [1, 2, 3]
 
 
 def _write_after_upgrade(saver: Any) -> None:

@@ -4,7 +4,7 @@ lists it has in common with its parent) and ``put_writes`` (a task's pending wri
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import ormsgpack
@@ -56,6 +56,7 @@ class _Allocator:
 
     def __init__(self, known: ThreadDigests, next_item: int, next_list: int) -> None:
         self.known = known.digests
+        self.upto = next_item
         self.next_item = next_item
         self.next_list = next_list
         self.items: list[tuple[int, codec.EncodedItem]] = []
@@ -85,7 +86,9 @@ class _Allocator:
         return no
 
     def commit(self, cache: SaverCache, state: ThreadDigests) -> None:
-        cache.add_digests(state, self.new.items(), self.next_item)
+        # The map is complete past this write's items only if it was complete up to them.
+        complete = state.next_item >= self.upto
+        cache.add_digests(state, self.new.items(), self.next_item if complete else state.next_item)
         cache.put_payloads(state.tid, {no: (e[1], e[2]) for no, e in self.items})
 
     def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Statement]:
@@ -99,16 +102,45 @@ class _Allocator:
             yield ctx.q(sql.SET_COUNTERS, (self.next_item, self.next_list, tid), "none")
 
 
+def _digests(encoded: Iterable[Encoded]) -> Iterator[bytes]:
+    for kind, value in encoded:
+        if kind == "item":
+            yield value[0]
+        elif kind == "list":
+            yield from (e[0] for e in value)
+        else:
+            yield from _digests(sub for _, sub in value)
+
+
+def _learn(ctx: Context, state: ThreadDigests, upto: int, wanted: Iterable[bytes]) -> Program[None]:
+    """Brings into the digest cache the thread's items (numbered below ``upto``) among ``wanted``: by
+    their digests when they are few beside the items the cache lacks (a fresh process's first write on
+    a long thread), else by reading every digest the cache lacks (it is then complete again)."""
+    if state.next_item >= upto:
+        return
+    known = state.digests
+    unknown = list(dict.fromkeys(d for d in wanted if d not in known))
+    if not unknown:
+        return
+    if len(unknown) * 4 >= upto - state.next_item:
+        rows = yield ctx.q(sql.ITEM_DIGESTS_FROM, (state.tid, state.next_item))
+        ctx.cache.add_digests(state, ((d, no) for no, d in rows), upto)
+        return
+    for start in range(0, len(unknown), sql.DIGESTS_RUN):
+        run = unknown[start : start + sql.DIGESTS_RUN]
+        rows = yield ctx.q(ctx.dialect.items_with_digests(), ctx.dialect.digests_param(state.tid, run))
+        ctx.cache.add_digests(state, ((d, no) for no, d in rows), state.next_item)
+
+
 def _thread_for_write(
-    ctx: Context, thread_id: str
+    ctx: Context, thread_id: str, wanted: Iterable[bytes]
 ) -> Program[tuple[ThreadDigests, _Allocator, tuple[int, int]]]:
-    """Creates or locks the thread's row, and brings the digest cache up to date with the database."""
+    """Creates or locks the thread's row, and brings into the digest cache what the database holds of
+    the ``wanted`` digests (the values and names the write stores)."""
     now = time.time()
     ((tid, epoch, next_item, next_list),) = yield ctx.q(sql.UPSERT_THREAD, (thread_id, now, now))
     state = ctx.cache.digests(tid, thread_id, epoch)
-    if state.next_item < next_item:
-        rows = yield ctx.q(sql.ITEM_DIGESTS_FROM, (tid, state.next_item))
-        ctx.cache.add_digests(state, ((d, no) for no, d in rows), next_item)
+    yield from _learn(ctx, state, next_item, wanted)
     return state, _Allocator(state, next_item, next_list), (next_item, next_list)
 
 
@@ -198,7 +230,9 @@ def put(
     run_id = meta.get("run_id")
     meta_blob = codec.encode_metadata(ctx.serde, meta)
 
-    state, alloc, start = yield from _thread_for_write(ctx, thread_id)
+    names_enc = [("item", ctx.name_item(name)) for name in codec.body_names(checkpoint)]
+    wanted = _digests([*pending.values(), *names_enc])
+    state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
     tid = state.tid
     if from_head(conf):
         yield from _check_head(ctx, tid, thread_id, ns, parent_id, checkpoint["id"])
@@ -214,6 +248,8 @@ def put(
             continue
         else:
             enc = _encode(ctx, values[ch]) if ch in values else None
+            if enc is not None:
+                yield from _learn(ctx, state, start[0], _digests([enc]))
         if enc is not None:
             base = parent.descriptors.get(n) if parent is not None else None
             descriptors[n] = yield from _assign(ctx, tid, alloc, enc, base)
@@ -276,7 +312,9 @@ def put_writes(
     encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
     if not encoded:
         return
-    state, alloc, start = yield from _thread_for_write(ctx, thread_id)
+    names = [("item", ctx.name_item(name)) for name in {task_path, *(ch for _, ch, _ in encoded)}]
+    wanted = _digests([*(enc for _, _, enc in encoded), *names])
+    state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
     tid = state.tid
     if stored_only and not (yield ctx.q(sql.CHECKPOINT_EXISTS, (tid, ns, checkpoint_id))):
         raise CheckpointGone(checkpoint_id)
