@@ -15,8 +15,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from remem._statements import AExecute, Program, arun
-from remem.checkpoint import _claims, _prune, _read, _write
 from remem.checkpoint import _ops as ops
+from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint._base import (
     HEAD_READ,
     CheckpointStats,
@@ -74,18 +74,18 @@ class AsyncSaver(RememSaver):
         scratch = self._scratch(config)
         if scratch is None:
             found = await self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
-            return _read.mark_loaded(config, found)
+            return _read.mark_loaded(self._ctx, config, found)
         kept = scratch.get(HEAD_READ)
         if (
             kept is not None
             and await self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
         ):
-            return _read.mark_loaded(config, _read.fresh_copy(kept[1]))
+            return _read.mark_loaded(self._ctx, config, _read.fresh_copy(kept[1]))
         stamp, tup = await self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
         if tup is not None:
             scratch[HEAD_READ] = (stamp, tup)
             tup = _read.fresh_copy(tup)
-        return _read.mark_loaded(config, tup)
+        return _read.mark_loaded(self._ctx, config, tup)
 
     async def alist(
         self,
@@ -163,10 +163,10 @@ class AsyncSaver(RememSaver):
                 )
         except Exception as exc:
             if run:
-                _claims.record_failed(run, exc)
+                self._ctx.claims.record_failed(run, exc)
             raise
         if run:
-            _claims.record_written(run, checkpoint["id"])
+            self._ctx.claims.record_written(run, checkpoint["id"])
         return written
 
     async def _ahead_id(self, thread_id: str) -> str | None:

@@ -39,11 +39,12 @@ from remem._lease import (
     thread_lease,
 )
 from remem._statements import Program
-from remem.checkpoint import _claims, _prune, _read, _write
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ops as ops
+from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
+from remem.checkpoint._claims import Claim
 from remem.checkpoint._serde import RememSerializer
 from remem.errors import (
     ArgumentTypeError,
@@ -260,7 +261,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         conf = config["configurable"]
         if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
-        claimed = _claims.take(self.lease_target, str(conf["thread_id"]), conf.get("checkpoint_id"))
+        claimed = self._ctx.claims.take(self.lease_target, str(conf["thread_id"]), conf.get("checkpoint_id"))
         if claimed is not None:
             return _given_back(claimed)
         return thread_lease(self.lease_target, str(conf["thread_id"]), scope="checkpoint")
@@ -277,7 +278,7 @@ class RememSaver(BaseCheckpointSaver[int]):
 
     @contextlib.asynccontextmanager
     async def _aclaimed_or_lease(self, thread_id: str, parent_id: str | None) -> AsyncIterator[ThreadLease]:
-        claimed = _claims.take(await self.alease_target(), thread_id, parent_id)
+        claimed = self._ctx.claims.take(await self.alease_target(), thread_id, parent_id)
         if claimed is None:
             async with athread_lease(await self.alease_target(), thread_id, scope="checkpoint") as lease:
                 yield lease
@@ -298,9 +299,10 @@ class RememSaver(BaseCheckpointSaver[int]):
             return None
         return str(run), str(conf["thread_id"]), str(checkpoint_id)
 
-    def claim_model_call(self, config: RunnableConfig) -> ThreadLease | None:
+    def claim_model_call(self, config: RunnableConfig) -> Claim | None:
         """Claim the thread for the model call of the task ``config`` belongs to (see :mod:`._claims`):
-        its lease, held until the checkpoint after the call is written; None when the call cannot claim
+        its lease, held until the checkpoint after the call is written (the :class:`~._claims.Claim` gives it
+        back when no put takes it); None when the call cannot claim
         (a turn holds the lease already, time travel, a subgraph, ``durability="exit"``). Raises
         :class:`~remem.errors.ThreadBusyError` when the run was overtaken: the call must not be made."""
         spot = self._claim_spot(config)
@@ -311,13 +313,12 @@ class RememSaver(BaseCheckpointSaver[int]):
         lease = take_lease(self.lease_target, thread_id, scope="checkpoint")
         try:
             _check_claim(thread_id, checkpoint_id, self._head_id(thread_id))
-            _claims.hand_over(lease.target, thread_id, checkpoint_id, lease)
+            return self._ctx.claims.hand_over(thread_id, checkpoint_id, lease)
         except BaseException:
             lease.release()
             raise
-        return lease
 
-    async def aclaim_model_call(self, config: RunnableConfig) -> ThreadLease | None:
+    async def aclaim_model_call(self, config: RunnableConfig) -> Claim | None:
         """Async version of :meth:`claim_model_call`."""
         await self.alease_target()
         spot = self._claim_spot(config)
@@ -328,11 +329,10 @@ class RememSaver(BaseCheckpointSaver[int]):
         lease = await atake_lease(await self.alease_target(), thread_id, scope="checkpoint")
         try:
             _check_claim(thread_id, checkpoint_id, await self._ahead_id(thread_id))
-            _claims.hand_over(lease.target, thread_id, checkpoint_id, lease)
+            return self._ctx.claims.hand_over(thread_id, checkpoint_id, lease)
         except BaseException:
             await asyncio.to_thread(lease.release)
             raise
-        return lease
 
     def wait_written(self, config: RunnableConfig) -> None:
         """Wait until the checkpoint the task of ``config`` runs from is written, for a task of a run that
@@ -341,17 +341,15 @@ class RememSaver(BaseCheckpointSaver[int]):
         if spot is not None:
             self._wait_written(spot[0], spot[2])
 
-    @staticmethod
-    def _wait_written(run: str, checkpoint_id: str) -> None:
+    def _wait_written(self, run: str, checkpoint_id: str) -> None:
         # A put waits at most the lease timeout for the lease, then fails: its outcome comes by then.
-        if not _claims.wait_written(run, checkpoint_id, 2 * DEFAULT_LEASE_TIMEOUT):
+        if not self._ctx.claims.wait_written(run, checkpoint_id, 2 * DEFAULT_LEASE_TIMEOUT):
             raise ThreadBusyError(
                 f"this run's checkpoint {checkpoint_id} was not written within {2 * DEFAULT_LEASE_TIMEOUT:g} s "
                 "(the thread's lease stayed taken); the model was not called. Retry when the thread is free"
             )
 
-    @staticmethod
-    def _writes_follow(run: str, checkpoint_id: str) -> bool | None:
+    def _writes_follow(self, run: str, checkpoint_id: str) -> bool | None:
         """After a run's pending writes found their checkpoint not stored, whether they may be written:
         the run's put of that checkpoint can still be under way (LangGraph saves a checkpoint and the
         writes on it in parallel), so this waits for it. True: it was written (write, again only if it is
@@ -359,7 +357,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         (nothing of the run follows, so nothing is written); None: no outcome came in time (written as
         stock writes it)."""
         try:
-            written = _claims.wait_written(run, checkpoint_id, 2 * DEFAULT_LEASE_TIMEOUT)
+            written = self._ctx.claims.wait_written(run, checkpoint_id, 2 * DEFAULT_LEASE_TIMEOUT)
         except RememError:
             return False
         return True if written else None

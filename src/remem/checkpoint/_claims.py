@@ -6,44 +6,35 @@ LangGraph's default ``durability="async"`` that is after its model call was paid
 ``ContextCardMiddleware`` mirrored the turn into memory. The middleware claims the thread before the call
 instead (:meth:`~remem.checkpoint._base.RememSaver.claim_model_call`):
 
-1. it waits until the checkpoint the model call runs from is written (:func:`wait_written`), and fails
-   with the run's own refusal if one of the run's checkpoints was refused;
+1. it waits until the checkpoint the model call runs from is written (:meth:`Claims.wait_written`), and
+   fails with the run's own refusal if one of the run's checkpoints was refused;
 2. it takes the thread's checkpoint lease and checks that this checkpoint is still the thread's head;
-3. it hands the lease over (:func:`hand_over`): the run's next put, the checkpoint after the call, is
-   written under it and gives it back (:func:`take`). A run that overtakes waits for that lease.
+3. it hands the lease over (:meth:`Claims.hand_over`): the run's next put, the checkpoint after the call,
+   is written under it and gives it back (:meth:`Claims.take`). A run that overtakes waits for that lease.
 
-Runs are told apart by :data:`RUN_MARK`, a token the saver puts next to ``FROM_HEAD`` in what a run
+Runs are told apart by :data:`~remem.checkpoint._ops.RUN_MARK`, a token the saver puts next to ``FROM_HEAD`` in what a run
 loads: LangGraph passes it to the run's puts and to its tasks' configs.
+
+What the saver knows of its runs (their written and refused checkpoints, the claims handed over) is one
+:class:`Claims`, held by the saver's context (``saver._ctx.claims``) and shared by its ``with_allowlist``
+clones, which a run may use in its place. The middleware gets a :class:`Claim` back, which knows its
+:class:`Claims`, to give the claim back.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from remem._lease import LeaseTarget, ThreadLease
-from remem.checkpoint._ops import RUN_MARK
 from remem.errors import RememError, ThreadBusyError
 
-__all__ = [
-    "RUN_MARK",
-    "expire",
-    "hand_over",
-    "record_failed",
-    "record_written",
-    "take",
-    "wait_written",
-    "withdraw",
-]
+__all__ = ["Claim", "Claims"]
 
 _KEEP = 512  # runs remembered (a run's outcome is asked for within the run)
 _ClaimKey = tuple[LeaseTarget, str, str]  # target, thread id, the checkpoint the claimed call runs from
-
-_cond = threading.Condition()
-_written: OrderedDict[str, set[str]] = OrderedDict()
-_failed: OrderedDict[str, BaseException] = OrderedDict()
-_claims: dict[_ClaimKey, ThreadLease] = {}
 
 
 def _keep(table: OrderedDict[str, Any], run: str, value: Any) -> None:
@@ -53,59 +44,75 @@ def _keep(table: OrderedDict[str, Any], run: str, value: Any) -> None:
         table.popitem(last=False)
 
 
-def record_written(run: str, checkpoint_id: str) -> None:
-    with _cond:
-        _keep(_written, run, _written.get(run, set()) | {checkpoint_id})
-        _cond.notify_all()
+class Claims:
+    """One saver's runs: the checkpoints each wrote, the refusal that stopped it, the claims handed over."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._written: OrderedDict[str, set[str]] = OrderedDict()
+        self._failed: OrderedDict[str, BaseException] = OrderedDict()
+        self._claims: dict[_ClaimKey, ThreadLease] = {}
+
+    def record_written(self, run: str, checkpoint_id: str) -> None:
+        with self._cond:
+            _keep(self._written, run, self._written.get(run, set()) | {checkpoint_id})
+            self._cond.notify_all()
+
+    def record_failed(self, run: str, exc: BaseException) -> None:
+        with self._cond:
+            _keep(self._failed, run, exc)
+            self._cond.notify_all()
+
+    def wait_written(self, run: str, checkpoint_id: str, timeout: float) -> bool:
+        """Wait until the run's checkpoint ``checkpoint_id`` is written (True), or raise what refused one of
+        the run's checkpoints (LangGraph writes a run's checkpoints in order: after a refusal, none follows).
+        False when neither came within ``timeout`` (a put still waiting for the thread's lease)."""
+        with self._cond:
+            done = self._cond.wait_for(
+                lambda: checkpoint_id in self._written.get(run, ()) or run in self._failed, timeout=timeout
+            )
+            failed = self._failed.get(run)
+        if failed is not None:  # a copy: the put's own error is raised in the run's thread already
+            kind = type(failed) if isinstance(failed, RememError) else ThreadBusyError
+            raise kind(str(failed)) from failed
+        return bool(done)
+
+    def hand_over(self, thread_id: str, checkpoint_id: str, lease: ThreadLease) -> Claim:
+        with self._cond:
+            self._claims[(lease.target, thread_id, checkpoint_id)] = lease
+        return Claim(self, lease)
+
+    def take(self, target: LeaseTarget, thread_id: str, parent_id: str | None) -> ThreadLease | None:
+        """The claim a put whose parent is ``parent_id`` writes under (and then releases), if any."""
+        if parent_id is None:
+            return None
+        with self._cond:
+            return self._claims.pop((target, thread_id, parent_id), None)
+
+    def withdraw(self, lease: ThreadLease) -> None:
+        """Give back a claim no put took (the model call failed, or the run stopped before its checkpoint)."""
+        with self._cond:
+            keys = [k for k, held in self._claims.items() if held is lease]
+            for key in keys:
+                del self._claims[key]
+        if keys:
+            lease.release()
 
 
-def record_failed(run: str, exc: BaseException) -> None:
-    with _cond:
-        _keep(_failed, run, exc)
-        _cond.notify_all()
+@dataclass(frozen=True)
+class Claim:
+    """A model call's claim on its thread (:meth:`~remem.checkpoint._base.RememSaver.claim_model_call`)."""
 
+    claims: Claims
+    lease: ThreadLease
 
-def wait_written(run: str, checkpoint_id: str, timeout: float) -> bool:
-    """Wait until the run's checkpoint ``checkpoint_id`` is written (True), or raise what refused one of the
-    run's checkpoints (LangGraph writes a run's checkpoints in order: after a refusal, none follows).
-    False when neither came within ``timeout`` (a put still waiting for the thread's lease)."""
-    with _cond:
-        done = _cond.wait_for(
-            lambda: checkpoint_id in _written.get(run, ()) or run in _failed, timeout=timeout
-        )
-        failed = _failed.get(run)
-    if failed is not None:  # a copy: the put's own error is raised in the run's thread already
-        kind = type(failed) if isinstance(failed, RememError) else ThreadBusyError
-        raise kind(str(failed)) from failed
-    return bool(done)
+    def withdraw(self) -> None:
+        """Give the claim back if no put took it (:meth:`Claims.withdraw`)."""
+        self.claims.withdraw(self.lease)
 
-
-def hand_over(target: LeaseTarget, thread_id: str, checkpoint_id: str, lease: ThreadLease) -> None:
-    with _cond:
-        _claims[(target, thread_id, checkpoint_id)] = lease
-
-
-def take(target: LeaseTarget, thread_id: str, parent_id: str | None) -> ThreadLease | None:
-    """The claim a put whose parent is ``parent_id`` writes under (and then releases), if any."""
-    if parent_id is None:
-        return None
-    with _cond:
-        return _claims.pop((target, thread_id, parent_id), None)
-
-
-def withdraw(lease: ThreadLease) -> None:
-    """Give back a claim no put took (the model call failed, or the run stopped before its checkpoint)."""
-    with _cond:
-        keys = [k for k, held in _claims.items() if held is lease]
-        for key in keys:
-            del _claims[key]
-    if keys:
-        lease.release()
-
-
-def expire(lease: ThreadLease, seconds: float) -> None:
-    """Give the claim back after ``seconds`` if no put took it by then (a run stopped between its model
-    call and the checkpoint after it, without an error a middleware sees)."""
-    timer = threading.Timer(seconds, withdraw, (lease,))
-    timer.daemon = True
-    timer.start()
+    def expire(self, seconds: float) -> None:
+        """Give the claim back after ``seconds`` if no put took it by then (a run stopped between its model
+        call and the checkpoint after it, without an error a middleware sees)."""
+        timer = threading.Timer(seconds, self.withdraw)
+        timer.daemon = True
+        timer.start()

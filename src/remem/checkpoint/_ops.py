@@ -21,6 +21,7 @@ from remem._statements import Fetch, Program, Statement
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
+from remem.checkpoint._claims import Claims
 from remem.layout import check_label
 
 FROM_HEAD = "__pregel_remem_from_head"
@@ -48,12 +49,14 @@ class Tx:
 
 @dataclass
 class Context:
-    """What every operation needs: the dialect, the serializer and the saver's caches."""
+    """What every operation needs: the dialect, the serializer and the saver's caches; and what the saver
+    knows of its runs (:class:`~remem.checkpoint._claims.Claims`, kept by ``with_allowlist`` clones)."""
 
     dialect: sql.Dialect
     serde: SerializerProtocol
     cache: SaverCache
     trusted_types: bool = False
+    claims: Claims = field(default_factory=Claims)
 
     _names: dict[str, codec.EncodedItem] = field(default_factory=dict)
 

@@ -14,7 +14,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_key
 
 from remem._statements import Program
-from remem.checkpoint import _claims
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head
@@ -282,7 +281,7 @@ def _fresh_container(value: Any) -> Any:
     return list(value) if type(value) is list else value
 
 
-def mark_loaded(config: RunnableConfig, tup: CheckpointTuple | None) -> CheckpointTuple | None:
+def mark_loaded(ctx: Context, config: RunnableConfig, tup: CheckpointTuple | None) -> CheckpointTuple | None:
     """Mark what a LangGraph run loads (see :data:`FROM_HEAD`): its puts carry the mark back."""
     conf = config["configurable"]
     if RUN_KEY not in conf:
@@ -300,7 +299,7 @@ def mark_loaded(config: RunnableConfig, tup: CheckpointTuple | None) -> Checkpoi
     if latest:
         # The run starts from this checkpoint: a model call resumed from it (``invoke(None)``) runs from a
         # checkpoint the run did not write, and may claim the thread at once.
-        _claims.record_written(run[RUN_MARK], tup.checkpoint["id"])
+        ctx.claims.record_written(run[RUN_MARK], tup.checkpoint["id"])
     marked = {**tup.config["configurable"], FROM_HEAD: latest, **run}
     return tup._replace(config={**tup.config, "configurable": marked})
 

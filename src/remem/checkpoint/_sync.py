@@ -15,8 +15,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from remem._statements import Execute, Program, run
-from remem.checkpoint import _claims, _prune, _read, _write
 from remem.checkpoint import _ops as ops
+from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint._base import (
     HEAD_READ,
     CheckpointStats,
@@ -67,19 +67,19 @@ class SyncSaver(RememSaver):
         scratch = self._scratch(config)
         if scratch is None:
             return _read.mark_loaded(
-                config, self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
+                self._ctx, config, self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
             )
         kept = scratch.get(HEAD_READ)
         if (
             kept is not None
             and self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
         ):
-            return _read.mark_loaded(config, _read.fresh_copy(kept[1]))
+            return _read.mark_loaded(self._ctx, config, _read.fresh_copy(kept[1]))
         stamp, tup = self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
         if tup is not None:
             scratch[HEAD_READ] = (stamp, tup)
             tup = _read.fresh_copy(tup)
-        return _read.mark_loaded(config, tup)
+        return _read.mark_loaded(self._ctx, config, tup)
 
     def list(
         self,
@@ -149,10 +149,10 @@ class SyncSaver(RememSaver):
                 )
         except Exception as exc:
             if run:
-                _claims.record_failed(run, exc)
+                self._ctx.claims.record_failed(run, exc)
             raise
         if run:
-            _claims.record_written(run, checkpoint["id"])
+            self._ctx.claims.record_written(run, checkpoint["id"])
         return written
 
     def _head_id(self, thread_id: str) -> str | None:

@@ -27,9 +27,9 @@ from typing import Any, Literal, TypedDict
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 
-from remem._lease import DEFAULT_LEASE_TIMEOUT, ThreadLease
-from remem.checkpoint import _claims
+from remem._lease import DEFAULT_LEASE_TIMEOUT
 from remem.checkpoint._base import RememSaver
+from remem.checkpoint._claims import Claim
 from remem.errors import ArgumentTypeError, NotFoundError, RememUsageError
 from remem.memory import CARD_MESSAGE_NAME, DEFAULT_CARD_TOKEN_BUDGET, ContextCard, Memory, Thread
 from remem.messages import (
@@ -359,42 +359,42 @@ class Compactor:
         found = self._run_saver()
         return found is not None and found[0]._claim_spot(found[1]) is not None
 
-    def claim(self, messages: Sequence[BaseMessage]) -> ThreadLease | None:
+    def claim(self, messages: Sequence[BaseMessage]) -> Claim | None:
         """Claim the thread for this model call (raising ThreadBusyError, before the call, for a run that
         was overtaken), then store the turns of the checkpoint the call runs from; None when the run does
         not claim (its turns are stored as they come)."""
         found = self._run_saver()
-        lease = found[0].claim_model_call(found[1]) if found is not None else None
-        if lease is not None:
+        claim = found[0].claim_model_call(found[1]) if found is not None else None
+        if claim is not None:
             try:
                 self.persist(messages)
             except BaseException:
-                _claims.withdraw(lease)
+                claim.withdraw()
                 raise
-        return lease
+        return claim
 
-    async def aclaim(self, messages: Sequence[BaseMessage]) -> ThreadLease | None:
+    async def aclaim(self, messages: Sequence[BaseMessage]) -> Claim | None:
         """Async version of :meth:`claim`."""
         found = self._run_saver()
-        lease = await found[0].aclaim_model_call(found[1]) if found is not None else None
-        if lease is not None:
+        claim = await found[0].aclaim_model_call(found[1]) if found is not None else None
+        if claim is not None:
             try:
                 await self.apersist(messages)
             except BaseException:
-                await asyncio.to_thread(_claims.withdraw, lease)
+                await asyncio.to_thread(claim.withdraw)
                 raise
-        return lease
+        return claim
 
     @staticmethod
-    def settle(lease: ThreadLease | None, *, failed: bool) -> None:
+    def settle(claim: Claim | None, *, failed: bool) -> None:
         """After the claimed call: a failed call gives the claim back; else the put of the checkpoint after
         the call takes it, or it is given back after the lease timeout."""
-        if lease is None:
+        if claim is None:
             return
         if failed:
-            _claims.withdraw(lease)
+            claim.withdraw()
         else:
-            _claims.expire(lease, DEFAULT_LEASE_TIMEOUT)
+            claim.expire(DEFAULT_LEASE_TIMEOUT)
 
     def persist_written(self, messages: Sequence[BaseMessage]) -> None:
         """:meth:`persist` after a model call: for a run that claims, once the checkpoint holding the reply
