@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from remem.config import Settings
     from remem.memory import Memory, Thread
+    from remem.memory._remote import RemoteMemory
     from remem.summarize import SummaryResult
 
 __all__ = [
@@ -143,13 +144,26 @@ def is_server_url(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
+def api_key() -> str | None:
+    """The key for a ``remem serve`` URL: --api-key, else ``REMEM_API_KEY``."""
+    from remem.cli._options import given_api_key
+
+    given = given_api_key()
+    return given if given is not None else (os.environ.get(API_KEY_ENV) or None)
+
+
 def inspect_database(url: str, *, for_writing: bool = False) -> Database:
     """What the database at ``url`` holds, found without writing to it (or creating it).
 
     A SQLite file this process cannot write is read from a private copy, unless ``for_writing``. A
     ``remem serve`` URL (``http(s)://HOST:PORT``) is its memory store, read through the server (the key
-    from ``REMEM_API_KEY``); the server's checkpoints and ledger are not read from here.
+    from --api-key or ``REMEM_API_KEY``): its memory store, and its checkpoints and usage ledger through
+    the ``/v1`` endpoints made for these commands (:func:`open_remote`, :func:`open_ledger`).
     """
+    from remem.cli._options import given_api_key
+
+    if given_api_key() is not None and not is_server_url(url):
+        raise ConfigError("--api-key is for a remem serve URL given as --db http(s)://HOST:PORT")
     if is_server_url(url):
         return Database(
             url=url, shown=f"remem serve at {url}", kind=REMOTE_KIND, has_store=True, has_checkpoints=False
@@ -206,6 +220,8 @@ def writable(url: str) -> str:
 
 def require_persistent(url: str) -> str:
     """``url``, unless it is memory:// (a new, empty database in every process)."""
+    if is_server_url(url):
+        return url
     if parse_database_url(url).kind == "memory":
         raise ConfigError(
             "memory:// keeps nothing between runs; pass --db sqlite:///PATH or postgresql://..."
@@ -255,11 +271,50 @@ def open_memory(db: Database, settings: Settings) -> Iterator[Memory | None]:
     from remem.memory import Memory
 
     if db.kind == REMOTE_KIND:
-        with Memory.from_url(db.url, api_key=os.environ.get(API_KEY_ENV) or None) as remote:
+        with open_remote(db) as remote:
             yield remote
         return
     with Memory.from_url(db.url, settings=settings) as memory:
         yield memory
+
+
+@contextmanager
+def open_remote(db: Database) -> Iterator[RemoteMemory]:
+    """The client of the ``remem serve`` that ``db`` is (its kind is :data:`REMOTE_KIND`)."""
+    from remem.memory._remote import RemoteMemory
+
+    remote = RemoteMemory(db.url, api_key=api_key())
+    try:
+        yield remote
+    finally:
+        remote.close()
+
+
+class _RemoteLedger:
+    """A server's usage ledger as the tenant sees it, with the reading methods of ``Ledger`` the commands
+    call (``events``, ``totals``)."""
+
+    def __init__(self, remote: RemoteMemory) -> None:
+        self.remote = remote
+
+    def events(self, **filters: Any) -> list[Any]:
+        return self.remote.usage_events(**filters)
+
+    def totals(self, **filters: Any) -> list[Any]:
+        return self.remote.usage_totals(**filters)
+
+
+@contextmanager
+def open_ledger(db: Database) -> Iterator[Any]:
+    """The usage ledger of ``db`` for reading (a server's through its API), or None when it has none."""
+    if db.kind == REMOTE_KIND:
+        with open_remote(db) as remote:
+            yield _RemoteLedger(remote)
+        return
+    from remem.usage import read_ledger
+
+    with read_ledger(db.url) as ledger:
+        yield ledger
 
 
 @dataclass

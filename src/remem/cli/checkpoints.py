@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from remem.cli._options import database_url, db_option, json_option
+from remem.cli._options import api_key_option, database_url, db_option, json_option
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -56,6 +56,7 @@ def checkpoints_group() -> None:
 @click.argument("url", required=False, metavar="[URL]")
 @click.option("--limit", default=20, show_default=True, help="Most threads to list (newest first; 0: all).")
 @db_option
+@api_key_option
 @json_option
 def stats_command(url: str | None, limit: int, database_url: str | None, as_json: bool) -> None:
     """Threads, checkpoints and bytes per thread in a checkpoint database.
@@ -65,11 +66,14 @@ def stats_command(url: str | None, limit: int, database_url: str | None, as_json
     Example: remem checkpoints stats --db sqlite:///.remem/remem.db
     """
     from remem.cli._render import emit_json, say, show_table
-    from remem.cli._sources import inspect_database, open_checkpointer, require_persistent
+    from remem.cli._sources import REMOTE_KIND, inspect_database, open_checkpointer, require_persistent
 
     db = inspect_database(require_persistent(_database_url(database_url, url)))
-    with open_checkpointer(db) as saver:
-        stats = _remem_saver(saver, db.shown).stats()
+    if db.kind == REMOTE_KIND:
+        stats = _remote_stats(db)
+    else:
+        with open_checkpointer(db) as saver:
+            stats = _remem_saver(saver, db.shown).stats()
     shown = stats.threads[:limit] if limit else stats.threads
     if as_json:
         emit_json(
@@ -130,6 +134,7 @@ def stats_command(url: str | None, limit: int, database_url: str | None, as_json
     "--yes", is_flag=True, help="Do not ask first (asked for delete, and for --all without --older-than)."
 )
 @db_option
+@api_key_option
 def prune_command(
     url: str | None,
     thread_ids: tuple[str, ...],
@@ -147,13 +152,16 @@ def prune_command(
     Example: remem checkpoints prune --db sqlite:///.remem/remem.db --all --older-than 30d
     """
     from remem.cli._render import say
-    from remem.cli._sources import inspect_database, open_checkpointer, require_persistent
+    from remem.cli._sources import REMOTE_KIND, inspect_database, open_checkpointer, require_persistent
     from remem.errors import NotFoundError
 
     if not thread_ids and not all_threads:
         raise click.UsageError("say which threads to prune: --thread ID (repeatable) or --all")
     age = parse_age(older_than) if older_than is not None else None
     db = inspect_database(require_persistent(_database_url(database_url, url)), for_writing=True)
+    if db.kind == REMOTE_KIND:
+        _remote_prune(db, thread_ids, strategy, age, yes=yes, asked_all=all_threads and older_than is None)
+        return
     with open_checkpointer(db, write=True) as opened:
         saver = _remem_saver(opened, db.shown)
         known = saver.list_threads()
@@ -174,6 +182,45 @@ def prune_command(
     else:
         say(
             f"deleted {count} checkpoint(s) from {len(targets)} thread(s) in {db.shown}; each keeps its latest state"
+        )
+
+
+def _remote_stats(db: Any) -> Any:
+    """A server's checkpoint stats (the key's tenant's threads), as the saver's ``stats()`` gives them."""
+    from remem.checkpoint import CheckpointStats, ThreadStats
+    from remem.cli._sources import open_remote
+
+    with open_remote(db) as remote:
+        found = remote.checkpoint_stats()
+    threads = [
+        ThreadStats(**{**t, "updated_at": datetime.fromisoformat(t["updated_at"])}) for t in found["threads"]
+    ]
+    return CheckpointStats(threads, int(found["storage_bytes"]))
+
+
+def _remote_prune(
+    db: Any, thread_ids: tuple[str, ...], strategy: str, age: timedelta | None, *, yes: bool, asked_all: bool
+) -> None:
+    """``prune`` on a server: the key's tenant's threads (all of them without --thread)."""
+    from remem.cli._render import say
+    from remem.cli._sources import open_remote
+
+    with open_remote(db) as remote:
+        if not yes and (strategy == "delete" or asked_all):
+            count = len(thread_ids) or len(remote.checkpoint_stats()["threads"])
+            doing = "Delete" if strategy == "delete" else "Drop all history but the latest state of"
+            click.confirm(f"{doing} {count} thread(s) in {db.shown}, for good?", abort=True)
+        done = remote.prune_checkpoints(
+            thread_ids,
+            strategy=strategy.replace("-", "_"),
+            older_than=None if age is None else age.total_seconds(),
+        )
+    targets = len(done["threads"])
+    if strategy == "delete":
+        say(f"deleted {done['deleted']} thread(s) from {db.shown}")
+    else:
+        say(
+            f"deleted {done['deleted']} checkpoint(s) from {targets} thread(s) in {db.shown}; each keeps its latest state"
         )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from remem.cli._options import database_url, db_option, full_option, json_option
+from remem.cli._options import api_key_option, database_url, db_option, full_option, json_option
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -113,6 +113,7 @@ def _option_names(names: dict[str, str]) -> Iterator[None]:
 )
 @click.option("--refresh", is_flag=True, help="Extend the stored summary first (writes a new revision).")
 @db_option
+@api_key_option
 @json_option
 def card_command(
     thread_id: str,
@@ -214,6 +215,7 @@ def _summary_json(summary: Summary | None) -> dict[str, Any] | None:
 )
 @click.option("--refresh", is_flag=True, help="Bring the summary up to date first (writes a new revision).")
 @db_option
+@api_key_option
 @json_option
 def summary_command(
     thread_id: str, except_last: int, budget: int, refresh: bool, database_url: str | None, as_json: bool
@@ -285,6 +287,7 @@ def _merge(records: Iterable[MemoryRecord], k: int) -> list[MemoryRecord]:
 @click.option("--type", "types", multiple=True, help="Keep only this record type (repeatable).")
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(min=0), help="Records to show.")
 @db_option
+@api_key_option
 @full_option
 @json_option
 def search_command(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from remem.cli._options import database_url, db_option, full_option, json_option
+from remem.cli._options import api_key_option, database_url, db_option, full_option, json_option
 from remem.config import STRATEGY_NAMES
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def config_command(database_url: str | None, as_json: bool) -> None:
 
 @click.command("threads")
 @db_option
+@api_key_option
 @json_option
 def threads_command(database_url: str | None, as_json: bool) -> None:
     """List the threads in a database, newest first: the agents' (checkpoints) and the memory client's.
@@ -216,6 +217,7 @@ def _no_checkpoints(db: Database) -> Exception:
     help="Latest messages to show (0: all).",
 )
 @db_option
+@api_key_option
 @full_option
 @json_option
 def state_command(
@@ -226,15 +228,21 @@ def state_command(
     Example: remem state demo-20261129-101500 --last 5 --full
     """
     from remem.cli._render import emit_json
-    from remem.cli._sources import inspect_database, open_checkpointer
-    from remem.inspection import reader_graph, thread_snapshot
+    from remem.cli._sources import REMOTE_KIND, inspect_database, open_checkpointer, open_remote
+    from remem.inspection import ThreadSnapshot, reader_graph, thread_snapshot
 
     db = inspect_database(_url(database_url))
-    with open_checkpointer(db) as saver:
-        if saver is None:
-            raise _no_checkpoints(db)
-        with _hint_memory_thread(db, thread_id):
-            snapshot = thread_snapshot(reader_graph(saver), thread_id, checkpoint_id)
+    if db.kind == REMOTE_KIND:
+        with open_remote(db) as remote, _hint_memory_thread(db, thread_id):
+            found = remote.checkpoint_state(thread_id, checkpoint_id)
+        names = ("thread_id", "checkpoint_id", "created_at", "messages", "summary", "usage")
+        snapshot = ThreadSnapshot(**{n: found[n] for n in names}, next=tuple(found["next"]))
+    else:
+        with open_checkpointer(db) as saver:
+            if saver is None:
+                raise _no_checkpoints(db)
+            with _hint_memory_thread(db, thread_id):
+                snapshot = thread_snapshot(reader_graph(saver), thread_id, checkpoint_id)
     source = f"checkpoints in {db.shown}"
     if as_json:
         emit_json(_snapshot_json(snapshot, last, source))
@@ -248,6 +256,7 @@ def state_command(
     "--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Most checkpoints to list."
 )
 @db_option
+@api_key_option
 @json_option
 def history_command(thread_id: str, limit: int, database_url: str | None, as_json: bool) -> None:
     """List a thread's checkpoints: step, message count, next node.
@@ -255,15 +264,20 @@ def history_command(thread_id: str, limit: int, database_url: str | None, as_jso
     Example: remem history demo-20261129-101500 --limit 20
     """
     from remem.cli._render import emit_json, say
-    from remem.cli._sources import inspect_database, open_checkpointer
-    from remem.inspection import reader_graph, thread_history
+    from remem.cli._sources import REMOTE_KIND, inspect_database, open_checkpointer, open_remote
+    from remem.inspection import HistoryRow, reader_graph, thread_history
 
     db = inspect_database(_url(database_url))
-    with open_checkpointer(db) as saver:
-        if saver is None:
-            raise _no_checkpoints(db)
-        with _hint_memory_thread(db, thread_id):
-            rows = thread_history(reader_graph(saver), thread_id, limit)
+    if db.kind == REMOTE_KIND:
+        with open_remote(db) as remote, _hint_memory_thread(db, thread_id):
+            found = remote.checkpoint_history(thread_id, limit)
+        rows = [HistoryRow(**{**r, "next": tuple(r["next"])}) for r in found]
+    else:
+        with open_checkpointer(db) as saver:
+            if saver is None:
+                raise _no_checkpoints(db)
+            with _hint_memory_thread(db, thread_id):
+                rows = thread_history(reader_graph(saver), thread_id, limit)
     if as_json:
         emit_json(
             {

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from remem.cli._options import database_url, db_option, json_option
+from remem.cli._options import api_key_option, database_url, db_option, json_option
 
 if TYPE_CHECKING:
     from remem.usage import Totals
@@ -91,6 +91,7 @@ def _heads(by: str | None) -> list[str]:
     help="Also write a PNG chart of tokens and cost per turn (needs remem[plot]).",
 )
 @db_option
+@api_key_option
 @json_option
 def usage_command(
     thread_id: str | None,
@@ -111,15 +112,14 @@ def usage_command(
     Example: remem usage --since 7d --by model --db sqlite:///.remem/remem.db
     """
     from remem.cli._render import emit_json, say, show_table
-    from remem.cli._sources import inspect_database
-    from remem.usage import read_ledger
+    from remem.cli._sources import inspect_database, open_ledger
 
     if plot_path is not None:
         _require_matplotlib()  # before reading anything: the error names the extra to install
     db = inspect_database(_url(database_url))
     cutoff = None if since is None else time.time() - _age(since).total_seconds()
     per_turn: list[Totals] = []
-    with read_ledger(db.url) as ledger:
+    with open_ledger(db) as ledger:
         if ledger is None:
             rows: list[dict[str, Any]] = []
             total: dict[str, Any] = {}
@@ -386,12 +386,27 @@ def _thread_messages(db: Any, thread_id: str) -> tuple[list[dict[str, Any]], str
     """The thread's messages as transcript records, the turn number its state records and its rolling
     summary: from the checkpoints (with tool calls), else from the memory client's store."""
     from remem.cli._render import message_json
-    from remem.cli._sources import checkpoint_values, open_checkpointer, open_memory
+    from remem.cli._sources import REMOTE_KIND, checkpoint_values, open_checkpointer, open_memory, open_remote
     from remem.config import load_settings
     from remem.errors import NotFoundError
 
-    with open_checkpointer(db) as saver:
-        values = None if saver is None else checkpoint_values(saver, thread_id)
+    if db.kind == REMOTE_KIND:  # the server's checkpoints of the thread: its latest state, as below
+        with open_remote(db) as remote:
+            try:
+                state = remote.checkpoint_state(thread_id)
+            except NotFoundError:
+                state = None
+        if state is not None:
+            values: dict[str, Any] | None = {
+                "messages": state["messages"],
+                "remem_turn": state["turn"],
+                "summary": state["summary"],
+            }
+        else:
+            values = None
+    else:
+        with open_checkpointer(db) as saver:
+            values = None if saver is None else checkpoint_values(saver, thread_id)
     if values is not None:
         turn, summary = values.get("remem_turn"), values.get("summary")
         return (
@@ -469,6 +484,7 @@ def _markdown(thread_id: str, source: str, records: list[dict[str, Any]]) -> str
     help="Output format.",
 )
 @db_option
+@api_key_option
 @json_option
 def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: bool) -> None:
     """Print a thread's transcript with each turn's model, tokens, cost and latency from the ledger.
@@ -493,14 +509,13 @@ def export_command(thread_id: str, fmt: str, database_url: str | None, as_json: 
 def transcript_of(url: str, thread_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ``thread`` line and the records of the thread's transcript (``remem export``; ``remem replay``
     saves the replayed thread's with its results)."""
-    from remem.cli._sources import inspect_database
-    from remem.usage import read_ledger
+    from remem.cli._sources import inspect_database, open_ledger
 
     db = inspect_database(url)
     messages, source, last_turn, summary = _thread_messages(db, thread_id)
     turns: dict[int, Totals] = {}
     models: dict[int, list[str]] = {}
-    with read_ledger(db.url) as ledger:
+    with open_ledger(db) as ledger:
         if ledger is not None:
             for totals in ledger.totals(by="turn", thread_id=thread_id):
                 if totals.key[1] is not None:

@@ -21,13 +21,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage, messages_from_dict
 
 from remem import errors
 from remem.memory._card import ContextCard, Recall
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo
 from remem.memory.client import DEFAULT_CARD_TOKEN_BUDGET, Memory, Thread
 from remem.messages import is_derived
+from remem.usage import Totals, UsageEvent
 
 __all__ = ["RemoteMemory", "RemoteThread", "error_of"]
 
@@ -120,6 +121,10 @@ def _message(item: Any) -> dict[str, Any]:
         f"a message is a {type(item).__name__}; send a dict such as {{'role': 'user', 'content': 'text'}} "
         "or a LangChain message"
     )
+
+
+def _given(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
 
 
 def _path(*parts: str) -> str:
@@ -314,6 +319,66 @@ class RemoteMemory(Memory):
     def count_text(self, text: str) -> int:
         """Tokens of ``text`` sent as one message, by the server's counter (``POST /v1/count``)."""
         return int(self._send(_Call("POST", "/v1/count", {"text": text}))["tokens"])
+
+    # The server's own reads for the CLI's commands on it (``--db http://...``), each the tenant's part.
+
+    def usage_events(
+        self,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+    ) -> list[UsageEvent]:
+        """The tenant's model calls in the server's usage ledger, oldest first (``Ledger.events``)."""
+        params = _given(thread_id=thread_id, user_id=user_id, since=since, limit=limit)
+        data = self._send(_Call("GET", "/v1/usage/events", params=params))
+        return [_build(UsageEvent, e) for e in data["events"]]
+
+    def usage_totals(
+        self,
+        *,
+        by: str | None = None,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        since: float | None = None,
+    ) -> list[Totals]:
+        """The tenant's model calls summed, grouped ``by`` (``Ledger.totals``)."""
+        params = _given(by=by, thread_id=thread_id, user_id=user_id, since=since)
+        found = []
+        for t in self._send(_Call("GET", "/v1/usage/totals", params=params))["totals"]:
+            key = tuple(t["key"]) if by == "turn" else t.get("key")
+            found.append(_build(Totals, {**t, "key": key}))
+        return found
+
+    def checkpoint_state(self, thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+        """The thread's latest checkpointed state (or at ``checkpoint_id``): ``messages`` (LangChain
+        messages), ``summary``, ``next``, ``usage``, ``turn``, ``checkpoint_id``, ``created_at``."""
+        params = _given(checkpoint_id=checkpoint_id)
+        data = dict(self._send(_Call("GET", _path("threads", thread_id, "checkpoint"), params=params)))
+        data["messages"] = messages_from_dict(data["messages"])
+        return data
+
+    def checkpoint_history(self, thread_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The thread's checkpoints, newest first (``remem.inspection.HistoryRow``'s fields)."""
+        call = _Call("GET", _path("threads", thread_id, "checkpoints"), params={"limit": limit})
+        return list(self._send(call)["checkpoints"])
+
+    def checkpoint_stats(self) -> dict[str, Any]:
+        """The tenant's checkpointed threads, newest first, and their bytes."""
+        return dict(self._send(_Call("GET", "/v1/checkpoints")))
+
+    def prune_checkpoints(
+        self,
+        thread_ids: Sequence[str] = (),
+        *,
+        strategy: str = "keep_latest",
+        older_than: float | None = None,
+    ) -> dict[str, Any]:
+        """Prune the tenant's threads named (all of them when none is): ``deleted`` and ``threads``."""
+        body: dict[str, Any] = {"strategy": strategy, "older_than_seconds": older_than}
+        body.update({"thread_ids": list(thread_ids)} if thread_ids else {"all": True})
+        return dict(self._send(_Call("POST", "/v1/checkpoints/prune", body)))
 
     def thread(
         self,

@@ -205,7 +205,7 @@ async def _refuse(send: Send, status: int, detail: str, error: str, retry_after:
 
 def create_app(options: ServerOptions, *, settings: Settings | None = None) -> Any:
     """The ASGI app serving the database of ``options.url`` (opened at start-up, closed at shutdown)."""
-    from remem.server import _langgraph, _v1
+    from remem.server import _inspect, _langgraph, _v1
 
     settings = settings or load_settings()
     metrics = Metrics()
@@ -287,6 +287,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
     metrics.watch(lambda: holder["services"].pools() if "services" in holder else {})
     app.add_middleware(Guard, options=options, holder=holder, metrics=metrics, limiter=limiter)
     _v1.register(app)
+    _inspect.register(app)
     _langgraph.register(app)
     _ui.register(app)
     mcp_server = _mount_mcp(app, holder, protect=not options.require_keys)

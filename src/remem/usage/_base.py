@@ -75,15 +75,19 @@ class Ledger(ABC):
         since: float | None = None,
         kind: str | None = None,
         limit: int | None = None,
+        id_prefix: str | None = None,
     ) -> list[UsageEvent]:
-        """The recorded calls, oldest first; at most ``limit`` of them (None: all)."""
+        """The recorded calls, oldest first; at most ``limit`` of them (None: all). ``id_prefix``: only the
+        calls of threads or users whose ids begin with it (a server tenant's)."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise ArgumentTypeError(
                 f"limit is a whole number of calls such as limit=50, or None; got {limit!r}"
             )
         if limit is not None and limit < 0:
             raise RememUsageError(f"limit must be 0 or more (None: all the calls); got {limit}")
-        filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, since=since, kind=kind)
+        filters = Filters(
+            thread_id=thread_id, user_id=user_id, turn=turn, since=since, kind=kind, id_prefix=id_prefix
+        )
         rows = self._read(*_sql.select_events(self._dialect(), filters, limit))
         return [_sql.event_of(row) for row in rows]
 
@@ -97,9 +101,19 @@ class Ledger(ABC):
         day: str | None = None,
         since: float | None = None,
         kind: str | None = None,
+        id_prefix: str | None = None,
     ) -> list[Totals]:
-        """Sums grouped ``by`` turn, thread, model, day, user or kind (one row for all when None)."""
-        filters = Filters(thread_id=thread_id, user_id=user_id, turn=turn, day=day, since=since, kind=kind)
+        """Sums grouped ``by`` turn, thread, model, day, user or kind (one row for all when None);
+        ``id_prefix`` as in :meth:`events`."""
+        filters = Filters(
+            thread_id=thread_id,
+            user_id=user_id,
+            turn=turn,
+            day=day,
+            since=since,
+            kind=kind,
+            id_prefix=id_prefix,
+        )
         rows: Sequence[tuple[Any, ...]] = self._read(*_sql.select_totals(self._dialect(), filters, by))
         return [_sql.totals_of(row, by) for row in rows]
 

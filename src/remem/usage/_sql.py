@@ -184,6 +184,7 @@ class Filters:
     day: str | None = None
     since: float | None = None
     kind: str | None = None
+    id_prefix: str | None = None  # the calls of threads or users whose ids begin with it (a server's tenant)
 
     def where(self, ph: str) -> tuple[str, tuple[Any, ...]]:
         clauses: list[str] = []
@@ -201,6 +202,10 @@ class Filters:
         if self.since is not None:
             clauses.append(f"at >= {ph}")
             params.append(self.since)
+        if self.id_prefix is not None:
+            n = len(self.id_prefix)  # substr, not LIKE: a tenant's name may hold LIKE's "_"
+            clauses.append(f"(substr(thread_id, 1, {n}) = {ph} OR substr(user_id, 1, {n}) = {ph})")
+            params += [self.id_prefix, self.id_prefix]
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
 
 
