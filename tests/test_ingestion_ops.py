@@ -91,3 +91,68 @@ def test_an_undo_takes_out_the_jobs_queued_on_what_it_removes(db_url: str) -> No
         assert [m["data"]["id"] for m in queue.get(other).payload["messages"]] == ["k1"]
         again = undo_ingestion(memory, ing.id, queue=queue)
         assert again.jobs == 4 and len(queue.jobs()) == 3  # done: nothing more taken out
+
+
+def _valid(memory: Memory, user: str) -> list[str]:
+    from remem.layout import user_memories
+
+    items = memory.store.search(user_memories(user), limit=50)
+    return sorted(i.value["content"] for i in items if i.value.get("valid"))
+
+
+def test_an_extraction_run_outside_a_turn_is_an_ingestion_its_undo_takes_back(db_url: str) -> None:
+    """A backfill extraction over a thread, as one ingestion: the memory it adds goes, the memory it
+    superseded is valid again, the watermark is back where the run found it, so extraction redoes it.
+    Before, an extraction run left no id on what it wrote."""
+    import re
+
+    from langchain_core.messages import BaseMessage
+
+    from remem import ScriptedChatModel
+    from remem.extraction import MemoryExtractor
+    from remem.layout import EXTRACTION_STATE_KEY, INGESTION_MEMORY_KEY, extraction_state, user_memories
+
+    def found(*memories: dict[str, object]) -> str:
+        return json.dumps({"memories": list(memories)})
+
+    def supersede(messages: list[BaseMessage]) -> str:
+        target = re.search(r'memory id="([^"]+)"', str(messages[-1].content))
+        assert target is not None
+        decision = {
+            "candidate": 0,
+            "action": "update",
+            "target_id": target.group(1),
+            "text": "Maya lives in Lyon",
+        }
+        return json.dumps({"decisions": [decision]})
+
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
+        thread = memory.thread("t1", user_id="maya")
+        thread.add_messages([{"role": "user", "content": "I live in Paris.", "id": "a1"}])
+        first = ScriptedChatModel(replies=[found({"kind": "fact", "text": "Maya lives in Paris"})])
+        MemoryExtractor(memory.store, first).run(
+            [m.to_langchain() for m in thread.messages()], user_id="maya", thread_id="t1"
+        )
+        thread.add_messages([{"role": "user", "content": "I moved to Lyon.", "id": "a2"}])
+        model = ScriptedChatModel(replies=[found({"kind": "fact", "text": "Maya lives in Lyon"}), supersede])
+
+        with begin_ingestion(memory, kind="extraction", source="backfill") as ing:
+            result = ing.extract(MemoryExtractor(memory.store, model), thread_id="t1")
+
+        assert len(result.updated) == 1 and _valid(memory, "maya") == ["Maya lives in Lyon"]
+        (new,) = [i for i in memory.store.search(user_memories("maya")) if i.value.get(INGESTION_MEMORY_KEY)]
+        assert new.value[INGESTION_MEMORY_KEY] == ing.id
+        assert get_ingestion(memory, ing.id).as_row()["memories"] == 1
+
+        report = undo_ingestion(memory, ing.id)
+
+        assert (report.memories, report.memories_restored, report.messages) == (1, 1, 0)
+        assert _valid(memory, "maya") == ["Maya lives in Paris"]
+        state = memory.store.get(extraction_state("t1"), EXTRACTION_STATE_KEY)
+        assert state is not None and state.value["watermark"] == "a1"
+        assert [m.id for m in memory.get_thread("t1").messages()] == ["a1", "a2"]  # the thread's own stay
+        again = ScriptedChatModel(replies=[found({"kind": "fact", "text": "Maya lives in Lyon"}), supersede])
+        redo = MemoryExtractor(memory.store, again).run(
+            [m.to_langchain() for m in memory.get_thread("t1").messages()], user_id="maya", thread_id="t1"
+        )
+        assert redo.new_messages == 1 and _valid(memory, "maya") == ["Maya lives in Lyon"]

@@ -46,6 +46,9 @@ __all__ = [
     "ERASURE_JOURNAL_TABLE",
     "ERASURE_REGISTRY_TABLE",
     "EXTRACTION_STATE_KEY",
+    "INGESTION_INVALIDATED_KEY",
+    "INGESTION_MEMORY_KEY",
+    "INGESTION_MESSAGE_KEY",
     "INTERNAL_ROOT",
     "JOBS_TABLE",
     "SCHEMA_TABLE",
@@ -105,6 +108,10 @@ _INGESTIONS: Final = "ingestions"
 
 THREAD_META_KEY: Final = "thread"
 EXTRACTION_STATE_KEY: Final = "state"
+# What an ingestion (remem.ingestion) writes carries its id under these keys, so its undo finds it:
+INGESTION_MESSAGE_KEY: Final = "remem_ingestion"  # in a thread message's metadata
+INGESTION_MEMORY_KEY: Final = "ingestion"  # in a memory's value
+INGESTION_INVALIDATED_KEY: Final = "invalidated_by_ingestion"  # in a memory an extraction run invalidated
 
 
 def chunk_key(n: int) -> str:

@@ -30,7 +30,15 @@ from remem.extraction._schema import (
     role_of,
     update_prompt,
 )
-from remem.layout import EXTRACTION_STATE_KEY, extraction_state, thread_messages, user_memories
+from remem.layout import (
+    EXTRACTION_STATE_KEY,
+    INGESTION_INVALIDATED_KEY,
+    INGESTION_MEMORY_KEY,
+    INGESTION_MESSAGE_KEY,
+    extraction_state,
+    thread_messages,
+    user_memories,
+)
 from remem.models import model_name
 from remem.usage import Meter
 from remem.usage._records import call_id_of
@@ -98,11 +106,14 @@ class MemoryExtractor:
         thread_id: str,
         store: BaseStore | None = None,
         run_key: str | None = None,
+        ingestion: str | None = None,
     ) -> ExtractionResult:
         """Process the messages after the thread's watermark; returns what was done.
 
         ``run_key`` (a job's id, say) makes the run repeatable: the ids of the memories it adds are
         derived from it, so running it again after a crash writes the same memories, never a second copy.
+        ``ingestion``: the id of the ingestion this run is part of (:meth:`remem.ingestion.Ingestion.extract`),
+        written on the turns it indexes, the memories it adds and those it invalidates, for its undo.
         """
         store = self._store(store)
         result = ExtractionResult(thread_id=thread_id, user_id=user_id)
@@ -115,11 +126,19 @@ class MemoryExtractor:
             result.watermark = state.get("watermark")
             return result
         if self.index_turns and turns:
-            result.indexed_turns = self._index_turns(store, user_id, thread_id, turns)
+            result.indexed_turns = self._index_turns(store, user_id, thread_id, turns, ingestion)
         watermark = pending[-1][0]
         if self.enabled and self.model is not None and turns:
             try:
-                self._extract(store, result, turns, user_id=user_id, thread_id=thread_id, run_key=run_key)
+                self._extract(
+                    store,
+                    result,
+                    turns,
+                    user_id=user_id,
+                    thread_id=thread_id,
+                    run_key=run_key,
+                    ingestion=ingestion,
+                )
             except Exception as exc:
                 state.update(
                     attempts=int(state.get("attempts", 0)) + 1, last_error=str(exc)[:500], failed_at=now_iso()
@@ -142,10 +161,17 @@ class MemoryExtractor:
         thread_id: str,
         store: BaseStore | None = None,
         run_key: str | None = None,
+        ingestion: str | None = None,
     ) -> ExtractionResult:
         """Async version of :meth:`run`."""
         return await asyncio.to_thread(
-            self.run, messages, user_id=user_id, thread_id=thread_id, store=store, run_key=run_key
+            self.run,
+            messages,
+            user_id=user_id,
+            thread_id=thread_id,
+            store=store,
+            run_key=run_key,
+            ingestion=ingestion,
         )
 
     def watermark(self, thread_id: str, store: BaseStore | None = None) -> dict[str, Any] | None:
@@ -177,7 +203,12 @@ class MemoryExtractor:
         return list(zip(ids, messages, strict=True))[start:]
 
     @staticmethod
-    def _turn_op(user_id: str, thread_id: str, mid: str, message: BaseMessage) -> PutOp:
+    def _turn_op(
+        user_id: str, thread_id: str, mid: str, message: BaseMessage, ingestion: str | None
+    ) -> PutOp:
+        metadata = {"indexed_by": "remem.extraction"}
+        if ingestion is not None:
+            metadata[INGESTION_MESSAGE_KEY] = ingestion
         value = {
             "id": mid,
             "role": role_of(message),
@@ -185,17 +216,22 @@ class MemoryExtractor:
             "timestamp": now_iso(),
             "thread_id": thread_id,
             "user_id": user_id,
-            "metadata": {"indexed_by": "remem.extraction"},
+            "metadata": metadata,
         }
         return PutOp(thread_messages(thread_id), mid, value)
 
     def _index_turns(
-        self, store: BaseStore, user_id: str, thread_id: str, turns: list[tuple[str, BaseMessage]]
+        self,
+        store: BaseStore,
+        user_id: str,
+        thread_id: str,
+        turns: list[tuple[str, BaseMessage]],
+        ingestion: str | None,
     ) -> int:
         """Store the turns not stored yet (the memory client may have stored them); returns how many."""
         found = store.batch([GetOp(thread_messages(thread_id), mid) for mid, _ in turns])
         new = [
-            self._turn_op(user_id, thread_id, mid, m)
+            self._turn_op(user_id, thread_id, mid, m, ingestion)
             for (mid, m), item in zip(turns, found, strict=True)
             if item is None
         ]
@@ -212,6 +248,7 @@ class MemoryExtractor:
         user_id: str,
         thread_id: str,
         run_key: str | None,
+        ingestion: str | None,
     ) -> None:
         assert self.model is not None
         result.llm_used = True
@@ -235,7 +272,11 @@ class MemoryExtractor:
         # so the retry from the watermark cannot add the same memories twice.
         writes: list[PutOp] = []
 
+        tag = {} if ingestion is None else {INGESTION_INVALIDATED_KEY: ingestion}
+
         def put(value: dict[str, Any]) -> str:
+            if ingestion is not None:
+                value[INGESTION_MEMORY_KEY] = ingestion
             return self._put(writes, user_id, value, None if run_key is None else f"{run_key}:{len(writes)}")
 
         for n, candidate in enumerate(candidates):
@@ -261,12 +302,18 @@ class MemoryExtractor:
                 )
                 value = memory_value(merged, source_time=source_time, supersedes=[target], **common)
                 new_id = put(value)
-                self._invalidate(store, writes, user_id, target, "superseded", superseded_by=new_id)
+                self._invalidate(store, writes, user_id, target, "superseded", superseded_by=new_id, **tag)
                 result.updated.append((target, new_id))
             else:
                 assert target is not None
                 self._invalidate(
-                    store, writes, user_id, target, "contradicted", evidence=candidate.source_message_ids
+                    store,
+                    writes,
+                    user_id,
+                    target,
+                    "contradicted",
+                    evidence=candidate.source_message_ids,
+                    **tag,
                 )
                 result.deleted.append(target)
         if writes:

@@ -3,6 +3,8 @@
     with begin_ingestion(memory, kind="load", source="crm-export.jsonl") as ing:
         ing.add_messages("support-42", [{"role": "user", "content": "I moved to Lyon."}], user_id="maya")
         ing.add_memories("maya", ["prefers email"])
+    with begin_ingestion(memory, kind="extraction", source="backfill") as ing:
+        ing.extract(MemoryExtractor(memory.store, model=llm), thread_id="support-42")   # outside a turn
     list_ingestions(memory)                       # newest last: id, kind, source, state, counts
     undo_ingestion(memory, last=True)             # or ingestion_id="ing-..."; remem ingest undo --last
 
@@ -10,7 +12,9 @@ What an ingestion writes carries its id: a message holds it in its metadata (``r
 memory in its value (``ingestion``), written in the same store batch as the data, so nothing it wrote can
 escape its undo, even when the load was killed half way. Its entry in the journal
 (``("_remem", "ingestions")``, :func:`remem.layout.ingestions_root`) names the threads and users it
-touched; a thread is named there before anything is written to it.
+touched; a thread is named there before anything is written to it. An extraction run
+(:meth:`Ingestion.extract`) also records each thread's extraction watermark as it found it, and tags the
+memories it invalidates (``invalidated_by_ingestion``).
 
 An undo removes, one step at a time:
 
@@ -23,7 +27,8 @@ An undo removes, one step at a time:
    revision before it; a card is built from summaries, so cards follow). A thread the ingestion created
    and that holds nothing else is removed whole. The extraction watermark moves back before them.
 2. **each user** whose memories it may have changed: the memories it loaded, the memories extracted from
-   the messages it added (any source among them), and a memory those had superseded made valid again.
+   the messages it added (any source among them), and a memory those had superseded (or an extraction
+   run of it contradicted) made valid again. An extraction run's watermark goes back where it was.
 3. **close**: the entry is ``undone``, with its totals.
 
 Each step commits together with its mark in the entry (one store batch), so a run killed at any point

@@ -13,13 +13,13 @@ from langgraph.store.base import BaseStore, Item, PutOp
 from remem._clock import now_iso
 from remem._lease import thread_lease
 from remem.errors import ArgumentTypeError, NotFoundError
-from remem.layout import ingestions_root
+from remem.layout import INGESTION_MEMORY_KEY, INGESTION_MESSAGE_KEY, ingestions_root
 from remem.memory import Memory
 from remem.store._targets import store_lease_target
 
-MESSAGE_TAG = "remem_ingestion"
+MESSAGE_TAG = INGESTION_MESSAGE_KEY
 """The key of a message's metadata that holds the id of the ingestion that added it."""
-MEMORY_TAG = "ingestion"
+MEMORY_TAG = INGESTION_MEMORY_KEY
 """The key of a memory's value that holds the id of the ingestion that loaded it."""
 STATES = ("open", "done", "undoing", "undone")
 _PAGE = 500
@@ -40,6 +40,7 @@ class IngestionEntry:
     threads: dict[str, bool] = field(default_factory=dict)  # thread id -> created by this ingestion
     users: list[str] = field(default_factory=list)
     added: dict[str, int] = field(default_factory=dict)
+    watermarks: dict[str, str | None] = field(default_factory=dict)  # extraction runs: thread -> mark before
     undo: dict[str, Any] = field(default_factory=dict)
 
     def to_value(self) -> dict[str, Any]:
@@ -131,6 +132,7 @@ def _without(entry: IngestionEntry, user_id: str | None, thread_ids: set[str]) -
     return dataclasses.replace(
         entry,
         threads={t: created for t, created in entry.threads.items() if t not in thread_ids},
+        watermarks={t: mark for t, mark in entry.watermarks.items() if t not in thread_ids},
         users=[u for u in entry.users if u != user_id],
         undo={
             **undo,

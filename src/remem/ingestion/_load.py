@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 from langgraph.store.base import PutOp
@@ -24,10 +24,20 @@ from remem.ingestion._journal import (
     _without,
 )
 from remem.jobs import JobQueue, enqueue_summary_refresh
-from remem.layout import THREAD_META_KEY, ingestions_root, thread_meta, user_memories
+from remem.layout import (
+    EXTRACTION_STATE_KEY,
+    THREAD_META_KEY,
+    extraction_state,
+    ingestions_root,
+    thread_meta,
+    user_memories,
+)
 from remem.memory import Memory
 from remem.memory._records import StoredMessage, stored_message_from_input
 from remem.store._targets import store_lease_target
+
+if TYPE_CHECKING:
+    from remem.extraction import ExtractionResult, MemoryExtractor
 
 __all__ = ["Ingestion", "begin_ingestion", "refresh_summaries"]
 
@@ -155,6 +165,38 @@ class Ingestion:
         self.memory.store.batch(puts)
         self._count("memories", len(puts))
         return [p.key for p in puts]
+
+    def extract(
+        self,
+        extractor: MemoryExtractor,
+        messages: Sequence[BaseMessage] | None = None,
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+    ) -> ExtractionResult:
+        """Run ``extractor`` outside a turn as part of this ingestion, on ``messages`` (default: the memory
+        thread's messages) past the thread's extraction watermark. The turns it indexes and the memories it
+        adds carry this ingestion's id; the undo removes them, makes valid again the memories it superseded
+        or contradicted, and moves the watermark back to where it was before (so extraction redoes them)."""
+        store = self.memory.store
+        if messages is None:
+            thread = self.memory.get_thread(thread_id)
+            messages = [m.to_langchain() for m in thread.messages()]
+            user_id = user_id or thread.info().user_id
+        user_id = user_id or thread_id
+        if thread_id not in self.entry.watermarks:
+            state = store.get(extraction_state(thread_id), EXTRACTION_STATE_KEY)
+            self.entry.watermarks[thread_id] = None if state is None else state.value.get("watermark")
+            self.entry.threads.setdefault(thread_id, False)
+            if user_id not in self.entry.users:
+                self.entry.users.append(user_id)
+            self._save()  # named, with its watermark, before anything is written
+        result = extractor.run(
+            list(messages), user_id=user_id, thread_id=thread_id, store=store, ingestion=self.id
+        )
+        self._count("messages", result.indexed_turns)
+        self._count("memories", len(result.added) + len(result.updated))
+        return result
 
     def close(self) -> None:
         """Mark the ingestion done (a load that failed half way stays ``open``, and is undone the same way);

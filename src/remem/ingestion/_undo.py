@@ -27,6 +27,7 @@ from remem.ingestion._load import refresh_summaries
 from remem.jobs import JobQueue, drop_jobs_of_messages
 from remem.layout import (
     EXTRACTION_STATE_KEY,
+    INGESTION_INVALIDATED_KEY,
     THREAD_META_KEY,
     chunk_key,
     extraction_state,
@@ -168,6 +169,13 @@ def _undo_thread(memory: Memory, entry: IngestionEntry, thread_id: str) -> None:
         entry.undo["thread_users"][thread_id] = info.user_id if info is not None else None
         if info is not None and tagged:
             ops += _thread_rewrites(memory, entry, thread_id, info, values, set(tagged), counts)
+        if thread_id in entry.watermarks and not counts.get("threads_removed"):
+            # an extraction run: its watermark goes back to where the run found it
+            ops = [op for op in ops if op.namespace != extraction_state(thread_id)]
+            state = store.get(extraction_state(thread_id), EXTRACTION_STATE_KEY)
+            if state is not None:
+                value = {**state.value, "watermark": entry.watermarks[thread_id]}
+                ops.append(PutOp(extraction_state(thread_id), EXTRACTION_STATE_KEY, value, index=False))
         lease.verify()
         _commit(store, entry, f"thread:{thread_id}", ops, counts)
 
@@ -256,9 +264,13 @@ def _undo_user(store: BaseStore, entry: IngestionEntry, user_id: str) -> None:
     ops: list[PutOp] = [PutOp(user_memories(user_id), key, None) for key in sorted(gone)]
     restored = 0
     for item in items:
-        if item.key not in gone and item.value.get("superseded_by") in gone:
+        if item.key in gone:
+            continue
+        if item.value.get("superseded_by") in gone or item.value.get(INGESTION_INVALIDATED_KEY) == entry.id:
             value = {**item.value, "valid": True, "status": "active", "superseded_by": None}
             value.update(invalidated_at=None, invalid_reason=None)
+            if value.pop(INGESTION_INVALIDATED_KEY, None) is not None:
+                value.pop("evidence", None)
             ops.append(PutOp(user_memories(user_id), item.key, value))
             restored += 1
     _commit(store, entry, f"user:{user_id}", ops, {"memories": len(gone), "memories_restored": restored})
