@@ -9,7 +9,6 @@ check before the call can know); and a hold whose process was SIGKILLed expires 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -69,10 +68,23 @@ def test_six_processes_of_one_user_spend_no_more_than_the_user_day_budget(url: s
     assert spent.tokens <= BUDGET + largest_output, (spent.tokens, largest_output)
 
 
-def test_a_hold_of_a_killed_process_blocks_until_it_expires_then_frees_the_budget(
-    url: str, tmp_path: Path
-) -> None:
-    budget, seconds = 150, 10.0  # long enough for the first try to come before it ends, on a busy machine
+QUESTION = {"messages": [HumanMessage(content="a long question " * 20)]}  # as the hanging worker's
+ALIVE: Any = {"configurable": {"thread_id": "alive", "user_id": USER}}
+
+
+def _agent_beside(ledger: Ledger, budget: int, seconds: float) -> Any:
+    """An agent of the same user as the hanging worker, under the same budget."""
+    middleware = BudgetMiddleware(ledger, budgets=Budgets(user_day_tokens=budget), hold_seconds=seconds)
+    return create_agent(
+        model=ScriptedChatModel(default="OK."),
+        tools=[],
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+
+
+def _hanging(url: str, tmp_path: Path, budget: int, seconds: float) -> Any:
+    """A process whose one call hangs in its model, holding the budget; returned once the call is sent."""
     ready = tmp_path / "ready.json"
     child = context().Process(
         target=hanging_worker, args=(url, "hanging", budget, str(ready)), kwargs={"hold_seconds": seconds}
@@ -82,24 +94,42 @@ def test_a_hold_of_a_killed_process_blocks_until_it_expires_then_frees_the_budge
     while not ready.exists() and child.is_alive() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert ready.exists(), "the hanging call never reached its model"
-    os.kill(json.loads(ready.read_text())["pid"], signal.SIGKILL)
+    return child
+
+
+def test_a_call_longer_than_its_hold_keeps_holding_while_it_runs(url: str, tmp_path: Path) -> None:
+    """Before, a call that ran longer than ``hold_seconds`` was under-counted by other processes once its
+    hold expired: the second call here was sent. Its process now renews the hold while the call runs."""
+    budget, seconds = 150, 2.0
+    child = _hanging(url, tmp_path, budget, seconds)
+    try:
+        time.sleep(3 * seconds)  # the call runs on, three hold lifetimes
+        assert child.is_alive()
+        with open_ledger(url) as ledger:
+            with pytest.raises(BudgetExceededError, match="held by calls still running"):
+                _agent_beside(ledger, budget, seconds).invoke(QUESTION, ALIVE)
+            assert ledger.user_day(USER).calls == 0
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+
+
+def test_a_hold_of_a_killed_process_blocks_until_it_expires_then_frees_the_budget(
+    url: str, tmp_path: Path
+) -> None:
+    budget, seconds = 150, 10.0  # long enough for the first try to come before it ends, on a busy machine
+    child = _hanging(url, tmp_path, budget, seconds)
+    deadline = time.monotonic() + 60
+    os.kill(child.pid, signal.SIGKILL)
     child.join(30)
 
     with open_ledger(url) as ledger:
         assert _holds(ledger) == 1  # the dead process's hold is still there
-        middleware = BudgetMiddleware(ledger, budgets=Budgets(user_day_tokens=budget), hold_seconds=seconds)
-        agent = create_agent(
-            model=ScriptedChatModel(default="OK."),
-            tools=[],
-            middleware=[middleware],
-            checkpointer=InMemorySaver(),
-        )
-        config: Any = {"configurable": {"thread_id": "alive", "user_id": USER}}
-        question = {"messages": [HumanMessage(content="a long question " * 20)]}
+        agent = _agent_beside(ledger, budget, seconds)
         refusals: list[str] = []
         while True:  # refused while the hold lives, sent once it expired: never blocked for good
             try:
-                agent.invoke(question, config)
+                agent.invoke(QUESTION, ALIVE)
                 break
             except BudgetExceededError as exc:
                 refusals.append(str(exc))

@@ -180,6 +180,10 @@ class Ledger(ABC):
         """Remove a hold whose call was not paid (it failed, or was not sent)."""
         self._transact(_holds.release(self._dialect(), hold_id))
 
+    def renew(self, hold_id: str, seconds: float) -> None:
+        """Make a hold of a call still running last ``seconds`` from now (nothing once it is gone)."""
+        self._transact(_holds.renew(self._dialect(), hold_id, seconds))
+
     def _transact(self, program: Program[_T]) -> _T:
         """Run a program of :mod:`remem._statements` in one write transaction. remem's backends do (SQLite:
         ``BEGIN IMMEDIATE``); this default runs it statement by statement, for a backend that has only

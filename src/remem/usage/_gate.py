@@ -27,7 +27,8 @@ The rules, the same on every path:
   is sent (:mod:`remem.usage._holds`): the check is made again in the transaction that holds the call's
   expected spending, against what the scopes spent and what other calls in flight hold, so processes
   sharing a budget cannot all pass it at once. The ledger row settles the hold; a call that fails, or is
-  not sent, releases it; a crashed process's hold expires after ``hold_seconds``.
+  not sent, releases it; while the call runs its process renews the hold, and a crashed process's hold
+  expires ``hold_seconds`` after its last renewal.
 - **After the call** the provider's numbers (counted when it gives none) are recorded, then checked: a
   breach that only they show is logged, never raised: the reply was paid for, so it is kept (in the
   thread and returned to the caller), and the ledger holds the spending, so the next call meets the
@@ -53,6 +54,7 @@ from remem.messages import TokenCounter
 from remem.usage._approval import Estimate, ask_approval, needs_approval, refusal
 from remem.usage._base import Ledger, scope_keys
 from remem.usage._breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
+from remem.usage._holds import Renewals
 from remem.usage._pending import flush_unrecorded, record_or_keep
 from remem.usage._prefix import signatures
 from remem.usage._records import Totals, UsageEvent, call_id_of
@@ -173,6 +175,11 @@ class Gate:
         # count and its scopes' spending, reused by the call that follows when nothing changed between.
         self._checked: dict[str, tuple[int | None, list[Any], Budgets, int, dict[Scope, Totals]]] = {}
         self._lock = threading.Lock()
+        self._renewals = None if ledger is None else Renewals(self._renew, self.hold_seconds)
+
+    def _renew(self, hold_id: str) -> None:
+        assert self.ledger is not None
+        self.ledger.renew(hold_id, self.hold_seconds)
 
     @property
     def recording(self) -> Meter | None:
@@ -331,6 +338,8 @@ class Gate:
             )
             spent = cast("dict[Scope, Totals]", fresh)
             if hold is not None:
+                if self._renewals is not None:
+                    self._renewals.start(hold)
                 return dataclasses.replace(decision, spent=spent, hold=hold), over
             # Other processes spent (or hold) more since the read: decided again on what they did.
             decision, over = self._decide(dataclasses.replace(decision, spent=spent), tokens)
@@ -353,6 +362,8 @@ class Gate:
         that refuses leaves it to expire (``hold_seconds``)."""
         if decision.hold is None or self.ledger is None:
             return
+        if self._renewals is not None:
+            self._renewals.stop(decision.hold)
         try:
             self.ledger.release(decision.hold)
         except RememError as exc:
@@ -422,6 +433,8 @@ class Gate:
     def keep(self, event: UsageEvent, hold: str | None = None) -> list[dict[str, Any]]:
         """Record a paid call (settling its ``hold``); when the ledger refuses it, the row to keep in the
         state with the reply."""
+        if hold is not None and self._renewals is not None:
+            self._renewals.stop(hold)
         return [] if self.ledger is None else record_or_keep(self.ledger, event, hold)
 
     def after(self, decision: Decision, event: UsageEvent | None) -> list[dict[str, Any]] | None:

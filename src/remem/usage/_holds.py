@@ -14,8 +14,10 @@ order):
 
 After the call its ledger row is written and its hold removed in one transaction (:func:`settle`); a call
 that fails removes its hold (:func:`release`). A process that dies in between leaves its hold behind: it
-expires ``seconds`` after it was taken, on the database's clock (the same for every process, whatever its
-own clock says), so a crash holds a budget for that long at most, never for ever.
+expires ``seconds`` after it was last renewed, on the database's clock (the same for every process,
+whatever its own clock says), so a crash holds a budget for that long at most, never for ever. While the
+call runs its process renews the hold (:class:`Renewals`, :func:`renew`), so a call longer than
+``seconds`` keeps counting in other processes' checks until it settles.
 
 The programs here are programs of :mod:`remem._statements` (as :func:`remem.usage.forget_usage` is); a
 backend runs each in one transaction (``Ledger._transact``).
@@ -24,27 +26,35 @@ backend runs each in one transaction (``Ledger._transact``).
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 from remem._clock import database_now
 from remem._statements import Program, Statement, rowcount
+from remem.errors import RememError
 from remem.layout import USAGE_HOLDS_TABLE, USAGE_TOTALS_TABLE
 from remem.usage._records import Totals
 
 __all__ = [
     "HOLDS_TABLE",
     "Key",
+    "Renewals",
     "hold",
     "holds_schema",
     "release",
+    "renew",
     "select_spent",
     "settle",
     "spent_of",
 ]
 
 HOLDS_TABLE = USAGE_HOLDS_TABLE
+RENEW_FOR = 6  # hold lifetimes a call is renewed for at most: a hold its caller never ends still expires
+
+log = logging.getLogger("remem.usage")
 
 Key = tuple[str, str, str]
 """A running total's key: scope (``thread``, ``turn``, ``user_day``), key1, key2 (as the totals table)."""
@@ -152,6 +162,55 @@ def hold(
 def release(dialect: str, hold_id: str) -> Program[None]:
     """Remove a call's hold (nothing when it expired, or was settled, already)."""
     yield from rowcount(f"DELETE FROM {HOLDS_TABLE} WHERE hold = {_ph(dialect)}", (hold_id,))
+
+
+def renew(dialect: str, hold_id: str, seconds: float) -> Program[None]:
+    """Make a call's hold last ``seconds`` from now (nothing when it expired, or was settled, already:
+    another process may have counted the budget free since, so it is not taken back)."""
+    now = database_now(dialect)
+    ph = _ph(dialect)
+    yield from rowcount(
+        f"UPDATE {HOLDS_TABLE} SET expires_at = {now} + {ph} WHERE hold = {ph} AND expires_at > {now}",
+        (float(seconds), hold_id),
+    )
+
+
+class Renewals:
+    """The holds of one gate's calls in flight, each renewed (``renew(hold_id)``) every quarter of
+    ``seconds`` by a thread of its own until :meth:`stop` (the hold was settled or released), for at most
+    :data:`RENEW_FOR` lifetimes. A process that dies renews nothing, so its holds still expire."""
+
+    def __init__(self, renew: Callable[[str], None], seconds: float) -> None:
+        self._renew, self._seconds = renew, seconds
+        self._stops: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    def start(self, hold_id: str) -> None:
+        stop = threading.Event()
+        with self._lock:
+            self._stops[hold_id] = stop
+        threading.Thread(
+            target=self._run, args=(hold_id, stop), name="remem-hold-renewal", daemon=True
+        ).start()
+
+    def stop(self, hold_id: str) -> None:
+        with self._lock:
+            stop = self._stops.pop(hold_id, None)
+        if stop is not None:
+            stop.set()
+
+    def _run(self, hold_id: str, stop: threading.Event) -> None:
+        try:
+            for _ in range(4 * RENEW_FOR):
+                if stop.wait(self._seconds / 4):
+                    return
+                try:
+                    self._renew(hold_id)
+                except RememError as exc:  # left to expire: the call is then under-counted, as before
+                    log.warning("a budget hold could not be renewed (%s); it expires on its own", exc)
+                    return
+        finally:
+            self.stop(hold_id)
 
 
 def settle(dialect: str, record: tuple[str, tuple[Any, ...]], hold_id: str) -> Program[None]:
