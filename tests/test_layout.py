@@ -157,6 +157,7 @@ def test_the_memory_client_and_extraction_write_the_namespaces_databases_already
         ("threads", "t1", "messages"),
         ("users", "u1", "memories"),
         ("_remem", "extraction", "t1"),
+        ("_remem", "threads", "t1"),  # the thread's listing (added with the inspector's list)
     }
 
 

@@ -362,6 +362,8 @@ PINNED_ALL: dict[str, list[str]] = {
         "is_thread_messages",
         "namespace",
         "thread_id_of",
+        "thread_listing",
+        "thread_listings_root",
         "thread_messages",
         "thread_meta",
         "thread_order",

@@ -15,6 +15,8 @@ Namespaces in a LangGraph ``BaseStore`` (T: a thread id, U: a user id)::
     ("users", U, "memories")         memory id       one long-term memory, with provenance     extraction,
                                                                                                memory tools
     ("_remem", "extraction", T)      "state"         the thread's extraction watermark         extraction
+    ("_remem", "threads", T)         "thread"        a copy of the thread's metadata with its    memory client
+                                                     last activity: one search lists every thread
     ("_remem", "ingestions")         ingestion id    one ingestion: what it wrote, its undo       remem.ingestion
 
 Ids in labels: a thread, user or tenant id may hold any text. LangGraph refuses namespace labels that
@@ -76,6 +78,8 @@ __all__ = [
     "is_thread_messages",
     "namespace",
     "thread_id_of",
+    "thread_listing",
+    "thread_listings_root",
     "thread_messages",
     "thread_meta",
     "thread_order",
@@ -103,6 +107,7 @@ _SUMMARIES: Final = "summaries"
 _MEMORIES: Final = "memories"
 _EXTRACTION: Final = "extraction"
 _INGESTIONS: Final = "ingestions"
+_LISTINGS: Final = "threads"
 
 # ----------------------------------------------------------------------------- keys
 
@@ -298,6 +303,17 @@ def extraction_root(*, tenant: str | None = None) -> Namespace:
 def extraction_state(thread_id: str, *, tenant: str | None = None) -> Namespace:
     """A thread's extraction watermark (key :data:`EXTRACTION_STATE_KEY`)."""
     return namespace(INTERNAL_ROOT, _EXTRACTION, escape_label(thread_id), tenant=tenant)
+
+
+def thread_listings_root(*, tenant: str | None = None) -> Namespace:
+    """The prefix of every thread's :func:`thread_listing`."""
+    return namespace(INTERNAL_ROOT, _LISTINGS, tenant=tenant)
+
+
+def thread_listing(thread_id: str, *, tenant: str | None = None) -> Namespace:
+    """A thread's row in the list of threads (key :data:`THREAD_META_KEY`): its metadata as stored, kept
+    apart so that listing threads is one search, not a read per thread."""
+    return namespace(INTERNAL_ROOT, _LISTINGS, escape_label(thread_id), tenant=tenant)
 
 
 def ingestions_root(*, tenant: str | None = None) -> Namespace:

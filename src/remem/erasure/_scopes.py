@@ -4,11 +4,11 @@ The store deletes what it is told (:meth:`~remem.store.RememStoreBase.delete_ite
 matches); this module says what a user's, a thread's or a namespace's data is, in remem's layout
 (:mod:`remem.layout`):
 
-- a **user** U: ``("users", U, ...)``, the items under ``("threads",)`` and the extraction state whose
-  ``user_id`` is U, and every thread held by U alone, whole (a thread in which only U is named as an item's
-  ``user_id``; one shared with another user keeps the other's items);
-- a **thread** T: ``("threads", T, ...)``, its extraction state, and the memories extracted from it (items
-  under ``("users",)`` whose ``thread_id`` is T);
+- a **user** U: ``("users", U, ...)``, the items under ``("threads",)``, the extraction state and the
+  threads' listings whose ``user_id`` is U, and every thread held by U alone, whole (a thread in which only
+  U is named as an item's ``user_id``; one shared with another user keeps the other's items);
+- a **thread** T: ``("threads", T, ...)``, its extraction state and listing, and the memories extracted
+  from it (items under ``("users",)`` whose ``thread_id`` is T);
 - a **namespace**: everything under it.
 
 The memory client's thread records (``("threads", T, "meta")`` naming U) are read here too, through the
@@ -28,6 +28,8 @@ from remem.layout import (
     extraction_root,
     extraction_state,
     thread_id_of,
+    thread_listing,
+    thread_listings_root,
     thread_meta,
     thread_root,
     threads_root,
@@ -113,14 +115,18 @@ def store_scope(
         check_label(user_id, "user_id")
         scope = StoreScope(
             [user_root(user_id)],
-            [(threads_root(), {"user_id": user_id}), (extraction_root(), {"user_id": user_id})],
+            [
+                (threads_root(), {"user_id": user_id}),
+                (extraction_root(), {"user_id": user_id}),
+                (thread_listings_root(), {"user_id": user_id}),
+            ],
             f"user {user_id}",
             user_id,
         )
     elif thread_id is not None:
         check_label(thread_id, "thread_id")
         scope = StoreScope(
-            [thread_root(thread_id), extraction_state(thread_id)],
+            [thread_root(thread_id), extraction_state(thread_id), thread_listing(thread_id)],
             [(users_root(), {"thread_id": thread_id})],
             f"thread {thread_id}",
         )
@@ -190,18 +196,25 @@ def threads_of_user(store: RememStoreBase, user_id: str) -> list[str]:
     return _meta_threads(user_id, list(_pages(store, threads_root(), {"user_id": user_id})))
 
 
+def _with_listings(threads: list[Namespace]) -> list[Namespace]:
+    """The prefixes of threads taken whole, and of their listings (which may name no user)."""
+    ids = (thread_id_of(t) for t in threads)
+    return [*threads, *(thread_listing(t) for t in ids if t is not None)]
+
+
 def _whole_threads(store: RememStoreBase, scope: StoreScope) -> list[Namespace]:
     if scope.user_id is None:
         return []
     named = _named(list(_pages(store, threads_root(), {"user_id": scope.user_id})))
-    return [t for t in named if _alone(scope.user_id, list(_pages(store, t, None)))]
+    return _with_listings([t for t in named if _alone(scope.user_id, list(_pages(store, t, None)))])
 
 
 async def _awhole_threads(store: RememStoreBase, scope: StoreScope) -> list[Namespace]:
     if scope.user_id is None:
         return []
     named = _named([i async for i in _apages(store, threads_root(), {"user_id": scope.user_id})])
-    return [t for t in named if _alone(scope.user_id, [i async for i in _apages(store, t, None)])]
+    alone = [t for t in named if _alone(scope.user_id, [i async for i in _apages(store, t, None)])]
+    return _with_listings(alone)
 
 
 # ---------------------------------------------------------------- deleting a scope

@@ -38,6 +38,7 @@ from remem.layout import (
     user_memories,
 )
 from remem.memory import Memory
+from remem.memory._plans import drop_info, save_info
 from remem.memory._records import ORDER_CHUNK, ThreadInfo
 from remem.store._targets import store_lease_target
 
@@ -203,7 +204,7 @@ def _thread_rewrites(
         # created by this ingestion, and nothing else was said there: the thread goes whole
         ops += [PutOp(thread_order(thread_id), chunk_key(n), None) for n in range(chunks)]
         ops += [PutOp(thread_summaries(thread_id), r.key, None) for r in revisions if r is not None]
-        ops.append(PutOp(thread_meta(thread_id), THREAD_META_KEY, None))
+        ops += drop_info(thread_id)
         ops.append(PutOp(extraction_state(thread_id), EXTRACTION_STATE_KEY, None))
         counts["threads_removed"] = 1
         return ops
@@ -218,8 +219,11 @@ def _thread_rewrites(
     last_user = max(
         (n for n, i in enumerate(kept) if (values.get(i) or {}).get("role") == "user"), default=-1
     )
-    new_info = dataclasses.replace(info, message_count=len(kept), last_user_seq=last_user)
-    ops.append(PutOp(thread_meta(thread_id), THREAD_META_KEY, new_info.to_value(), index=False))
+    latest = str((values.get(kept[-1]) or {}).get("timestamp", "")) if kept else ""
+    new_info = dataclasses.replace(
+        info, message_count=len(kept), last_user_seq=last_user, last_activity=latest
+    )
+    ops += save_info(thread_id, new_info)
     stale = 0
     for item in revisions:
         if (

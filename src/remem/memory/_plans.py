@@ -30,6 +30,7 @@ from remem.memory._records import (
     ThreadInfo,
     check_label,
     chunk_key,
+    listing_ns,
     memories_ns,
     messages_ns,
     meta_ns,
@@ -47,6 +48,7 @@ __all__ = [
     "MESSAGE_FIELDS",
     "TextCounter",
     "add_messages_plan",
+    "drop_info",
     "edit_memory_plan",
     "ids_between",
     "list_messages_plan",
@@ -54,6 +56,7 @@ __all__ = [
     "messages_by_id",
     "open_thread_plan",
     "revision_within",
+    "save_info",
     "summaries_plan",
     "summary_at",
     "summary_plan",
@@ -73,6 +76,21 @@ def _not_found(thread_id: str) -> NotFoundError:
     return NotFoundError(
         f"thread {thread_id!r} does not exist; open it first with memory.thread({thread_id!r}, user_id=...)"
     )
+
+
+def save_info(thread_id: str, info: ThreadInfo) -> list[PutOp]:
+    """The writes of a thread's metadata: the item and its copy in the list of threads
+    (:func:`remem.layout.thread_listing`). Every write of a thread's metadata goes through here."""
+    value = info.to_value()
+    return [
+        PutOp(meta_ns(thread_id), META_KEY, value, index=False),
+        PutOp(listing_ns(thread_id), META_KEY, value, index=False),
+    ]
+
+
+def drop_info(thread_id: str) -> list[PutOp]:
+    """The deletes of a thread's metadata and its copy in the list of threads."""
+    return [PutOp(meta_ns(thread_id), META_KEY, None), PutOp(listing_ns(thread_id), META_KEY, None)]
 
 
 def thread_info_plan(thread_id: str) -> Flow[ThreadInfo]:
@@ -126,7 +144,7 @@ def _open_thread(
         if changed == info:
             return info
         info = changed
-    yield StoreCall([PutOp(meta_ns(thread_id), META_KEY, info.to_value(), index=False)])
+    yield StoreCall(save_info(thread_id, info))
     return info
 
 
@@ -230,8 +248,10 @@ def _append_new(
         for m in added
     ]
     puts += [PutOp(order_ns(thread_id), chunk_key(n), {"ids": ids}, index=False) for n, ids in chunks.items()]
-    new_info = dataclasses.replace(info, message_count=count + len(added), last_user_seq=last_user)
-    puts.append(PutOp(meta_ns(thread_id), META_KEY, new_info.to_value(), index=False))
+    new_info = dataclasses.replace(
+        info, message_count=count + len(added), last_user_seq=last_user, last_activity=added[-1].timestamp
+    )
+    puts += save_info(thread_id, new_info)
     yield StoreCall(puts)
     return added
 
@@ -323,12 +343,7 @@ def _save_summary(
     yield StoreCall(
         [
             PutOp(summaries_ns(thread_id), chunk_key(summary.revision), summary.to_value(), index=False),
-            PutOp(
-                meta_ns(thread_id),
-                META_KEY,
-                dataclasses.replace(current, summary_revision=summary.revision).to_value(),
-                index=False,
-            ),
+            *save_info(thread_id, dataclasses.replace(current, summary_revision=summary.revision)),
         ]
     )
     return summary

@@ -25,6 +25,7 @@ from remem.errors import InvalidMessagesError
 # The memory client's short names for the layout's namespaces and keys (imported, never redefined).
 from remem.layout import THREAD_META_KEY as META_KEY
 from remem.layout import check_label, chunk_key
+from remem.layout import thread_listing as listing_ns
 from remem.layout import thread_messages as messages_ns
 from remem.layout import thread_meta as meta_ns
 from remem.layout import thread_order as order_ns
@@ -44,6 +45,7 @@ __all__ = [
     "check_label",
     "chunk_key",
     "index_context",
+    "listing_ns",
     "memories_ns",
     "messages_ns",
     "meta_ns",
@@ -83,6 +85,9 @@ class ThreadInfo:
     last_user_seq: int = -1
     summary_revision: int = 0
     context_summary_update_frequency: int = 4
+    last_activity: str = ""
+    """When the thread's latest message was said ("" before its first, and in metadata written before
+    remem kept it)."""
 
     def to_value(self) -> dict[str, Any]:
         return {
@@ -94,6 +99,7 @@ class ThreadInfo:
             "last_user_seq": self.last_user_seq,
             "summary_revision": self.summary_revision,
             "context_summary_update_frequency": self.context_summary_update_frequency,
+            "last_activity": self.last_activity,
         }
 
     @classmethod
@@ -107,6 +113,7 @@ class ThreadInfo:
             last_user_seq=int(value.get("last_user_seq", -1)),
             summary_revision=int(value.get("summary_revision", 0)),
             context_summary_update_frequency=int(value.get("context_summary_update_frequency", 4)),
+            last_activity=str(value.get("last_activity") or ""),
         )
 
 

@@ -3,7 +3,7 @@
 Without a tenant this is ``erase(url, user_id=...)`` or ``erase(url, thread_id=...)`` as the CLI runs it.
 A tenant's data lives under its slot (``("tenants", T, ...)`` in the store, ``tenants:T:<id>`` in the
 checkpointer and the ledger), which the library's user and thread scopes do not name; so a tenant's thread
-is erased as its store namespace (:func:`remem.layout.thread_root` in the tenant's slot) and its
+is erased as its store namespaces (:func:`remem.layout.thread_root` and its listing, in the tenant's slot) and its
 checkpoint thread (checkpoints and usage rows); a tenant's user as the user's namespace and each of the
 user's threads. Each erasure is journaled and resumable: sending the same request again finishes one
 that stopped part way. The tenant's ingestion journal (in its slot too) then loses the erased user's and
@@ -25,6 +25,7 @@ __all__ = ["forget_scope"]
 def _thread(services: Services, tenant: str, thread_id: str) -> list[ErasureReport]:
     return [
         erase(services.url, namespace=list(layout.thread_root(thread_id, tenant=tenant))),
+        erase(services.url, namespace=list(layout.thread_listing(thread_id, tenant=tenant))),
         erase(services.url, thread_id=checkpoint_thread(thread_id, tenant)),
     ]
 

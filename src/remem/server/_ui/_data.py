@@ -9,6 +9,7 @@ another tenant's rows. Pages of messages read only the page
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Any
 
 from remem import layout
 from remem.errors import NotFoundError, RememUsageError
-from remem.memory import Memory
+from remem.memory import Memory, ThreadInfo
 from remem.memory._card import ContextCard
 from remem.memory._effects import SUMMARY_NODE
 from remem.server._services import Services
@@ -31,6 +32,7 @@ __all__ = [
     "checkpoints",
     "jobs_of",
     "state_at",
+    "thread_infos",
     "thread_rows",
     "turn_usage",
     "usage_overview",
@@ -82,8 +84,45 @@ def _thread_ids(memory: Memory) -> Iterator[str]:
         offset += 1000
 
 
+def _listed(memory: Memory) -> Iterator[ThreadInfo]:
+    """The threads' listings (:func:`remem.layout.thread_listing`): a search per thousand threads."""
+    offset = 0
+    while offset < MAX_THREADS:
+        page = memory.store.search(layout.thread_listings_root(), limit=1000, offset=offset)
+        for item in page:
+            if item.key == layout.THREAD_META_KEY and "thread_id" in item.value:
+                yield ThreadInfo.from_value(item.value)
+        if len(page) < 1000:
+            return
+        offset += 1000
+
+
+def _unlisted(memory: Memory, listed: set[str]) -> Iterator[ThreadInfo]:
+    """Threads written before listings were kept, read one by one (with their last message)."""
+    for thread_id in _thread_ids(memory):
+        if thread_id in listed:
+            continue
+        try:
+            thread = memory.get_thread(thread_id)
+            info = thread.info()
+            last = thread.messages(last=1)
+        except (NotFoundError, RememUsageError):
+            continue
+        yield dataclasses.replace(info, last_activity=last[-1].timestamp if last else "")
+
+
+def thread_infos(memory: Memory) -> list[ThreadInfo]:
+    """Every thread of the memory's store (up to :data:`MAX_THREADS`) as its listing holds it."""
+    infos = {info.thread_id: info for info in _listed(memory)}
+    infos.update((info.thread_id, info) for info in _unlisted(memory, set(infos)))
+    return list(infos.values())
+
+
 def thread_rows(services: Services, tenant: str | None) -> list[ThreadRow]:
-    """Every thread of the tenant (up to :data:`MAX_THREADS`), with its last activity and its spend."""
+    """Every thread of the tenant (up to :data:`MAX_THREADS`), with its last activity and its spend.
+
+    Read from the threads' listings in one search and the ledger's totals in one query, so the cost of the
+    list does not grow with a read per thread (threads written before listings existed are read alone)."""
     memory = services.memory_for(tenant)
     spend: dict[str, Totals] = {}
     ledger = _ledger(services)
@@ -92,26 +131,18 @@ def thread_rows(services: Services, tenant: str | None) -> list[ThreadRow]:
             own = tenant_thread(str(totals.key), tenant) if totals.key is not None else None
             if own is not None:
                 _add(spend, own, totals)
-    rows = []
-    for thread_id in _thread_ids(memory):
-        try:
-            thread = memory.get_thread(thread_id)
-            info = thread.info()
-            last = thread.messages(last=1)
-        except (NotFoundError, RememUsageError):
-            continue
-        rows.append(
-            ThreadRow(
-                thread_id=info.thread_id,
-                user_id=info.user_id,
-                agent_id=info.agent_id,
-                created_at=info.created_at,
-                messages=info.message_count,
-                last_activity=last[-1].timestamp if last else info.created_at,
-                spend=spend.get(thread_id, Totals(thread_id)),
-            )
+    return [
+        ThreadRow(
+            thread_id=info.thread_id,
+            user_id=info.user_id,
+            agent_id=info.agent_id,
+            created_at=info.created_at,
+            messages=info.message_count,
+            last_activity=info.last_activity or info.created_at,
+            spend=spend.get(info.thread_id, Totals(info.thread_id)),
         )
-    return rows
+        for info in thread_infos(memory)
+    ]
 
 
 @dataclass(frozen=True)
