@@ -14,14 +14,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from langgraph.store.base import GetOp, Op, PutOp, Result
-from langgraph.store.memory import InMemoryStore
 from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 from remem.memory import Memory
@@ -290,6 +288,35 @@ def test_threads_are_filtered_by_user_sorted_and_paged(tenant_a: Page, site: Sit
     expect(rows.first).to_contain_text("trip")
 
 
+def test_threads_are_found_by_what_their_messages_say_in_the_tenant_only(
+    tenant_a: Page, browser: Browser, site: Site
+) -> None:
+    page = tenant_a
+    page.goto("/ui/threads")
+    page.get_by_label("Messages say").fill("kites")
+    page.get_by_role("button", name="Show").click()
+    rows = page.locator("table.threads tbody tr")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("leo-chat")
+    expect(rows.first).to_contain_text("I am Leo and I fly kites.")  # the matching message
+    page.goto("/ui/threads?text=tea")
+    expect(page.locator("table.threads")).to_contain_text("trip")
+    expect(page.locator("table.threads")).not_to_contain_text("secret-b")  # tenant b's thread
+    page.goto("/ui/threads?text=tea&user=leo")
+    expect(page.locator("main")).to_contain_text("No threads match.")
+    page.goto("/ui/threads?text=station")
+    match = page.locator("table.threads tbody tr").first.get_by_role("link", name="#5")
+    match.click()
+    expect(page).to_have_url(re.compile(r"/ui/thread\?id=trip&page=1#m5$"))
+    expect(page.locator("#m5")).to_contain_text("closest to the station")
+    context, other = _sign_in(browser, site, site.b)
+    other.goto("/ui/threads?text=Kyoto")
+    expect(other.locator("main")).to_contain_text("No threads match.")
+    other.goto("/ui/threads?text=smuggling")
+    expect(other.locator("table.threads tbody tr")).to_have_count(1)
+    context.close()
+
+
 def test_a_thread_shows_its_messages_as_text_with_tool_calls_folded(tenant_a: Page, site: Site) -> None:
     page = tenant_a
     page.goto("/ui/threads")
@@ -503,78 +530,6 @@ def test_a_key_of_one_tenant_sees_nothing_of_another(browser: Browser, site: Sit
     context.close()
 
 
-class CountingStore(InMemoryStore):
-    """LangGraph's in-memory store counting the items each batch asks for and the writes it is sent."""
-
-    reads = 0
-    writes = 0
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        given = list(ops)
-        self.reads += sum(isinstance(op, GetOp) for op in given)
-        self.writes += sum(isinstance(op, PutOp) for op in given)
-        return super().batch(given)
-
-
-def test_a_card_preview_writes_nothing_where_a_turns_card_writes_a_summary() -> None:
-    store = CountingStore()
-    thread = Memory(store).thread("t", user_id="u", context_summary_update_frequency=1)
-    thread.add_messages(
-        [{"role": "user", "content": f"I like tea number {i}", "id": f"m{i}"} for i in range(6)]
-    )
-    store.writes = 0
-    preview = thread.preview_context_card(max_recent_messages=2, except_last_messages=2)
-    assert store.writes == 0 and thread.info().summary_revision == 0 and preview.summary == ""
-    card = thread.get_context_card(max_recent_messages=2, except_last_messages=2)
-    assert (
-        store.writes > 0 and thread.info().summary_revision == 1 and card.summary
-    )  # a turn's card extends it
-    store.writes = 0
-    thread.add_messages([{"role": "user", "content": "and coffee", "id": "m6"}])
-    store.writes = 0
-    again = thread.preview_context_card(max_recent_messages=2, except_last_messages=2)
-    assert store.writes == 0 and again.summary == card.summary and again.summary_revision == 1
-
-
-def test_a_memory_is_edited_through_the_memory_client_with_its_checks() -> None:
-    from remem.errors import NotFoundError, RememUsageError
-
-    memory = Memory(InMemoryStore())
-    memory.store.put(("users", "maya", "memories"), "tea", {"content": "Maya drinks tea", "type": "fact"})
-    value = memory.edit_memory("maya", "tea", "Maya drinks matcha")
-    assert value["type"] == "fact" and memory.store.get(("users", "maya", "memories"), "tea").value == value  # type: ignore[union-attr]
-    with pytest.raises(RememUsageError):
-        memory.edit_memory("maya", "tea", "  ")
-    with pytest.raises(NotFoundError):
-        memory.edit_memory("maya", "coffee", "Maya drinks coffee")
-    with pytest.raises(RememUsageError):
-        memory.edit_memory("ma/ya", "tea", "text")  # a label the layout refuses
-
-
-def _rows(db: Path) -> dict[str, list[tuple[object, ...]]]:
-    import sqlite3
-
-    with sqlite3.connect(db) as conn:
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        return {n: sorted(map(tuple, conn.execute(f'SELECT * FROM "{n}"')), key=repr) for n in names}
-
-
-def test_a_page_of_a_long_thread_reads_only_the_page() -> None:
-    store = CountingStore()
-    memory = Memory(store)
-    thread = memory.thread("long", user_id="u")
-    for start in range(0, BIG, 1000):
-        thread.add_messages(_big(start))
-    store.reads = 0
-    page, total = thread.message_page(5000, 50)
-    assert total == BIG
-    assert [m.seq for m in page] == list(range(5000, 5050))
-    assert store.reads <= 50 + 4  # the page's messages, its order chunk, the thread's metadata
-    store.reads = 0
-    last, _ = thread.message_page(BIG - 10, 50)
-    assert [m.seq for m in last] == list(range(BIG - 10, BIG)) and store.reads <= 10 + 4
-
-
 def test_a_memory_shows_its_sources_and_superseded_chain_and_can_be_edited(
     tenant_a: Page, site: Site
 ) -> None:
@@ -611,32 +566,3 @@ def test_pages_fit_a_phone_and_start_with_a_skip_link(browser: Browser, site: Si
     assert page.evaluate("() => document.activeElement.id") == "main"
     shot(site, page, "phone")
     context.close()
-
-
-def test_a_server_without_keys_opens_its_pages_on_loopback_but_still_checks_forms(tmp_path: Path) -> None:
-    from starlette.testclient import TestClient
-
-    from remem.server import ServerOptions, create_app
-    from remem.testing import offline_settings
-
-    db = f"sqlite:///{tmp_path / 'open.db'}"
-    with Memory.from_url(db, settings=offline_settings()) as memory:
-        memory.thread("notes", user_id="me").add_messages(
-            [{"role": "user", "content": "<i>mine</i>", "id": "n1"}]
-        )
-    app = create_app(ServerOptions(db), settings=offline_settings())
-    with TestClient(app, base_url="http://127.0.0.1") as c:
-        listing = c.get("/ui/threads")
-        assert listing.status_code == 200 and "notes" in listing.text
-        assert "local database (no keys)" in listing.text
-        thread = c.get("/ui/thread", params={"id": "notes"})
-        assert "&lt;i&gt;mine&lt;/i&gt;" in thread.text and "<i>mine</i>" not in thread.text
-        assert thread.headers["content-security-policy"].startswith("default-src 'none'")
-        before = _rows(tmp_path / "open.db")
-        card = c.get("/ui/thread/card", params={"id": "notes"})
-        assert card.status_code == 200 and "without writing anything" in card.text
-        assert _rows(tmp_path / "open.db") == before  # reads never write: no summary revision, no row
-        c.cookies.set("remem_csrf", "y" * 43)
-        refused = c.post("/ui/forget", data={"user": "me"})
-        assert refused.status_code == 403
-        assert c.get("/ui/thread", params={"id": "notes"}).status_code == 200  # nothing was erased

@@ -16,6 +16,7 @@ from typing import Any
 from langgraph.store.base import GetOp, SearchItem, SearchOp
 
 from remem.errors import RememUsageError
+from remem.layout import is_thread_messages, thread_id_of, threads_root
 from remem.memory._args import check_filter, check_text, check_types, check_whole
 from remem.memory._card import (
     CardParts,
@@ -54,10 +55,21 @@ from remem.memory._records import (
 from remem.memory._when import TimeQuery, around_event, needs_now, time_query
 from remem.messages.words import is_chit_chat, query_text
 
-__all__ = ["CARD_RECORDS", "context_card_plan", "descending", "recall_plan", "search_plan", "summary_record"]
+__all__ = [
+    "CARD_RECORDS",
+    "THREAD_SEARCH_HITS",
+    "context_card_plan",
+    "descending",
+    "recall_plan",
+    "search_plan",
+    "summary_record",
+    "thread_search_plan",
+]
 
 DIVERSE_TOP = 16
 """How many of a diverse search's first records are picked by maximal marginal relevance."""
+THREAD_SEARCH_HITS = 5
+"""Hits read per thread asked for when searching threads (a thread often holds several)."""
 _HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
 
 
@@ -228,7 +240,12 @@ def search_plan(
 
 
 def _matched(results: Sequence[Sequence[SearchItem]]) -> dict[tuple[str, str], float]:
-    """The hits of each search that match its query, with the score that orders them (by kind, key).
+    """The hits of each search that match its query (:func:`_matching`), with their scores (by kind, key)."""
+    return {(item.namespace[-1], item.key): score for items in results for item, score in _matching(items)}
+
+
+def _matching(items: Sequence[SearchItem]) -> list[tuple[SearchItem, float]]:
+    """The hits of one search that match its query, with the score that orders them.
 
     A hit matches when it holds a word of the query (its keyword score is above 0: stems, accents and CJK
     bigrams as the keyword index reads them), or the fusion ranks it above such a hit (a near-paraphrase
@@ -236,17 +253,41 @@ def _matched(results: Sequence[Sequence[SearchItem]]) -> dict[tuple[str, str], f
     is no match, however similar the embedder finds it. Where the store reports no keyword score (a stock
     store, or ``search_mode="vector"``), every hit matches, as in LangGraph. The score is the fused value
     where the store gives one (what the hybrid order follows), else the hit's own score."""
-    out: dict[tuple[str, str], float] = {}
-    for items in results:
-        scores = [getattr(item, "scores", None) or {} for item in items]
-        if not any("keyword" in s or "fused" in s for s in scores):
-            kept = len(items)
-        else:
-            holding = [i for i, s in enumerate(scores) if s.get("keyword", 0.0) > 0]
-            kept = holding[-1] + 1 if holding else 0
-        for item, s in zip(items[:kept], scores, strict=False):
-            out[(item.namespace[-1], item.key)] = float(s.get("fused", item.score or 0.0))
-    return out
+    scores = [getattr(item, "scores", None) or {} for item in items]
+    if not any("keyword" in s or "fused" in s for s in scores):
+        kept = len(items)
+    else:
+        holding = [i for i, s in enumerate(scores) if s.get("keyword", 0.0) > 0]
+        kept = holding[-1] + 1 if holding else 0
+    return [
+        (item, float(s.get("fused", item.score or 0.0)))
+        for item, s in zip(items[:kept], scores, strict=False)
+    ]
+
+
+def thread_search_plan(query: str, *, user_id: str | None, k: int) -> Flow[list[MemoryRecord]]:
+    """The threads whose messages match ``query`` (as :func:`_matching` says), best first: each thread's
+    best message as a record, at most ``k`` threads; ``user_id``: only that user's messages. One search."""
+    check_text(query, "query")
+    k = check_whole(k, "k", meaning="how many threads to return")
+    if user_id is not None:
+        check_label(user_id, "user_id")
+    text = query_text(query)
+    if k == 0 or not text:
+        return []
+    where = None if user_id is None else {"user_id": user_id}
+    op = SearchOp(threads_root(), filter=where, query=text, limit=k * THREAD_SEARCH_HITS)
+    (items,) = yield StoreCall([op])
+    best: dict[str, MemoryRecord] = {}
+    for item, score in _matching(items):
+        namespace = tuple(item.namespace)
+        thread_id = thread_id_of(namespace)
+        if thread_id is None or thread_id in best or not is_thread_messages(namespace):
+            continue
+        signals = dict(getattr(item, "scores", None) or {})
+        record = record_from_message(item.value, score, signals)
+        best[thread_id] = dataclasses.replace(record, thread_id=thread_id)
+    return descending(list(best.values()))[:k]
 
 
 def _summary_match(

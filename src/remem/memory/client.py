@@ -47,7 +47,7 @@ from remem.memory._plans import (
     thread_info_plan,
 )
 from remem.memory._records import MemoryRecord, StoredMessage, Summary, ThreadInfo, check_label
-from remem.memory._search import context_card_plan, recall_plan, search_plan
+from remem.memory._search import context_card_plan, recall_plan, search_plan, thread_search_plan
 from remem.messages import TokenCounter, token_counter
 from remem.store._targets import store_lease_target
 from remem.summarize import Summarizer, summarizer_for
@@ -308,6 +308,20 @@ class Memory:
         records: list[MemoryRecord] = await self._arun(
             search_plan(query, user_id=user_id, thread_id=thread_id, types=types, k=k, only_matches=True)
         )
+        return records
+
+    def search_threads(self, query: str, *, user_id: str | None = None, k: int = 10) -> list[MemoryRecord]:
+        """The threads whose messages match ``query`` (as :meth:`search` matches), best first: one record
+        per thread, its best matching message (``thread_id``, ``seq``, the keyword and vector ``signals``);
+        at most ``k`` threads; ``user_id``: only that user's messages."""
+        records: list[MemoryRecord] = self._run(thread_search_plan(query, user_id=user_id, k=k))
+        return records
+
+    async def asearch_threads(
+        self, query: str, *, user_id: str | None = None, k: int = 10
+    ) -> list[MemoryRecord]:
+        """Async version of :meth:`search_threads`."""
+        records: list[MemoryRecord] = await self._arun(thread_search_plan(query, user_id=user_id, k=k))
         return records
 
     def edit_memory(self, user_id: str, memory_id: str, content: str) -> dict[str, Any]:

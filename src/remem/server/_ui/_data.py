@@ -32,6 +32,7 @@ __all__ = [
     "checkpoints",
     "jobs_of",
     "state_at",
+    "thread_hits",
     "thread_infos",
     "thread_rows",
     "turn_usage",
@@ -143,6 +144,16 @@ def thread_rows(services: Services, tenant: str | None) -> list[ThreadRow]:
         )
         for info in thread_infos(memory)
     ]
+
+
+THREAD_HITS = 100  # threads a search of their messages lists
+
+
+def thread_hits(services: Services, tenant: str | None, text: str, user_id: str | None) -> dict[str, Any]:
+    """The tenant's threads whose messages match ``text`` (the memory client's hybrid search), best first:
+    thread id -> its best matching message."""
+    hits = services.memory_for(tenant).search_threads(text, user_id=user_id, k=THREAD_HITS)
+    return {hit.thread_id: hit for hit in hits if hit.thread_id is not None}
 
 
 @dataclass(frozen=True)

@@ -59,37 +59,55 @@ def _options(values: list[tuple[str, str]], chosen: str) -> Html:
     )
 
 
+def _match(hit: Any) -> Html:
+    """A thread's best matching message: a link to it on its page, and the start of its text."""
+    target = url("/ui/thread", {"id": hit.thread_id, "page": hit.seq // MESSAGES_PAGE + 1}) + f"#m{hit.seq}"
+    text = hit.content if len(hit.content) <= 120 else hit.content[:120] + "…"
+    return h('<a href="{}">#{}</a> {}', target, hit.seq, text)
+
+
 @router.get("/threads")
 def threads_page(request: Request) -> Response:
     ctx = context(request)
     q = request.query_params
-    user, find = q.get("user", ""), q.get("q", "")
-    sort = q.get("sort", "last") if q.get("sort") in SORTS else "last"
+    user, find, said = q.get("user", ""), q.get("q", ""), q.get("text", "").strip()
+    sort = q.get("sort", "") if q.get("sort") in SORTS or (said and q.get("sort") == "match") else ""
+    sort = sort or ("match" if said else "last")
     order = "asc" if q.get("order") == "asc" else "desc"
 
     def build() -> Response:
         rows = _data.thread_rows(ctx.services, ctx.tenant)
         users = sorted({r.user_id for r in rows if r.user_id})
+        hits = _data.thread_hits(ctx.services, ctx.tenant, said, user or None) if said else {}
         kept = [
             r
             for r in rows
-            if (not user or r.user_id == user) and (not find or find.lower() in r.thread_id.lower())
+            if (not user or r.user_id == user)
+            and (not find or find.lower() in r.thread_id.lower())
+            and (not said or r.thread_id in hits)
         ]
-        kept.sort(key=SORTS[sort][1], reverse=order == "desc")
+        if sort == "match":  # best match first, as the search ranked them
+            rank = {t: n for n, t in enumerate(hits)}
+            kept.sort(key=lambda r: rank[r.thread_id], reverse=order == "asc")
+        else:
+            kept.sort(key=SORTS[sort][1], reverse=order == "desc")
         pages = max(1, math.ceil(len(kept) / THREADS_PAGE))
         current = whole(q.get("page"), 1, 1, pages)
         shown = kept[(current - 1) * THREADS_PAGE : current * THREADS_PAGE]
-        params = {"user": user, "q": find, "sort": sort, "order": order}
+        params = {"user": user, "q": find, "text": said, "sort": sort, "order": order}
+        sorts = [(k, v[0]) for k, v in SORTS.items()] + ([("match", "best match")] if said else [])
         form = h(
             '<form class="filters" method="get" action="/ui/threads" role="search">'
             '<label>Thread id contains<input name="q" value="{}"></label>'
+            '<label>Messages say<input name="text" type="search" value="{}"></label>'
             '<label>User<select name="user" data-autosubmit><option value="">every user</option>{}</select></label>'
             '<label>Sort by<select name="sort" data-autosubmit>{}</select></label>'
             '<label>Order<select name="order" data-autosubmit>{}</select></label>'
             '<button type="submit">Show</button></form>',
             find,
+            said,
             _options([(u, u) for u in users], user),
-            _options([(k, v[0]) for k, v in SORTS.items()], sort),
+            _options(sorts, sort),
             _options([("desc", "highest / newest first"), ("asc", "lowest / oldest first")], order),
         )
         body_rows = [
@@ -100,14 +118,17 @@ def threads_page(request: Request) -> Response:
                 r.last_activity,
                 number(r.spend.tokens),
                 money(r.spend.priced_cost) if r.spend.calls else "–",
+                *([_match(hits[r.thread_id])] if said else []),
             )
             for r in shown
         ]
+        headers = ["Thread", "User", "Messages", "Last activity", "Tokens", "Cost"]
+        caption = f"{len(kept)} threads" + (f" of user {user}" if user else "")
         listing = (
             table(
-                ["Thread", "User", "Messages", "Last activity", "Tokens", "Cost"],
+                [*headers, *(["Matching message"] if said else [])],
                 body_rows,
-                caption=f"{len(kept)} threads" + (f" of user {user}" if user else ""),
+                caption=caption + (f" whose messages say {said!r}" if said else ""),
                 cls="threads",
             )
             if kept
