@@ -184,7 +184,8 @@ def test_a_database_written_with_the_old_literal_namespaces_is_read(tmp_path: Pa
 
 
 _CREATE = re.compile(
-    r"CREATE\s+(?:VIRTUAL\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\{?)([A-Za-z_][A-Za-z0-9_]*)\}?", re.I
+    r"CREATE\s+(?:(?:VIRTUAL|UNLOGGED)\s+)?TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?(\{?)([A-Za-z_][A-Za-z0-9_]*)\}?",
+    re.I,
 )
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "INGESTION_MESSAGE_KEY",
     "INTERNAL_ROOT",
     "JOBS_TABLE",
+    "RATE_LIMITS_TABLE",
     "SCHEMA_TABLE",
     "STOCK_CHECKPOINT_TABLES",
     "STORE_LEGACY_TABLES",
@@ -147,6 +148,7 @@ USAGE_LEDGER_TABLE: Final = "remem_usage"  # the usage ledger: one row per model
 USAGE_TOTALS_TABLE: Final = "remem_usage_totals"  # its running totals per thread, turn and user-day
 USAGE_HOLDS_TABLE: Final = "remem_usage_holds"  # what calls in flight hold of those budgets, until settled
 JOBS_TABLE: Final = "remem_jobs"  # the durable job queue (remem.jobs): background work, retried, parked
+RATE_LIMITS_TABLE: Final = "remem_rate_limits"  # remem serve's per-key request buckets on PostgreSQL
 TABLES: Final = frozenset(
     {
         *CHECKPOINT_TABLES,
@@ -161,6 +163,7 @@ TABLES: Final = frozenset(
         USAGE_TOTALS_TABLE,
         USAGE_HOLDS_TABLE,
         JOBS_TABLE,
+        RATE_LIMITS_TABLE,
     }
 )
 

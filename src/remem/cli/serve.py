@@ -147,7 +147,7 @@ def _open_store(url: str, *, read_only: bool = False) -> Any:
     default=600.0,
     show_default=True,
     type=click.FloatRange(0, None),
-    help="Requests a minute per key, per worker (429 past it; 0: no limit).",
+    help="Requests a minute per key, all workers together (429 past it; 0: no limit).",
 )
 def serve_command(
     database_url: str | None, host: str, port: int, workers: int, max_body: int, rate_limit: float

@@ -36,6 +36,7 @@ from remem.server._guard import (
     send_json,
 )
 from remem.server._services import Principal, Services
+from remem.server._shared_limit import SharedRateLimiter
 from remem.server.keys import KeyCache
 
 __all__ = ["ServerOptions", "create_app", "status_of"]
@@ -105,7 +106,7 @@ class Guard:
         options: ServerOptions,
         holder: dict[str, Any],
         metrics: Metrics,
-        limiter: RateLimiter,
+        limiter: RateLimiter | SharedRateLimiter,
     ) -> None:
         self.app, self.options, self.holder = app, options, holder
         self.metrics, self.limiter = metrics, limiter
@@ -155,7 +156,11 @@ class Guard:
                 return
             await _refuse(send, 401, found, "Unauthorized")
             return
-        wait = self.limiter.wait_for(found.key_id)
+        limiter = self.limiter
+        if isinstance(limiter, SharedRateLimiter):
+            wait = await limiter.wait_for(found.key_id)
+        else:
+            wait = limiter.wait_for(found.key_id)
         if wait > 0:
             self.metrics.refused.labels("rate_limited").inc()
             after = RateLimiter.retry_after(wait)
@@ -203,25 +208,40 @@ async def _refuse(send: Send, status: int, detail: str, error: str, retry_after:
     await send_json(send, status, body, headers)
 
 
+def _limiter(options: ServerOptions) -> RateLimiter | SharedRateLimiter:
+    """The per-key rate limit: in the database on PostgreSQL (several workers or machines draw from one
+    bucket), in this process on SQLite (one process serves it)."""
+    from remem._url import parse_database_url
+
+    parsed = parse_database_url(options.url)
+    if parsed.kind == "postgres" and options.rate_limit > 0:
+        return SharedRateLimiter(parsed.target, options.rate_limit)
+    return RateLimiter(options.rate_limit)
+
+
 def create_app(options: ServerOptions, *, settings: Settings | None = None) -> Any:
     """The ASGI app serving the database of ``options.url`` (opened at start-up, closed at shutdown)."""
     from remem.server import _inspect, _langgraph, _v1
 
     settings = settings or load_settings()
     metrics = Metrics()
-    limiter = RateLimiter(options.rate_limit)
+    limiter = _limiter(options)
     holder: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         services = await run_in_threadpool(Services, options.url, settings)
-        holder["services"] = services
-        holder["keys"] = KeyCache(services.store)
-        app.state.services = services
         try:
+            if isinstance(limiter, SharedRateLimiter):
+                await limiter.open()
+            holder["services"] = services
+            holder["keys"] = KeyCache(services.store)
+            app.state.services = services
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            if isinstance(limiter, SharedRateLimiter):
+                await limiter.close()
             await run_in_threadpool(services.close)
 
     app = FastAPI(

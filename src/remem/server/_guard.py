@@ -6,7 +6,9 @@
   ``Authorization: Bearer rmk_...``. Without a valid key: 401, and the body never names the key. A server
   whose database has no keys (allowed on loopback only) serves everyone as the database's owner.
 - **Rate** (:class:`RateLimiter`): a token bucket per key, ``rate`` requests per minute with a burst of
-  as many; past it, 429 with ``Retry-After`` in whole seconds. Each worker process counts its own.
+  as many; past it, 429 with ``Retry-After`` in whole seconds. On PostgreSQL the bucket is a row of the
+  database (:class:`~remem.server._shared_limit.SharedRateLimiter`), so every worker draws from it; a
+  server on SQLite is one process and counts in it.
 - **Metrics** (:class:`Metrics`): requests, latency histograms and errors by method and route template
   (``/v1/threads/{thread_id}``, never a thread id or a key), requests in flight.
 """
