@@ -186,21 +186,20 @@ class AsyncSaver(RememSaver):
         self._forget_read(config)
         run = _write.run_of(config["configurable"])
 
-        async def write(stored_only: bool) -> None:
-            await self._run(
+        async def write(stored_only: bool) -> bool:
+            return await self._run(
                 lambda tx: _write.put_writes(
                     self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only
                 ),
                 write=True,
             )
 
-        try:
-            await write(run is not None)
-        except _write.CheckpointGone as gone:  # see SyncSaver.put_writes
-            follows = await asyncio.to_thread(self._writes_follow, str(run), str(gone))
+        if not await write(run is not None):  # see SyncSaver.put_writes
+            follows = await asyncio.to_thread(
+                self._writes_follow, str(run), str(config["configurable"]["checkpoint_id"])
+            )
             if follows is not False:
-                with contextlib.suppress(_write.CheckpointGone):
-                    await write(follows is True)
+                await write(follows is True)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)

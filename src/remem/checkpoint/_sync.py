@@ -171,23 +171,20 @@ class SyncSaver(RememSaver):
         self._forget_read(config)
         run = _write.run_of(config["configurable"])
 
-        def write(stored_only: bool) -> None:
-            self._run(
+        def write(stored_only: bool) -> bool:
+            return self._run(
                 lambda tx: _write.put_writes(
                     self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only
                 ),
                 write=True,
             )
 
-        try:
-            write(run is not None)
-        except _write.CheckpointGone as gone:
+        if not write(run is not None):
             # A run's writes on a checkpoint that was refused or erased would be orphans holding what the
             # erasure removed; one whose put is still under way is written once that put is.
-            follows = self._writes_follow(str(run), str(gone))
+            follows = self._writes_follow(str(run), str(config["configurable"]["checkpoint_id"]))
             if follows is not False:
-                with contextlib.suppress(_write.CheckpointGone):
-                    write(follows is True)
+                write(follows is True)
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)

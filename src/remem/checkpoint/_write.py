@@ -280,11 +280,6 @@ def put(
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
 
-class CheckpointGone(Exception):
-    """Raised by :func:`put_writes` of a run's writes whose checkpoint is not stored: the transaction is
-    rolled back, so nothing is written (not even the thread's row)."""
-
-
 def run_of(conf: Mapping[str, Any]) -> str | None:
     """The run (:data:`RUN_MARK`) whose pending writes must land on a stored checkpoint: one that started
     from the thread's head, so it knows which of its checkpoints it wrote. Other writes keep stock
@@ -302,22 +297,25 @@ def put_writes(
     task_path: str,
     *,
     stored_only: bool = False,
-) -> Program[None]:
-    """A task's pending writes; with ``stored_only``, only if their checkpoint is stored (else
-    :class:`CheckpointGone`), checked under the thread row's lock, which an erasure takes too."""
+) -> Program[bool]:
+    """A task's pending writes; with ``stored_only``, only if their checkpoint is stored, checked under the
+    thread row's lock, which an erasure takes too. False: the checkpoint is not stored, nothing was
+    written (not even the thread's row)."""
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     checkpoint_id = conf["checkpoint_id"]
     encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
     if not encoded:
-        return
+        return True
+    if stored_only:
+        rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
+        if not rows or not (yield ctx.q(sql.CHECKPOINT_EXISTS, (rows[0][0], ns, checkpoint_id))):
+            return False
     names = [("item", ctx.name_item(name)) for name in {task_path, *(ch for _, ch, _ in encoded)}]
     wanted = _digests([*(enc for _, _, enc in encoded), *names])
     state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
     tid = state.tid
-    if stored_only and not (yield ctx.q(sql.CHECKPOINT_EXISTS, (tid, ns, checkpoint_id))):
-        raise CheckpointGone(checkpoint_id)
     upserts: list[tuple[Any, ...]] = []
     inserts: list[tuple[Any, ...]] = []
     for idx, ch, enc in encoded:
@@ -331,3 +329,4 @@ def put_writes(
     if upserts:
         yield ctx.q(sql.UPSERT_WRITE, upserts, "many")
     tx.after_commit.append(lambda: alloc.commit(ctx.cache, state))
+    return True
