@@ -153,6 +153,39 @@ def mirror_worker(kind: str, target: str, memory_url: str, worker: int, turns: i
         recorder.ledger.close()
 
 
+def node_mirror_worker(kind: str, target: str, memory_url: str, worker: int, turns: int, calls: str) -> None:
+    """As :func:`mirror_worker`, on a plain ``StateGraph``: ``ContextCardNode`` before a model node."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from remem.errors import ThreadBusyError
+    from remem.middleware import ContextCardNode
+
+    settings = Settings(embedder="fake")
+    with (
+        open_saver(kind, target) as saver,
+        Memory.from_url(memory_url, settings=settings) as memory,
+        open(calls, "a", encoding="utf-8") as paid,
+    ):
+
+        def answer(messages: list[BaseMessage]) -> str:
+            paid.write(messages[-1].text + "\n")
+            paid.flush()
+            return "reply to " + messages[-1].text
+
+        model = ScriptedChatModel(default=answer)
+        builder = StateGraph(MessagesState)
+        builder.add_node("memory", ContextCardNode(memory, user_id="maya", compaction_token_trigger=100_000))
+        builder.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+        builder.add_edge(START, "memory")
+        builder.add_edge("memory", "model")
+        graph = builder.compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": THREAD}}
+        for i in range(turns):
+            with contextlib.suppress(ThreadBusyError):  # refused, said clearly
+                graph.invoke({"messages": [HumanMessage(f"w{worker} q{i}")]}, config)
+
+
 def append_worker(url: str, worker: int, count: int, acks: str) -> None:
     """Append ``count`` messages to the shared memory thread; write each acknowledged id to ``acks``.
     At the end the first message is sent again: its line records the seq it came back with."""

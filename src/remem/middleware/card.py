@@ -209,21 +209,35 @@ class ContextCardNode:
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *history]}
 
     def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        # A bare run claims the thread for this step as the middleware does for a model call: a run
+        # overtaken stops here with ThreadBusyError, before its turn is stored or a card is paid for.
         messages = state["messages"]
-        self.compactor.persist(messages)
-        plan = self.compactor.plan(messages, self.system, self.tools)
-        if plan is None:
-            return {}
-        return self._update(self.compactor.build_card(plan), plan)
+        claim = self.compactor.claim(messages)
+        try:
+            if claim is None:
+                self.compactor.persist(messages)
+            plan = self.compactor.plan(messages, self.system, self.tools)
+            update = {} if plan is None else self._update(self.compactor.build_card(plan), plan)
+        except BaseException:
+            self.compactor.settle(claim, failed=True)
+            raise
+        self.compactor.settle(claim, failed=False)
+        return update
 
     async def acall(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Async version of :meth:`__call__`."""
         messages = state["messages"]
-        await self.compactor.apersist(messages)
-        plan = self.compactor.plan(messages, self.system, self.tools)
-        if plan is None:
-            return {}
-        return self._update(await self.compactor.abuild_card(plan), plan)
+        claim = await self.compactor.aclaim(messages)
+        try:
+            if claim is None:
+                await self.compactor.apersist(messages)
+            plan = self.compactor.plan(messages, self.system, self.tools)
+            update = {} if plan is None else self._update(await self.compactor.abuild_card(plan), plan)
+        except BaseException:
+            await asyncio.to_thread(self.compactor.settle, claim, failed=True)
+            raise
+        self.compactor.settle(claim, failed=False)
+        return update
 
     def record(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """Persist new turns only (e.g. as a node after the model)."""
