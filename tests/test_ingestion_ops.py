@@ -156,3 +156,127 @@ def test_an_extraction_run_outside_a_turn_is_an_ingestion_its_undo_takes_back(db
             [m.to_langchain() for m in memory.get_thread("t1").messages()], user_id="maya", thread_id="t1"
         )
         assert redo.new_messages == 1 and _valid(memory, "maya") == ["Maya lives in Lyon"]
+
+
+def _stock_graph(saver: object) -> object:
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    def reply(state: MessagesState) -> dict[str, object]:
+        said = state["messages"][-1].content
+        return {"messages": [AIMessage(f"noted: {said}", id=f"ai-{len(state['messages'])}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)  # type: ignore[arg-type]
+
+
+def _talk_on_stock(db_url: str) -> None:
+    """Two threads written by LangGraph's stock saver, in the database remem imports into."""
+    from contextlib import ExitStack
+
+    from langchain_core.messages import HumanMessage
+
+    with ExitStack() as stack:
+        if db_url.startswith("sqlite"):
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            saver: object = stack.enter_context(
+                SqliteSaver.from_conn_string(db_url.removeprefix("sqlite:///"))
+            )
+        else:
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            saver = stack.enter_context(PostgresSaver.from_conn_string(db_url))
+        saver.setup()  # type: ignore[attr-defined]
+        graph = _stock_graph(saver)
+        for thread, words in (("s1", ["I keep a zebra", "and two kites"]), ("s2", ["the boat is blue"])):
+            for n, text in enumerate(words):
+                config = {"configurable": {"thread_id": thread}}
+                graph.invoke({"messages": [HumanMessage(text, id=f"{thread}-h{n}")]}, config)  # type: ignore[attr-defined]
+
+
+def _said(word: str, memory: Memory) -> set[str]:
+    """The threads whose messages a store search for ``word`` finds (by keyword or vector)."""
+    from remem.layout import is_thread_messages, thread_id_of, threads_root
+
+    hits = memory.store.search(threads_root(), query=word, limit=50)
+    return {
+        str(thread_id_of(h.namespace))
+        for h in hits
+        if is_thread_messages(h.namespace) and word in str(h.value)
+    }
+
+
+def test_remem_import_is_an_ingestion_that_undo_takes_back_whole(db_url: str) -> None:
+    """`remem import` copies the stock threads' checkpoints and puts their conversations in the memory
+    threads (searchable), all under one ingestion id; `remem ingest undo` deletes both and leaves what was
+    there before, and the stock tables, as they were. A thread continued after the import is not cut:
+    the undo refuses and says what to do. Before, an import had no id and could not be undone."""
+    from click.testing import CliRunner
+
+    from remem.checkpoint import checkpointer_from_url
+    from remem.cli import main
+    from remem.errors import NotFoundError
+    from remem.layout import INGESTION_MESSAGE_KEY
+
+    def cli(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(main, [*args, "--db", db_url], env={"REMEM_EMBEDDER": "fake"})
+        return result.exit_code, result.output
+
+    with Memory.from_url(db_url, settings=SETTINGS) as memory:
+        memory.thread("mine", user_id="maya").add_messages(
+            [{"role": "user", "content": "my own zebra", "id": "o1"}]
+        )
+    _talk_on_stock(db_url)
+
+    code, out = cli("import")
+    assert code == 0 and "of 2 thread(s)" in out and "ingestion ing-" in out, out
+    with Memory.from_url(db_url, settings=SETTINGS) as memory, checkpointer_from_url(db_url) as saver:
+        assert sorted(saver.list_threads()) == ["s1", "s2"]  # type: ignore[attr-defined]
+        s1 = memory.get_thread("s1").messages()
+        assert [m.content for m in s1] == [
+            "I keep a zebra",
+            "noted: I keep a zebra",
+            "and two kites",
+            "noted: and two kites",
+        ]
+        (ingestion_id,) = {m.metadata[INGESTION_MESSAGE_KEY] for m in s1}
+        assert _said("zebra", memory) == {"s1", "mine"}
+        entry = get_ingestion(memory, ingestion_id)
+        assert (entry.kind, entry.state, entry.added["messages"]) == ("import", "done", 6)
+
+    code, out = cli("ingest", "undo", "--last", "--json")
+    assert code == 0, out
+    assert (
+        json.loads(out)["threads' checkpoints deleted"] == "2" and json.loads(out)["messages removed"] == "6"
+    )
+    with Memory.from_url(db_url, settings=SETTINGS) as memory, checkpointer_from_url(db_url) as saver:
+        assert saver.list_threads() == []  # type: ignore[attr-defined]
+        for thread in ("s1", "s2"):
+            try:
+                memory.get_thread(thread)
+                raise AssertionError(f"{thread} is still there")
+            except NotFoundError:
+                pass
+        assert _said("zebra", memory) == {"mine"}  # its keyword rows and vectors went with it
+        assert [m.id for m in memory.get_thread("mine").messages()] == ["o1"]
+
+    code, out = cli("import")  # a new ingestion: the stock tables were left as they were
+    assert code == 0 and "of 2 thread(s)" in out, out
+    from langchain_core.messages import HumanMessage
+
+    with checkpointer_from_url(db_url) as saver:
+        graph = _stock_graph(saver)
+        graph.invoke(
+            {"messages": [HumanMessage("one more", id="s1-more")]}, {"configurable": {"thread_id": "s1"}}
+        )  # type: ignore[attr-defined]
+    code, out = cli("ingest", "undo", "--last")
+    assert (
+        code == 2 and "'s1'" in out and "went on after the import" in out and "remem forget --thread" in out
+    ), out
+    assert cli("forget", "--thread", "s1", "--yes")[0] == 0
+    code, out = cli("ingest", "undo", "--last", "--json")
+    assert code == 0 and json.loads(out)["threads' checkpoints deleted"] == "1", out

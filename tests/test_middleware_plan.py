@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from remem.memory import CARD_MESSAGE_NAME
-from remem.messages import is_provider_valid, last_human_index, system_prefix_length
-from remem.middleware._compaction import organic_messages, persistable, plan_compaction, prompt_tokens
+from remem.messages import is_provider_valid, last_human_index, persistable, system_prefix_length
+from remem.middleware._compaction import organic_messages, plan_compaction, prompt_tokens
 from tests.histories import histories
 
 CARD = HumanMessage(content="<context_card></context_card>", name=CARD_MESSAGE_NAME, id="card")

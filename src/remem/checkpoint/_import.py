@@ -144,19 +144,28 @@ def import_stock_checkpoints(
     target_url: str,
     *,
     on_checkpoint: Callable[[ImportReport], None] | None = None,
+    on_thread: Callable[[str], None] | None = None,
+    on_thread_done: Callable[[str], None] | None = None,
 ) -> ImportReport:
     """Copy every thread of the stock saver database at ``source_url`` into remem's saver at ``target_url``.
 
     The two may be one PostgreSQL database or one SQLite file (the tables differ). ``on_checkpoint`` is
-    called after each checkpoint (progress). Run it again after a failure: it continues where it stopped.
+    called after each checkpoint (progress); ``on_thread`` with a thread's id before anything of it is
+    written, ``on_thread_done`` once all of it is (an ingestion names and follows its threads through
+    them: :func:`remem.ingestion.import_checkpoints`). Run it again after a failure: it continues where
+    it stopped.
     """
     report = ImportReport()
     with _open_source(source_url) as source, checkpointer_from_url(target_url) as target:
         if not callable(getattr(target, "stats", None)):
             raise ConfigError("import into a remem database: give a sqlite:/// or postgresql:// target URL")
         for thread_id in source.threads():
+            if on_thread is not None:
+                on_thread(thread_id)
             _import_thread(source, target, thread_id, report, on_checkpoint)
             report.threads += 1
+            if on_thread_done is not None:
+                on_thread_done(thread_id)
     return report
 
 

@@ -83,10 +83,13 @@ def _sqlite_tables(path: Path) -> set[str]:
         ) from None
 
 
+_PG_STOCK_WRITES = "checkpoint_writes"  # the stock PostgresSaver's writes table (SqliteSaver's: writes)
+
+
 def _postgres_tables(dsn: str) -> set[str]:
     import psycopg
 
-    names = [STORE_TABLE, CHECKPOINT_TABLE, USAGE_LEDGER_TABLE, *STOCK_CHECKPOINT_TABLES]
+    names = [STORE_TABLE, CHECKPOINT_TABLE, USAGE_LEDGER_TABLE, *STOCK_CHECKPOINT_TABLES, _PG_STOCK_WRITES]
     try:
         with psycopg.connect(dsn, connect_timeout=5, autocommit=True) as conn:
             conn.read_only = True
@@ -197,7 +200,8 @@ def inspect_database(url: str, *, for_writing: bool = False) -> Database:
         has_store=STORE_TABLE in tables,
         has_checkpoints=CHECKPOINT_TABLE in tables,
         has_stock_checkpoints=CHECKPOINT_TABLE not in tables and set(STOCK_CHECKPOINT_TABLES) <= tables,
-        holds_stock_tables=set(STOCK_CHECKPOINT_TABLES) <= tables,
+        holds_stock_tables=STOCK_CHECKPOINT_TABLES[0] in tables
+        and bool(tables & {STOCK_CHECKPOINT_TABLES[1], _PG_STOCK_WRITES}),
         has_ledger=USAGE_LEDGER_TABLE in tables,
     )
 

@@ -240,17 +240,21 @@ def _database_url(given: str | None, positional: str | None) -> str:
 def import_command(source: str, target: str | None) -> None:
     """Copy every thread of LangGraph's stock SqliteSaver / PostgresSaver into remem's checkpointer.
 
-    Checkpoints, parents, metadata and pending writes; the stock tables are left as they are. --db is the
-    remem database to import into (default: SOURCE itself). Run it again after an interruption: it
-    continues where it stopped.
+    Checkpoints, parents, metadata and pending writes; the stock tables are left as they are. Each
+    thread's conversation also goes into its memory thread (searchable). The import is one ingestion:
+    `remem ingest undo --id ID` takes it back. --db is the remem database to import into (default:
+    SOURCE itself). Run it again after an interruption: it continues where it stopped.
 
     Example: remem import sqlite:///app.db --db sqlite:///.remem/remem.db
     """
     from remem._url import display_url, parse_database_url
-    from remem.checkpoint import import_stock_checkpoints
     from remem.cli._render import say
-    from remem.cli._sources import inspect_database
+    from remem.cli._sources import inspect_database, writable
+    from remem.config import load_settings
     from remem.errors import StorageError
+    from remem.ingestion import import_checkpoints
+    from remem.jobs import open_queue
+    from remem.memory import Memory
 
     source = database_url(None, source or target)
     db = inspect_database(source, for_writing=True)
@@ -260,11 +264,18 @@ def import_command(source: str, target: str | None) -> None:
     if not db.holds_stock_tables and db.has_checkpoints:
         say(f"nothing to import: {db.shown} holds remem's checkpoints and no LangGraph stock ones")
         return
-    report = import_stock_checkpoints(source, target or source)
+    into_url = target or source
+    with (
+        Memory.from_url(writable(into_url), settings=load_settings()) as memory,
+        open_queue(into_url) as queue,
+    ):
+        report, entry = import_checkpoints(memory, source, into_url, queue=queue)
     say(
         f"imported {report.checkpoints} checkpoint(s) and {report.writes} pending write(s) of {report.threads} "
-        f"thread(s) into {display_url(target or source)}"
+        f"thread(s) into {display_url(into_url)}"
         + (f"; {report.skipped} already there" if report.skipped else "")
+        + f"; ingestion {entry.id} ({entry.added.get('messages', 0)} message(s) into the memory threads): "
+        f"undo it with `remem ingest undo --id {entry.id}`"
     )
 
 

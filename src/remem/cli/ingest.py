@@ -168,14 +168,23 @@ def undo_command(database_url: str | None, as_json: bool, ingestion_id: str | No
 
     Example: remem ingest undo --last --db sqlite:///.remem/remem.db
     """
+    from contextlib import ExitStack
+
+    from remem.checkpoint import checkpointer_from_url
     from remem.cli._render import emit_json, show_table
-    from remem.ingestion import undo_ingestion
+    from remem.ingestion import list_ingestions, undo_ingestion
     from remem.jobs import open_queue
 
     if (ingestion_id is None) == (not last):
         raise click.UsageError("give --id ID or --last (one of them)")
-    with _memory(database_url, write=True) as memory, open_queue(memory_url(database_url)) as queue:
-        report = undo_ingestion(memory, ingestion_id, last=last, queue=queue)
+    url = memory_url(database_url)
+    with ExitStack() as stack:
+        memory = stack.enter_context(_memory(database_url, write=True))
+        queue = stack.enter_context(open_queue(url))
+        # an import's checkpoints are deleted by its undo; other undos leave the checkpoint tables unopened
+        imports = any(e.imported and e.state != "undone" for e in list_ingestions(memory))
+        saver = stack.enter_context(checkpointer_from_url(url)) if imports else None
+        report = undo_ingestion(memory, ingestion_id, last=last, queue=queue, checkpointer=saver)
     rows = report.as_rows()
     if as_json:
         emit_json(dict(rows))

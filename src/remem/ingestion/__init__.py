@@ -36,14 +36,18 @@ leaves an entry in state ``undoing`` that the next ``undo`` of the same ingestio
 first step not done, with exact totals. Undo is the journaled pattern of :mod:`remem.erasure`, on the
 store (so it runs on every backend the memory client does).
 
-Not covered: checkpoints (``remem import`` copies stock checkpoints; it is not an ingestion yet), and a
-job a worker is running when the undo starts (it finishes).
+An import of stock checkpoints (:func:`import_checkpoints`, ``remem import``) records the threads whose
+checkpoints it created with their head after the import; its undo deletes those threads' checkpoints in
+each thread step (before the step's mark: deleting again is a no-op), and refuses, before changing anything,
+when one of them went on after the import. Not covered: the checkpoints it added to a thread remem already
+had (kept), and a job a worker is running when the undo starts (it finishes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from remem.ingestion._import import import_checkpoints
 from remem.ingestion._journal import (
     MEMORY_TAG,
     MESSAGE_TAG,
@@ -65,6 +69,7 @@ __all__ = [
     "begin_ingestion",
     "forget_in_journal",
     "get_ingestion",
+    "import_checkpoints",
     "list_ingestions",
     "undo_ingestion",
 ]

@@ -23,7 +23,15 @@ MEMORY_TAG = INGESTION_MEMORY_KEY
 """The key of a memory's value that holds the id of the ingestion that loaded it."""
 STATES = ("open", "done", "undoing", "undone")
 _PAGE = 500
-_COUNTS = ("messages", "memories", "memories_restored", "summaries_stale", "threads_removed", "jobs")
+_COUNTS = (
+    "messages",
+    "memories",
+    "memories_restored",
+    "summaries_stale",
+    "threads_removed",
+    "jobs",
+    "checkpoint_threads",
+)
 
 
 @dataclass
@@ -41,6 +49,9 @@ class IngestionEntry:
     users: list[str] = field(default_factory=list)
     added: dict[str, int] = field(default_factory=dict)
     watermarks: dict[str, str | None] = field(default_factory=dict)  # extraction runs: thread -> mark before
+    imported: dict[str, str] = field(
+        default_factory=dict
+    )  # imports: thread -> its head checkpoint ("": going)
     undo: dict[str, Any] = field(default_factory=dict)
 
     def to_value(self) -> dict[str, Any]:
@@ -75,6 +86,7 @@ class UndoReport:
     summaries_stale: int = 0
     threads_removed: int = 0
     jobs: int = 0
+    checkpoint_threads: int = 0
     runs: int = 1
 
     def as_rows(self) -> list[tuple[str, str]]:
@@ -86,6 +98,7 @@ class UndoReport:
             ("summary revisions marked stale", str(self.summaries_stale)),
             ("threads removed whole", str(self.threads_removed)),
             ("queued jobs removed or cut", str(self.jobs)),
+            ("threads' checkpoints deleted", str(self.checkpoint_threads)),
             ("runs it took", str(self.runs)),
         ]
 
@@ -133,6 +146,7 @@ def _without(entry: IngestionEntry, user_id: str | None, thread_ids: set[str]) -
         entry,
         threads={t: created for t, created in entry.threads.items() if t not in thread_ids},
         watermarks={t: mark for t, mark in entry.watermarks.items() if t not in thread_ids},
+        imported={t: head for t, head in entry.imported.items() if t not in thread_ids},
         users=[u for u in entry.users if u != user_id],
         undo={
             **undo,

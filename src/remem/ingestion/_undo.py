@@ -6,11 +6,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, cast
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from remem._clock import now_iso
 from remem._lease import thread_lease
 from remem.errors import NotFoundError, RememUsageError
+from remem.ingestion._import import head_of
 from remem.ingestion._journal import (
     _COUNTS,
     MEMORY_TAG,
@@ -81,16 +83,23 @@ def _commit(
 
 
 def undo_ingestion(
-    memory: Memory, ingestion_id: str | None = None, *, last: bool = False, queue: JobQueue | None = None
+    memory: Memory,
+    ingestion_id: str | None = None,
+    *,
+    last: bool = False,
+    queue: JobQueue | None = None,
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
 ) -> UndoReport:
     """Remove what one ingestion added (see the module's docstring); finishes an undo a crash left open.
     Undoing an ingestion already undone changes nothing and reports its totals. ``queue``: where the summary
     refreshes of the threads it kept are queued (their stale summaries rebuilt by a worker, not at the
-    next card)."""
+    next card). ``checkpointer``: remem's saver on the same database, needed to undo an import (its
+    threads' checkpoints are deleted)."""
     store = _store(memory)
     entry = _pick(memory, ingestion_id, last)
     if entry.state == "undone":
         return _report(entry)
+    _check_imported(entry, checkpointer)
     with thread_lease(
         store_lease_target(store),
         f"_remem ingestion {entry.id}",
@@ -109,7 +118,7 @@ def undo_ingestion(
             _undo_jobs(memory, entry, queue)
         for thread_id in sorted(entry.threads):
             if f"thread:{thread_id}" not in entry.undo.get("done", []):
-                _undo_thread(memory, entry, thread_id)
+                _undo_thread(memory, entry, thread_id, checkpointer)
         users = set(entry.users) | {u for u in entry.undo["thread_users"].values() if isinstance(u, str)}
         for user_id in sorted(users):
             if f"user:{user_id}" not in entry.undo.get("done", []):
@@ -155,7 +164,36 @@ def _undo_jobs(memory: Memory, entry: IngestionEntry, queue: JobQueue) -> None:
     _commit(memory.store, entry, "jobs", [], {"jobs": dropped})
 
 
-def _undo_thread(memory: Memory, entry: IngestionEntry, thread_id: str) -> None:
+def _check_imported(entry: IngestionEntry, checkpointer: BaseCheckpointSaver[Any] | None) -> None:
+    """An import's undo deletes the checkpoints of the threads it created: it needs the saver, and refuses
+    (before changing anything) when one of them was continued after the import."""
+    if not entry.imported:
+        return
+    if checkpointer is None:
+        raise RememUsageError(
+            f"ingestion {entry.id} imported checkpoints: undo it with the saver too (undo_ingestion(..., "
+            "checkpointer=saver)), or with `remem ingest undo`"
+        )
+    done = entry.undo.get("done", [])
+    continued = sorted(
+        thread_id
+        for thread_id, head in entry.imported.items()
+        if head
+        and f"thread:{thread_id}" not in done
+        and (now := head_of(checkpointer, thread_id)) is not None
+        and now.config["configurable"]["checkpoint_id"] != head
+    )
+    if continued:
+        raise RememUsageError(
+            f"thread(s) {', '.join(repr(t) for t in continued)} of ingestion {entry.id} went on after the "
+            "import; undoing it would cut their history. Erase them first (`remem forget --thread T`), "
+            "then undo again"
+        )
+
+
+def _undo_thread(
+    memory: Memory, entry: IngestionEntry, thread_id: str, checkpointer: BaseCheckpointSaver[Any] | None
+) -> None:
     store = memory.store
     with thread_lease(
         store_lease_target(store), thread_id, scope="memory", timeout=memory.thread_lease_timeout
@@ -177,6 +215,9 @@ def _undo_thread(memory: Memory, entry: IngestionEntry, thread_id: str) -> None:
             if state is not None:
                 value = {**state.value, "watermark": entry.watermarks[thread_id]}
                 ops.append(PutOp(extraction_state(thread_id), EXTRACTION_STATE_KEY, value, index=False))
+        if thread_id in entry.imported and checkpointer is not None:
+            checkpointer.delete_thread(thread_id)  # again after a crash: nothing left to delete
+            counts["checkpoint_threads"] = 1
         lease.verify()
         _commit(store, entry, f"thread:{thread_id}", ops, counts)
 

@@ -10,6 +10,7 @@ from remem.messages.derived import (
     is_refusal,
     mark_derived,
     mark_refusal,
+    persistable,
     without_refusals,
 )
 from remem.messages.history import (
@@ -64,6 +65,7 @@ __all__ = [
     "last_human_index",
     "mark_derived",
     "mark_refusal",
+    "persistable",
     "retried_copy",
     "safe_cut_at_or_before",
     "system_prefix_length",

@@ -16,10 +16,11 @@ in a checkpointed state) or by the earlier ``remem_derived: True``, so an upgrad
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from typing import Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, TypeVar, get_args
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from remem.errors import ArgumentTypeError, RememUsageError
 
@@ -33,6 +34,7 @@ __all__ = [
     "is_refusal",
     "mark_derived",
     "mark_refusal",
+    "persistable",
     "without_refusals",
 ]
 
@@ -109,3 +111,28 @@ def without_refusals(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
     none."""
     kept = [m for m in messages if not is_refusal(m)]
     return messages if len(kept) == len(messages) else kept
+
+
+def _stable_id(role: str, text: str) -> str:
+    return f"{role}-" + hashlib.sha256(f"{role}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def persistable(message: BaseMessage) -> dict[str, Any] | None:
+    """The thread message to store for ``message``, or None for tool traffic, system and derived messages,
+    and remem's refusal notes (a model call not sent: words to the person, not the assistant's).
+
+    The id is the message's own; a message without one gets an id derived from its role and text, so
+    the same turn sent again is still stored once.
+    """
+    if is_derived(message) or is_refusal(message):
+        return None
+    if isinstance(message, HumanMessage):
+        role = "user"
+    elif isinstance(message, AIMessage) and not message.tool_calls:
+        role = "assistant"
+    else:
+        return None
+    text = message.text.strip()
+    if not text:
+        return None
+    return {"role": role, "content": text, "id": str(message.id or _stable_id(role, text))}

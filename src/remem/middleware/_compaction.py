@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT
@@ -35,9 +34,9 @@ from remem.memory import CARD_MESSAGE_NAME, DEFAULT_CARD_TOKEN_BUDGET, ContextCa
 from remem.messages import (
     TokenCounter,
     is_derived,
-    is_refusal,
     last_human_index,
     mark_derived,
+    persistable,
     retried_copy,
     safe_cut_at_or_before,
     system_prefix_length,
@@ -54,7 +53,6 @@ __all__ = [
     "RecallCardOptions",
     "latest_question",
     "organic_messages",
-    "persistable",
     "plan_compaction",
     "prompt_tokens",
     "with_recall",
@@ -145,31 +143,6 @@ def _checked(options: Mapping[str, Any], accepted: type[CardOptions], owner: str
 def organic_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """The conversation without the derived messages (cards, recalls, summaries) remem injected."""
     return [m for m in messages if not is_derived(m)]
-
-
-def _stable_id(role: str, text: str) -> str:
-    return f"{role}-" + hashlib.sha256(f"{role}\x00{text}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
-
-
-def persistable(message: BaseMessage) -> dict[str, Any] | None:
-    """The thread message to store for ``message``, or None for tool traffic, system and derived messages,
-    and remem's refusal notes (a model call not sent: words to the person, not the assistant's).
-
-    The id is the message's own; a message without one gets an id derived from its role and text, so
-    the same turn sent again is still stored once.
-    """
-    if is_derived(message) or is_refusal(message):
-        return None
-    if isinstance(message, HumanMessage):
-        role = "user"
-    elif isinstance(message, AIMessage) and not message.tool_calls:
-        role = "assistant"
-    else:
-        return None
-    text = message.text.strip()
-    if not text:
-        return None
-    return {"role": role, "content": text, "id": str(message.id or _stable_id(role, text))}
 
 
 def prompt_tokens(
