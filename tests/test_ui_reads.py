@@ -151,7 +151,7 @@ def test_a_card_preview_writes_nothing_where_a_turns_card_writes_a_summary() -> 
     assert store.writes == 0 and again.summary == card.summary and again.summary_revision == 1
 
 
-def test_a_memory_is_edited_through_the_memory_client_with_its_checks() -> None:
+def test_a_memory_is_edited_and_deleted_through_the_memory_client_with_its_checks() -> None:
     from remem.errors import NotFoundError, RememUsageError
 
     memory = Memory(InMemoryStore())
@@ -164,6 +164,14 @@ def test_a_memory_is_edited_through_the_memory_client_with_its_checks() -> None:
         memory.edit_memory("maya", "coffee", "Maya drinks coffee")
     with pytest.raises(RememUsageError):
         memory.edit_memory("ma/ya", "tea", "text")  # a label the layout refuses
+    with pytest.raises(RememUsageError):
+        memory.delete_memory("ma/ya", "tea")
+    with pytest.raises(NotFoundError):
+        memory.delete_memory("maya", "coffee")
+    memory.delete_memory("maya", "tea")
+    assert memory.store.get(("users", "maya", "memories"), "tea") is None
+    with pytest.raises(NotFoundError):
+        memory.delete_memory("maya", "tea")  # said once: a second delete finds nothing
 
 
 def _rows(db: Path) -> dict[str, list[tuple[object, ...]]]:

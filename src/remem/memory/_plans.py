@@ -48,6 +48,7 @@ __all__ = [
     "MESSAGE_FIELDS",
     "TextCounter",
     "add_messages_plan",
+    "delete_memory_plan",
     "drop_info",
     "edit_memory_plan",
     "ids_between",
@@ -369,17 +370,29 @@ def summaries_plan(thread_id: str) -> Flow[list[Summary]]:
     return [Summary.from_value(item.value) for item in items if item is not None]
 
 
-def edit_memory_plan(user_id: str, memory_id: str, content: str) -> Flow[dict[str, Any]]:
-    """Replace the text of one of the user's long-term memories (re-indexed); its other fields are kept."""
+def _memory_of(user_id: str, memory_id: str) -> Flow[Any]:
+    """The user's memory ``memory_id`` (ids checked as the layout takes them), or NotFoundError."""
     check_label(user_id, "user_id")
     check_text(memory_id, "memory_id")
-    if not check_text(content, "content").strip():
-        raise RememUsageError("a memory needs some content; to remove it, delete it instead")
     (item,) = yield StoreCall([GetOp(memories_ns(user_id), memory_id)])
     if item is None:
         raise NotFoundError(
             f"user {user_id!r} has no memory {memory_id!r}; search the user's memories for its id"
         )
+    return item
+
+
+def delete_memory_plan(user_id: str, memory_id: str) -> Flow[None]:
+    """Delete one of the user's long-term memories (its index rows with it)."""
+    yield from _memory_of(user_id, memory_id)
+    yield StoreCall([PutOp(memories_ns(user_id), memory_id, None)])
+
+
+def edit_memory_plan(user_id: str, memory_id: str, content: str) -> Flow[dict[str, Any]]:
+    """Replace the text of one of the user's long-term memories (re-indexed); its other fields are kept."""
+    if not check_text(content, "content").strip():
+        raise RememUsageError("a memory needs some content; to remove it, delete it instead")
+    item = yield from _memory_of(user_id, memory_id)
     value = {**item.value, "content": content, "updated_at": now_iso()}
     yield StoreCall([PutOp(memories_ns(user_id), memory_id, value, index=["content"])])
     return value

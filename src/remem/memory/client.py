@@ -38,6 +38,7 @@ from remem.memory._plans import (
     FREQUENCY_MEANING,
     MESSAGE_FIELDS,
     add_messages_plan,
+    delete_memory_plan,
     edit_memory_plan,
     list_messages_plan,
     message_page_plan,
@@ -323,6 +324,14 @@ class Memory:
         """Async version of :meth:`search_threads`."""
         records: list[MemoryRecord] = await self._arun(thread_search_plan(query, user_id=user_id, k=k))
         return records
+
+    def delete_memory(self, user_id: str, memory_id: str) -> None:
+        """Delete the user's long-term memory ``memory_id``; :class:`~remem.NotFoundError` when there is none."""
+        self._run(delete_memory_plan(user_id, memory_id))
+
+    async def adelete_memory(self, user_id: str, memory_id: str) -> None:
+        """Async version of :meth:`delete_memory`."""
+        await self._arun(delete_memory_plan(user_id, memory_id))
 
     def edit_memory(self, user_id: str, memory_id: str, content: str) -> dict[str, Any]:
         """Replace the text of the user's long-term memory ``memory_id`` (re-indexed for search; its other

@@ -175,11 +175,7 @@ async def delete_memory(request: Request) -> Response:
     user, key = str(form.get("user", "")), str(form.get("id", ""))
 
     def delete() -> Response:
-        store = ctx.services.store_for(ctx.tenant)
-        namespace = layout.user_memories(user)
-        if store.get(namespace, key) is None:
-            raise NotFoundError(f"user {user!r} has no memory {key!r}")
-        store.delete(namespace, key)
+        ctx.services.memory_for(ctx.tenant).delete_memory(user, key)  # the memory client's checks
         return redirect(url("/ui/memories", {"user": user, "done": "deleted"}))
 
     return await run_in_threadpool(guarded, ctx, delete)
