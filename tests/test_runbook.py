@@ -83,3 +83,12 @@ def test_every_step_of_the_runbook_tables_names_its_test() -> None:
     ]
     assert len(rows) >= 15
     assert all(re.search(r"\btest_\w+", row) for row in rows), [r for r in rows if "test_" not in r]
+
+
+def test_the_key_rotation_step_covers_the_worker_and_the_server() -> None:
+    """Both long-running processes take a rotated model key on SIGHUP, and the step names both tests."""
+    row = next(line for line in RUNBOOK.splitlines() if line.startswith("| rotate the model provider's key"))
+    assert "kill -HUP <pid of each remem worker>" in row and "kill -HUP <pid of remem serve>" in row
+    assert "test_a_worker_uses_a_rotated_model_key_after_sighup_without_a_restart" in row
+    assert "test_a_server_uses_a_rotated_model_key_after_sighup_without_a_restart" in row
+    assert "does not read its configuration again on SIGHUP" not in RUNBOOK

@@ -88,3 +88,44 @@ def test_a_secret_comes_from_the_file_its_file_variable_names(tmp_path: Path) ->
     (tmp_path / "remem.toml").write_text('llm_api_key = "sk-no"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match="REMEM_LLM_API_KEY_FILE"):
         load_settings(environ={}, config_file=tmp_path / "remem.toml")
+
+
+def test_a_server_uses_a_rotated_model_key_after_sighup_without_a_restart(tmp_path: Path) -> None:
+    """`remem serve` (one process) reads its configuration again on SIGHUP: the next summary is written
+    with the key now in REMEM_LLM_API_KEY_FILE, by the same process. Before, SIGHUP ended the server."""
+    import httpx
+
+    from tests.server_process import Server, free_port
+
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    with Memory.from_url(url, settings=Settings(embedder="fake")) as memory:
+        for thread in ("t1", "t2"):
+            memory.thread(thread, user_id="maya").add_messages(
+                [{"role": "user", "content": f"I keep bees in {thread}.", "id": f"{thread}-m1"}]
+            )
+    with openai_compatible_server(["- Maya keeps bees."]) as model:
+        _key_file(tmp_path, "sk-first-key-0001")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("REMEM_", "OPENAI_"))}
+        env.update(REMEM_LLM_MODEL="m", REMEM_LLM_BASE_URL=model.url, REMEM_EMBEDDER="fake")
+        env["REMEM_LLM_API_KEY_FILE"] = str(tmp_path / "llm-key")
+        port = free_port()
+        log = tmp_path / "server.log"
+        command = [sys.executable, "-m", "remem.cli", "serve", "--db", url, "--port", str(port)]
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        server = Server(f"http://127.0.0.1:{port}", process, log).ready()
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                assert c.post("/v1/threads/t1/summary", json={}).status_code == 200
+                assert len(model.headers) == 1
+                _key_file(tmp_path, "sk-second-key-0002")  # the key is rotated in the mounted file
+                process.send_signal(signal.SIGHUP)
+                _wait(lambda: "read again" in log.read_text(), "the server to take the signal", process)  # type: ignore[arg-type]
+                assert c.post("/v1/threads/t2/summary", json={}).status_code == 200
+            keys = [h.get("Authorization") or h.get("authorization") for h in model.headers]
+            assert keys == ["Bearer sk-first-key-0001", "Bearer sk-second-key-0002"]
+            assert process.poll() is None  # the same process: no restart
+            assert "sk-second-key-0002" not in log.read_text() and "sk-first-key-0001" not in log.read_text()
+        finally:
+            server.stop()
+    assert "Application shutdown complete" in log.read_text()  # SIGTERM still ends it gracefully

@@ -7,8 +7,11 @@ the event loop. remem's errors become status codes in one place (:func:`status_o
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -208,6 +211,26 @@ async def _refuse(send: Send, status: int, detail: str, error: str, retry_after:
     await send_json(send, status, body, headers)
 
 
+def _on_hangup(services: Services) -> None:
+    """SIGHUP reads the configuration again (:meth:`Services.reload`), in the thread pool, in this process.
+
+    Under ``--workers N`` uvicorn's supervisor takes the SIGHUP sent to it and replaces its workers one by
+    one, each new one reading the configuration as it starts; a worker signalled itself reloads in place.
+    """
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        try:
+            services.reload()
+        except errors.RememError as exc:
+            log.error("SIGHUP: the configuration could not be read again; kept the old one: %s", exc)
+            return
+        log.warning("SIGHUP: the configuration is read again from the next request on")
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals in this thread
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, reload))
+
+
 def _limiter(options: ServerOptions) -> RateLimiter | SharedRateLimiter:
     """The per-key rate limit: in the database on PostgreSQL (several workers or machines draw from one
     bucket), in this process on SQLite (one process serves it)."""
@@ -237,6 +260,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
             holder["services"] = services
             holder["keys"] = KeyCache(services.store)
             app.state.services = services
+            _on_hangup(services)
             async with mcp_server.session_manager.run():
                 yield
         finally:

@@ -60,6 +60,26 @@ class Services:
     def close(self) -> None:
         self._stack.close()
 
+    def reload(self) -> None:
+        """Read the configuration again (``remem serve`` on SIGHUP): the summaries' chat model is built
+        anew from it, so a model key rotated in its file (``REMEM_LLM_API_KEY_FILE``) or in ``remem.toml``
+        is used from the next request on, with no restart. Requests already running finish with the model
+        they started with. The database, the embedder and the pools stay as they are (a new database URL
+        needs a restart). A configuration that cannot be read raises and changes nothing."""
+        from remem.config import load_settings
+        from remem.models import chat_model_from_settings
+        from remem.summarize import summarizer_for
+
+        settings = load_settings()
+        summarizer = summarizer_for(
+            chat_model_from_settings(settings), settings.summary_max_tokens, settings.summary_prompt
+        )
+        with self._lock:
+            self.settings = settings
+            self.memory.summarizer = summarizer
+            for _, memory in self._views.values():
+                memory.summarizer = summarizer
+
     def pools(self) -> dict[str, Any]:
         """The connection pools of the store and the checkpointer, by name: PostgreSQL's checkpointer (and
         the store, when it runs on a pool); none on SQLite."""
