@@ -7,7 +7,8 @@ summary, on threads of 1k, 10k and 100k messages, with this code and (optionally
 
 Each thread is written directly, in batches (not one agent turn per message): into a remem
 ``SqliteSaver`` through ``graph.update_state`` (ten checkpoints), and into a ``Memory`` on
-SQLite through ``thread.add_messages`` (1,000 at a time, the fake embedder so that no model runs). Every
+SQLite through ``thread.add_messages`` (1,000 at a time, the fake embedder so that no model runs), by the
+code before when there is one (this code upgrades its copies to its own schema, off the clock). Every
 measurement then runs in a fresh process on a copy of those files, so that its peak RSS is its own (what a
 refresh follows is done before, in a process of its own, on that copy):
 
@@ -203,8 +204,26 @@ def run_operation(operation: str, path: str, n: int) -> dict[str, Any]:
     return result
 
 
+def setup(path: str, memory: bool) -> None:
+    """Bring a thread's files to this code's schema (written by the code before, they may be older), so
+    that no migration runs on the clock."""
+    if memory:
+        from remem import Memory
+
+        with Memory.from_url(f"sqlite:///{path}", settings=_memory_settings()) as opened:
+            opened.get_thread(THREAD)
+    else:
+        from remem.checkpoint import SqliteSaver
+
+        with SqliteSaver.from_conn_string(path) as saver:
+            saver.setup()
+
+
 def worker(args: argparse.Namespace) -> None:
-    if args.worker == "build-saver":
+    if args.worker in ("setup-saver", "setup-memory"):
+        setup(args.path, args.worker == "setup-memory")
+        print(json.dumps({}))
+    elif args.worker == "build-saver":
         build_saver(args.path, args.n)
         print(json.dumps({}))
     elif args.worker == "build-memory":
@@ -277,8 +296,10 @@ def main() -> None:
         for n in sizes:
             saver_db, memory_db = root / f"saver-{n}.db", root / f"memory-{n}.db"
             started = time.perf_counter()
-            _spawn("build-saver", str(saver_db), n, None, None)
-            _spawn("build-memory", str(memory_db), n, None, None)
+            # Written by the code before, if any (a newer schema would refuse it); this code upgrades a copy.
+            _spawn("build-saver", str(saver_db), n, args.before, None)
+            if {"card", "next-card"} & set(operations):
+                _spawn("build-memory", str(memory_db), n, args.before, None)
             print(f"{n:>8}  (threads written in {time.perf_counter() - started:.0f} s)", flush=True)
             for operation in operations:
                 source = memory_db if operation in ("card", "next-card") else saver_db
@@ -287,6 +308,8 @@ def main() -> None:
                     if label == "before" and code is None:
                         continue
                     copy = _copy_db(source, root / f"{label}-{operation}-{n}.db")
+                    if label == "after" and args.before:
+                        _spawn("setup-memory" if source == memory_db else "setup-saver", copy, n, None, None)
                     if operation.startswith("next-"):
                         _spawn(f"prepare-{operation}", copy, n, code, None)
                     results[label] = _spawn(operation, copy, n, code, args.cap if label == "before" else None)
