@@ -286,6 +286,19 @@ def test_threads_are_filtered_by_user_sorted_and_paged(tenant_a: Page, site: Sit
     expect(rows.first).to_contain_text("10,000")
     page.goto("/ui/threads?sort=tokens&order=desc")
     expect(rows.first).to_contain_text("trip")
+    page.goto("/ui/threads")
+    page.get_by_label("Messages at least").fill("100")
+    page.get_by_role("button", name="Show").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("big")
+    for filters in ("min_tokens=1", "min_cost=0.0001"):  # only trip has spent anything
+        page.goto(f"/ui/threads?{filters}")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text("trip")
+    page.goto("/ui/threads?since=2999-01-01")
+    expect(page.locator("main")).to_contain_text("No threads match.")
+    page.goto("/ui/threads?since=2000-01-01")
+    expect(rows).to_have_count(4)
 
 
 def test_threads_are_found_by_what_their_messages_say_in_the_tenant_only(

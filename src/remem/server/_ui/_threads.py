@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -59,6 +60,15 @@ def _options(values: list[tuple[str, str]], chosen: str) -> Html:
     )
 
 
+def _amount(text: str | None) -> float | None:
+    """A cost from a query string (None when missing, not a number or not above 0)."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
 def _match(hit: Any) -> Html:
     """A thread's best matching message: a link to it on its page, and the start of its text."""
     target = url("/ui/thread", {"id": hit.thread_id, "page": hit.seq // MESSAGES_PAGE + 1}) + f"#m{hit.seq}"
@@ -74,6 +84,18 @@ def threads_page(request: Request) -> Response:
     sort = q.get("sort", "") if q.get("sort") in SORTS or (said and q.get("sort") == "match") else ""
     sort = sort or ("match" if said else "last")
     order = "asc" if q.get("order") == "asc" else "desc"
+    since = q.get("since", "") if re.fullmatch(r"\d{4}-\d{2}-\d{2}", q.get("since", "")) else ""
+    least = {name: whole(q.get(name), 0) for name in ("min", "min_tokens")}
+    least_cost = _amount(q.get("min_cost"))
+
+    def wanted(r: _data.ThreadRow) -> bool:
+        """The row passes the filters of size, tokens, cost and last activity (ISO texts sort as dates)."""
+        return (
+            r.messages >= least["min"]
+            and r.spend.tokens >= least["min_tokens"]
+            and (least_cost is None or (r.spend.priced_cost or 0.0) >= least_cost)
+            and (not since or r.last_activity[:10] >= since)
+        )
 
     def build() -> Response:
         rows = _data.thread_rows(ctx.services, ctx.tenant)
@@ -85,6 +107,7 @@ def threads_page(request: Request) -> Response:
             if (not user or r.user_id == user)
             and (not find or find.lower() in r.thread_id.lower())
             and (not said or r.thread_id in hits)
+            and wanted(r)
         ]
         if sort == "match":  # best match first, as the search ranked them
             rank = {t: n for n, t in enumerate(hits)}
@@ -94,19 +117,29 @@ def threads_page(request: Request) -> Response:
         pages = max(1, math.ceil(len(kept) / THREADS_PAGE))
         current = whole(q.get("page"), 1, 1, pages)
         shown = kept[(current - 1) * THREADS_PAGE : current * THREADS_PAGE]
-        params = {"user": user, "q": find, "text": said, "sort": sort, "order": order}
+        params: dict[str, Any] = {"user": user, "q": find, "text": said, "sort": sort, "order": order}
+        params |= {"since": since, **{k: v or "" for k, v in least.items()}}
+        params["min_cost"] = q.get("min_cost", "") if least_cost else ""
         sorts = [(k, v[0]) for k, v in SORTS.items()] + ([("match", "best match")] if said else [])
         form = h(
             '<form class="filters" method="get" action="/ui/threads" role="search">'
             '<label>Thread id contains<input name="q" value="{}"></label>'
             '<label>Messages say<input name="text" type="search" value="{}"></label>'
             '<label>User<select name="user" data-autosubmit><option value="">every user</option>{}</select></label>'
+            '<label>Active since<input name="since" type="date" value="{}"></label>'
+            '<label>Messages at least<input name="min" type="number" min="0" value="{}"></label>'
+            '<label>Tokens at least<input name="min_tokens" type="number" min="0" value="{}"></label>'
+            '<label>Cost at least<input name="min_cost" type="number" min="0" step="any" value="{}"></label>'
             '<label>Sort by<select name="sort" data-autosubmit>{}</select></label>'
             '<label>Order<select name="order" data-autosubmit>{}</select></label>'
             '<button type="submit">Show</button></form>',
             find,
             said,
             _options([(u, u) for u in users], user),
+            since,
+            least["min"] or "",
+            least["min_tokens"] or "",
+            params["min_cost"],
             _options(sorts, sort),
             _options([("desc", "highest / newest first"), ("asc", "lowest / oldest first")], order),
         )
