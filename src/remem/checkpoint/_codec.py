@@ -309,8 +309,26 @@ def encode_body(
     )
 
 
+_DAMAGED_BODY = (
+    "a stored checkpoint cannot be read (its body is damaged, or was changed outside remem); nothing was "
+    "written. Restore the database from a backup, or erase the thread (remem forget --thread)"
+)
+
+
 def decode_body(body: bytes) -> RawBody:
-    return RawBody(*ormsgpack.unpackb(body, option=_NON_STR))
+    """A checkpoint row's body; one that is not what remem writes (damaged, tampered with) is a
+    :class:`~remem.errors.StorageError`, not a bare decoding error."""
+    try:
+        fields = ormsgpack.unpackb(body, option=_NON_STR)
+        raw = RawBody(*fields)
+        maps = (raw.versions, raw.seen, raw.descriptors)
+        if not all(isinstance(m, dict) for m in maps) or not all(
+            isinstance(m, dict) for m in raw.seen.values()
+        ):
+            raise TypeError("not mappings")
+    except (ormsgpack.MsgpackDecodeError, TypeError, ValueError) as exc:
+        raise StorageError(_DAMAGED_BODY) from exc
+    return raw
 
 
 def resolve_body(
