@@ -319,15 +319,12 @@ def decode_body(body: bytes) -> RawBody:
     """A checkpoint row's body; one that is not what remem writes (damaged, tampered with) is a
     :class:`~remem.errors.StorageError`, not a bare decoding error."""
     try:
-        fields = ormsgpack.unpackb(body, option=_NON_STR)
-        raw = RawBody(*fields)
-        maps = (raw.versions, raw.seen, raw.descriptors)
-        if not all(isinstance(m, dict) for m in maps) or not all(
-            isinstance(m, dict) for m in raw.seen.values()
-        ):
-            raise TypeError("not mappings")
+        raw = RawBody(*ormsgpack.unpackb(body, option=_NON_STR))
     except (ormsgpack.MsgpackDecodeError, TypeError, ValueError) as exc:
         raise StorageError(_DAMAGED_BODY) from exc
+    maps = (raw.versions, raw.seen, raw.descriptors)
+    if not all(isinstance(m, dict) for m in maps) or not all(isinstance(m, dict) for m in raw.seen.values()):
+        raise StorageError(_DAMAGED_BODY)
     return raw
 
 
