@@ -249,3 +249,26 @@ def test_threads_are_searched_by_what_their_messages_say_in_one_store_search(tmp
         assert tenant_a.search_threads("bees", k=1)[0].thread_id == "chat2"
         assert tenant_a.search_threads("hello there") == []  # chit-chat finds nothing
         assert [h.thread_id for h in tenant_b.search_threads("garden bees")] == ["secret"]
+
+
+def test_the_services_code_imports_nothing_of_the_inspector() -> None:
+    # /v1, the LangGraph API, MCP and the erasure read through the public API; only the app mounts /ui
+    import ast
+
+    import remem.server
+
+    root = Path(remem.server.__file__).parent
+    found = []
+    for path in sorted(root.glob("*.py")):
+        if path.name == "_app.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            if any(n.startswith("remem.server._ui") for n in names):
+                found.append(f"{path.name}:{node.lineno}")
+    assert found == []
