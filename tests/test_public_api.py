@@ -172,6 +172,7 @@ PINNED_ALL: dict[str, list[str]] = {
     "remem.jobs": [
         "DEFAULT_LEASE",
         "DEFAULT_MAX_ATTEMPTS",
+        "EMBED_JOB",
         "EXTRACTION_JOB",
         "REINDEX_JOB",
         "SUMMARY_JOB",
@@ -184,6 +185,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "Worker",
         "WorkerPool",
         "drop_jobs_of_messages",
+        "enqueue_embedding",
         "enqueue_reindex",
         "enqueue_summary_refresh",
         "forget_jobs",

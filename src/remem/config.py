@@ -33,6 +33,7 @@ __all__ = ["STRATEGY_NAMES", "Settings", "check_summary_sizes", "environment_war
 STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
 TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
 EMBEDDERS = ("minilm", "e5", "fake")
+EMBED_TURNS = ("inline", "queue")
 BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage._breach says what each does
 DEFAULT_CONFIG_FILE = "remem.toml"
 PYPROJECT_FILE = "pyproject.toml"  # its [tool.remem] table, read when there is no remem.toml
@@ -88,6 +89,11 @@ class Settings:
         "minilm",
         "embedding model for semantic search: minilm (English), e5 (multilingual, remem[e5]), fake (tests)",
         choices=EMBEDDERS,
+    )
+    embed_turns: str = _setting(
+        "inline",
+        "when a new turn is embedded and indexed for search: inline (in its write) or queue (by remem worker)",
+        choices=EMBED_TURNS,
     )
     # Cost control (remem.usage): budgets in tokens (input + output) and in the prices' currency.
     call_token_budget: int = _setting(0, "most tokens one model call may use (0: no limit)")

@@ -25,7 +25,9 @@ Jobs live in one table (``remem_jobs``, set up through :mod:`remem._migrate`). W
 
 Kinds built in: ``extraction`` (:func:`remem.extraction.tools.enqueue_extraction`), ``summary``
 (:func:`enqueue_summary_refresh`; an ingestion queues one per thread it wrote or undid) and ``reindex``
-(:func:`enqueue_reindex`: a thread's messages embedded and indexed again). Any other kind runs with a handler you give a worker.
+(:func:`enqueue_reindex`: a thread's messages embedded and indexed again), ``embed`` (:func:`enqueue_embedding`:
+new turns stored unindexed, embedded and indexed by a worker, with ``embed_turns = "queue"``). Any other
+kind runs with a handler you give a worker.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from pathlib import Path
 
 from remem._url import parse_database_url
 from remem.jobs._handlers import (
+    EMBED_JOB,
     EXTRACTION_JOB,
     REINDEX_JOB,
     SUMMARY_JOB,
     BuiltinHandlers,
     drop_jobs_of_messages,
+    enqueue_embedding,
     enqueue_reindex,
     enqueue_summary_refresh,
 )
@@ -49,6 +53,7 @@ from remem.jobs._worker import Backoff, Handler, Worker, WorkerPool, run_workers
 __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_MAX_ATTEMPTS",
+    "EMBED_JOB",
     "EXTRACTION_JOB",
     "REINDEX_JOB",
     "SUMMARY_JOB",
@@ -61,6 +66,7 @@ __all__ = [
     "Worker",
     "WorkerPool",
     "drop_jobs_of_messages",
+    "enqueue_embedding",
     "enqueue_reindex",
     "enqueue_summary_refresh",
     "forget_jobs",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from remem.errors import NotFoundError
@@ -16,16 +16,19 @@ if TYPE_CHECKING:
     from remem.memory import Memory
 
 __all__ = [
+    "EMBED_JOB",
     "EXTRACTION_JOB",
     "REINDEX_JOB",
     "SUMMARY_JOB",
     "BuiltinHandlers",
     "drop_jobs_of_messages",
+    "enqueue_embedding",
     "enqueue_reindex",
     "enqueue_summary_refresh",
 ]
 
 SUMMARY_JOB = "summary"  # extend a thread's summary from its coverage watermark
+EMBED_JOB = "embed"  # embed and index new turns stored unindexed (embed_turns = "queue")
 REINDEX_JOB = "reindex"  # embed and index a thread's messages again (a new embedder, turns stored unindexed)
 _REINDEX_BATCH = 200
 
@@ -35,6 +38,23 @@ def enqueue_summary_refresh(queue: JobQueue, thread_id: str, *, user_id: str | N
     return queue.enqueue(
         SUMMARY_JOB,
         {"thread_id": thread_id},
+        serial_key=f"{SUMMARY_JOB}:{thread_id}",
+        user_id=user_id,
+        thread_id=thread_id,
+    )
+
+
+def enqueue_embedding(
+    queue: JobQueue, thread_id: str, message_ids: Sequence[str], *, user_id: str | None = None
+) -> str | None:
+    """Queue the embedding and indexing of ``message_ids`` of ``thread_id`` (stored unindexed); returns the
+    job's id (None: no message). The same turn queued again adds nothing; a thread's jobs run in order."""
+    if not message_ids:
+        return None
+    return queue.enqueue(
+        EMBED_JOB,
+        {"thread_id": thread_id, "message_ids": list(message_ids)},
+        input_key=f"{EMBED_JOB}:{thread_id}:{message_ids[-1]}",
         serial_key=f"{SUMMARY_JOB}:{thread_id}",
         user_id=user_id,
         thread_id=thread_id,
@@ -130,32 +150,27 @@ class BuiltinHandlers:
     def reindex(self, job: Job) -> None:
         """Put each message of the thread again with the memory's index fields: the store embeds and indexes
         it anew (the same value: running it twice does no harm)."""
-        from langgraph.store.base import PutOp
-
-        from remem.layout import thread_messages
-
         memory, _ = self._open()
         thread_id = str(job.payload["thread_id"])
         try:
             messages = memory.get_thread(thread_id).messages()
         except NotFoundError:
             return  # the thread is gone (erased, or an undone ingestion): nothing to index
-        keys = [m.id for m in messages]
-        for start in range(0, len(keys), _REINDEX_BATCH):
-            chunk = keys[start : start + _REINDEX_BATCH]
-            items = [memory.store.get(thread_messages(thread_id), key) for key in chunk]
-            memory.store.batch(
-                [
-                    PutOp(
-                        thread_messages(thread_id), item.key, item.value, index=list(memory._message_fields)
-                    )
-                    for item in items
-                    if item is not None
-                ]
-            )
+        _index(memory, thread_id, [m.id for m in messages])
+
+    def embed(self, job: Job) -> None:
+        """Embed and index the new turns the job names (stored unindexed, ``embed_turns = "queue"``), as
+        :meth:`reindex` does a whole thread; a message gone meanwhile (erased, undone) is skipped."""
+        memory, _ = self._open()
+        _index(memory, str(job.payload["thread_id"]), [str(k) for k in job.payload["message_ids"]])
 
     def as_mapping(self) -> dict[str, Handler]:
-        return {EXTRACTION_JOB: self.extraction, SUMMARY_JOB: self.summary, REINDEX_JOB: self.reindex}
+        return {
+            EXTRACTION_JOB: self.extraction,
+            SUMMARY_JOB: self.summary,
+            REINDEX_JOB: self.reindex,
+            EMBED_JOB: self.embed,
+        }
 
     def close(self) -> None:
         with self._lock:
@@ -163,3 +178,19 @@ class BuiltinHandlers:
                 memory.close()
             self._retired.clear()
             self._memory = None
+
+
+def _index(memory: Memory, thread_id: str, keys: Sequence[str]) -> None:
+    """Put the messages ``keys`` of the thread again, same values, with the memory's index fields: the
+    store embeds and indexes what it has no vector of yet (running it twice does no harm)."""
+    from langgraph.store.base import PutOp
+
+    from remem.layout import thread_messages
+
+    fields = list(memory._message_fields)
+    for start in range(0, len(keys), _REINDEX_BATCH):
+        chunk = keys[start : start + _REINDEX_BATCH]
+        items = [memory.store.get(thread_messages(thread_id), key) for key in chunk]
+        memory.store.batch(
+            [PutOp(thread_messages(thread_id), i.key, i.value, index=fields) for i in items if i is not None]
+        )

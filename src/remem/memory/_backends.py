@@ -11,6 +11,7 @@ from langgraph.store.memory import InMemoryStore
 
 from remem._url import parse_database_url
 from remem.config import Settings
+from remem.errors import ConfigError
 from remem.usage import Meter
 from remem.usage.embeddings import MeteredEmbedder
 
@@ -102,3 +103,22 @@ def _open_remem_store(
         stack.close()
         raise
     return store, [stack.close]
+
+
+def open_embed_queue(url: str, settings: Settings, owned: list[Callable[[], Any]]) -> Any:
+    """With ``embed_turns = "queue"``, the job queue in the database at ``url`` (closed with ``owned``), where
+    new turns wait to be embedded and indexed by a worker; else None."""
+    if settings.embed_turns != "queue":
+        return None
+    if parse_database_url(url).kind == "memory":
+        for closer in reversed(owned):
+            closer()
+        raise ConfigError(
+            "embed_turns = 'queue' needs a database a worker can reach (sqlite:/// or postgresql://); "
+            "memory:// keeps its queue in this process"
+        )
+    from remem.jobs import open_queue
+
+    queue = open_queue(url)
+    owned.append(queue.close)
+    return queue

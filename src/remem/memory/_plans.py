@@ -245,7 +245,12 @@ def _append_new(
         if m.role == "user":
             last_user = seq
     puts: list[PutOp] = [
-        PutOp(messages_ns(thread_id), m.id, m.to_value(thread_id, info.user_id), index=list(fields))
+        PutOp(
+            messages_ns(thread_id),
+            m.id,
+            m.to_value(thread_id, info.user_id),
+            index=list(fields) if fields else False,  # none: a worker indexes it (embed job)
+        )
         for m in added
     ]
     puts += [PutOp(order_ns(thread_id), chunk_key(n), {"ids": ids}, index=False) for n, ids in chunks.items()]

@@ -19,6 +19,7 @@ order that every reader sees. A writer that waits longer than ``thread_lease_tim
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Any
@@ -30,6 +31,7 @@ from langgraph.store.base import BaseStore
 from remem._lease import DEFAULT_LEASE_TIMEOUT, ThreadLease, athread_lease, thread_lease
 from remem.config import Settings, load_settings
 from remem.errors import ArgumentTypeError, ConfigError
+from remem.jobs import enqueue_embedding
 from remem.memory._args import check_ids, check_number, check_text, check_whole
 from remem.memory._backends import indexes_repeated_texts
 from remem.memory._card import ContextCard, Recall
@@ -117,6 +119,7 @@ class Memory:
             meaning="how many seconds a write waits for the thread",
         )
         self.meter = meter
+        self.embed_queue: Any = None  # a JobQueue: new turns stored unindexed, an embed job indexes them
         self._owned: list[Any] = []
         # Each message's speaker and date are indexed with it, but for a store that fails on a text given
         # twice in a batch (stock InMemoryStore): there only the text is.
@@ -145,7 +148,7 @@ class Memory:
         on PostgreSQL, the store runs on a pool of up to that many connections, so that threads sharing
         this memory are served side by side (default: one connection, one call at a time).
         """
-        from remem.memory._backends import open_store
+        from remem.memory._backends import open_embed_queue, open_store
 
         if isinstance(url, str) and url.startswith(("http://", "https://")):
             from remem.memory._remote import RemoteMemory
@@ -182,6 +185,7 @@ class Memory:
             thread_lease_timeout=settings.thread_lease_timeout,
             meter=meter,
         )
+        memory.embed_queue = open_embed_queue(url, settings, owned)
         memory._owned = owned
         return memory
 
@@ -378,15 +382,25 @@ class Thread:
         The append holds the thread's lease: appends from any number of processes take turns, and one
         that waits past ``thread_lease_timeout`` raises :class:`~remem.errors.ThreadBusyError`."""
         stored: list[StoredMessage] = self.memory._run(
-            add_messages_plan(self.thread_id, messages, self.memory._message_fields)
+            add_messages_plan(self.thread_id, messages, self._fields())
         )
+        self._queue_embedding(stored)
         return stored
+
+    def _fields(self) -> Sequence[str]:  # none: a worker embeds and indexes the new turns (embed_turns)
+        return () if self.memory.embed_queue is not None else self.memory._message_fields
+
+    def _queue_embedding(self, stored: Sequence[StoredMessage]) -> None:
+        if (queue := self.memory.embed_queue) is not None and stored:
+            enqueue_embedding(queue, self.thread_id, [m.id for m in stored], user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
         """Async version of :meth:`add_messages`."""
         stored: list[StoredMessage] = await self.memory._arun(
-            add_messages_plan(self.thread_id, messages, self.memory._message_fields)
+            add_messages_plan(self.thread_id, messages, self._fields())
         )
+        if self.memory.embed_queue is not None:
+            await asyncio.to_thread(self._queue_embedding, stored)
         return stored
 
     def messages(self, last: int | None = None) -> list[StoredMessage]:
