@@ -341,6 +341,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "INGESTION_MESSAGE_KEY",
         "INTERNAL_ROOT",
         "JOBS_TABLE",
+        "RATE_LIMITS_TABLE",
         "SCHEMA_TABLE",
         "STOCK_CHECKPOINT_TABLES",
         "STORE_LEGACY_TABLES",
