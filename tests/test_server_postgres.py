@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import socket
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -148,9 +149,14 @@ def test_each_worker_listens_on_a_socket_of_its_own_and_connections_reach_both(
         fds = {c.fd for c in found if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
         return {os.stat(f"/proc/{pid}/fd/{fd}").st_ino for fd in fds}
 
-    children = psutil.Process(server.process.pid).children(recursive=True)
-    sockets = {p.pid: listening(p.pid) for p in children}
-    workers = {pid: found for pid, found in sockets.items() if found}
+    def workers_listening() -> dict[int, set[int]]:
+        children = psutil.Process(server.process.pid).children(recursive=True)
+        return {p.pid: found for p in children if (found := listening(p.pid))}
+
+    # The server answers once one worker is up; on a loaded machine the second may still be starting.
+    deadline = time.monotonic() + 60
+    while len(workers := workers_listening()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert listening(server.process.pid) == set()
     assert len(workers) == 2 and all(len(found) == 1 for found in workers.values())
     assert len(set.union(*workers.values())) == 2  # two sockets, not one shared
