@@ -92,3 +92,15 @@ def test_the_key_rotation_step_covers_the_worker_and_the_server() -> None:
     assert "test_a_worker_uses_a_rotated_model_key_after_sighup_without_a_restart" in row
     assert "test_a_server_uses_a_rotated_model_key_after_sighup_without_a_restart" in row
     assert "does not read its configuration again on SIGHUP" not in RUNBOOK
+
+
+def test_every_test_named_with_its_file_is_in_that_file() -> None:
+    """``tests/test_x.py::test_y`` names a test of that file, and a bare name after it in the same cell
+    (``, test_z``) one of the same file, as the runbook's readers will look for it there."""
+    for cell in re.findall(r"`tests/(test_\w+\.py)::(test_\w+)`((?:, `test_\w+`)*)", RUNBOOK):
+        path, first, rest = cell
+        defined = set(
+            re.findall(r"^def (test_\w+)", (ROOT / "tests" / path).read_text(encoding="utf-8"), re.M)
+        )
+        named = [first, *re.findall(r"`(test_\w+)`", rest)]
+        assert set(named) <= defined, f"tests/{path} has no {sorted(set(named) - defined)}"
