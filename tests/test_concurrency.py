@@ -340,11 +340,11 @@ def test_a_second_writer_waits_then_fails_with_thread_busy(
             pass  # and so is the memory client's lease of the same thread
         leave.set()
         holder.join(10)
-        with (
-            thread_lease(target, "t", scope="checkpoint", timeout=0.2),
-            thread_lease(target, "t", scope="checkpoint", timeout=0.2),
-        ):
-            pass  # taken again by its holder at no cost
+        with thread_lease(target, "t", scope="checkpoint", timeout=0.2) as lease:
+            # Nothing looks a held lease up: its holder passes it on, and taking it again waits as anyone.
+            with pytest.raises(ThreadBusyError), thread_lease(target, "t", scope="checkpoint", timeout=0.2):
+                pass
+            lease.verify()
     finally:
         if owner_cm is not None:
             owner_cm.__exit__(None, None, None)

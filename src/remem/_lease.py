@@ -29,10 +29,9 @@ bounded wait and :class:`~remem.errors.ThreadBusyError` were judged enough. Sync
 queue in the server (``pg_advisory_lock`` under ``lock_timeout``), in order; async ones poll as well.
 
 Byte-range and advisory locks belong to a process (a session), not a thread, so a lock in this process
-per (database, thread) comes first. :func:`thread_lease` in a context that holds the same lease yields
-that lease again at no cost (so a turn may call code that takes it), but no other code looks the lease up:
-a holder passes it on explicitly. A turn's runs carry it in their config (:data:`TURN_LEASE_KEY`), and
-the saver writes under the lease it finds there. ``scope`` keeps the checkpointer's lease apart from the
+per (database, thread) comes first. No code looks a lease up: a holder passes it on explicitly, and taking
+a lease one holds already waits for it like any other taker (then fails). A turn's runs carry it in their
+config (:data:`TURN_LEASE_KEY`), and the saver writes under the lease it finds there. ``scope`` keeps the checkpointer's lease apart from the
 memory client's, which a turn takes inside its own.
 """
 
@@ -41,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import fcntl
 import hashlib
 import os
@@ -91,9 +89,6 @@ _IDLE_PG_CONNECTIONS = 4  # kept per server for the next lease
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
 Release = Callable[[], None]
 Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
-# The leases this context holds (a copy lives on in threads and tasks started inside, so each is checked
-# to be still held: a task that outlives its parent's lease takes the lease itself).
-_held: contextvars.ContextVar[dict[_Key, ThreadLease]] = contextvars.ContextVar("remem_leases")
 
 
 class _State:
@@ -579,11 +574,6 @@ def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
     return (target.kind, target.where, scope, thread_id)
 
 
-def _held_lease(target: LeaseTarget, scope: str, thread_id: str) -> ThreadLease | None:
-    lease = _held.get({}).get(_key_of(target, scope, thread_id))
-    return lease if lease is not None and lease.active else None
-
-
 def carry_lease(config: Any, lease: ThreadLease) -> Any:
     """``config`` (a LangGraph ``RunnableConfig``) carrying ``lease`` under :data:`TURN_LEASE_KEY`: what
     :func:`remem.run_turn` passes its runs, so that the saver writes under the lease the turn holds."""
@@ -609,10 +599,10 @@ def thread_leases(
     """Hold the leases of all of ``thread_ids`` for the block (an erasure's fence), taken in sorted order so
     that two such holders never wait for each other in a circle; ``timeout`` bounds the whole wait. On
     PostgreSQL they share one session, however many threads there are (a lease each would take a
-    connection each). Leases this context holds already are not taken again."""
+    connection each)."""
     for thread_id in thread_ids:
         check_label(thread_id, "thread_id")
-    ids = [t for t in sorted(set(thread_ids)) if _held_lease(target, scope, t) is None]
+    ids = sorted(set(thread_ids))
     if target.kind != "postgres":
         deadline = time.monotonic() + timeout
         with contextlib.ExitStack() as stack:
@@ -659,17 +649,10 @@ def thread_lease(
     the block gets the :class:`ThreadLease` to verify before each write. An id that is not valid text (a
     lone surrogate, NUL, empty) is refused here, before anything is taken or written."""
     check_label(thread_id, "thread_id")
-    key = _key_of(target, scope, thread_id)
-    held = _held_lease(target, scope, thread_id)
-    if held is not None:
-        yield held
-        return
     lease = _acquire(target, scope, thread_id, timeout)
-    token = _held.set({**_held.get({}), key: lease})
     try:
         yield lease
     finally:
-        _held.reset(token)
         lease.release()
 
 
@@ -677,7 +660,7 @@ def take_lease(
     target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
 ) -> ThreadLease:
     """The lease of ``thread_id``, held until :meth:`ThreadLease.release` is called, from any thread: a
-    lease handed over, which no context holds (see :mod:`remem.checkpoint._claims`)."""
+    lease handed over (see :mod:`remem.checkpoint._claims`)."""
     check_label(thread_id, "thread_id")
     return _acquire(target, scope, thread_id, timeout)
 
@@ -703,17 +686,10 @@ async def athread_lease(
 ) -> AsyncIterator[ThreadLease]:
     """Async version of :func:`thread_lease`."""
     check_label(thread_id, "thread_id")
-    key = _key_of(target, scope, thread_id)
-    held = _held_lease(target, scope, thread_id)
-    if held is not None:
-        yield held
-        return
     lease = await _aacquire(target, scope, thread_id, timeout)
-    token = _held.set({**_held.get({}), key: lease})
     try:
         yield lease
     finally:
-        _held.reset(token)
         if target.kind == "postgres":  # a round trip to the server: off the event loop
             await asyncio.get_running_loop().run_in_executor(_executor(), lease.release)
         else:
