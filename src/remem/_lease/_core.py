@@ -1,57 +1,19 @@
-"""One writer per thread: a lease on a thread, held by the database, while one turn or append writes it.
-
-A second turn (or append) on the same thread waits for the lease, at most ``timeout`` seconds, and then
-fails with :class:`~remem.errors.ThreadBusyError` before it has written anything. Where the lease lives is
-the :class:`~remem._lease_target.LeaseTarget` each function is given (the database a saver or store holds
-a connection to: ``saver.lease_target``, :func:`remem.checkpoint._targets.checkpointer_lease_target`):
-
-- a SQLite file: a byte-range lock on a sidecar file ``<database>-lease``, one byte per thread (its
-  offset a hash of the thread id). On Linux it is an open-file-description lock (``F_OFD_SETLK``): it
-  belongs to the descriptor remem opened, so another descriptor of the file closed in the same process (a
-  backup copying the folder) does not drop it, as it would drop a POSIX ``lockf`` lock (used elsewhere).
-  The kernel drops it when the holding process dies, so a SIGKILLed writer never blocks the next one; no
-  SQLite write lock is held during a turn. The descriptor is closed when the process holds no lease of
-  that file any more. A lease file deleted or replaced while a lease is held guards nothing: the holder
-  finds it at its next write (:meth:`ThreadLease.verify`) and fails instead of writing.
-- PostgreSQL: a session advisory lock (``pg_advisory_lock`` on a 64-bit hash of the thread id) on a
-  connection kept for the lease; the server drops it when that connection dies. Then another writer may
-  take it while the first still runs its turn, so a holder checks the lease before each write (a
-  checkpoint, a memory append: :meth:`ThreadLease.verify`, one round trip on the lease's connection) and
-  fails with :class:`~remem.errors.StorageError` instead of writing beside the new holder.
-- anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
-
-Waiters on a SQLite lease are not served first come, first served: ``fcntl`` has no timed wait (a
-blocking ``F_SETLKW`` can only be cut short by a signal), and Linux wakes every waiter of a released
-lock to race for it, so there is no kernel queue to join. A waiter tries again after 1-10 ms (doubling,
-jittered) until it gets the lease or its timeout passes. A fair order would need a queue of tickets in
-the database, which a waiter killed with SIGKILL would leave behind for the others to step over; the
-bounded wait and :class:`~remem.errors.ThreadBusyError` were judged enough. Sync PostgreSQL waiters
-queue in the server (``pg_advisory_lock`` under ``lock_timeout``), in order; async ones poll as well.
-
-Byte-range and advisory locks belong to a process (a session), not a thread, so a lock in this process
-per (database, thread) comes first. No code looks a lease up: a holder passes it on explicitly, and taking
-a lease one holds already waits for it like any other taker (then fails). A turn's runs carry it in their
-config (:data:`TURN_LEASE_KEY`), and the saver writes under the lease it finds there. ``scope`` keeps the checkpointer's lease apart from the
-memory client's, which a turn takes inside its own.
-"""
+"""Taking and giving back a thread's lease: the lock in this process first, then the database's
+(:mod:`._sqlite`, :mod:`._postgres`; in this process only for anything else). See :mod:`remem._lease`."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import contextlib
-import fcntl
-import hashlib
 import os
 import random
-import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
-from remem._files import make_private_file
+from remem._lease import _postgres, _sqlite
 from remem._lease_target import LeaseTarget
 from remem.errors import StorageError, ThreadBusyError
 from remem.layout import check_label
@@ -66,9 +28,7 @@ __all__ = [
     "athread_lease",
     "carried_lease",
     "carry_lease",
-    "close_idle_connections",
     "lease_waits",
-    "retain_idle_connections",
     "take_lease",
     "thread_lease",
     "thread_leases",
@@ -83,61 +43,32 @@ prefix keeps it out of checkpoint metadata and of the configs LangGraph streams,
 run-scoped keys are."""
 Scope = Literal["checkpoint", "memory"]
 _POLL_FIRST, _POLL_MAX = 0.001, 0.01  # seconds between tries of a POSIX lock (it has no timed wait)
-_IDLE_PG_CONNECTIONS = 4  # kept per server for the next lease
 
 
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
 Release = Callable[[], None]
 Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
+Held = tuple[Release, Alive]
 
 
 class _State:
-    """What this process holds: its in-process locks, lock files and idle lease connections."""
+    """What this process holds: its in-process locks and the worker threads of async leases."""
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.locks: dict[_Key, tuple[threading.Lock, int]] = {}  # lock, users (holders and waiters)
-        self.files: dict[str, ThreadLeaseFile] = {}  # by database path: the lease file open now
-        self.idle: dict[str, list[Any]] = {}
-        self.retained: dict[str, int] = {}  # conninfo -> savers and stores that keep idle lease connections
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 _state = _State()
 
 
-_inherited: list[Any] = []  # the parent's lease connections, never used nor closed in a child
-
-
 def _reset_after_fork() -> None:
-    # A child holds none of its parent's leases, and must not share its sockets: closing (or collecting) an
-    # inherited connection would end the parent's session, so they are kept unused. An inherited lease file
-    # descriptor shares the parent's open file description, whose OFD locks are the parent's: the child
-    # closes it (the parent's locks stay: its own descriptor still refers to them), else a parent that dies
-    # would leave its leases held by the child, and opens its own.
     global _state
-    _inherited.append(_state.idle)
-    files = _state.files
-    _state = _State()
-    for file in files.values():
-        with contextlib.suppress(OSError):
-            os.close(file.fd)
+    _state = _State()  # a child holds none of its parent's leases
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-
-
-# -------------------------------------------------------------------------------- taking and giving back
-
-
-def _offset(scope: str, thread_id: str) -> int:
-    digest = hashlib.blake2b(f"remem:{scope}:{thread_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 2  # a non-negative file offset (off_t is signed 64-bit)
-
-
-def _advisory_key(scope: str, thread_id: str) -> int:
-    digest = hashlib.blake2b(f"remem:{scope}:{thread_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
 
 
 def _busy(thread_id: str, target: LeaseTarget, waited: float, timeout: float) -> ThreadBusyError:
@@ -231,216 +162,8 @@ def _forget_local(key: _Key) -> None:
             _state.locks[key] = (lock, users - 1)
 
 
-_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)  # Linux; elsewhere POSIX locks (lockf)
-_FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (0 for an OFD lock)
-
-
-class ThreadLeaseFile:
-    """A lease file open in this process, the leases held on it, and which file it is (device, inode)."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path, self.fd, self.users = path, fd, 0
-        st = os.fstat(fd)
-        self.identity = (st.st_dev, st.st_ino)
-
-    def current(self) -> bool:
-        """Whether ``path`` still names the file this descriptor holds (not deleted, not replaced)."""
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return False
-        return (st.st_dev, st.st_ino) == self.identity
-
-
-def _open_lease_file(path: str) -> ThreadLeaseFile:
-    """The lease file of the database at ``path``, opened if this process has it open for no lease."""
-    with _state.mutex:
-        file = _state.files.get(path)
-        if file is None:
-            lease_path = Path(path + "-lease")
-            try:
-                make_private_file(lease_path)
-                file = ThreadLeaseFile(lease_path, os.open(lease_path, os.O_RDWR))
-            except OSError as exc:
-                raise StorageError(
-                    f"cannot open the lease file {lease_path} ({exc}); check that its folder is writable"
-                ) from exc
-            _state.files[path] = file
-        file.users += 1
-        return file
-
-
-def _close_lease_file(path: str, file: ThreadLeaseFile, *, stale: bool = False) -> None:
-    """One lease of ``file`` fewer; closed when it holds none (``stale``: never opened again)."""
-    with _state.mutex:
-        file.users -= 1
-        if stale and _state.files.get(path) is file:
-            del _state.files[path]
-        if file.users > 0:
-            return
-        if _state.files.get(path) is file:
-            del _state.files[path]
-    os.close(file.fd)
-
-
-def _byte_lock(fd: int, offset: int, exclusive: bool) -> None:
-    """Lock (or unlock) one byte without waiting; BlockingIOError / PermissionError when it is taken."""
-    if _OFD_SETLK is None:
-        fcntl.lockf(
-            fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_UN, 1, offset, os.SEEK_SET
-        )
-        return
-    kind = fcntl.F_WRLCK if exclusive else fcntl.F_UNLCK
-    fcntl.fcntl(fd, _OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
-
-
-Held = tuple[Release, Alive]
-
-
 def _always() -> bool:
     return True  # a POSIX lock or a lock in this process lasts as long as this process
-
-
-def _sqlite_try(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
-    offset = _offset(scope, thread_id)
-    for _ in range(3):  # a lease file deleted or replaced meanwhile: once more, on the file there now
-        file = _open_lease_file(target.where)
-        try:
-            _byte_lock(file.fd, offset, True)
-        except (BlockingIOError, PermissionError):
-            _close_lease_file(target.where, file)
-            return None
-        except BaseException:
-            _close_lease_file(target.where, file)
-            raise
-        if file.current():
-            break
-        _byte_lock(file.fd, offset, False)
-        _close_lease_file(target.where, file, stale=True)
-    else:
-        raise StorageError(
-            f"the lease file {target.where}-lease keeps being deleted or replaced; stop what removes it, "
-            "and retry"
-        )
-
-    def release() -> None:
-        try:
-            _byte_lock(file.fd, offset, False)
-        finally:
-            _close_lease_file(target.where, file)
-
-    return release, file.current
-
-
-def _pg_connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
-    """A connection for a lease (an idle one when ``reuse``), and whether it was idle."""
-    import psycopg
-
-    with _state.mutex:
-        idle = _state.idle.get(conninfo)
-        if reuse and idle:
-            return idle.pop(), True
-    try:
-        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10, application_name="remem-lease")
-    except psycopg.Error as exc:
-        raise StorageError(
-            f"cannot reach PostgreSQL for the thread's lease ({type(exc).__name__}); "
-            "check that the server is up and retry"
-        ) from exc
-    return conn, False
-
-
-def _pg_give_back(conninfo: str, conn: Any) -> None:
-    with _state.mutex:
-        if _state.retained.get(conninfo) and not conn.closed:
-            idle = _state.idle.setdefault(conninfo, [])
-            if len(idle) < _IDLE_PG_CONNECTIONS:
-                idle.append(conn)
-                return
-    conn.close()
-
-
-def retain_idle_connections(target: LeaseTarget) -> None:
-    """Keep lease connections to ``target``'s server open between leases, for the next one, until the same
-    number of :func:`close_idle_connections` calls. Only what remem opens and closes itself (a saver or
-    store of ``from_conn_string``) retains them: on a connection or pool the caller made, each lease's
-    connection is closed when the lease is given back, so no remem session outlives the caller's own (the
-    caller can close everything and drop the database)."""
-    if target.kind == "postgres":
-        with _state.mutex:
-            _state.retained[target.where] = _state.retained.get(target.where, 0) + 1
-
-
-def close_idle_connections(target: LeaseTarget) -> None:
-    """One :func:`retain_idle_connections` fewer; with none left, close the lease connections kept idle for
-    ``target``'s server: nothing of remem's stays connected to its database (which can then be dropped)."""
-    if target.kind != "postgres":
-        return
-    with _state.mutex:
-        left = _state.retained.pop(target.where, 0) - 1
-        if left > 0:
-            _state.retained[target.where] = left
-            return
-        idle = _state.idle.pop(target.where, [])
-    for conn in idle:
-        conn.close()
-
-
-def _pg_try(conn: Any, key: int, wait: float) -> bool:
-    import psycopg
-
-    left_ms = int(wait * 1000)
-    try:
-        if left_ms <= 0:
-            return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0])
-        # the server's own queue: fair, and woken the moment the holder lets go
-        conn.execute(f"SET lock_timeout = {left_ms}")
-        conn.execute("SELECT pg_advisory_lock(%s)", [key])
-        return True
-    except psycopg.errors.LockNotAvailable:
-        return False
-
-
-def _pg_lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
-    """The advisory lock, waiting for it in the server's queue up to ``wait`` seconds (0: one try)."""
-    import psycopg
-
-    key = _advisory_key(scope, thread_id)
-    reuse = True
-    while True:
-        conn, was_idle = _pg_connection(target.where, reuse)
-        try:
-            got = _pg_try(conn, key, wait)
-            break
-        except psycopg.Error as exc:
-            conn.close()
-            if was_idle:  # a connection left idle may have died with a server restart: once more, new
-                reuse = False
-                continue
-            raise StorageError(
-                f"PostgreSQL failed while taking the thread's lease ({type(exc).__name__}); retry"
-            ) from exc
-    if not got:
-        _pg_give_back(target.where, conn)
-        return None
-
-    def release() -> None:
-        try:
-            conn.execute("SELECT pg_advisory_unlock(%s)", [key])
-        except psycopg.Error:
-            conn.close()  # the server drops the lock with the connection
-            return
-        _pg_give_back(target.where, conn)
-
-    def alive() -> bool:
-        # A session keeps its advisory locks until it unlocks them or ends: a live session holds it.
-        try:
-            conn.execute("SELECT 1")
-        except psycopg.Error:
-            return False
-        return not conn.closed
-
-    return release, alive
 
 
 def _nothing() -> None:
@@ -450,9 +173,9 @@ def _nothing() -> None:
 def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
     """One try at the lease held by the database (PostgreSQL waits up to ``wait`` s in its own queue)."""
     if target.kind == "sqlite":
-        return _sqlite_try(target, scope, thread_id)
+        return _sqlite.try_lease(target, scope, thread_id)
     if target.kind == "postgres":
-        return _pg_lock(target, scope, thread_id, wait)
+        return _postgres.lock(target, scope, thread_id, wait)
     return _nothing, _always
 
 
@@ -527,7 +250,7 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
 
 async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
     """One try at a PostgreSQL lease in a worker thread; a lock taken after the caller gave up is given back."""
-    future = _executor().submit(_pg_lock, target, scope, thread_id, 0.0)
+    future = _executor().submit(_postgres.lock, target, scope, thread_id, 0.0)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -623,10 +346,12 @@ def thread_leases(
                 raise attempt.busy()
             attempts.append(attempt)
         if attempts:
-            conn = _pg_connection(target.where, reuse=False)[0]
+            conn = _postgres.connection(target.where, reuse=False)[0]
         for attempt in attempts:
             try:
-                got = _pg_try(conn, _advisory_key(scope, attempt.thread_id), attempt.left())
+                got = _postgres.try_lock(
+                    conn, _postgres.advisory_key(scope, attempt.thread_id), attempt.left()
+                )
             except psycopg.Error as exc:
                 raise StorageError(
                     f"PostgreSQL failed while taking the threads' leases ({type(exc).__name__}); retry"

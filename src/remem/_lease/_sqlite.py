@@ -1,0 +1,149 @@
+"""SQLite leases: one byte of the sidecar file ``<database>-lease`` per thread, locked with an
+open-file-description lock (``F_OFD_SETLK``; POSIX ``lockf`` where Linux's is missing). See :mod:`remem._lease`.
+
+This process's open lease files are its own: a child of ``fork`` closes the descriptors it inherited
+(their locks are the parent's) and opens its own."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from remem._files import make_private_file
+from remem._lease_target import LeaseTarget
+from remem.errors import StorageError
+
+if TYPE_CHECKING:
+    from remem._lease._core import Held
+
+__all__ = ["ThreadLeaseFile", "try_lease"]
+
+
+class _Files:
+    """The lease files this process has open, by database path."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.open: dict[str, ThreadLeaseFile] = {}
+
+
+_files = _Files()
+
+
+def _reset_after_fork() -> None:
+    # An inherited lease file descriptor shares the parent's open file description, whose OFD locks are the
+    # parent's: the child closes it (the parent's locks stay: its own descriptor still refers to them), else a
+    # parent that dies would leave its leases held by the child, and opens its own.
+    global _files
+    inherited, _files = _files.open, _Files()
+    for file in inherited.values():
+        with contextlib.suppress(OSError):
+            os.close(file.fd)
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _offset(scope: str, thread_id: str) -> int:
+    digest = hashlib.blake2b(f"remem:{scope}:{thread_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2  # a non-negative file offset (off_t is signed 64-bit)
+
+
+_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)  # Linux; elsewhere POSIX locks (lockf)
+_FLOCK = "hhqqi4x"  # struct flock on 64-bit Linux: type, whence, start, len, pid (0 for an OFD lock)
+
+
+class ThreadLeaseFile:
+    """A lease file open in this process, the leases held on it, and which file it is (device, inode)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd, self.users = path, fd, 0
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def current(self) -> bool:
+        """Whether ``path`` still names the file this descriptor holds (not deleted, not replaced)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.identity
+
+
+def _open_lease_file(path: str) -> ThreadLeaseFile:
+    """The lease file of the database at ``path``, opened if this process has it open for no lease."""
+    with _files.mutex:
+        file = _files.open.get(path)
+        if file is None:
+            lease_path = Path(path + "-lease")
+            try:
+                make_private_file(lease_path)
+                file = ThreadLeaseFile(lease_path, os.open(lease_path, os.O_RDWR))
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot open the lease file {lease_path} ({exc}); check that its folder is writable"
+                ) from exc
+            _files.open[path] = file
+        file.users += 1
+        return file
+
+
+def _close_lease_file(path: str, file: ThreadLeaseFile, *, stale: bool = False) -> None:
+    """One lease of ``file`` fewer; closed when it holds none (``stale``: never opened again)."""
+    with _files.mutex:
+        file.users -= 1
+        if stale and _files.open.get(path) is file:
+            del _files.open[path]
+        if file.users > 0:
+            return
+        if _files.open.get(path) is file:
+            del _files.open[path]
+    os.close(file.fd)
+
+
+def _byte_lock(fd: int, offset: int, exclusive: bool) -> None:
+    """Lock (or unlock) one byte without waiting; BlockingIOError / PermissionError when it is taken."""
+    if _OFD_SETLK is None:
+        fcntl.lockf(
+            fd, (fcntl.LOCK_EX | fcntl.LOCK_NB) if exclusive else fcntl.LOCK_UN, 1, offset, os.SEEK_SET
+        )
+        return
+    kind = fcntl.F_WRLCK if exclusive else fcntl.F_UNLCK
+    fcntl.fcntl(fd, _OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
+
+
+def try_lease(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
+    offset = _offset(scope, thread_id)
+    for _ in range(3):  # a lease file deleted or replaced meanwhile: once more, on the file there now
+        file = _open_lease_file(target.where)
+        try:
+            _byte_lock(file.fd, offset, True)
+        except (BlockingIOError, PermissionError):
+            _close_lease_file(target.where, file)
+            return None
+        except BaseException:
+            _close_lease_file(target.where, file)
+            raise
+        if file.current():
+            break
+        _byte_lock(file.fd, offset, False)
+        _close_lease_file(target.where, file, stale=True)
+    else:
+        raise StorageError(
+            f"the lease file {target.where}-lease keeps being deleted or replaced; stop what removes it, "
+            "and retry"
+        )
+
+    def release() -> None:
+        try:
+            _byte_lock(file.fd, offset, False)
+        finally:
+            _close_lease_file(target.where, file)
+
+    return release, file.current
