@@ -38,6 +38,7 @@ memory client's, which a turn takes inside its own.
 from remem._lease._core import (
     DEFAULT_LEASE_TIMEOUT,
     TURN_LEASE_KEY,
+    LeaseTarget,
     Scope,
     ThreadLease,
     atake_lease,
@@ -50,7 +51,6 @@ from remem._lease._core import (
     thread_leases,
 )
 from remem._lease._postgres import close_idle_connections, retain_idle_connections
-from remem._lease_target import LeaseTarget
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
