@@ -124,6 +124,7 @@ def test_export_state_and_history_read_the_tenants_checkpoints(served: Served) -
     assert [m["content"] for m in b_state["messages"]] == ["b's own trip to Oslo", "Noted"]
     missing = _run(served, "state", "no-such-thread", key=served.a)
     assert missing.exit_code == 1 and "no-such-thread" in missing.output
+    assert "tenants:" not in missing.output  # the server's own id of the thread stays inside
     assert _run(served, "state", first, "--checkpoint", first, key=served.b).exit_code == 1
 
 

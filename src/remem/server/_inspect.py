@@ -111,6 +111,12 @@ def usage_totals(
 # ----------------------------------------------------------------------------- a thread's checkpoints
 
 
+def _no_checkpoint(thread_id: str, checkpoint_id: str | None) -> NotFoundError:
+    # Named by the tenant's own id: the checkpointer's (tenant-qualified) id is the server's business.
+    what = f"checkpoint {checkpoint_id} of thread" if checkpoint_id else "thread"
+    return NotFoundError(f"{what} {thread_id!r} has no checkpoints; `remem threads` lists the threads")
+
+
 @router.get("/threads/{thread_id}/checkpoint", tags=["checkpoints"])
 def checkpoint_state(
     request: Request,
@@ -125,7 +131,10 @@ def checkpoint_state(
 
     services, tenant = _context(request)
     stored = checkpoint_thread(thread_id, tenant)
-    snapshot = thread_snapshot(reader_graph(services.saver), stored, checkpoint_id)
+    try:
+        snapshot = thread_snapshot(reader_graph(services.saver), stored, checkpoint_id)
+    except NotFoundError:
+        raise _no_checkpoint(thread_id, checkpoint_id) from None
     config: Any = {"configurable": {"thread_id": stored, "checkpoint_ns": ""}}
     if checkpoint_id:
         config["configurable"]["checkpoint_id"] = checkpoint_id
@@ -151,7 +160,10 @@ def checkpoint_history(
     from remem.inspection import reader_graph, thread_history
 
     services, tenant = _context(request)
-    rows = thread_history(reader_graph(services.saver), checkpoint_thread(thread_id, tenant), limit)
+    try:
+        rows = thread_history(reader_graph(services.saver), checkpoint_thread(thread_id, tenant), limit)
+    except NotFoundError:
+        raise _no_checkpoint(thread_id, None) from None
     return {"checkpoints": [dataclasses.asdict(r) for r in rows]}
 
 
