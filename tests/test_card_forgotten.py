@@ -10,15 +10,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from langchain_core.messages import HumanMessage
 
 from remem import Memory, Settings
 from remem.middleware import ContextCardNode
+from tests import matrix
 from tests.lease_workers import context, erase_worker
 
 
-def test_a_context_card_node_goes_on_after_another_process_forgot_its_thread(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'memory.db'}"
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
+def test_a_context_card_node_goes_on_after_another_process_forgot_its_thread(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        str(request.getfixturevalue("pg_url"))
+        if kind == "postgres"
+        else f"sqlite:///{tmp_path / 'memory.db'}"
+    )
     with Memory.from_url(url, settings=Settings(embedder="fake")) as memory:
         node = ContextCardNode(memory, thread_id="t", user_id="maya")
         node({"messages": [HumanMessage("my secret", id="m1")]})
