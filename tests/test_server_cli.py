@@ -120,6 +120,8 @@ def test_export_state_and_history_read_the_tenants_checkpoints(served: Served) -
     shown = _run(served, "history", "trip", key=served.a)
     assert shown.exit_code == 0 and "history of trip" in shown.output
 
+    listed = _json(_run(served, "threads", "--json", key=served.a))["threads"]
+    assert {"thread": "trip", "in": ["checkpoints"]} in listed
     b_state = _json(_run(served, "state", "trip", "--json", key=served.b))
     assert [m["content"] for m in b_state["messages"]] == ["b's own trip to Oslo", "Noted"]
     missing = _run(served, "state", "no-such-thread", key=served.a)

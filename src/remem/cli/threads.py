@@ -61,13 +61,17 @@ def threads_command(database_url: str | None, as_json: bool) -> None:
     Example: remem threads --db sqlite:///.remem/remem.db
     """
     from remem.cli._render import emit_json, say, show_table
-    from remem.cli._sources import inspect_database, open_checkpointer, open_memory
+    from remem.cli._sources import REMOTE_KIND, inspect_database, open_checkpointer, open_memory, open_remote
     from remem.config import load_settings
     from remem.layout import thread_id_of, thread_meta, threads_root
     from remem.memory._remote import RemoteMemory
 
     db = inspect_database(_url(database_url))
     where: dict[str, list[str]] = {}
+    if db.kind == REMOTE_KIND:  # the server's checkpointed threads of the key's tenant
+        with open_remote(db) as remote:
+            for stats in remote.checkpoint_stats()["threads"]:
+                where.setdefault(stats["thread_id"], []).append("checkpoints")
     with open_checkpointer(db) as saver:
         if saver is not None:
             from remem.checkpoint import list_threads
