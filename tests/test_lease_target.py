@@ -48,3 +48,17 @@ def test_a_checkpointer_with_no_database_keeps_its_leases_in_this_process() -> N
         checkpointer_lease_target(saver) == checkpointer_lease_target(saver) == LeaseTarget.in_process(saver)
     )
     assert checkpointer_lease_target(InMemorySaver()) != checkpointer_lease_target(saver)
+
+
+@pytest.mark.postgres
+def test_a_tenants_view_of_a_store_holds_its_leases_where_the_shared_store_does(pg_url: str) -> None:
+    """Each worker of remem serve runs a tenant's requests on its own view of the shared store: a lease kept
+    in the process would let two workers append to one thread at once (duplicated and lost messages)."""
+    from remem.server._tenancy import TenantStore
+    from remem.store import PostgresStore
+    from remem.store._targets import store_lease_target
+
+    with PostgresStore.from_conn_string(pg_url) as store:
+        shared = store_lease_target(store)
+        assert shared.kind == "postgres"
+        assert store_lease_target(TenantStore(store, "a")) == shared

@@ -36,8 +36,10 @@ from langgraph.store.base import (
 )
 
 from remem import layout
+from remem._lease_target import LeaseTarget
 from remem.errors import ConfigError
 from remem.store import ScoredItem
+from remem.store._targets import store_lease_target
 from remem.usage import Meter, UsageEvent
 
 __all__ = [
@@ -81,7 +83,7 @@ def tenant_thread(stored_id: str, tenant: str | None) -> str | None:
 class TenantStore(BaseStore):
     """``inner`` seen by one tenant: every namespace under ``("tenants", tenant)``.
 
-    The thread leases of the memory client are held where ``inner``'s are (``conn`` is ``inner``'s), so
+    The thread leases of the memory client are held where ``inner``'s are (:attr:`lease_target`), so
     writers in every worker take turns; two tenants' threads of the same id share a lease, which costs
     a wait at most, never a read.
     """
@@ -96,6 +98,10 @@ class TenantStore(BaseStore):
         conn = getattr(inner, "conn", None)
         if conn is not None:
             self.conn = conn
+
+    @property
+    def lease_target(self) -> LeaseTarget:
+        return store_lease_target(self.inner)
 
     def __repr__(self) -> str:
         return f"TenantStore({type(self.inner).__name__}, tenant={self.tenant!r})"

@@ -1,18 +1,29 @@
 """Where the memory client's thread leases on a store are held (:class:`remem._lease.LeaseTarget`).
 
-remem's stores know their own (:attr:`RememStoreBase.lease_target`). LangGraph's SQLite and PostgreSQL
-stores are mapped by their class to the database of the connection they were given; any other store
-(``InMemoryStore``, a third party's) keeps its threads' leases in this process.
+remem's stores know their own (:attr:`RememStoreBase.lease_target`), and so does a store that wraps one
+(:class:`LeaseTargeted`: the server's tenant view holds its leases where the shared store does, so writers in
+every worker take turns). LangGraph's SQLite and PostgreSQL stores are mapped by their class to the database
+of the connection they were given; any other store (``InMemoryStore``, a third party's) keeps its threads'
+leases in this process.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from remem._lease_target import LeaseTarget, is_loaded_instance
 from remem.store._base import RememStoreBase
 
-__all__ = ["store_lease_target"]
+__all__ = ["LeaseTargeted", "store_lease_target"]
+
+
+@runtime_checkable
+class LeaseTargeted(Protocol):
+    """A store that says where its threads' leases are held."""
+
+    @property
+    def lease_target(self) -> LeaseTarget: ...
+
 
 _STOCK = (
     ("langgraph.store.sqlite", "SqliteStore"),
@@ -25,7 +36,7 @@ _STOCK_AIOSQLITE = (("langgraph.store.sqlite.aio", "AsyncSqliteStore"),)
 
 def store_lease_target(store: Any) -> LeaseTarget:
     """The lease target of ``store``."""
-    if isinstance(store, RememStoreBase):
+    if isinstance(store, RememStoreBase | LeaseTargeted):
         return store.lease_target
     if is_loaded_instance(store, _STOCK) and not is_loaded_instance(store, _STOCK_AIOSQLITE):
         return LeaseTarget.of_connection(store.conn)
