@@ -22,7 +22,7 @@ from remem._lease_target import LeaseTarget
 from remem._statements import AExecute, Execute, Program, Retry, aretrying, arun, cancelling, retrying, run
 from remem.embeddings import embed_array
 from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
-from remem.store import _compact, _delete
+from remem.store import _compact, _delete, _rows, _search, _write
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store._compact import Compaction
@@ -59,7 +59,7 @@ class RememStoreBase(BaseStore):
 
     supports_ttl: bool = True
     _lease_target: LeaseTarget | None = None
-    dialect: prog.Dialect
+    dialect: _rows.Dialect
     read_only: bool = False
     """Opened with ``read_only=True``: nothing is created or written (reads do not refresh TTLs)."""
 
@@ -182,7 +182,7 @@ class RememStoreBase(BaseStore):
             return {}
         assert self.plan is not None
         matrix = _embed(self.plan, list(texts.values()))
-        prog.check_dims(self.plan, matrix)
+        _write.check_dims(self.plan, matrix)
         return dict(zip(texts, matrix, strict=True))
 
     # -------------------------------------------------- BaseStore
@@ -219,7 +219,7 @@ class RememStoreBase(BaseStore):
         texts: dict[bytes, str] = {}
         if any(isinstance(op, PutOp) for op in ops):  # puts: a look-up of what is stored already
             texts = self._run(
-                lambda _: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
+                lambda _: _write.texts_to_embed_program(self.dialect, plan, ops, mode),
                 write=False,
                 snapshot=False,
             )
@@ -247,7 +247,7 @@ class RememStoreBase(BaseStore):
         op = self._search_op(namespace_prefix, query, filter, limit, offset, refresh_ttl)
         ready = self._embed_ahead([op], mode)
         return self._run(
-            lambda tx: prog.search_program(self.dialect, tx, self.plan, op, mode, self.clock()),
+            lambda tx: _search.search_program(self.dialect, tx, self.plan, op, mode, self.clock()),
             write=False,
             ready=ready,
         )
@@ -432,7 +432,7 @@ def check_read_only_schema(version: int, where: str) -> None:
 
 def query_texts(ops: Iterable[Op]) -> dict[bytes, str]:
     """The search queries of ``ops`` by text hash: what a search embeds."""
-    return {prog.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query}
+    return {_rows.core_hash(op.query): op.query for op in ops if isinstance(op, SearchOp) and op.query}
 
 
 def _embed(plan: IndexPlan, texts: list[str]) -> npt.NDArray[np.float32]:
@@ -484,9 +484,9 @@ class AsyncStore(RememStoreBase):
         ops = list(ops)
         for op in ops:  # a bad op fails its own caller, not the others it would be combined with
             if isinstance(op, PutOp):
-                prog.check_put(op, encode=True)
+                _write.check_put(op, encode=True)
             else:
-                prog.validate_op(op)
+                _rows.validate_op(op)
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[Result]] = loop.create_future()
         if self._queued is None:
@@ -581,7 +581,7 @@ class AsyncStore(RememStoreBase):
             return {}
         if any(isinstance(op, PutOp) for op in ops):
             texts = await self._arun(
-                lambda _: prog.texts_to_embed_program(self.dialect, plan, ops, mode),
+                lambda _: _write.texts_to_embed_program(self.dialect, plan, ops, mode),
                 write=False,
                 snapshot=False,
             )

@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 from remem.store import _core as core
 from remem.store._exec import Program, Statement, Tx
-from remem.store._program import _CHUNK, Dialect, _rows_by_key, delete_ids
+from remem.store._rows import _CHUNK, Dialect, _rows_by_key
 from remem.store._schema import ITEMS, NS, VECTORS
+from remem.store._write import delete_ids
 
 __all__ = ["DeleteReport", "Statement", "Statements", "delete_program"]
 

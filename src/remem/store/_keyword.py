@@ -25,7 +25,7 @@ from remem.store._exec import Hits, Program, Statement, many
 from remem.store._schema import ITEMS
 
 if TYPE_CHECKING:
-    from remem.store._program import Dialect
+    from remem.store._rows import Dialect
 
 __all__ = ["KeywordCache", "delete_ops", "encode", "search_ops", "write_ops", "write_statements"]
 

@@ -12,7 +12,7 @@ import numpy as np
 from remem.layout import STORE_TERM_DOCS_TABLE, STORE_TERMS_TABLE
 from remem.store import _core as core
 from remem.store import _keyword as kw
-from remem.store import _program as prog
+from remem.store import _rows
 from remem.store._core import IndexPlan
 from remem.store._exec import Hits, Program, Statement, Vector
 from remem.store._schema import VECTORS
@@ -28,7 +28,7 @@ PGVECTOR = {
 }
 
 
-class PostgresDialect(prog.Dialect):
+class PostgresDialect(_rows.Dialect):
     name = "postgres"
 
     def __init__(self, vector_kind: str = "exact", keyword_budget: int = 2000) -> None:

@@ -35,8 +35,7 @@ try:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
-from remem.store import _delete
-from remem.store import _program as prog
+from remem.store import _delete, _search, _write
 from remem.store import _schema as schema
 from remem.store._base import (
     AsyncStore,
@@ -161,7 +160,7 @@ class _PostgresBackend(RememStoreBase):
         self.dialect = PostgresDialect(
             "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
         )
-        yield from prog.reindex_program(self.dialect)
+        yield from _write.reindex_program(self.dialect)
 
     # -------------------------------------------------- connections
 
@@ -591,7 +590,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         op = self._search_op(namespace_prefix, query, **kw)
         ready = await self._aembed_ahead([op], mode)
         return await self._arun(
-            lambda tx: prog.search_program(self.dialect, tx, self.plan, op, mode, self.clock()),
+            lambda tx: _search.search_program(self.dialect, tx, self.plan, op, mode, self.clock()),
             write=False,
             ready=ready,
         )

@@ -34,7 +34,7 @@ from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.store import _core as core
-from remem.store import _program as prog
+from remem.store import _rows, _write
 from remem.store import _schema as schema
 from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class SqliteDialect(prog.Dialect):
+class SqliteDialect(_rows.Dialect):
     name = "sqlite"
 
     def ids_condition(self, col: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
@@ -180,7 +180,7 @@ class _SqliteBackend(RememStoreBase):
         # one BEGIN IMMEDIATE transaction: processes opening a fresh file together take turns
         c.execute("BEGIN IMMEDIATE")
         drive(_migrate.upgrade(schema.COMPONENT, "sqlite"), self._execute)
-        drive(prog.reindex_program(self.dialect), self._execute)
+        drive(_write.reindex_program(self.dialect), self._execute)
         c.execute("COMMIT")
 
     # -------------------------------------------------- group commit
@@ -194,7 +194,7 @@ class _SqliteBackend(RememStoreBase):
             return super().batch(ops)
         puts = [op for op in ops if isinstance(op, PutOp)]
         for put in puts:
-            prog.check_put(put, encode=True)  # refuse bad input now, not in the background
+            _write.check_put(put, encode=True)  # refuse bad input now, not in the background
         with self._lock:
             self._raise_flush_error()
             self._pending.extend(puts)
