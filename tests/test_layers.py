@@ -288,6 +288,7 @@ def test_one_statement_protocol() -> None:
         "remem.checkpoint._sync",
         "remem.checkpoint._async",
         "remem.store._base",
+        "remem.store._async",
         "remem.store.postgres",
     )
     assert [m for m in drivers if "remem._statements" not in graph[m]] == []

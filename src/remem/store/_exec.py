@@ -3,7 +3,7 @@ yields statements, is sent each one's rows back, and returns a T; it never touch
 SQL stays out of the yield channel: vectors are embedded before the transaction opens (:attr:`Tx.ready`),
 vector search is a call on :attr:`Tx.vectors` (itself a program, so that the async driver runs it too), and
 what to do after the commit (TTL refreshes, changes to an in-process vector cache) is collected on the
-:class:`Tx`. The store's drivers (``RememStoreBase._run``, ``AsyncStore._arun``) run programs with
+:class:`Tx`. The store's drivers (``RememStoreBase._run``, ``remem.store._async.AsyncStore._arun``) run programs with
 :mod:`remem._statements`.
 """
 

@@ -37,8 +37,8 @@ except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
 from remem.store import _delete, _search, _write
 from remem.store import _schema as schema
+from remem.store._async import AsyncStore
 from remem.store._base import (
-    AsyncStore,
     RememStoreBase,
     SyncStore,
     check_read_only_schema,

@@ -36,7 +36,8 @@ from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.store import _core as core
 from remem.store import _rows, _write
 from remem.store import _schema as schema
-from remem.store._base import AsyncStore, RememStoreBase, SyncStore, check_read_only_schema
+from remem.store._async import AsyncStore
+from remem.store._base import RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._exec import Hits, Program, Rows, Statement, Tx, VecChanged, Vector
 from remem.store._schema import VECTORS
