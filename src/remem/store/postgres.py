@@ -24,7 +24,7 @@ from remem import _migrate
 from remem._lease import LeaseTarget, close_idle_connections, retain_idle_connections
 from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, Retry, adrive, aexecute, drive, execute
-from remem._url import display_url, parse_database_url
+from remem._url import display_url
 from remem.errors import ConfigError, MissingDependencyError, StorageError
 from remem.layout import STORE_TABLES
 from remem.store._schema import VECTORS
@@ -46,6 +46,7 @@ from remem.store._base import (
 from remem.store._core import ScoredItem, SearchMode
 from remem.store._delete import DeleteReport
 from remem.store._exec import Program, Rows, Statement, Tx
+from remem.store._postgres_open import AsyncConn, aconnect, aopened, connect, opened
 from remem.store._postgres_sql import PGVECTOR, PostgresDialect, PostgresVectors, vector_column
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
@@ -184,7 +185,7 @@ class _PostgresBackend(RememStoreBase):
             return
         if source is None or ((source.closed or source.broken) and self._dsn is not None):
             # the server went away and came back (or the first sync call of an async store): a new session
-            source = self._sync_conn = _connect(self._sync_dsn(), self.read_only)
+            source = self._sync_conn = connect(self._sync_dsn(), self.read_only)
         yield source
 
     def _cursor(self, *, pipeline: bool = False) -> contextlib.AbstractContextManager[psycopg.Cursor[Any]]:
@@ -243,90 +244,6 @@ def _connection_lost(exc: BaseException) -> bool:
     return isinstance(cause, psycopg.OperationalError) and not isinstance(cause, psycopg.errors.QueryCanceled)
 
 
-def _dsn(conn_string: str) -> str:
-    parsed = parse_database_url(conn_string)
-    if parsed.kind != "postgres":
-        raise ConfigError(
-            f"{display_url(conn_string)} is not a PostgreSQL URL; open it with SqliteStore (or open_store)"
-        )
-    return parsed.target
-
-
-_READ_ONLY = "-c default_transaction_read_only=on"  # the server refuses every write of the session
-
-
-def _unreachable(exc: BaseException) -> StorageError:
-    return StorageError(
-        f"cannot connect to PostgreSQL: {mask_secrets(str(exc))}; check the URL and that the server is up"
-    )
-
-
-def _session_options(read_only: bool) -> dict[str, Any]:
-    """What every connection of a store is opened with (directly or by a pool)."""
-    options: dict[str, Any] = {"autocommit": True, "connect_timeout": 10}
-    if read_only:
-        options["options"] = _READ_ONLY
-    return options
-
-
-def _pool_options(pool_config: Mapping[str, Any], read_only: bool) -> dict[str, Any]:
-    """A pool's size and connection options as LangGraph's ``PoolConfig`` describes them (a read-only
-    session stays read-only whatever the caller's ``kwargs`` say)."""
-    kwargs = {**_session_options(False), **dict(pool_config.get("kwargs") or {})}
-    if read_only:
-        kwargs["options"] = _READ_ONLY
-    return {
-        "min_size": int(pool_config.get("min_size", 1)),
-        "max_size": pool_config.get("max_size"),
-        "kwargs": kwargs,
-    }
-
-
-def _connect(dsn: str, read_only: bool = False) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(dsn, **_session_options(read_only))
-    except psycopg.Error as exc:
-        raise _unreachable(exc) from exc
-
-
-def _pool(dsn: str, pool_config: Mapping[str, Any], read_only: bool = False) -> ConnectionPool[Any]:
-    """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``), each
-    connection checked before it is handed out so that a restarted server costs no failed call."""
-    try:
-        pool: ConnectionPool[Any] = ConnectionPool(
-            dsn, **_pool_options(pool_config, read_only), check=ConnectionPool.check_connection, open=True
-        )
-        pool.wait(timeout=10)
-    except Exception as exc:
-        raise _unreachable(exc) from exc
-    return pool
-
-
-@contextlib.contextmanager
-def _opened(
-    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None, read_only: bool = False
-) -> Iterator[tuple[psycopg.Connection[Any] | ConnectionPool[Any], psycopg.Pipeline | None, str]]:
-    dsn = _dsn(conn_string)
-    if pool_config is not None:
-        if pipeline:
-            raise ConfigError("pipeline=True works on a single connection; drop pool_config= or pipeline=")
-        pool = _pool(dsn, pool_config, read_only)
-        try:
-            yield pool, None, dsn
-        finally:
-            pool.close()
-        return
-    conn = _connect(dsn, read_only)
-    try:
-        if pipeline:
-            with conn.pipeline() as pipe:
-                yield conn, pipe, dsn
-        else:
-            yield conn, None, dsn
-    finally:
-        conn.close()
-
-
 class PostgresStore(_PostgresBackend, SyncStore):
     """A LangGraph ``BaseStore`` on PostgreSQL with full-text, vector (pgvector HNSW or exact) and hybrid search."""
 
@@ -361,7 +278,7 @@ class PostgresStore(_PostgresBackend, SyncStore):
 
         ``read_only=True`` (for commands that only read): the session is read-only on the server, nothing
         is created, and missing tables raise :class:`~remem.errors.NotFoundError`."""
-        with _opened(conn_string, pipeline, pool_config, read_only) as (conn, pipe, dsn):
+        with opened(conn_string, pipeline, pool_config, read_only) as (conn, pipe, dsn):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
             store.read_only = read_only
@@ -372,60 +289,6 @@ class PostgresStore(_PostgresBackend, SyncStore):
             finally:
                 store.stop_ttl_sweeper(1)
                 close_idle_connections(store.lease_target)  # the memory client's thread leases
-
-
-AsyncConn = psycopg.AsyncConnection[Any]
-
-
-async def _aconnect(dsn: str, read_only: bool = False) -> AsyncConn:
-    """Async version of :func:`_connect`."""
-    try:
-        return await psycopg.AsyncConnection.connect(dsn, **_session_options(read_only))
-    except psycopg.Error as exc:
-        raise _unreachable(exc) from exc
-
-
-async def _apool(
-    dsn: str, pool_config: Mapping[str, Any], read_only: bool = False
-) -> AsyncConnectionPool[Any]:
-    """Async version of :func:`_pool`."""
-    try:
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            dsn,
-            **_pool_options(pool_config, read_only),
-            check=AsyncConnectionPool.check_connection,
-            open=False,
-        )
-        await pool.open(wait=True, timeout=10)
-    except Exception as exc:
-        raise _unreachable(exc) from exc
-    return pool
-
-
-@contextlib.asynccontextmanager
-async def _aopened(
-    conn_string: str, pipeline: bool, pool_config: Mapping[str, Any] | None, read_only: bool = False
-) -> AsyncIterator[tuple[AsyncConn | AsyncConnectionPool[Any], psycopg.AsyncPipeline | None, str]]:
-    """Async version of :func:`_opened`."""
-    dsn = _dsn(conn_string)
-    if pool_config is not None:
-        if pipeline:
-            raise ConfigError("pipeline=True works on a single connection; drop pool_config= or pipeline=")
-        pool = await _apool(dsn, pool_config, read_only)
-        try:
-            yield pool, None, dsn
-        finally:
-            await pool.close()
-        return
-    conn = await _aconnect(dsn, read_only)
-    try:
-        if pipeline:
-            async with conn.pipeline() as pipe:
-                yield conn, pipe, dsn
-        else:
-            yield conn, None, dsn
-    finally:
-        await conn.close()
 
 
 class _Cursors:
@@ -532,7 +395,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
             return
         if (self.conn.closed or self.conn.broken) and self._dsn is not None:
             # the server went away and came back: a new session (outside the pipeline it was opened with)
-            self.conn, self.apipe = await _aconnect(self._dsn, self.read_only), None
+            self.conn, self.apipe = await aconnect(self._dsn, self.read_only), None
         yield self.conn
 
     @contextlib.asynccontextmanager
@@ -635,7 +498,7 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
         **options: Any,
     ) -> AsyncIterator[AsyncPostgresStore]:
         """Async version of :meth:`PostgresStore.from_conn_string`."""
-        async with _aopened(conn_string, pipeline, pool_config, read_only) as (conn, pipe, dsn):
+        async with aopened(conn_string, pipeline, pool_config, read_only) as (conn, pipe, dsn):
             store = cls(conn, pipe=pipe, index=index, ttl=ttl, search_mode=search_mode, **options)
             store._dsn = dsn
             store.read_only = read_only
