@@ -244,7 +244,7 @@ def _limiter(options: ServerOptions) -> RateLimiter | SharedRateLimiter:
 
 def create_app(options: ServerOptions, *, settings: Settings | None = None) -> Any:
     """The ASGI app serving the database of ``options.url`` (opened at start-up, closed at shutdown)."""
-    from remem.server import _inspect, _langgraph, _v1
+    from remem.server import _inspect, _langgraph, _langgraph_store, _v1
 
     settings = settings or load_settings()
     metrics = Metrics()
@@ -333,6 +333,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
     _v1.register(app)
     _inspect.register(app)
     _langgraph.register(app)
+    _langgraph_store.register(app)
     _ui.register(app)
     mcp_server = _mount_mcp(app, holder, protect=not options.require_keys)
     return BodyLimit(app, options.max_body)

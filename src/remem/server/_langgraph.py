@@ -13,8 +13,8 @@ LangGraph's licensed server is used.
   appended with LangGraph's ``add_messages`` reducer (a message with a known id replaces it), every other key
   is replaced. A graph with other reducers should update its state through the graph (``RemoteGraph``
   runs are not served).
-- The store routes run on the tenant's store; labels under remem's own roots (``_remem``, ``tenants``)
-  are refused (422).
+- The store routes run on the tenant's store (:mod:`remem.server._langgraph_store`); labels under remem's
+  own roots (``_remem``, ``tenants``) are refused (422).
 - Runs, crons and assistants are LangGraph Platform's: they answer 501 naming what to use instead.
 """
 
@@ -24,14 +24,14 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from remem import layout
-from remem.errors import NamespaceError, NotFoundError, RememUsageError
+from remem.errors import NotFoundError, RememUsageError
 from remem.server._services import Principal, Services
 from remem.server._tenancy import checkpoint_thread, tenant_thread
 
@@ -107,40 +107,6 @@ class History(_Body):
     before: str | CheckpointRef | None = None
     metadata: dict[str, Any] | None = None
     checkpoint: CheckpointRef | None = None
-
-
-class PutItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    namespace: list[str]
-    key: str = Field(min_length=1)
-    value: dict[str, Any]
-    index: Literal[False] | list[str] | None = None
-    ttl: float | None = Field(default=None, ge=0)
-
-
-class DeleteItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    namespace: list[str]
-    key: str = Field(min_length=1)
-
-
-class SearchItems(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    namespace_prefix: list[str] = Field(default_factory=list)
-    filter: dict[str, Any] | None = None
-    limit: int = Field(default=10, ge=0, le=10_000)
-    offset: int = Field(default=0, ge=0)
-    query: str | None = Field(default=None, max_length=10_000)
-    refresh_ttl: bool | None = None
-
-
-class ListNamespaces(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    prefix: list[str] | None = None
-    suffix: list[str] | None = None
-    max_depth: int | None = Field(default=None, ge=1)
-    limit: int = Field(default=100, ge=0, le=10_000)
-    offset: int = Field(default=0, ge=0)
 
 
 # ----------------------------------------------------------------------------- JSON
@@ -483,91 +449,6 @@ def history(request: Request, thread_id: str, body: History) -> Any:
     return [threads.state(thread_id, tup) for tup in found]
 
 
-# ----------------------------------------------------------------------------- store
-
-
-def _store(request: Request) -> Any:
-    principal: Principal = request.state.principal
-    services: Services = request.app.state.services
-    return services.store_for(principal.tenant)
-
-
-def _own(namespace: list[str] | tuple[str, ...], field: str) -> tuple[str, ...]:
-    ns = tuple(namespace)
-    if ns and ns[0] in RESERVED_ROOTS:
-        raise NamespaceError(f"{field}: the root label {ns[0]!r} is remem's own; use another first label")
-    return ns
-
-
-def _item(item: Any) -> dict[str, Any]:
-    found = {
-        "namespace": list(item.namespace),
-        "key": item.key,
-        "value": to_json(item.value),
-        "created_at": item.created_at.isoformat(),
-        "updated_at": item.updated_at.isoformat(),
-    }
-    if hasattr(item, "score"):
-        found["score"] = item.score
-    return found
-
-
-@router.put("/store/items", status_code=204)
-def put_item(request: Request, body: PutItem) -> Response:
-    kwargs: dict[str, Any] = {"index": body.index}
-    if body.ttl is not None:  # minutes, as LangGraph's stores take it; left out: the store's default
-        kwargs["ttl"] = body.ttl
-    _store(request).put(_own(body.namespace, "namespace"), body.key, body.value, **kwargs)
-    return Response(status_code=204)
-
-
-@router.get("/store/items")
-def get_item(
-    request: Request,
-    key: Annotated[str, Query(min_length=1)],
-    namespace: str = "",
-    refresh_ttl: bool | None = None,
-) -> Any:
-    ns = _own(tuple(namespace.split(".")) if namespace else (), "namespace")
-    item = _store(request).get(ns, key, refresh_ttl=refresh_ttl)
-    if item is None:
-        raise NotFoundError(f"there is no item {key!r} in {namespace!r}")
-    return _item(item)
-
-
-@router.delete("/store/items", status_code=204)
-def delete_item(request: Request, body: DeleteItem) -> Response:
-    _store(request).delete(_own(body.namespace, "namespace"), body.key)
-    return Response(status_code=204)
-
-
-@router.post("/store/items/search")
-def search_items(request: Request, body: SearchItems) -> dict[str, Any]:
-    prefix = _own(body.namespace_prefix, "namespace_prefix")
-    hits = _store(request).search(
-        prefix,
-        query=body.query,
-        filter=body.filter,
-        limit=body.limit,
-        offset=body.offset,
-        refresh_ttl=body.refresh_ttl,
-    )
-    return {"items": [_item(h) for h in hits if not (h.namespace and h.namespace[0] in RESERVED_ROOTS)]}
-
-
-@router.post("/store/namespaces")
-def list_namespaces(request: Request, body: ListNamespaces) -> dict[str, Any]:
-    prefix = _own(body.prefix, "prefix") if body.prefix else None
-    found = _store(request).list_namespaces(
-        prefix=prefix,
-        suffix=tuple(body.suffix) if body.suffix else None,
-        max_depth=body.max_depth,
-        limit=body.limit,
-        offset=body.offset,
-    )
-    return {"namespaces": [list(ns) for ns in found if not (ns and ns[0] in RESERVED_ROOTS)]}
-
-
 # ----------------------------------------------------------------------------- outside remem's scope
 
 _NOT_SERVED = {
@@ -606,14 +487,7 @@ def _add_not_served(app: FastAPI) -> None:
     app.add_api_route("/threads/{thread_id}/stream", thread_runs, methods=methods, include_in_schema=False)
 
 
-async def _invalid_namespace(request: Request, exc: Exception) -> JSONResponse:
-    """LangGraph's own label check (``BaseStore.put``/``search``/...) refused a namespace: a 422."""
-    return JSONResponse({"detail": f"namespace: {exc}", "error": "NamespaceError"}, status_code=422)
-
-
 def register(app: FastAPI) -> None:
-    from langgraph.store.base import InvalidNamespaceError
-
+    """The thread routes, and the answers for what is not served (the store's are :mod:`._langgraph_store`)."""
     app.include_router(router)
-    app.add_exception_handler(InvalidNamespaceError, _invalid_namespace)
     _add_not_served(app)
