@@ -56,13 +56,18 @@ def _rows_left(kind: str, target: str) -> dict[str, int]:
     return counts
 
 
-def _erasing_model(url: str, out: Path, children: list[Any]) -> ScriptedChatModel:
+def _erasing_model(url: str, out: Path, children: list[Any], wait: float = 5) -> ScriptedChatModel:
+    """A model that erases the thread's user while the turn's model call runs, waiting ``wait`` seconds for
+    the erasure: a turn holds the thread's lease, so its erasure waits for the turn (before the fence it
+    was done within 5 s); a bare invoke holds none, so the erasure finishes during the call, however long
+    a loaded machine takes to start the process."""
+
     def reply(messages: Any) -> str:
         if messages[-1].text == "the second secret":  # the turn has read the thread: erase it now
             child = context().Process(target=erase_worker, args=(url, "maya", str(out)))
             child.start()
             children.append(child)
-            child.join(5)  # before the fix it was done by now; with the fence it waits for the lease
+            child.join(wait)
         return "reply to " + messages[-1].text
 
     return ScriptedChatModel(default=reply)
@@ -93,7 +98,7 @@ def test_a_bare_invoke_in_flight_is_refused_after_the_erasure(
     target, url = _where(kind, tmp_path, request)
     out, children = tmp_path / "erased.json", []
     with open_saver(kind, target) as saver:
-        agent = agent_for(saver, model=_erasing_model(url, out, children))
+        agent = agent_for(saver, model=_erasing_model(url, out, children, wait=120))
         agent.invoke({"messages": [HumanMessage("the first secret")]}, CONFIG)
         with pytest.raises(ThreadBusyError, match="deleted or erased while this run was under way"):
             agent.invoke({"messages": [HumanMessage("the second secret")]}, CONFIG)
@@ -123,7 +128,7 @@ async def test_an_async_bare_invoke_in_flight_leaves_no_pending_write_after_the_
     target, url = _where(kind, tmp_path, request)
     out, children = tmp_path / "erased.json", []
     async with _open_async_saver(kind, target) as saver:
-        agent = agent_for(saver, model=_erasing_model(url, out, children))
+        agent = agent_for(saver, model=_erasing_model(url, out, children, wait=120))
         await agent.ainvoke({"messages": [HumanMessage("the first secret")]}, CONFIG)
         with pytest.raises(ThreadBusyError, match="deleted or erased while this run was under way"):
             await agent.ainvoke({"messages": [HumanMessage("the second secret")]}, CONFIG)
