@@ -9,7 +9,7 @@ matches); this module says what a user's, a thread's or a namespace's data is, i
   U is named as an item's ``user_id``; one shared with another user keeps the other's items);
 - a **thread** T: ``("threads", T, ...)``, its extraction state and listing, and the memories extracted
   from it (items under ``("users",)`` whose ``thread_id`` is T);
-- a **namespace**: everything under it.
+- a **namespace**: everything under it, and the listings of the threads whose metadata it holds.
 
 The memory client's thread records (``("threads", T, "meta")`` naming U) are read here too, through the
 store's public search: they tell an erasure whose checkpoints go (:func:`threads_of_user`).
@@ -132,9 +132,20 @@ def store_scope(
         )
     else:
         ns = tuple(namespace.split(".")) if isinstance(namespace, str) else tuple(namespace or ())
-        scope = StoreScope([ns], [], "namespace " + ".".join(ns))
+        scope = StoreScope([ns, *_listings_of(ns)], [], "namespace " + ".".join(ns))
     check_delete(scope.prefixes, (), scope.matching)
     return scope
+
+
+def _listings_of(ns: Namespace) -> list[Namespace]:
+    """The thread listings a namespace's erasure takes with it: those of the threads whose metadata it
+    holds (a listing is a copy of that metadata)."""
+    if threads_root()[: len(ns)] == ns:  # the threads' root or above it: every thread
+        return [thread_listings_root()]
+    thread = thread_id_of(ns)
+    if thread is not None and thread_meta(thread)[: len(ns)] == ns:
+        return [thread_listing(thread)]
+    return []
 
 
 # ---------------------------------------------------------------- reads: the user's threads
