@@ -259,9 +259,13 @@ def test_random_kills_then_a_rerun_finishes(tmp_path: Path) -> None:
         child.send_signal(signal.SIGKILL)
         child.communicate(timeout=60)
 
+    # A kill before the journal's entry was written left nothing started (a loaded machine may kill all
+    # three that early): then the next erasure does it all. An entry a kill left open is finished here.
+    left_open = unfinished_erasures(seeded.url)
     finish_erasures(seeded.url)
 
-    assert erase(seeded.url, user_id="alice").removed == 0  # whatever the kills left, it is all done
+    removed = erase(seeded.url, user_id="alice").removed
+    assert removed == 0 or not left_open  # whatever the kills left, it is all done
     with checkpointer_from_url(seeded.url) as saver:
         assert list_threads(saver) == ["t-bob"]
     with open_store(seeded.url) as store:
