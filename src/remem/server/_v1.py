@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from remem import layout
-from remem.errors import InvalidMessagesError, NotFoundError, RememUsageError
+from remem.errors import InvalidMessagesError, RememUsageError
 from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory, ThreadInfo
+from remem.server._listings import listings_of, thread_id_page, unlisted_info
 from remem.server._services import Principal, Services
 from remem.server._tenancy import checkpoint_thread
 
@@ -158,27 +158,12 @@ def _message_dicts(messages: list[MessageIn]) -> list[dict[str, Any]]:
 
 
 def thread_infos(memory: Memory, limit: int, offset: int) -> list[ThreadInfo]:
-    """The threads of the memory's store, by id, one page."""
-    from langgraph.store.base import ListNamespacesOp, MatchCondition
-
-    op = ListNamespacesOp(
-        match_conditions=(
-            MatchCondition("prefix", layout.threads_root()),
-            MatchCondition("suffix", ("meta",)),
-        ),
-        max_depth=3,
-        limit=limit,
-        offset=offset,
-    )
-    spaces: Any = memory.store.batch([op])[0]
-    ids = sorted(layout.unescape_label(ns[1]) for ns in spaces if len(ns) == 3)
-    found = []
-    for thread_id in ids:
-        try:
-            found.append(memory.get_thread(thread_id).info())
-        except (NotFoundError, RememUsageError):
-            continue
-    return found
+    """The threads of the memory's store, by id, one page: its ids in one listing of namespaces, their
+    listings in one batch (a thread written before listings were kept is read alone)."""
+    ids = sorted(thread_id_page(memory, limit, offset))
+    listed = listings_of(memory, ids)
+    infos = (listed.get(thread_id) or unlisted_info(memory, thread_id) for thread_id in ids)
+    return [info for info in infos if info is not None]
 
 
 # ----------------------------------------------------------------------------- threads and messages

@@ -9,7 +9,6 @@ another tenant's rows. Pages of messages read only the page
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -17,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remem import layout
-from remem.errors import NotFoundError, RememUsageError
+from remem.errors import NotFoundError
 from remem.memory import Memory, ThreadInfo
 from remem.memory._card import ContextCard
 from remem.memory._effects import SUMMARY_NODE
+from remem.server._listings import all_listings, thread_id_page, unlisted_info
 from remem.server._services import Services
 from remem.server._tenancy import checkpoint_thread, tenant_thread
 from remem.usage import Totals
@@ -63,59 +63,22 @@ def _ledger(services: Services) -> Any:
 
 
 def _thread_ids(memory: Memory) -> Iterator[str]:
-    from langgraph.store.base import ListNamespacesOp, MatchCondition
-
     offset = 0
     while offset < MAX_THREADS:
-        op = ListNamespacesOp(
-            match_conditions=(
-                MatchCondition("prefix", layout.threads_root()),
-                MatchCondition("suffix", ("meta",)),
-            ),
-            max_depth=3,
-            limit=1000,
-            offset=offset,
-        )
-        spaces: Any = memory.store.batch([op])[0]
-        for ns in spaces:
-            if len(ns) == 3:
-                yield layout.unescape_label(ns[1])
-        if len(spaces) < 1000:
-            return
-        offset += 1000
-
-
-def _listed(memory: Memory) -> Iterator[ThreadInfo]:
-    """The threads' listings (:func:`remem.layout.thread_listing`): a search per thousand threads."""
-    offset = 0
-    while offset < MAX_THREADS:
-        page = memory.store.search(layout.thread_listings_root(), limit=1000, offset=offset)
-        for item in page:
-            if item.key == layout.THREAD_META_KEY and "thread_id" in item.value:
-                yield ThreadInfo.from_value(item.value)
+        page = thread_id_page(memory, 1000, offset)
+        yield from page
         if len(page) < 1000:
             return
         offset += 1000
 
 
-def _unlisted(memory: Memory, listed: set[str]) -> Iterator[ThreadInfo]:
-    """Threads written before listings were kept, read one by one (with their last message)."""
-    for thread_id in _thread_ids(memory):
-        if thread_id in listed:
-            continue
-        try:
-            thread = memory.get_thread(thread_id)
-            info = thread.info()
-            last = thread.messages(last=1)
-        except (NotFoundError, RememUsageError):
-            continue
-        yield dataclasses.replace(info, last_activity=last[-1].timestamp if last else "")
-
-
 def thread_infos(memory: Memory) -> list[ThreadInfo]:
-    """Every thread of the memory's store (up to :data:`MAX_THREADS`) as its listing holds it."""
-    infos = {info.thread_id: info for info in _listed(memory)}
-    infos.update((info.thread_id, info) for info in _unlisted(memory, set(infos)))
+    """Every thread of the memory's store (up to :data:`MAX_THREADS`) as its listing holds it (threads
+    written before listings were kept read alone)."""
+    infos = {info.thread_id: info for info in all_listings(memory, MAX_THREADS)}
+    for thread_id in _thread_ids(memory):
+        if thread_id not in infos and (info := unlisted_info(memory, thread_id)) is not None:
+            infos[thread_id] = info
     return list(infos.values())
 
 
