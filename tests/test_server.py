@@ -438,3 +438,35 @@ def test_bad_json_hostile_labels_and_wrong_query_types_are_4xx(served: Served) -
     assert c.post("/v1/forget", json={}).status_code == 422
     null_byte = c.post("/v1/search", json={"query": "q", "user_id": "u\x00v"})
     assert null_byte.status_code == 422 and "user_id" in null_byte.json()["detail"]
+
+
+def test_forget_a_tenants_thread_takes_its_extraction_state_and_extracted_memories(served: Served) -> None:
+    from tests.tenant_data import extract, of_thread
+
+    a, b = client(served.main, served.keys.a), client(served.main, served.keys.b)
+    for c, tenant in ((a, "a"), (b, "b")):
+        assert add(c, "wiped", ("w1", "user", "hello"), user="wendy").status_code == 200
+        extract(served.db, tenant, "wiped", "wendy", f"{tenant}: the user keeps bees.")
+    before = of_thread(served.db, "a", "wiped")
+    assert any(ns[2:4] == ("_remem", "extraction") for ns, _ in before)  # its extraction state
+    assert any(ns[2] == "users" for ns, _ in before)  # the memory extracted from it
+    kept = of_thread(served.db, "b", "wiped")
+    assert a.post("/v1/forget", json={"thread_id": "wiped"}).status_code == 200
+    assert of_thread(served.db, "a", "wiped") == []
+    assert of_thread(served.db, "b", "wiped") == kept  # another tenant's thread of the same id is untouched
+
+
+def test_forget_a_tenants_user_takes_every_item_naming_them(served: Served) -> None:
+    from tests.tenant_data import extract, of_user
+
+    a, b = client(served.main, served.keys.a), client(served.main, served.keys.b)
+    for c, tenant in ((a, "a"), (b, "b")):
+        # a thread otto opened, in which wanda's turn was extracted: its turn index and state name wanda
+        assert add(c, "otto-desk", ("o1", "user", "hi"), user="otto").status_code == 200
+        extract(served.db, tenant, "otto-desk", "wanda", f"{tenant}: the user is allergic to nuts.")
+    assert len(of_user(served.db, "a", "wanda")) >= 3
+    kept = of_user(served.db, "b", "wanda")
+    assert a.post("/v1/forget", json={"user_id": "wanda"}).status_code == 200
+    assert of_user(served.db, "a", "wanda") == []
+    assert of_user(served.db, "b", "wanda") == kept
+    assert a.get("/v1/threads/otto-desk").status_code == 200  # otto's thread keeps what is otto's

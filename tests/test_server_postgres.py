@@ -22,13 +22,18 @@ pytest.importorskip("fastapi")
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[Server, str, str]]:
-    for url in _fresh_database(POSTGRES_URL):
-        with open_store(url) as store:
-            a, _ = create_key(store, tenant="a")
-            b, _ = create_key(store, tenant="b")
-        with running_server(url, ["--workers", "2", "--rate-limit", "0"]) as server:
-            yield server, a, b
+def served_db() -> Iterator[str]:
+    """The fresh database ``served`` serves."""
+    yield from _fresh_database(POSTGRES_URL)
+
+
+@pytest.fixture(scope="module")
+def served(served_db: str) -> Iterator[tuple[Server, str, str]]:
+    with open_store(served_db) as store:
+        a, _ = create_key(store, tenant="a")
+        b, _ = create_key(store, tenant="b")
+    with running_server(served_db, ["--workers", "2", "--rate-limit", "0"]) as server:
+        yield server, a, b
 
 
 @pytest.mark.postgres
@@ -367,3 +372,24 @@ def test_one_worker_serves_a_request_while_another_waits_in_the_database(pg_url:
         holder.rollback()
         assert put.result(timeout=60).status_code == 204
         assert c.get("/store/items", params={"namespace": "a", "key": "held"}).json()["value"] == {"v": 2}
+
+
+@pytest.mark.postgres
+def test_forget_a_tenants_thread_leaves_nothing_of_it_on_postgres(
+    served: tuple[Server, str, str], served_db: str
+) -> None:
+    from tests.tenant_data import extract, of_thread
+
+    server, a, b = served
+    for key, tenant in ((a, "a"), (b, "b")):
+        with httpx.Client(base_url=server.url, headers={"X-Api-Key": key}, timeout=60) as c:
+            body = {"messages": [{"id": "w1", "role": "user", "content": "hello"}], "user_id": "wendy"}
+            assert c.post("/v1/threads/wiped/messages", json=body).status_code == 200
+        extract(served_db, tenant, "wiped", "wendy", f"{tenant}: the user keeps bees.")
+    assert any(ns[2:4] == ("_remem", "extraction") for ns, _ in of_thread(served_db, "a", "wiped"))
+    kept = of_thread(served_db, "b", "wiped")
+    with httpx.Client(base_url=server.url, headers={"X-Api-Key": a}, timeout=60) as c:
+        answer = c.post("/v1/forget", json={"thread_id": "wiped"})
+    assert answer.status_code == 200, answer.text
+    assert of_thread(served_db, "a", "wiped") == []
+    assert of_thread(served_db, "b", "wiped") == kept

@@ -29,7 +29,9 @@ again so that no two ids share a label.
 
 Tenants: every namespace is built by :func:`namespace`, which puts it under ``("tenants", tenant)``
 when a tenant is given. Without one (the default) the namespaces are exactly the ones above, byte for
-byte, so databases written before tenants existed keep working.
+byte, so databases written before tenants existed keep working. Where an id is not a namespace (the
+checkpointer's thread ids, the usage ledger's thread and user ids), a tenant's id is ``tenants:T:<id>``
+(:func:`tenant_id`, read back by :func:`id_of_tenant`).
 
 Tables (SQL) are named in :data:`TABLES`: the checkpointer's, the store's, the erasure journal and
 registry, the one migration record (``remem_schema``), the version tables it replaces and the usage
@@ -75,9 +77,11 @@ __all__ = [
     "escape_label",
     "extraction_root",
     "extraction_state",
+    "id_of_tenant",
     "ingestions_root",
     "is_thread_messages",
     "namespace",
+    "tenant_id",
     "thread_id_of",
     "thread_listing",
     "thread_listings_root",
@@ -237,6 +241,29 @@ def namespace(*labels: str, tenant: str | None = None) -> Namespace:
     if tenant == "":
         raise ConfigError("the tenant cannot be an empty text: give its id (e.g. 'acme') or none")
     return (TENANTS_ROOT, escape_label(tenant), *labels)
+
+
+_TENANT_SEP = ":"  # not "." (an erasure makes a label of a thread id); never in a tenant name
+
+
+def tenant_id(id_: str, *, tenant: str | None = None) -> str:
+    """The checkpointer's thread id, or the usage ledger's thread or user id, of a tenant's ``id_``
+    (``id_`` itself without a tenant)."""
+    if tenant is None:
+        return id_
+    if not tenant or _TENANT_SEP in tenant:
+        raise ConfigError(
+            f"tenant {tenant!r} cannot be used: give a non-empty name without ':' (e.g. 'acme')"
+        )
+    return _TENANT_SEP.join((TENANTS_ROOT, tenant, id_))
+
+
+def id_of_tenant(stored_id: str, *, tenant: str | None = None) -> str | None:
+    """The tenant's own id of a :func:`tenant_id`, or None when it is not this tenant's."""
+    if tenant is None:
+        return stored_id
+    prefix = tenant_id("", tenant=tenant)
+    return stored_id[len(prefix) :] if stored_id.startswith(prefix) else None
 
 
 def threads_root(*, tenant: str | None = None) -> Namespace:

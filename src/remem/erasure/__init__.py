@@ -50,6 +50,11 @@ latest checkpoint's metadata has ``user_id`` U (LangGraph copies ``configurable`
 ``user_id`` there), of the threads the store took whole, and of the threads whose id matches a pattern
 registered with :func:`register_user_data`; and the namespaces registered there.
 
+A **tenant's** scope (``erase(url, thread_id=T, tenant="acme")``, what ``remem serve`` runs for a key's
+tenant) is the same scope in the tenant's slot of :mod:`remem.layout` (``("tenants", "acme", ...)``), its
+checkpoint threads and ledger ids named by :func:`remem.layout.tenant_id` (``tenants:acme:T``), and the
+tenant's ingestion journal; the registered templates below are the untenanted app's and are not used.
+
 Registration (kept in the database, so that ``remem forget`` in another process knows it): namespace
 templates are dotted prefixes with ``{user_id}`` (used by user erasures) or ``{thread_id}`` (used by thread
 erasures) standing for one whole label; thread templates are shell-style patterns (``*``, ``?``) with

@@ -15,6 +15,7 @@ from remem.erasure import _journal
 from remem.erasure._run import ErasureReport, Run, fill, plan
 from remem.erasure._scopes import store_scope
 from remem.errors import ArgumentTypeError, ConfigError, NotFoundError, RememUsageError
+from remem.layout import tenant_id
 from remem.store import RememStoreBase, open_store
 from remem.usage import forget_usage
 
@@ -22,7 +23,7 @@ __all__ = ["erase", "finish_erasures", "register_user_data", "registered_user_da
 
 
 def _scope(
-    user_id: str | None, thread_id: str | None, namespace: str | Sequence[str] | None
+    user_id: str | None, thread_id: str | None, namespace: str | Sequence[str] | None, tenant: str | None
 ) -> dict[str, Any]:
     given = [x for x in (user_id, thread_id, namespace) if x is not None]
     if len(given) != 1:
@@ -33,8 +34,12 @@ def _scope(
         scope = {"thread_id": thread_id}
     else:
         scope = {"namespace": namespace.split(".") if isinstance(namespace, str) else list(namespace or ())}
+    # absent without a tenant: an untenanted scope's journal digest is the one it always was
+    if tenant is not None:
+        tenant_id("", tenant=tenant)  # refuse a tenant no id can name
+        scope["tenant"] = tenant
     # refuse a bad label before anything is written
-    store_scope(scope.get("user_id"), scope.get("thread_id"), scope.get("namespace"))
+    store_scope(scope.get("user_id"), scope.get("thread_id"), scope.get("namespace"), tenant=tenant)
     return scope
 
 
@@ -72,14 +77,19 @@ def erase(
     thread_id: str | None = None,
     namespace: str | Sequence[str] | None = None,
     wait: float = 30.0,
+    tenant: str | None = None,
 ) -> ErasureReport:
     """Erase a user's, a thread's or a namespace's data from the database at ``url``, checkpoints included,
     then compact; an erasure of the same scope that a crash or a failure left open is finished instead.
 
+    ``tenant``: the scope as that tenant owns it (``remem serve`` with keys): the same rules in the tenant's
+    slot of :mod:`remem.layout`, its checkpoint threads and ledger ids as :func:`remem.layout.tenant_id`
+    names them. The templates of :func:`register_user_data` are the untenanted app's and are not used.
+
     ``wait`` bounds, in seconds, how long compaction waits for other connections that still read the old
     rows. Raises :class:`~remem.errors.ErasureIncompleteError` (with ``.report``) when it could not finish.
     """
-    scope = _scope(user_id, thread_id, namespace)
+    scope = _scope(user_id, thread_id, namespace, tenant)
     wait = _check_wait(wait)
     with _open(url, erasing=True) as store:
         digest = _digest(scope)

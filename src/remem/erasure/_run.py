@@ -23,7 +23,7 @@ from remem.erasure._journal import JournalEntry
 from remem.erasure._scopes import ForgetReport, delete_scope, store_scope, threads_of_user
 from remem.errors import ErasureIncompleteError, RememRuntimeError
 from remem.jobs import forget_jobs
-from remem.layout import escape_label, thread_id_of, thread_meta
+from remem.layout import escape_label, id_of_tenant, tenant_id, thread_id_of, thread_meta
 from remem.store import Compaction, RememStoreBase, Statements
 from remem.store._targets import store_lease_target
 from remem.usage import forget_usage
@@ -76,11 +76,12 @@ class ErasureReport:
 def describe(scope: dict[str, Any] | None) -> str:
     if not scope:
         return "names removed"
+    of = f" of tenant {scope['tenant']}" if "tenant" in scope else ""
     if "user_id" in scope:
-        return f"user {scope['user_id']}"
+        return f"user {scope['user_id']}{of}"
     if "thread_id" in scope:
-        return f"thread {scope['thread_id']}"
-    return "namespace " + ".".join(scope["namespace"])
+        return f"thread {scope['thread_id']}{of}"
+    return "namespace " + ".".join(scope["namespace"]) + of
 
 
 def fill(template: str, placeholder: str, value: str) -> list[str]:
@@ -90,7 +91,9 @@ def fill(template: str, placeholder: str, value: str) -> list[str]:
 
 def plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, Any]:
     """What the scope covers beyond the store's own rule: threads' checkpoints and registered namespaces."""
-    registry = store.run_statements(_journal.templates)
+    tenant = scope.get("tenant")
+    # the registered templates are the untenanted app's: a tenant's erasure covers remem's layout only
+    registry = [] if tenant is not None else store.run_statements(_journal.templates)
     threads: list[str] = []
     namespaces: list[list[str]] = []
     if "thread_id" in scope:
@@ -101,14 +104,17 @@ def plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, An
         ]
     elif "user_id" in scope:
         user = scope["user_id"]
-        found = set(threads_of_user(store, user))
+        found = set(threads_of_user(store, user, tenant=tenant))
         patterns = [t.replace("{user_id}", glob.escape(user)) for k, t in registry if k == "thread"]
         with checkpointer_from_url(url) as saver:
-            for thread in list_threads(saver):
+            for stored in list_threads(saver):
+                thread = id_of_tenant(stored, tenant=tenant)  # the tenant's own ids; another's: None
+                if thread is None:
+                    continue
                 if thread in found or any(fnmatch.fnmatchcase(thread, p) for p in patterns):
                     found.add(thread)
                     continue
-                latest = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+                latest = saver.get_tuple({"configurable": {"thread_id": stored, "checkpoint_ns": ""}})
                 if latest is not None and latest.metadata.get("user_id") == user:
                     found.add(thread)
         threads = sorted(found)
@@ -118,14 +124,14 @@ def plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, An
     return {"scope": scope, "threads": threads, "namespaces": namespaces, "counted": {}, "erased_threads": []}
 
 
-def _threads_taken_whole(report: ForgetReport) -> list[str]:
+def _threads_taken_whole(report: ForgetReport, tenant: str | None) -> list[str]:
     # A thread erased whole loses its metadata item.
-    threads = (thread_id_of(ns) for ns, _ in report.item_keys)
+    threads = (thread_id_of(ns, tenant=tenant) for ns, _ in report.item_keys)
     return sorted(
         {
             t
             for (ns, _), t in zip(report.item_keys, threads, strict=True)
-            if t is not None and ns == thread_meta(t)
+            if t is not None and ns == thread_meta(t, tenant=tenant)
         }
     )
 
@@ -148,7 +154,7 @@ def _usage_and_jobs(backend: str, user: str | None, threads: list[str]) -> State
 
 def _store_scope(scope: dict[str, Any]) -> dict[str, Any]:
     if "namespace" in scope:
-        return {"namespace": tuple(scope["namespace"])}
+        return {**scope, "namespace": tuple(scope["namespace"])}
     return dict(scope)
 
 
@@ -171,7 +177,12 @@ class Run:
         self.backend = store.dialect.name
         self.on_step = on_step
         self.scope_text = describe(entry.plan.get("scope"))
+        self.tenant: str | None = (entry.plan.get("scope") or {}).get("tenant")
         self.compaction = Compaction(False, "not reached", [])
+
+    def stored(self, ids: list[str]) -> list[str]:
+        """The checkpointer's and the ledger's ids of the scope's threads (or user)."""
+        return [tenant_id(i, tenant=self.tenant) for i in ids]
 
     def reached(self, step: str) -> None:
         if self.on_step is not None:
@@ -233,9 +244,12 @@ class Run:
         """Hold the leases of the planned threads (every checkpoint lease first, then every memory lease:
         the order a turn takes them in, so neither waits for the other in a circle)."""
         threads = self.entry.plan["threads"]
+        # a tenant's checkpoint leases are its checkpoint threads'; its memory leases its own ids (the
+        # memory client's, whose store puts the tenant's slot in namespaces only)
+        stored = self.stored(threads)
         with (
             thread_leases(
-                checkpointer_lease_target(saver), threads, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT
+                checkpointer_lease_target(saver), stored, scope="checkpoint", timeout=DEFAULT_LEASE_TIMEOUT
             ),
             thread_leases(
                 store_lease_target(self.store), threads, scope="memory", timeout=DEFAULT_LEASE_TIMEOUT
@@ -263,7 +277,7 @@ class Run:
             entry.totals[key] = entry.totals.get(key, 0) + int(getattr(report, key))
         if name == "store" and "user_id" in entry.plan["scope"]:
             known = entry.plan["threads"]
-            known += [t for t in _threads_taken_whole(report) if t not in known]
+            known += [t for t in _threads_taken_whole(report, self.tenant) if t not in known]
         entry.done.append(name)
         revision = yield from _journal.save(self.backend, entry)
         written.append((entry, revision))
@@ -273,14 +287,15 @@ class Run:
         todo = [i for i in range(len(threads)) if f"cp:{i}" not in self.entry.done]
         if not todo:
             return
-        held = _checkpoints_per_thread(saver, [threads[i] for i in todo])
+        held = _checkpoints_per_thread(saver, self.stored([threads[i] for i in todo]))
         for i in todo:
             thread = threads[i]
-            if thread in held:  # the count first: a kill after the delete must not lose it
+            (stored,) = self.stored([thread])
+            if stored in held:  # the count first: a kill after the delete must not lose it
                 entry = self.step()
-                entry.plan["counted"][str(i)] = held[thread]
+                entry.plan["counted"][str(i)] = held[stored]
                 self.save(entry)
-                saver.delete_thread(thread)
+                saver.delete_thread(stored)
             entry = self.step()
             count = int(entry.plan["counted"].get(str(i), 0))
             if count:
@@ -302,7 +317,11 @@ class Run:
         if "namespace" not in scope:
             threads = list(self.entry.plan["threads"])
             forget_in_journal(
-                self.store, user_id=scope.get("user_id"), thread_ids=threads, timeout=DEFAULT_LEASE_TIMEOUT
+                self.store,
+                user_id=scope.get("user_id"),
+                thread_ids=threads,
+                timeout=DEFAULT_LEASE_TIMEOUT,
+                tenant=self.tenant,
             )
         entry = self.step()
         entry.done.append("ingestions")
@@ -314,7 +333,9 @@ class Run:
         if "usage" in self.entry.done:
             return
         scope = self.entry.plan["scope"]
-        user, threads = scope.get("user_id"), list(self.entry.plan["threads"])
+        user, threads = scope.get("user_id"), self.stored(self.entry.plan["threads"])
+        if user is not None:
+            (user,) = self.stored([user])
         if user is None and not threads:  # a namespace: no call is recorded by namespace
             entry = self.step()
             entry.done.append("usage")

@@ -11,6 +11,10 @@ matches); this module says what a user's, a thread's or a namespace's data is, i
   from it (items under ``("users",)`` whose ``thread_id`` is T);
 - a **namespace**: everything under it, and the listings of the threads whose metadata it holds.
 
+With a ``tenant`` each of these is the same rule in the tenant's slot (``("tenants", T, ...)``, built by
+:mod:`remem.layout`'s ``tenant=``): a tenant's scope reaches nothing of another tenant's, nor of the
+untenanted data.
+
 The memory client's thread records (``("threads", T, "meta")`` naming U) are read here too, through the
 store's public search: they tell an erasure whose checkpoints go (:func:`threads_of_user`).
 """
@@ -36,6 +40,7 @@ from remem.layout import (
     user_root,
     users_root,
 )
+from remem.layout import namespace as namespace_in
 from remem.store import DeleteReport, RememStoreBase, Statements, check_delete
 
 __all__ = [
@@ -77,9 +82,9 @@ class ForgetReport:
         ]
 
     @classmethod
-    def of(cls, deleted: DeleteReport, scopes: list[str]) -> ForgetReport:
+    def of(cls, deleted: DeleteReport, scopes: list[str], tenant: str | None = None) -> ForgetReport:
         """The report of a store delete: its counts, and how many items were queued extraction work."""
-        root = extraction_root()
+        root = extraction_root(tenant=tenant)
         return cls(
             scopes=scopes,
             items=deleted.items,
@@ -94,57 +99,73 @@ class ForgetReport:
 
 @dataclass(frozen=True)
 class StoreScope:
-    """One scope as the store's delete takes it; ``user_id``: whose whole threads go too."""
+    """One scope as the store's delete takes it; ``user_id``: whose whole threads go too; ``tenant``: whose
+    slot the prefixes are in."""
 
     prefixes: list[Namespace]
     matching: list[tuple[Namespace, dict[str, str]]]
     label: str
     user_id: str | None = None
+    tenant: str | None = None
 
 
 def store_scope(
     user_id: str | None = None,
     thread_id: str | None = None,
     namespace: Sequence[str] | str | None = None,
+    *,
+    tenant: str | None = None,
 ) -> StoreScope:
-    """The prefixes and value matches of exactly one scope, checked as the store checks them."""
+    """The prefixes and value matches of exactly one scope (in ``tenant``'s slot when given), checked as
+    the store checks them."""
     given = [x for x in (user_id, thread_id, namespace) if x is not None]
     if len(given) != 1:
         raise RememUsageError("forget needs exactly one of user_id=, thread_id= or namespace=")
+    t = tenant
+    of = "" if tenant is None else f" of tenant {tenant}"
     if user_id is not None:
         check_label(user_id, "user_id")
         scope = StoreScope(
-            [user_root(user_id)],
+            [user_root(user_id, tenant=t)],
             [
-                (threads_root(), {"user_id": user_id}),
-                (extraction_root(), {"user_id": user_id}),
-                (thread_listings_root(), {"user_id": user_id}),
+                (threads_root(tenant=t), {"user_id": user_id}),
+                (extraction_root(tenant=t), {"user_id": user_id}),
+                (thread_listings_root(tenant=t), {"user_id": user_id}),
             ],
-            f"user {user_id}",
+            f"user {user_id}{of}",
             user_id,
+            t,
         )
     elif thread_id is not None:
         check_label(thread_id, "thread_id")
         scope = StoreScope(
-            [thread_root(thread_id), extraction_state(thread_id), thread_listing(thread_id)],
-            [(users_root(), {"thread_id": thread_id})],
-            f"thread {thread_id}",
+            [
+                thread_root(thread_id, tenant=t),
+                extraction_state(thread_id, tenant=t),
+                thread_listing(thread_id, tenant=t),
+            ],
+            [(users_root(tenant=t), {"thread_id": thread_id})],
+            f"thread {thread_id}{of}",
+            tenant=t,
         )
     else:
         ns = tuple(namespace.split(".")) if isinstance(namespace, str) else tuple(namespace or ())
-        scope = StoreScope([ns, *_listings_of(ns)], [], "namespace " + ".".join(ns))
+        listings = _listings_of(ns, t)
+        scope = StoreScope(
+            [namespace_in(*ns, tenant=t), *listings], [], "namespace " + ".".join(ns) + of, tenant=t
+        )
     check_delete(scope.prefixes, (), scope.matching)
     return scope
 
 
-def _listings_of(ns: Namespace) -> list[Namespace]:
+def _listings_of(ns: Namespace, tenant: str | None) -> list[Namespace]:
     """The thread listings a namespace's erasure takes with it: those of the threads whose metadata it
-    holds (a listing is a copy of that metadata)."""
+    holds (a listing is a copy of that metadata); ``ns`` and the listings in ``tenant``'s slot."""
     if threads_root()[: len(ns)] == ns:  # the threads' root or above it: every thread
-        return [thread_listings_root()]
+        return [thread_listings_root(tenant=tenant)]
     thread = thread_id_of(ns)
     if thread is not None and thread_meta(thread)[: len(ns)] == ns:
-        return [thread_listing(thread)]
+        return [thread_listing(thread, tenant=tenant)]
     return []
 
 
@@ -178,9 +199,9 @@ async def _apages(
         offset += _PAGE
 
 
-def _named(items: Sequence[Any]) -> dict[Namespace, None]:
-    """The threads (``("threads", T)``) holding these items."""
-    root = threads_root()
+def _named(items: Sequence[Any], tenant: str | None) -> dict[Namespace, None]:
+    """The threads (``("threads", T)``, in ``tenant``'s slot) holding these items."""
+    root = threads_root(tenant=tenant)
     return {tuple(i.namespace[: len(root) + 1]): None for i in items if len(i.namespace) > len(root)}
 
 
@@ -189,43 +210,47 @@ def _alone(user_id: str, items: Sequence[Any]) -> bool:
     return {i.value.get("user_id") for i in items} - {None} == {user_id}
 
 
-def _meta_threads(user_id: str, items: Sequence[Any]) -> list[str]:
+def _meta_threads(items: Sequence[Any], tenant: str | None) -> list[str]:
     found = set()
     for item in items:
-        thread = thread_id_of(tuple(item.namespace))
+        thread = thread_id_of(tuple(item.namespace), tenant=tenant)
         if (
             thread is not None
-            and tuple(item.namespace) == thread_meta(thread)
+            and tuple(item.namespace) == thread_meta(thread, tenant=tenant)
             and item.key == THREAD_META_KEY
         ):
             found.add(thread)
     return sorted(found)
 
 
-def threads_of_user(store: RememStoreBase, user_id: str) -> list[str]:
-    """Threads whose memory-client record (``("threads", T, "meta")``) names ``user_id`` as their user."""
-    return _meta_threads(user_id, list(_pages(store, threads_root(), {"user_id": user_id})))
+def threads_of_user(store: RememStoreBase, user_id: str, *, tenant: str | None = None) -> list[str]:
+    """Threads whose memory-client record (``("threads", T, "meta")``, in ``tenant``'s slot) names
+    ``user_id`` as their user."""
+    return _meta_threads(list(_pages(store, threads_root(tenant=tenant), {"user_id": user_id})), tenant)
 
 
-def _with_listings(threads: list[Namespace]) -> list[Namespace]:
+def _with_listings(threads: list[Namespace], tenant: str | None) -> list[Namespace]:
     """The prefixes of threads taken whole, and of their listings (which may name no user)."""
-    ids = (thread_id_of(t) for t in threads)
-    return [*threads, *(thread_listing(t) for t in ids if t is not None)]
+    ids = (thread_id_of(t, tenant=tenant) for t in threads)
+    return [*threads, *(thread_listing(t, tenant=tenant) for t in ids if t is not None)]
 
 
 def _whole_threads(store: RememStoreBase, scope: StoreScope) -> list[Namespace]:
     if scope.user_id is None:
         return []
-    named = _named(list(_pages(store, threads_root(), {"user_id": scope.user_id})))
-    return _with_listings([t for t in named if _alone(scope.user_id, list(_pages(store, t, None)))])
+    root = threads_root(tenant=scope.tenant)
+    named = _named(list(_pages(store, root, {"user_id": scope.user_id})), scope.tenant)
+    alone = [t for t in named if _alone(scope.user_id, list(_pages(store, t, None)))]
+    return _with_listings(alone, scope.tenant)
 
 
 async def _awhole_threads(store: RememStoreBase, scope: StoreScope) -> list[Namespace]:
     if scope.user_id is None:
         return []
-    named = _named([i async for i in _apages(store, threads_root(), {"user_id": scope.user_id})])
+    root = threads_root(tenant=scope.tenant)
+    named = _named([i async for i in _apages(store, root, {"user_id": scope.user_id})], scope.tenant)
     alone = [t for t in named if _alone(scope.user_id, [i async for i in _apages(store, t, None)])]
-    return _with_listings(alone)
+    return _with_listings(alone, scope.tenant)
 
 
 # ---------------------------------------------------------------- deleting a scope
@@ -244,9 +269,9 @@ def delete_scope(
         [*scope.prefixes, *whole],
         matching=scope.matching,
         compact=compact,
-        then=None if then is None else (lambda d: then(ForgetReport.of(d, [scope.label]))),
+        then=None if then is None else (lambda d: then(ForgetReport.of(d, [scope.label], scope.tenant))),
     )
-    return ForgetReport.of(deleted, [scope.label])
+    return ForgetReport.of(deleted, [scope.label], scope.tenant)
 
 
 def forget(

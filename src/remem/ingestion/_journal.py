@@ -103,8 +103,8 @@ class UndoReport:
         ]
 
 
-def _put_entry(entry: IngestionEntry) -> PutOp:
-    return PutOp(ingestions_root(), entry.id, entry.to_value(), index=False)
+def _put_entry(entry: IngestionEntry, root: tuple[str, ...] = ingestions_root()) -> PutOp:
+    return PutOp(root, entry.id, entry.to_value(), index=False)
 
 
 def _all(store: BaseStore, namespace: tuple[str, ...]) -> list[Item]:
@@ -160,30 +160,36 @@ def _without(entry: IngestionEntry, user_id: str | None, thread_ids: set[str]) -
 
 
 def forget_in_journal(
-    store: BaseStore, *, user_id: str | None, thread_ids: Sequence[str], timeout: float
+    store: BaseStore,
+    *,
+    user_id: str | None,
+    thread_ids: Sequence[str],
+    timeout: float,
+    tenant: str | None = None,
 ) -> int:
     """Remove every mention of an erased user and of erased threads from the ingestion journal (called by
     :mod:`remem.erasure`, so no id of theirs outlives an erasure there); an entry that names no thread and
     no user any more is deleted. Each entry is rewritten under its ingestion's lease (the one an undo
     holds), so an undo in flight cannot write the ids back. Running it again changes nothing. Returns how
-    many entries changed."""
+    many entries changed. ``tenant``: the journal in that tenant's slot (``store`` being the shared one)."""
     threads = set(thread_ids)
+    root = ingestions_root(tenant=tenant)
     changed = 0
-    for item in _all(store, ingestions_root()):
+    for item in _all(store, root):
         entry = IngestionEntry.from_value(item.value)
         if user_id not in entry.users and not threads & set(entry.threads):
             continue
         with thread_lease(
             store_lease_target(store), f"_remem ingestion {entry.id}", scope="memory", timeout=timeout
         ):
-            current = store.get(ingestions_root(), entry.id)
+            current = store.get(root, entry.id)
             if current is None:
                 continue
             kept = _without(IngestionEntry.from_value(current.value), user_id, threads)
             if kept.threads or kept.users:
-                store.batch([_put_entry(kept)])
+                store.batch([_put_entry(kept, root)])
             else:
-                store.delete(ingestions_root(), entry.id)
+                store.delete(root, entry.id)
             changed += 1
     return changed
 

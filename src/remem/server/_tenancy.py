@@ -52,7 +52,6 @@ __all__ = [
 ]
 
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-_SEP = ":"  # not "." (a store label cannot hold it, and erasure makes one of a thread id); never in a tenant
 
 
 def check_tenant(tenant: str) -> str:
@@ -66,18 +65,14 @@ def check_tenant(tenant: str) -> str:
 
 
 def checkpoint_thread(thread_id: str, tenant: str | None) -> str:
-    """The checkpointer's (and usage ledger's) thread id of a tenant's ``thread_id``."""
-    if tenant is None:
-        return thread_id
-    return _SEP.join((layout.TENANTS_ROOT, tenant, thread_id))
+    """The checkpointer's (and usage ledger's) thread id of a tenant's ``thread_id``
+    (:func:`remem.layout.tenant_id`, the rule the erasure of a tenant's data uses too)."""
+    return layout.tenant_id(thread_id, tenant=tenant)
 
 
 def tenant_thread(stored_id: str, tenant: str | None) -> str | None:
     """The tenant's own id of a checkpointer thread id, or None when it is not this tenant's."""
-    if tenant is None:
-        return stored_id
-    prefix = f"{layout.TENANTS_ROOT}{_SEP}{tenant}{_SEP}"
-    return stored_id[len(prefix) :] if stored_id.startswith(prefix) else None
+    return layout.id_of_tenant(stored_id, tenant=tenant)
 
 
 class TenantStore(BaseStore):
