@@ -155,3 +155,25 @@ def test_registered_namespaces_and_thread_patterns(tmp_path: Path) -> None:
     missing = runner.invoke(main, ["forget", "--db", f"sqlite:///{tmp_path / 'nope.db'}"])
     assert missing.exit_code != 0 and "no database at" in missing.output
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_a_tenants_erasure_takes_that_tenants_checkpoints_only(tmp_path: Path) -> None:
+    from remem.layout import tenant_id
+    from remem.server._tenancy import TenantStore
+    from remem.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'remem.db'}"
+    for tenant in ("a", "b", None):
+        talk(url, tenant_id("t1", tenant=tenant), f"{tenant}: my locker code is {SECRET}.")
+        with open_store(url) as store:
+            scoped = store if tenant is None else TenantStore(store, tenant)
+            Memory(scoped).thread("t1", user_id="alice").add_messages([{"role": "user", "content": "hi"}])
+
+    report = erase(url, user_id="alice", tenant="a")  # found by the tenant's thread record
+
+    assert report.checkpoint_threads == ["t1"] and report.scope == "user alice of tenant a"
+    with checkpointer_from_url(url) as saver:
+        assert sorted(list_threads(saver)) == ["t1", "tenants:b:t1"]
+    assert erase(url, thread_id="t1", tenant="b").checkpoint_threads == ["t1"]
+    with checkpointer_from_url(url) as saver:
+        assert list_threads(saver) == ["t1"]  # the untenanted thread of the same id is left
