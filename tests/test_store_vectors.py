@@ -137,3 +137,73 @@ def test_vector_search_with_no_vector_stored_finds_nothing(make_store: Any) -> N
     assert store.search(("docs",), query="green tea") == []
     assert [it.key for it in store.search(("docs",))] == ["plain"]
     assert make_store(index=index, search_mode="vector").search(("docs",), query="green tea") == []
+
+
+def _brute(model: dict[int, list[Any]], query: Any, k: int, only: set[int] | None = None) -> list[int]:
+    best = {
+        item: max(float(v @ query) for v in rows)
+        for item, rows in model.items()
+        if rows and (only is None or item in only)
+    }
+    return sorted(best, key=lambda i: (-best[i], i))[:k]
+
+
+def test_matrix_item_rows_follow_adds_removals_and_readds() -> None:
+    """Finding an item's rows (removal, a search by item ids) through the NumPy item index: rows appended
+    since it was sorted are scanned, more than a few thousand sort it again; an item removed and put again
+    has only its new rows. Checked against a brute-force model over random steps."""
+    rng = np.random.default_rng(3)
+    matrix = VectorMatrix(16)
+    model: dict[int, list[Any]] = {}
+    for step in range(40):
+        count = int(rng.integers(1, 3000 if step % 7 == 0 else 300))  # now and then past the re-sort
+        items = rng.integers(0, 4000, size=count).astype(np.int64)
+        vecs = rng.standard_normal((count, 16)).astype(np.float32)
+        matrix.add(items, items % 5, vecs)
+        for item, vec in zip(items.tolist(), vecs, strict=True):
+            model.setdefault(item, []).append(vec)
+        gone = rng.integers(0, 4000, size=int(rng.integers(0, 200))).tolist()
+        matrix.remove(gone)
+        for item in gone:
+            model.pop(item, None)
+        query = rng.standard_normal(16).astype(np.float32)
+        asked = set(rng.integers(0, 4000, size=50).tolist())
+        # an item scores its best row (exact, unnormalised vectors: compare by item only)
+        got = [i for i, _ in matrix.search(query / np.linalg.norm(query), 10, item_ids=asked)]
+        normed = {i: [v / np.linalg.norm(v) for v in rows] for i, rows in model.items()}
+        assert got == _brute(normed, query / np.linalg.norm(query), 10, asked)
+        assert len(matrix) == sum(len(rows) for rows in model.values())
+
+
+def test_sqlite_matrix_loads_a_page_at_a_time(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store opened on a file loads its vectors ``LOAD_PAGE`` rows per statement (never the whole
+    table's rows at once on top of the matrix), and searches as a store that loaded them in one page."""
+    from remem.store import SqliteStore
+    from remem.store import sqlite as sqlite_module
+
+    index = {"dims": 16, "embed": FakeEmbedder(16, seed=4), "fields": ["text"]}
+    path = tmp_path / "v.db"
+    texts = _texts(53, 11)
+    with SqliteStore.from_conn_string(path, index=index) as store:
+        store.batch([_put(("docs", f"n{i % 3}"), f"d{i}", {"text": t}) for i, t in enumerate(texts)])
+
+    def hits(page: int) -> tuple[list[list[str]], list[int]]:
+        monkeypatch.setattr(sqlite_module, "LOAD_PAGE", page)
+        read: list[int] = []
+        with SqliteStore.from_conn_string(path, index=index, search_mode="vector") as store:
+            run = store._execute
+
+            def counting(request: Any) -> Any:
+                rows = run(request)
+                if "embedding FROM remem_vectors" in request.sql:
+                    read.append(len(rows))
+                return rows
+
+            monkeypatch.setattr(store, "_execute", counting)
+            found = [[h.key for h in store.search(("docs",), query=q, limit=8)] for q in _texts(6, 12)]
+        return found, read
+
+    paged, read = hits(5)
+    whole, once = hits(10_000)
+    assert paged == whole
+    assert max(read) <= 5 and sum(read) == sum(once) == 53 and len(once) == 1

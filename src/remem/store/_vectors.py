@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 _FEW_NAMESPACES = 64  # up to this many namespaces, gather their indexed rows; past it, mask the matrix
+_UNINDEXED_ROWS = 4096  # rows appended since the item index was sorted, scanned before it is sorted again
 
 DISTANCES = ("cosine", "inner_product", "l2")
 """LangGraph's ``index["distance_type"]`` values; a hit's score is the similarity stock stores report:
@@ -76,19 +77,25 @@ def top_items(
 
 
 class VectorMatrix:
-    def __init__(self, dims: int, exact_below: int = 20_000, metric: str = "cosine") -> None:
+    def __init__(
+        self, dims: int, exact_below: int = 20_000, metric: str = "cosine", capacity: int = 1024
+    ) -> None:
         self.dims = dims
         self.exact_below = exact_below
         self.metric = metric
-        self._norms = np.zeros(1024, dtype=np.float32)
+        capacity = max(capacity, 1)  # a load that knows its size allocates once, never copies to grow
+        self._norms = np.zeros(capacity, dtype=np.float32)
         self._words = (dims + 63) // 64
-        self._bits = np.zeros((1024, self._words), dtype=np.uint64)
-        self._vecs = np.zeros((1024, dims), dtype=np.float32)
-        self._items = np.zeros(1024, dtype=np.int64)
-        self._ns = np.zeros(1024, dtype=np.int64)
-        self._alive = np.zeros(1024, dtype=bool)
+        self._bits = np.zeros((capacity, self._words), dtype=np.uint64)
+        self._vecs = np.zeros((capacity, dims), dtype=np.float32)
+        self._items = np.zeros(capacity, dtype=np.int64)
+        self._ns = np.zeros(capacity, dtype=np.int64)
+        self._alive = np.zeros(capacity, dtype=bool)
         self._n = 0
-        self._rows: dict[int, list[int]] = {}
+        # The rows' item ids sorted (and their rows in that order), for finding an item's rows: built in
+        # NumPy when first needed, rows appended after it are scanned (see _rows_of); no Python object a row.
+        self._by_item = np.zeros(0, dtype=np.int64)
+        self._sorted_items = np.zeros(0, dtype=np.int64)
         self._ns_rows: dict[int, list[int]] = {}  # namespace id -> its row positions, ascending
         self._ns_arrays: dict[int, npt.NDArray[np.int64]] = {}  # the same as arrays, built when searched
         self._dead = 0
@@ -123,12 +130,32 @@ class VectorMatrix:
         self._items[start:end] = item_ids
         self._ns[start:end] = ns_ids
         self._alive[start:end] = True
-        for offset, item_id in enumerate(item_ids.tolist()):
-            self._rows.setdefault(item_id, []).append(start + offset)
-        for offset, ns_id in enumerate(ns_ids.tolist()):
-            self._ns_rows.setdefault(ns_id, []).append(start + offset)
+        # each namespace's new rows at once (a load brings many rows of few namespaces), ascending
+        order = np.argsort(ns_ids, kind="stable")
+        sorted_ns = ns_ids[order]
+        firsts = np.flatnonzero(np.r_[True, sorted_ns[1:] != sorted_ns[:-1]])
+        for ns_id, rows in zip(sorted_ns[firsts].tolist(), np.split(order + start, firsts[1:]), strict=True):
+            self._ns_rows.setdefault(ns_id, []).extend(rows.tolist())
             self._ns_arrays.pop(ns_id, None)
         self._n = end
+
+    def _rows_of(self, item_ids: Iterable[int]) -> npt.NDArray[np.int64]:
+        """The live rows of these items, ascending."""
+        ids = np.unique(np.fromiter((int(i) for i in item_ids), dtype=np.int64))
+        indexed = len(self._by_item)
+        if not len(ids) or not self._n:
+            return np.zeros(0, dtype=np.int64)
+        if self._n - indexed > _UNINDEXED_ROWS:  # sorting again costs less than scanning many new rows
+            self._by_item = np.argsort(self._items[: self._n], kind="stable")
+            self._sorted_items = self._items[self._by_item]
+            indexed = self._n
+        lo = np.searchsorted(self._sorted_items, ids, "left")
+        hi = np.searchsorted(self._sorted_items, ids, "right")
+        found = [self._by_item[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True) if b > a]
+        tail = self._items[indexed : self._n]
+        found.append(np.flatnonzero(np.isin(tail, ids)) + indexed)
+        rows = np.sort(np.concatenate(found))
+        return rows[self._alive[rows]]
 
     def _signs(self, vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.uint64]:
         packed = np.packbits(np.atleast_2d(vecs) > 0, axis=1)
@@ -137,17 +164,19 @@ class VectorMatrix:
         return padded.view(np.uint64)
 
     def remove(self, item_ids: Iterable[int]) -> None:
-        for item_id in item_ids:
-            for row in self._rows.pop(item_id, ()):
-                self._alive[row] = False
-                self._dead += 1
+        wanted = list(item_ids)
+        if not wanted:  # (most writes remove nothing)
+            return
+        rows = self._rows_of(wanted)
+        self._alive[rows] = False
+        self._dead += len(rows)
         if self._dead > 4096 and self._dead * 2 > self._n:
             self._compact()
 
     def _compact(self) -> None:
         keep = np.flatnonzero(self._alive[: self._n])
         items, ns, vecs = self._items[keep].copy(), self._ns[keep].copy(), self._vecs[keep].copy()
-        fresh = VectorMatrix(self.dims, self.exact_below, self.metric)
+        fresh = VectorMatrix(self.dims, self.exact_below, self.metric, capacity=len(keep))
         fresh.add(items, ns, vecs)
         self.__dict__.update(fresh.__dict__)
 
@@ -166,8 +195,8 @@ class VectorMatrix:
         query = np.asarray(query, dtype=np.float32)
         wanted = None if ns_ids is None else list(ns_ids)
         if item_ids is not None and wanted is None:  # a few given items: their rows, no scan of the matrix
-            listed = sorted({row for item in item_ids for row in self._rows.get(int(item), ())})
-            return self._rank(query, np.array(listed, dtype=np.int64), k) if listed else []
+            listed = self._rows_of(item_ids)
+            return self._rank(query, listed, k) if len(listed) else []
         if wanted is not None and len(wanted) <= _FEW_NAMESPACES:
             rows = self._namespace_rows(wanted)
         else:

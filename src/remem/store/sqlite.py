@@ -316,6 +316,10 @@ class _SqliteBackend(RememStoreBase):
         return True
 
 
+LOAD_PAGE = 8192
+"""Vectors read per statement when the in-process matrix is loaded."""
+
+
 class _MatrixSearch:
     """The exact NumPy search over the store's in-process matrix, reloaded when another connection wrote
     to the file since it was built (``PRAGMA data_version``)."""
@@ -334,19 +338,35 @@ class _MatrixSearch:
         assert store.plan is not None
         version = (yield Statement("PRAGMA data_version"))[0][0]
         if store._matrix is None or version != store._data_version:
-            matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance)
             # another part of the file may index with another model: only vectors of this size are ours
-            rows = yield Statement(
-                f"SELECT item_id, ns_id, embedding FROM {VECTORS} WHERE length(embedding) = ?",
-                (store.plan.dims * 4,),
-            )
-            if rows:
-                items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                ns = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-                vecs = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-                matrix.add(items, ns, vecs)
+            size = store.plan.dims * 4
+            ours = f"FROM {VECTORS} WHERE length(embedding) = ?"
+            (count,) = (yield Statement(f"SELECT count(*) {ours}", (size,)))[0]
+            matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance, capacity=count)
+            # A page at a time, in the table's order (one transaction: one snapshot), so that only a page's
+            # rows are held as Python objects, never the table's on top of the matrix.
+            last = None
+            while True:
+                after = "" if last is None else " AND rowid > ?"
+                rows = yield Statement(
+                    f"SELECT rowid, item_id, ns_id, embedding {ours}{after} ORDER BY rowid LIMIT ?",
+                    (size, *(() if last is None else (last,)), LOAD_PAGE),
+                )
+                if rows:
+                    matrix.add(*_page(rows))
+                    last = rows[-1][0]
+                if len(rows) < LOAD_PAGE:
+                    break
             store._matrix, store._data_version = matrix, version
         return store._matrix
+
+
+def _page(rows: Rows) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """One page of (rowid, item_id, ns_id, embedding) rows as the matrix's arrays."""
+    items = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+    ns = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+    vecs = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    return items, ns, vecs
 
 
 class SqliteStore(_SqliteBackend, SyncStore):
