@@ -132,6 +132,31 @@ def test_namespace_validation(make_store: Any) -> None:
         store.put(("ok",), "k\x00", {"x": 1})
 
 
+def test_a_batch_checks_each_namespace_once_and_still_refuses_a_bad_one(
+    make_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of gets in one namespace checks its labels once, not once a get (a summary catch-up reads
+    its backlog 512 gets a batch); a bad namespace among good ones, or an unhashable one, is still refused."""
+    from remem.store import _core
+
+    store = make_store()
+    store.batch([PutOp(("d",), f"k{i}", {"v": i}) for i in range(20)])
+    checked: list[tuple[str, ...]] = []
+    validate = _core.validate_namespace
+
+    def counting(namespace: Any, **kwargs: Any) -> None:
+        checked.append(namespace)
+        validate(namespace, **kwargs)
+
+    monkeypatch.setattr(_core, "validate_namespace", counting)
+    got = store.batch([GetOp(("d",), f"k{i}") for i in range(20)] + [GetOp(("e",), "k0")])
+    assert [item.value["v"] for item in got[:20]] == list(range(20)) and got[20] is None
+    assert checked == [("d",), ("e",)]
+    for bad in [("a.b",), (["x"],)]:
+        with pytest.raises(InvalidNamespaceError):
+            store.batch([GetOp(("d",), "k0"), GetOp(bad, "k1")])  # type: ignore[arg-type]
+
+
 def test_keyword_search_without_index(make_store: Any) -> None:
     store = make_store()
     store.put(("d",), "1", {"text": "the quick brown fox jumps"})

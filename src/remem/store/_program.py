@@ -24,7 +24,7 @@ from remem.errors import RememUsageError
 from remem.store import _core as core
 from remem.store._core import IndexPlan, SearchMode
 from remem.store._exec import Program, Statement, Tx
-from remem.store._rows import _CHUNK, _ITEM_COLS, _LIVE, Dialect, _item, _rows_by_key, _touch, validate_op
+from remem.store._rows import _CHUNK, _ITEM_COLS, _LIVE, Dialect, _item, _rows_by_key, _touch, validate_ops
 from remem.store._schema import ITEMS, NS
 from remem.store._search import search_program
 from remem.store._write import check_put, put_program
@@ -51,21 +51,23 @@ def batch_program(
     puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
     now = time.time() if now is None else now
     seen = now if omit_expired else -math.inf  # reads see the items that expire after this
-    for op in ops:
-        validate_op(op)
+    validate_ops(ops)
     answered: dict[
-        str, Result
+        Any, Result
     ] = {}  # every read sees the state before the puts: an identical read, one answer
     gets = [op for op in ops if isinstance(op, GetOp)]
-    for op in gets:
-        core.validate_key(op.key)
+    for get in gets:
+        core.validate_key(get.key)
     found: dict[tuple[str, str], tuple[Any, ...]] | None = None
     if len(gets) > 1:  # every get of the batch in a few statements instead of one each
-        found = yield from _rows_by_key(d, [(core.ns_path(op.namespace), op.key) for op in gets], seen)
-    # (an identical read is found by its repr, worth its cost only where a batch has more than one read)
+        found = yield from _rows_by_key(d, [(core.ns_path(get.namespace), get.key) for get in gets], seen)
+    # (an identical read is found by the op itself, a get (hashable), or a search's repr (its filter is a
+    # dict), worth its cost only where a batch has more than one read)
     reads = sum(1 for op in ops if not isinstance(op, PutOp))
     for i, op in enumerate(ops):
-        same = None if isinstance(op, PutOp) or reads < 2 else repr(op)
+        same: Any = None
+        if not isinstance(op, PutOp) and reads > 1:
+            same = op if isinstance(op, GetOp) else repr(op)
         if same is not None and same in answered:
             results[i] = answered[same]
             continue

@@ -100,6 +100,23 @@ def validate_op(op: Op) -> None:
     validate_op_namespace(op)  # and LangGraph's own checks
 
 
+def validate_ops(ops: Iterable[Op]) -> None:
+    """:func:`validate_op` for each op, a get's or put's namespace checked once a batch (their checks read
+    the namespace alone, and a page of gets shares one)."""
+    checked: set[tuple[str, ...]] = set()
+    for op in ops:
+        if not isinstance(op, GetOp | PutOp):
+            validate_op(op)
+            continue
+        try:
+            if op.namespace in checked:
+                continue
+        except TypeError:  # unhashable, so not a tuple of strings: validate_op says what is wrong
+            pass
+        validate_op(op)
+        checked.add(op.namespace)
+
+
 def _item(row: Sequence[Any], score: float | None = None) -> Item:
     _, path, key, value, created, updated = row[:6]
     return Item(
