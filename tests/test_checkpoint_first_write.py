@@ -125,10 +125,12 @@ def test_a_fresh_process_first_write_reads_what_it_shares_not_the_whole_thread(
 
 
 def _as_v2(kind: str, where: str) -> None:
-    """What the schema was before v3: no digest index, version 3 not recorded."""
+    """What the schema was before v3: no digest index (nor v4's fencing tokens), versions 3 and 4 not
+    recorded."""
     drop = (
         "DROP INDEX remem_cp_items_digest",
-        "DELETE FROM remem_schema WHERE component = 'checkpoint' AND version = 3",
+        "DROP TABLE remem_thread_fences",
+        "DELETE FROM remem_schema WHERE component = 'checkpoint' AND version >= 3",
     )
     if kind == "sqlite":
         conn = sqlite3.connect(where, isolation_level=None)
@@ -172,6 +174,6 @@ def test_a_v2_database_gets_the_digest_index_and_its_threads_keep_sharing(
     before = _item_rows(kind, where)
     rows = _first_write_rows(kind, where, "old", kept, monkeypatch)
     assert _has_digest_index(kind, where)
-    assert _versions(kind, where) == [1, 2, 3]
+    assert _versions(kind, where) == [1, 2, 3, 4]
     assert _item_rows(kind, where) == before + 2
     assert rows <= 20

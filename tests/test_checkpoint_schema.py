@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.rows import dict_row
 
 from remem import _migrate, _statements
+from remem._lease import carry_lease, thread_lease
 from remem.checkpoint import PostgresSaver, SqliteSaver, checkpointer_from_url, list_threads
 from remem.errors import ConfigError, NotFoundError, SchemaTooNewError, StorageError
 
@@ -112,6 +113,7 @@ def _step(saver: Any) -> Any:
 def _as_released(conn: Any, dialect: str) -> None:
     """Turn a fresh checkpoint database into what remem 0.1 left: its own remem_cp_migrations table."""
     ph = "?" if dialect == "sqlite" else "%s"
+    conn.execute("DROP TABLE remem_thread_fences")  # v4 came later
     conn.execute("DROP INDEX remem_cp_items_digest")  # v3 came later
     conn.execute("DROP INDEX remem_cp_checkpoints_seq")  # v2's insertion order came later
     conn.execute("ALTER TABLE remem_cp_checkpoints DROP COLUMN seq")
@@ -127,7 +129,7 @@ def test_a_database_of_the_released_format_keeps_working(tmp_path: Path) -> None
         _as_released(saver.conn, "sqlite")
     with SqliteSaver.from_conn_string(db) as saver:
         assert _step(saver) == 7
-        assert recorded(saver.conn, "checkpoint") == [1, 2, 3]
+        assert recorded(saver.conn, "checkpoint") == [1, 2, 3, 4]
         _write_after_upgrade(saver)
 
 
@@ -141,14 +143,18 @@ def test_released_postgres_database_keeps_working(pg_url: str) -> None:
         assert _step(saver) == 7
         _write_after_upgrade(saver)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert recorded(conn, "checkpoint") == [1, 2, 3]
+        assert recorded(conn, "checkpoint") == [1, 2, 3, 4]
 
 
 def _write_after_upgrade(saver: Any) -> None:
-    """A checkpoint written after migration 2 numbered the old ones follows them, whatever its id says."""
+    """A checkpoint written after migration 2 numbered the old ones follows them, whatever its id says;
+    one written under a lease after migration 4 checks the lease's fencing token."""
     older = {**empty_checkpoint(), "id": "00000000-0000-6000-8000-000000000000"}  # a clock far behind
     saver.put(CONFIG, older, {"step": 8}, {})
     assert _step(saver) == 8
+    with thread_lease(saver.lease_target, CONFIG["configurable"]["thread_id"], scope="checkpoint") as lease:
+        saver.put(carry_lease(CONFIG, lease), empty_checkpoint(), {"step": 9}, {})
+    assert _step(saver) == 9
 
 
 @pytest.mark.parametrize("create", [True, False])

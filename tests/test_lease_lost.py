@@ -157,15 +157,23 @@ def _open_descriptors() -> int:
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors through /proc")
 def test_a_lease_keeps_no_descriptor_open_once_given_back(tmp_path: Path) -> None:
     """One descriptor was kept per SQLite database a process ever took a lease in (after about a thousand
-    databases the next open failed): the lease file is now closed when no lease of it is held."""
+    databases the next open failed): the lease file is now closed when no lease of it is held.
+
+    Taking a lease also writes its fencing token through a connection of its own, closed with the lease
+    file; SQLite keeps that connection's descriptor of the database while another connection of this
+    process (the store's) holds the file, for its next one to reuse: one per open database, which the
+    store's close gives back."""
     from remem.store import SqliteStore
 
+    start = _open_descriptors()
     with contextlib.ExitStack() as stack:
         stores = [
             stack.enter_context(SqliteStore.from_conn_string(tmp_path / f"db{i}.db")) for i in range(40)
         ]
         before = _open_descriptors()
-        for store in stores:
-            with thread_lease(store.lease_target, "t", scope="memory", timeout=5) as lease:
-                lease.verify()
-        assert _open_descriptors() - before <= 2
+        for _ in range(3):
+            for store in stores:
+                with thread_lease(store.lease_target, "t", scope="memory", timeout=5) as lease:
+                    lease.verify()
+        assert _open_descriptors() - before <= len(stores) + 2
+    assert _open_descriptors() - start <= 2

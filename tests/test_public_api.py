@@ -369,6 +369,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "TABLES",
         "TENANTS_ROOT",
         "THREADS_ROOT",
+        "THREAD_FENCES_TABLE",
         "THREAD_META_KEY",
         "USAGE_HOLDS_TABLE",
         "USAGE_LEDGER_TABLE",

@@ -66,6 +66,7 @@ __all__ = [
     "TABLES",
     "TENANTS_ROOT",
     "THREADS_ROOT",
+    "THREAD_FENCES_TABLE",
     "THREAD_META_KEY",
     "USAGE_HOLDS_TABLE",
     "USAGE_LEDGER_TABLE",
@@ -153,6 +154,7 @@ USAGE_TOTALS_TABLE: Final = "remem_usage_totals"  # its running totals per threa
 USAGE_HOLDS_TABLE: Final = "remem_usage_holds"  # what calls in flight hold of those budgets, until settled
 JOBS_TABLE: Final = "remem_jobs"  # the durable job queue (remem.jobs): background work, retried, parked
 RATE_LIMITS_TABLE: Final = "remem_rate_limits"  # remem serve's per-key request buckets on PostgreSQL
+THREAD_FENCES_TABLE: Final = "remem_thread_fences"  # each thread lease's fencing token (remem._lease)
 TABLES: Final = frozenset(
     {
         *CHECKPOINT_TABLES,
@@ -168,6 +170,7 @@ TABLES: Final = frozenset(
         USAGE_HOLDS_TABLE,
         JOBS_TABLE,
         RATE_LIMITS_TABLE,
+        THREAD_FENCES_TABLE,
     }
 )
 

@@ -20,6 +20,13 @@ a connection to: ``saver.lease_target``, :func:`remem.checkpoint._targets.checkp
   fails with :class:`~remem.errors.StorageError` instead of writing beside the new holder.
 - anything else (``InMemorySaver``, ``InMemoryStore``, ``:memory:``): a lock in this process.
 
+A lease lost after that check, before the write commits, is caught by the thread's fencing token
+(:mod:`._fence`): taking a lease in a database moves the thread's number on there, and each write under
+the lease (a checkpoint and its pending writes, a memory append on remem's stores, an ingestion undo's
+step) reads it in its own transaction (:meth:`ThreadLease.fenced`) and writes nothing once another
+writer has moved it. A lease taken for one write (a bare run's checkpoint) moves the number on in that
+write's transaction instead, so taking it writes nothing.
+
 Waiters on a SQLite lease are not served first come, first served: ``fcntl`` has no timed wait (a
 blocking ``F_SETLKW`` can only be cut short by a signal), and Linux wakes every waiter of a released
 lock to race for it, so there is no kernel queue to join. A waiter tries again after 1-10 ms (doubling,

@@ -13,8 +13,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from remem._lease import _postgres, _sqlite
+from remem import _migrate
+from remem._lease import _fence, _postgres, _sqlite
 from remem._lease_target import LeaseTarget
+from remem._statements import Program
 from remem.errors import StorageError, ThreadBusyError
 from remem.layout import check_label
 
@@ -48,7 +50,7 @@ _POLL_FIRST, _POLL_MAX = 0.001, 0.01  # seconds between tries of a POSIX lock (i
 _Key = tuple[str, str, str, str]  # kind, where, scope, thread id
 Release = Callable[[], None]
 Alive = Callable[[], bool]  # whether the database still holds a lease that was taken
-Held = tuple[Release, Alive]
+Held = tuple[Release, Alive, int | None]  # and the lease's fencing token (None: a lock in this process)
 
 
 class _State:
@@ -85,6 +87,7 @@ _LOST_BECAUSE = {
     "idle_session_timeout)",
     "sqlite": "its lease file was deleted or replaced",
 }
+_FENCED = "another writer took the thread's lease since (its fencing token moved on)"
 
 
 class ThreadLease:
@@ -94,12 +97,16 @@ class ThreadLease:
     keeps what it read while no other remem writer can change the thread."""
 
     def __init__(
-        self, key: _Key, target: LeaseTarget, local: threading.Lock, held: tuple[Release, Alive]
+        self, key: _Key, target: LeaseTarget, local: threading.Lock, held: Held, single_write: bool = False
     ) -> None:
         self.key, self.target, self._local = key, target, local
         self.scope, self.thread_id = key[2], key[3]
         self._release: Release | None = held[0]
         self._alive = held[1]
+        self.fence = held[2]
+        """The fencing token this lease got (see :mod:`._fence`); None for a lease in this process, or
+        for one taken for a single write (``single_write``), which moves the token on itself."""
+        self.single_write = single_write and target.kind != "process"
         self.lost = False
         self.scratch: dict[Any, Any] = {}
 
@@ -112,14 +119,34 @@ class ThreadLease:
         another writer may have taken since never writes."""
         if not self.lost and self.active and self._alive():
             return
+        raise self._lost(_LOST_BECAUSE.get(self.target.kind, "it was given back"))
+
+    def _lost(self, why: str) -> StorageError:
         self.lost = True
-        why = _LOST_BECAUSE.get(self.target.kind, "it was given back")
-        raise StorageError(
+        return StorageError(
             f"the lease of thread {self.thread_id!r} ({self.target.label}) was lost while this turn or "
             f"append held it: {why}, so another writer may hold the thread now. This write was not made; "
             "retry it (run_turn first finishes what an interrupted turn stored; an append sent again "
             "stores each message once)"
         )
+
+    def fenced(self, dialect: _migrate.Dialect) -> Program[None]:
+        """The check a write under this lease runs first in the transaction that commits it: the thread's
+        fencing token is still this lease's, else :class:`~remem.errors.StorageError` (the transaction
+        then rolls back, writing nothing). A lease in this process has no token and checks nothing. A
+        lease taken for a single write moves the token on instead, fencing out every earlier holder (its
+        write itself is guarded by what it writes: a checkpoint that must extend the thread's head)."""
+        if not self.active and (self.fence is not None or self.single_write):
+            raise self._lost("it was given back")
+        key = _fence.lease_key(self.scope, self.thread_id)
+        if self.single_write:
+            yield _fence.move_on(key, dialect)
+            return
+        if self.fence is None:
+            return
+        rows = yield _fence.check(key, dialect)
+        if not rows or int(rows[0][0]) != self.fence:
+            raise self._lost(_FENCED)
 
     async def averify(self) -> None:
         """Async version of :meth:`verify` (a PostgreSQL round trip runs off the event loop)."""
@@ -163,20 +190,22 @@ def _forget_local(key: _Key) -> None:
 
 
 def _always() -> bool:
-    return True  # a POSIX lock or a lock in this process lasts as long as this process
+    return True  # a lock in this process lasts as long as this process
 
 
 def _nothing() -> None:
     return None
 
 
-def _backend_try(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
+def _backend_try(
+    target: LeaseTarget, scope: str, thread_id: str, wait: float, single_write: bool = False
+) -> Held | None:
     """One try at the lease held by the database (PostgreSQL waits up to ``wait`` s in its own queue)."""
     if target.kind == "sqlite":
-        return _sqlite.try_lease(target, scope, thread_id)
+        return _sqlite.try_lease(target, scope, thread_id, not single_write)
     if target.kind == "postgres":
-        return _postgres.lock(target, scope, thread_id, wait)
-    return _nothing, _always
+        return _postgres.lock(target, scope, thread_id, wait, not single_write)
+    return _nothing, _always, None
 
 
 _WAITS = {"acquired": 0.0, "busy": 0.0, "wait_seconds": 0.0}  # this process's, since it started
@@ -220,9 +249,9 @@ class _Attempt:
         _count_wait(waited, busy=True)
         return _busy(self.thread_id, self.target, waited, self.timeout)
 
-    def taken(self, held: Held) -> ThreadLease:
+    def taken(self, held: Held, single_write: bool = False) -> ThreadLease:
         _count_wait(time.monotonic() - self.started, busy=False)
-        return ThreadLease(self.key, self.target, self.local, held)
+        return ThreadLease(self.key, self.target, self.local, held, single_write)
 
     def give_up(self, *, locally_held: bool) -> None:
         if locally_held:
@@ -230,16 +259,18 @@ class _Attempt:
         _forget_local(self.key)
 
 
-def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> ThreadLease:
+def _acquire(
+    target: LeaseTarget, scope: str, thread_id: str, timeout: float, single_write: bool = False
+) -> ThreadLease:
     attempt = _Attempt(target, scope, thread_id, timeout)
     if not attempt.local.acquire(timeout=attempt.left()):
         attempt.give_up(locally_held=False)
         raise attempt.busy()
     try:
         while True:
-            held = _backend_try(target, scope, thread_id, attempt.left())
+            held = _backend_try(target, scope, thread_id, attempt.left(), single_write)
             if held is not None:
-                return attempt.taken(held)
+                return attempt.taken(held, single_write)
             if not attempt.left():
                 raise attempt.busy()
             time.sleep(attempt.next_pause())  # a POSIX lock has no timed wait
@@ -248,9 +279,10 @@ def _acquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) ->
         raise
 
 
-async def _in_worker(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
-    """One try at a PostgreSQL lease in a worker thread; a lock taken after the caller gave up is given back."""
-    future = _executor().submit(_postgres.lock, target, scope, thread_id, 0.0)
+async def _in_worker(target: LeaseTarget, scope: str, thread_id: str, single_write: bool) -> Held | None:
+    """One try at a database's lease in a worker thread (a round trip to PostgreSQL, a write of the fencing
+    token to SQLite: off the event loop); a lock taken after the caller gave up is given back."""
+    future = _executor().submit(_backend_try, target, scope, thread_id, 0.0, single_write)
     try:
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
@@ -265,7 +297,9 @@ def _release_if_taken(future: concurrent.futures.Future[Held | None]) -> None:
             held[0]()
 
 
-async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: float) -> ThreadLease:
+async def _aacquire(
+    target: LeaseTarget, scope: str, thread_id: str, timeout: float, single_write: bool = False
+) -> ThreadLease:
     """Async version of :func:`_acquire`: it polls, so a wait never holds a thread or the event loop."""
     attempt = _Attempt(target, scope, thread_id, timeout)
     while not attempt.local.acquire(blocking=False):
@@ -279,12 +313,12 @@ async def _aacquire(target: LeaseTarget, scope: str, thread_id: str, timeout: fl
             raise
     try:
         while True:
-            if target.kind == "postgres":
-                held = await _in_worker(target, scope, thread_id)
-            else:
+            if target.kind == "process":
                 held = _backend_try(target, scope, thread_id, 0.0)
+            else:
+                held = await _in_worker(target, scope, thread_id, single_write)
             if held is not None:
-                return attempt.taken(held)
+                return attempt.taken(held, single_write)
             if not attempt.left():
                 raise attempt.busy()
             await asyncio.sleep(attempt.next_pause())
@@ -358,6 +392,8 @@ def thread_leases(
                 ) from exc
             if not got:
                 raise attempt.busy()
+        if attempts:  # a writer that lost its lease to this holder can no longer commit
+            _postgres.bump(conn, [_postgres.advisory_key(scope, a.thread_id) for a in attempts])
         yield
     finally:
         if conn is not None:
@@ -368,13 +404,20 @@ def thread_leases(
 
 @contextlib.contextmanager
 def thread_lease(
-    target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget,
+    thread_id: str,
+    *,
+    scope: Scope,
+    timeout: float = DEFAULT_LEASE_TIMEOUT,
+    single_write: bool = False,
 ) -> Iterator[ThreadLease]:
     """Hold the lease of ``thread_id`` at ``target`` (its database) for the block (waiting up to ``timeout`` s);
     the block gets the :class:`ThreadLease` to verify before each write. An id that is not valid text (a
-    lone surrogate, NUL, empty) is refused here, before anything is taken or written."""
+    lone surrogate, NUL, empty) is refused here, before anything is taken or written. ``single_write``:
+    the block makes one write, whose transaction moves the fencing token on (:meth:`ThreadLease.fenced`),
+    so taking the lease writes nothing."""
     check_label(thread_id, "thread_id")
-    lease = _acquire(target, scope, thread_id, timeout)
+    lease = _acquire(target, scope, thread_id, timeout, single_write)
     try:
         yield lease
     finally:
@@ -407,11 +450,16 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
 
 @contextlib.asynccontextmanager
 async def athread_lease(
-    target: LeaseTarget, thread_id: str, *, scope: Scope, timeout: float = DEFAULT_LEASE_TIMEOUT
+    target: LeaseTarget,
+    thread_id: str,
+    *,
+    scope: Scope,
+    timeout: float = DEFAULT_LEASE_TIMEOUT,
+    single_write: bool = False,
 ) -> AsyncIterator[ThreadLease]:
     """Async version of :func:`thread_lease`."""
     check_label(thread_id, "thread_id")
-    lease = await _aacquire(target, scope, thread_id, timeout)
+    lease = await _aacquire(target, scope, thread_id, timeout, single_write)
     try:
         yield lease
     finally:

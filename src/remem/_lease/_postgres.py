@@ -6,11 +6,11 @@ closing (or collecting) one would end the parent's session."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from remem._lease._fence import bump_postgres, lease_key
 from remem._lease_target import LeaseTarget
 from remem.errors import StorageError
 
@@ -54,8 +54,7 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def advisory_key(scope: str, thread_id: str) -> int:
-    digest = hashlib.blake2b(f"remem:{scope}:{thread_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    return lease_key(scope, thread_id)
 
 
 def connection(conninfo: str, reuse: bool) -> tuple[Any, bool]:
@@ -121,14 +120,31 @@ def try_lock(conn: Any, key: int, wait: float) -> bool:
             return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0])
         # the server's own queue: fair, and woken the moment the holder lets go
         conn.execute(f"SET lock_timeout = {left_ms}")
-        conn.execute("SELECT pg_advisory_lock(%s)", [key])
+        try:
+            conn.execute("SELECT pg_advisory_lock(%s)", [key])
+        finally:
+            # the session's later waits (the fencing token's row, behind a write under way) are not cut short
+            conn.execute("SET lock_timeout = 0")
         return True
     except psycopg.errors.LockNotAvailable:
         return False
 
 
-def lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held | None:
-    """The advisory lock, waiting for it in the server's queue up to ``wait`` seconds (0: one try)."""
+def bump(conn: Any, keys: list[int]) -> list[int]:
+    """Move the fencing tokens of leases just taken on ``conn`` on (:mod:`._fence`); their new values."""
+    import psycopg
+
+    try:
+        return bump_postgres(conn, keys)
+    except psycopg.Error as exc:
+        raise StorageError(
+            f"PostgreSQL failed while taking the thread's lease ({type(exc).__name__}); retry"
+        ) from exc
+
+
+def lock(target: LeaseTarget, scope: str, thread_id: str, wait: float, fence: bool = True) -> Held | None:
+    """The advisory lock, waiting for it in the server's queue up to ``wait`` seconds (0: one try);
+    ``fence``: move its fencing token on (else its one write does)."""
     import psycopg
 
     key = advisory_key(scope, thread_id)
@@ -149,6 +165,11 @@ def lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held |
     if not got:
         _give_back(target.where, conn)
         return None
+    try:
+        token = bump(conn, [key])[0] if fence else None
+    except BaseException:
+        conn.close()  # the server drops the lock with the connection
+        raise
 
     def release() -> None:
         try:
@@ -166,4 +187,4 @@ def lock(target: LeaseTarget, scope: str, thread_id: str, wait: float) -> Held |
             return False
         return not conn.closed
 
-    return release, alive
+    return release, alive, token

@@ -10,13 +10,16 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import sqlite3
 import struct
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from remem._files import make_private_file
+from remem._lease._fence import bump_sqlite, lease_key
 from remem._lease_target import LeaseTarget
+from remem._sqlite import BUSY_TIMEOUT_MS, storage_error
 from remem.errors import StorageError
 
 if TYPE_CHECKING:
@@ -34,6 +37,7 @@ class _Files:
 
 
 _files = _Files()
+_inherited: list[Any] = []  # the parent's database connections, never used nor closed in a child
 
 
 def _reset_after_fork() -> None:
@@ -45,6 +49,8 @@ def _reset_after_fork() -> None:
     for file in inherited.values():
         with contextlib.suppress(OSError):
             os.close(file.fd)
+    # SQLite connections must not cross a fork: closing one here could undo the parent's file locks
+    _inherited.append([file.db for file in inherited.values()])
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -66,6 +72,31 @@ class ThreadLeaseFile:
         self.path, self.fd, self.users = path, fd, 0
         st = os.fstat(fd)
         self.identity = (st.st_dev, st.st_ino)
+        self.db: sqlite3.Connection | None = None  # the database's, for the fencing tokens (opened once)
+        self.db_mutex = threading.Lock()
+
+    def bump(self, database: str, key: int) -> int:
+        """Move the fencing token of ``key`` on in ``database`` (:mod:`._fence`); its new value."""
+        with self.db_mutex:
+            try:
+                if self.db is None:
+                    self.db = sqlite3.connect(
+                        database,
+                        isolation_level=None,
+                        check_same_thread=False,
+                        timeout=BUSY_TIMEOUT_MS / 1000,
+                    )
+                    # as the savers and stores: a commit waits for no fsync in WAL mode (a power loss
+                    # that drops it also ends the holder that read it)
+                    self.db.execute("PRAGMA synchronous = NORMAL")
+                return bump_sqlite(self.db, key)
+            except sqlite3.Error as exc:
+                raise storage_error(exc, where=database, doing="taking the thread's lease") from exc
+
+    def close(self) -> None:
+        os.close(self.fd)
+        if self.db is not None:
+            self.db.close()
 
     def current(self) -> bool:
         """Whether ``path`` still names the file this descriptor holds (not deleted, not replaced)."""
@@ -104,7 +135,7 @@ def _close_lease_file(path: str, file: ThreadLeaseFile, *, stale: bool = False) 
             return
         if _files.open.get(path) is file:
             del _files.open[path]
-    os.close(file.fd)
+    file.close()
 
 
 def _byte_lock(fd: int, offset: int, exclusive: bool) -> None:
@@ -118,7 +149,8 @@ def _byte_lock(fd: int, offset: int, exclusive: bool) -> None:
     fcntl.fcntl(fd, _OFD_SETLK, struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0))
 
 
-def try_lease(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
+def try_lease(target: LeaseTarget, scope: str, thread_id: str, fence: bool = True) -> Held | None:
+    """One try at the lease; ``fence``: move its fencing token on (else its one write does)."""
     offset = _offset(scope, thread_id)
     for _ in range(3):  # a lease file deleted or replaced meanwhile: once more, on the file there now
         file = _open_lease_file(target.where)
@@ -131,6 +163,12 @@ def try_lease(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
             _close_lease_file(target.where, file)
             raise
         if file.current():
+            try:
+                token = file.bump(target.where, lease_key(scope, thread_id)) if fence else None
+            except BaseException:
+                _byte_lock(file.fd, offset, False)
+                _close_lease_file(target.where, file)
+                raise
             break
         _byte_lock(file.fd, offset, False)
         _close_lease_file(target.where, file, stale=True)
@@ -146,4 +184,4 @@ def try_lease(target: LeaseTarget, scope: str, thread_id: str) -> Held | None:
         finally:
             _close_lease_file(target.where, file)
 
-    return release, file.current
+    return release, file.current, token

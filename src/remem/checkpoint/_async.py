@@ -158,7 +158,7 @@ class AsyncSaver(RememSaver):
                     await lease.averify()
                 self._forget_read(config)
                 written = await self._run(
-                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions),
+                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions, lease),
                     write=True,
                 )
         except Exception as exc:
@@ -189,7 +189,7 @@ class AsyncSaver(RememSaver):
         async def write(stored_only: bool) -> bool:
             return await self._run(
                 lambda tx: _write.put_writes(
-                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only
+                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only, lease=lease
                 ),
                 write=True,
             )

@@ -264,7 +264,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         claimed = self._ctx.claims.take(self.lease_target, str(conf["thread_id"]), conf.get("checkpoint_id"))
         if claimed is not None:
             return _given_back(claimed)
-        return thread_lease(self.lease_target, str(conf["thread_id"]), scope="checkpoint")
+        return thread_lease(self.lease_target, str(conf["thread_id"]), scope="checkpoint", single_write=True)
 
     def _arun_lease(
         self, config: RunnableConfig
@@ -280,7 +280,8 @@ class RememSaver(BaseCheckpointSaver[int]):
     async def _aclaimed_or_lease(self, thread_id: str, parent_id: str | None) -> AsyncIterator[ThreadLease]:
         claimed = self._ctx.claims.take(await self.alease_target(), thread_id, parent_id)
         if claimed is None:
-            async with athread_lease(await self.alease_target(), thread_id, scope="checkpoint") as lease:
+            target = await self.alease_target()
+            async with athread_lease(target, thread_id, scope="checkpoint", single_write=True) as lease:
                 yield lease
             return
         try:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remem import _migrate
+from remem._lease import _fence
 from remem.layout import CHECKPOINT_MIGRATIONS_TABLE, CHECKPOINT_TABLES
 
 __all__ = ["POSTGRES", "SCHEMA", "SQLITE", "Dialect"]
@@ -40,6 +41,10 @@ _SEQ_INDEX = "CREATE INDEX remem_cp_checkpoints_seq ON remem_cp_checkpoints (tid
 # loading every digest of the thread first (100,000 rows on a 100,000-message thread). Not unique: the
 # allocator keeps digests distinct, but a database written before is not checked for it.
 _DIGEST_INDEX = "CREATE INDEX remem_cp_items_digest ON remem_cp_items (tid, digest)"
+# v4: the thread leases' fencing tokens (remem._lease._fence), which a write under a lease reads (or, for
+# a bare run's checkpoint, moves on) in its own transaction: a lease lost before its write commits and
+# taken by another writer then writes nothing. Its own component creates it too where a lease is taken.
+FENCE_TABLE = _fence.CREATE
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -69,6 +74,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     ("ALTER TABLE remem_cp_checkpoints ADD COLUMN seq INTEGER", _SEQ_BACKFILL, _SEQ_INDEX),
     (_DIGEST_INDEX,),
+    (FENCE_TABLE["sqlite"],),
 )
 
 _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -107,6 +113,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
         _SEQ_INDEX,
     ),
     (_DIGEST_INDEX,),
+    (FENCE_TABLE["postgres"],),
 )
 
 _THREADS, _ITEMS, _LISTS, _CHECKPOINTS, _WRITES = CHECKPOINT_TABLES  # the names live in remem.layout

@@ -144,7 +144,7 @@ class SyncSaver(RememSaver):
                     lease.verify()
                 self._forget_read(config)
                 written = self._run(
-                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions),
+                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions, lease),
                     write=True,
                 )
         except Exception as exc:
@@ -174,7 +174,7 @@ class SyncSaver(RememSaver):
         def write(stored_only: bool) -> bool:
             return self._run(
                 lambda tx: _write.put_writes(
-                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only
+                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only, lease=lease
                 ),
                 write=True,
             )

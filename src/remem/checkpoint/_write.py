@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
+from remem._lease import ThreadLease
 from remem._statements import Program, Statement
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
@@ -219,7 +220,12 @@ def put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    lease: ThreadLease | None = None,
 ) -> Program[RunnableConfig]:
+    """A checkpoint; under ``lease``, only while the thread's fencing token is still the lease's
+    (:meth:`ThreadLease.fenced`, checked in this transaction before anything is written)."""
+    if lease is not None:
+        yield from lease.fenced(ctx.dialect.name)
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -297,10 +303,11 @@ def put_writes(
     task_path: str,
     *,
     stored_only: bool = False,
+    lease: ThreadLease | None = None,
 ) -> Program[bool]:
     """A task's pending writes; with ``stored_only``, only if their checkpoint is stored, checked under the
     thread row's lock, which an erasure takes too. False: the checkpoint is not stored, nothing was
-    written (not even the thread's row)."""
+    written (not even the thread's row). Under ``lease``, as :func:`put`."""
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -308,6 +315,8 @@ def put_writes(
     encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
     if not encoded:
         return True
+    if lease is not None:
+        yield from lease.fenced(ctx.dialect.name)
     if stored_only:
         rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
         if not rows or not (yield ctx.q(sql.CHECKPOINT_EXISTS, (rows[0][0], ns, checkpoint_id))):

@@ -10,7 +10,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from remem._clock import now_iso
-from remem._lease import thread_lease
+from remem._lease import ThreadLease, thread_lease
 from remem.errors import NotFoundError, RememUsageError
 from remem.ingestion._import import head_of
 from remem.ingestion._journal import (
@@ -42,7 +42,7 @@ from remem.layout import (
 from remem.memory import Memory
 from remem.memory._plans import drop_info, save_info
 from remem.memory._records import ORDER_CHUNK, ThreadInfo
-from remem.store._targets import store_lease_target
+from remem.store._targets import fenced_batch, store_lease_target
 
 __all__ = ["undo_ingestion"]
 
@@ -67,15 +67,24 @@ def _report(entry: IngestionEntry) -> UndoReport:
 
 
 def _commit(
-    store: BaseStore, entry: IngestionEntry, step: str, ops: list[PutOp], counts: Mapping[str, int]
+    store: BaseStore,
+    entry: IngestionEntry,
+    step: str,
+    ops: list[PutOp],
+    counts: Mapping[str, int],
+    lease: ThreadLease | None = None,
 ) -> None:
-    """The step's writes and its mark in the entry, in one batch: a step is done exactly when it commits."""
+    """The step's writes and its mark in the entry, in one batch: a step is done exactly when it commits
+    (under ``lease``, only while the lease's fencing token holds: :func:`fenced_batch`)."""
     undo = entry.undo
     undo["done"] = [*undo.get("done", []), step]
     totals = undo.setdefault("totals", {})
     for k, n in counts.items():
         totals[k] = int(totals.get(k, 0)) + int(n)
-    store.batch([*ops, _put_entry(entry)])
+    if lease is None:
+        store.batch([*ops, _put_entry(entry)])
+    else:
+        fenced_batch(store, [*ops, _put_entry(entry)], lease.fenced)
     from remem import ingestion  # the package holds the crash tests' seam, ``remem.ingestion._on_step``
 
     if ingestion._on_step is not None:
@@ -219,7 +228,7 @@ def _undo_thread(
             checkpointer.delete_thread(thread_id)  # again after a crash: nothing left to delete
             counts["checkpoint_threads"] = 1
         lease.verify()
-        _commit(store, entry, f"thread:{thread_id}", ops, counts)
+        _commit(store, entry, f"thread:{thread_id}", ops, counts, lease)
 
 
 def _thread_rewrites(

@@ -9,7 +9,9 @@ drives a flow with a store's ``batch`` and a summariser's ``summarize``, :func:`
 Every write of a :class:`Leased` sub-plan is made only after the lease is checked to be still held
 (:meth:`Guard.verify`): a holder whose lease the database dropped (a PostgreSQL session ended, a SQLite
 lease file deleted) fails with :class:`~remem.errors.StorageError` instead of overwriting what the next
-holder wrote.
+holder wrote. On remem's stores (:class:`~remem.store._targets.Fenced`) the write's own transaction also
+checks the lease's fencing token (:meth:`Guard.fenced`), so a lease lost after that check and taken by
+another writer before the commit still writes nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from langgraph.store.base import BaseStore, Op, PutOp
 
 from remem import _statements
 from remem.errors import RememError, StorageError
+from remem.store._targets import afenced_batch, fenced_batch
 from remem.summarize import Summarizer, SummaryResult
 from remem.usage import Meter
 from remem.usage._records import call_id_of
@@ -81,6 +84,9 @@ class Guard(Protocol):
 
     async def averify(self) -> None:
         """Async version of :meth:`verify`."""
+
+    def fenced(self, dialect: Any) -> _statements.Program[None]:
+        """The check of the lease's fencing token, run in the transaction of each write."""
 
 
 Effect = StoreCall | SummarizeCall | Leased
@@ -144,8 +150,11 @@ def run(
         if isinstance(effect, StoreCall):
             if guard is not None and _writes(effect):
                 guard.verify()
+                fenced = guard.fenced
+            else:
+                fenced = None
             try:
-                return store.batch(effect.ops)
+                return store.batch(effect.ops) if fenced is None else fenced_batch(store, effect.ops, fenced)
             except RememError:
                 raise
             except Exception as exc:
@@ -174,8 +183,13 @@ async def arun(
         if isinstance(effect, StoreCall):
             if guard is not None and _writes(effect):
                 await guard.averify()
+                fenced = guard.fenced
+            else:
+                fenced = None
             try:
-                return await store.abatch(effect.ops)
+                if fenced is None:
+                    return await store.abatch(effect.ops)
+                return await afenced_batch(store, effect.ops, fenced)
             except RememError:
                 raise
             except Exception as exc:

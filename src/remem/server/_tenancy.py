@@ -39,7 +39,8 @@ from remem import layout
 from remem._lease_target import LeaseTarget
 from remem.errors import ConfigError
 from remem.store import ScoredItem
-from remem.store._targets import store_lease_target
+from remem.store._base import Fence
+from remem.store._targets import Fenced, store_lease_target
 from remem.usage import Meter, UsageEvent
 
 __all__ = [
@@ -175,6 +176,25 @@ class TenantStore(BaseStore):
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         given = list(ops)
         results = await self.inner.abatch([self._op(op) for op in given])
+        return [self._result(op, r) for op, r in zip(given, results, strict=True)]
+
+    def fenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
+        """:meth:`RememStoreBase.fenced_batch` on ``inner`` (a plain batch where ``inner`` has none)."""
+        given = list(ops)
+        mine = [self._op(op) for op in given]
+        inner = self.inner
+        results = inner.fenced_batch(mine, fence) if isinstance(inner, Fenced) else inner.batch(mine)
+        return [self._result(op, r) for op, r in zip(given, results, strict=True)]
+
+    async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
+        """Async version of :meth:`fenced_batch`."""
+        given = list(ops)
+        mine = [self._op(op) for op in given]
+        inner = self.inner
+        if isinstance(inner, Fenced):
+            results = await inner.afenced_batch(mine, fence)
+        else:
+            results = await inner.abatch(mine)
         return [self._result(op, r) for op, r in zip(given, results, strict=True)]
 
 

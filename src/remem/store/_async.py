@@ -14,7 +14,7 @@ from langgraph.store.base import Op, PutOp, Result
 from remem._statements import AExecute, Program, Retry, aretrying, arun, cancelling
 from remem.store import _program as prog
 from remem.store import _rows, _write
-from remem.store._base import RememStoreBase, query_texts
+from remem.store._base import Fence, RememStoreBase, query_texts
 from remem.store._core import SearchMode
 from remem.store._exec import Tx, Vector
 
@@ -145,13 +145,14 @@ class AsyncStore(RememStoreBase):
             texts = {}
         return await asyncio.to_thread(self._embed_texts, texts) if texts else {}
 
-    async def _abatch_native(self, ops: list[Op]) -> list[Result]:
-        """:meth:`_abatch_now` on the async driver (a backend with an async client uses it)."""
+    async def _abatch_native(self, ops: list[Op], fence: Fence | None = None) -> list[Result]:
+        """:meth:`_abatch_now` on the async driver (a backend with an async client uses it); ``fence``:
+        as :meth:`fenced_batch`'s."""
         write = any(isinstance(op, PutOp) for op in ops)
         self._check_writable(write)
         ready = await self._aembed_ahead(ops, self.search_mode)
         return await self._arun(
-            self._batch_program(ops),
+            self._batch_program(ops, fence),
             write=write,
             ready=ready,
         )

@@ -32,6 +32,8 @@ from remem.store._delete import DeleteReport, Statements
 from remem.store._exec import Tx, VecChanged, Vector, VectorSearch
 
 T = TypeVar("T")
+Fence = Callable[[Any], Program[None]]
+"""A check run first in a batch's transaction, given the dialect's name (``"sqlite"``, ``"postgres"``)."""
 
 logger = logging.getLogger(__name__)
 
@@ -200,17 +202,42 @@ class RememStoreBase(BaseStore):
         )
         return results
 
-    def _batch_program(self, ops: list[Op]) -> Callable[[Tx], Program[list[Result]]]:
-        """What the drivers run for one batch of ``ops`` (built again on a retry)."""
-        return lambda tx: prog.batch_program(
-            self.dialect,
-            tx,
-            self.plan,
-            ops,
-            self.search_mode,
-            self.clock(),
-            omit_expired=self._omit_expired(),
-        )
+    def fenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
+        """:meth:`batch`, not combined with other calls' ops, its transaction running ``fence`` first (a
+        thread lease's check of its fencing token, :meth:`remem._lease.ThreadLease.fenced`): when it
+        raises, the transaction rolls back and the batch writes nothing."""
+        ops = list(ops)
+        write = any(isinstance(op, PutOp) for op in ops)
+        self._check_writable(write)
+        ready = self._embed_ahead(ops, self.search_mode)
+        results: list[Result] = self._run(self._batch_program(ops, fence), write=write, ready=ready)
+        return results
+
+    async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
+        """Async version of :meth:`fenced_batch`."""
+        return await asyncio.to_thread(self.fenced_batch, list(ops), fence)
+
+    def _batch_program(
+        self, ops: list[Op], fence: Fence | None = None
+    ) -> Callable[[Tx], Program[list[Result]]]:
+        """What the drivers run for one batch of ``ops`` (built again on a retry), ``fence`` first."""
+
+        def program(tx: Tx) -> Program[list[Result]]:
+            if fence is not None:
+                yield from fence(self.dialect.name)
+            return (
+                yield from prog.batch_program(
+                    self.dialect,
+                    tx,
+                    self.plan,
+                    ops,
+                    self.search_mode,
+                    self.clock(),
+                    omit_expired=self._omit_expired(),
+                )
+            )
+
+        return program
 
     def _embed_ahead(self, ops: list[Op], mode: SearchMode) -> dict[bytes, Vector]:
         """Embed what ``ops`` will need before their transaction opens (see ``texts_to_embed_program``)."""

@@ -9,12 +9,15 @@ leases in this process.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from remem._lease_target import LeaseTarget, is_loaded_instance
-from remem.store._base import RememStoreBase
+from langgraph.store.base import Op, Result
 
-__all__ = ["LeaseTargeted", "store_lease_target"]
+from remem._lease_target import LeaseTarget, is_loaded_instance
+from remem.store._base import Fence, RememStoreBase
+
+__all__ = ["Fenced", "LeaseTargeted", "afenced_batch", "fenced_batch", "store_lease_target"]
 
 
 @runtime_checkable
@@ -23,6 +26,17 @@ class LeaseTargeted(Protocol):
 
     @property
     def lease_target(self) -> LeaseTarget: ...
+
+
+@runtime_checkable
+class Fenced(Protocol):
+    """A store whose batch can check a thread lease's fencing token in the transaction that commits it
+    (:meth:`RememStoreBase.fenced_batch`): remem's stores and the server's tenant view of one. On any
+    other store the memory client can only verify its lease before each write."""
+
+    def fenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]: ...
+
+    async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]: ...
 
 
 _STOCK = (
@@ -41,3 +55,20 @@ def store_lease_target(store: Any) -> LeaseTarget:
     if is_loaded_instance(store, _STOCK) and not is_loaded_instance(store, _STOCK_AIOSQLITE):
         return LeaseTarget.of_connection(store.conn)
     return LeaseTarget.in_process(store)
+
+
+def fenced_batch(store: Any, ops: Iterable[Op], fence: Fence) -> list[Result]:
+    """``store.batch(ops)``, with ``fence`` checked in its transaction where the store can
+    (:class:`Fenced`); any other store runs the batch alone."""
+    if isinstance(store, Fenced):
+        return store.fenced_batch(ops, fence)
+    results: list[Result] = store.batch(ops)
+    return results
+
+
+async def afenced_batch(store: Any, ops: Iterable[Op], fence: Fence) -> list[Result]:
+    """Async version of :func:`fenced_batch`."""
+    if isinstance(store, Fenced):
+        return await store.afenced_batch(ops, fence)
+    results: list[Result] = await store.abatch(ops)
+    return results

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from langgraph.store.base import IndexConfig, Op, Result, TTLConfig
@@ -39,6 +39,7 @@ from remem.store import _delete, _search, _write
 from remem.store import _schema as schema
 from remem.store._async import AsyncStore
 from remem.store._base import (
+    Fence,
     RememStoreBase,
     SyncStore,
     check_read_only_schema,
@@ -422,6 +423,9 @@ class AsyncPostgresStore(_PostgresBackend, AsyncStore):
 
     async def _abatch_now(self, ops: list[Op]) -> list[Result]:
         return await self._abatch_native(ops)
+
+    async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
+        return await self._abatch_native(list(ops), fence)
 
     async def setup(self) -> None:
         """Async version of :meth:`PostgresStore.setup`."""
