@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -177,39 +178,64 @@ def renew(dialect: str, hold_id: str, seconds: float) -> Program[None]:
 
 class Renewals:
     """The holds of one gate's calls in flight, each renewed (``renew(hold_id)``) every quarter of
-    ``seconds`` by a thread of its own until :meth:`stop` (the hold was settled or released), for at most
-    :data:`RENEW_FOR` lifetimes. A process that dies renews nothing, so its holds still expire."""
+    ``seconds`` until :meth:`stop` (the hold was settled or released), for at most :data:`RENEW_FOR`
+    lifetimes. A process that dies renews nothing, so its holds still expire.
+
+    One thread renews every hold of the gate, started with the first hold and ended once none is left
+    for a whole quarter: a call's :meth:`start` and :meth:`stop` are a dict entry each, not a thread
+    (which cost most of what the ledger adds to a cheap turn)."""
 
     def __init__(self, renew: Callable[[str], None], seconds: float) -> None:
-        self._renew, self._seconds = renew, seconds
-        self._stops: dict[str, threading.Event] = {}
+        self._renew, self._every = renew, seconds / 4
+        self._due: dict[str, tuple[float, int]] = {}  # hold -> (next renewal, renewals left)
         self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
 
     def start(self, hold_id: str) -> None:
-        stop = threading.Event()
         with self._lock:
-            self._stops[hold_id] = stop
-        threading.Thread(
-            target=self._run, args=(hold_id, stop), name="remem-hold-renewal", daemon=True
-        ).start()
+            # A hold's first renewal is never earlier than one already due, so the thread's wait stands.
+            self._due[hold_id] = (time.monotonic() + self._every, 4 * RENEW_FOR)
+            if self._thread is None or not self._thread.is_alive():  # none yet, idle, or lost to a fork
+                self._thread = threading.Thread(target=self._run, name="remem-hold-renewal", daemon=True)
+                self._thread.start()
 
     def stop(self, hold_id: str) -> None:
         with self._lock:
-            stop = self._stops.pop(hold_id, None)
-        if stop is not None:
-            stop.set()
+            self._due.pop(hold_id, None)
 
-    def _run(self, hold_id: str, stop: threading.Event) -> None:
+    def _run(self) -> None:
+        idle_since: float | None = None
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                if self._due:
+                    idle_since = None
+                else:
+                    idle_since = now if idle_since is None else idle_since
+                    if now - idle_since >= self._every:
+                        self._thread = None
+                        return
+                due, wait = self._take_due(now)
+            for hold in due:
+                self._renew_one(hold)
+            time.sleep(max(wait, 0.0))
+
+    def _take_due(self, now: float) -> tuple[list[str], float]:
+        """The holds due for renewal now (each set to its next one), and how long until the next is due."""
+        due = [hold for hold, (at, _) in self._due.items() if at <= now]
+        for hold in due:
+            left = self._due[hold][1] - 1
+            if left > 0:
+                self._due[hold] = (now + self._every, left)
+            else:
+                del self._due[hold]  # a hold its caller never ends still expires
+        return due, min((at for at, _ in self._due.values()), default=now + self._every) - now
+
+    def _renew_one(self, hold_id: str) -> None:
         try:
-            for _ in range(4 * RENEW_FOR):
-                if stop.wait(self._seconds / 4):
-                    return
-                try:
-                    self._renew(hold_id)
-                except RememError as exc:  # left to expire: the call is then under-counted, as before
-                    log.warning("a budget hold could not be renewed (%s); it expires on its own", exc)
-                    return
-        finally:
+            self._renew(hold_id)
+        except RememError as exc:  # left to expire: the call is then under-counted, as before
+            log.warning("a budget hold could not be renewed (%s); it expires on its own", exc)
             self.stop(hold_id)
 
 
