@@ -24,6 +24,7 @@ from remem.checkpoint._base import (
     cutoff_of,
     head_config,
     read_only_error,
+    schema_current,
     setup_op,
     stats_op,
 )
@@ -61,13 +62,17 @@ class AsyncSaver(RememSaver):
     async def setup(self) -> None:
         """Async version of :meth:`SyncSaver.setup`."""
         async with self._setup_lock:
-            if not self._is_setup:
+            if self._is_setup:
+                return
+            if self.read_only or not await self._run(
+                lambda tx: schema_current(self._ctx), write=False, setup=False
+            ):
                 await self._run(
                     lambda tx: setup_op(self._ctx, self.read_only, self._where),
                     write=not self.read_only,
                     setup=False,
                 )
-                self._is_setup = True
+            self._is_setup = True
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         await self.alease_target()  # known before a turn's lease is compared with it (aiosqlite: async)

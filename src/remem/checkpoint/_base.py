@@ -15,7 +15,7 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -24,6 +24,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -111,6 +113,13 @@ def setup_op(ctx: ops.Context, read_only: bool, where: str) -> Program[None]:
             f"{where} holds remem's checkpoint tables at version {version}, this remem needs "
             f"{sql.SCHEMA.latest}; open it once for writing (setup()) to migrate it"
         )
+
+
+def schema_current(ctx: ops.Context) -> Program[bool]:
+    """Read-only: the tables are at this remem's version, so a writer's ``setup()`` has nothing to do and
+    need not wait for another writer's lock (as the stock savers' setup does not)."""
+    version = yield from _migrate.check(sql.SCHEMA, ctx.dialect.name)
+    return version == sql.SCHEMA.latest
 
 
 def read_only_error(where: str) -> ConfigError:
@@ -207,6 +216,19 @@ class RememSaver(BaseCheckpointSaver[int]):
         self._where = "the database"
         """How messages name the database (never with a password)."""
         self._lease_target: LeaseTarget | None = None
+
+    @property
+    def serde(self) -> SerializerProtocol:
+        return self.__dict__["_serde"]  # type: ignore[no-any-return]
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        """A serializer set after construction (``saver.serde = EncryptedSerializer(...)``, as LangGraph's
+        own suites do) is the one every later write and read uses, as on the stock savers."""
+        self.__dict__["_serde"] = value
+        ctx = self.__dict__.get("_ctx")
+        if ctx is not None and ctx.serde is not value:
+            self._ctx = dataclasses.replace(ctx, serde=value, trusted_types=True, _names={})
 
     @property
     def lease_target(self) -> LeaseTarget:
@@ -369,6 +391,30 @@ class RememSaver(BaseCheckpointSaver[int]):
     async def _ahead_id(self, thread_id: str) -> str | None:
         raise NotImplementedError
 
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """The base class's walk, which stops at a checkpoint seen before (a re-put that made the parent
+        chain a cycle would loop forever there)."""
+        walk = _delta_walk(config, channels)
+        try:
+            wanted = next(walk)
+            while True:
+                wanted = walk.send(self.get_tuple(wanted))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        walk = _delta_walk(config, channels)
+        try:
+            wanted = next(walk)
+            while True:
+                wanted = walk.send(await self.aget_tuple(wanted))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
     def get_next_version(self, current: Any, channel: None = None) -> Any:
         return codec.next_version(current)
 
@@ -416,3 +462,38 @@ class RememSaver(BaseCheckpointSaver[int]):
                 f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
             )
         return [str(t) for t in thread_ids]
+
+
+_Walk = Generator[RunnableConfig, CheckpointTuple | None, dict[str, DeltaChannelHistory]]
+
+
+def _delta_walk(config: RunnableConfig, channels: Sequence[str]) -> _Walk:
+    """``BaseCheckpointSaver.get_delta_channel_history``'s walk (same result), as a program that yields
+    the config of each checkpoint to read and is sent its tuple; a checkpoint met twice ends it."""
+    found: dict[str, DeltaChannelHistory] = {}
+    if not channels:
+        return found
+    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    seeds: dict[str, Any] = {}
+    remaining = set(channels)
+    target = yield config
+    cursor = target.parent_config if target else None
+    seen = {target.checkpoint["id"]} if target else set()
+    while cursor is not None and remaining:
+        tup = yield cursor
+        if tup is None or tup.checkpoint["id"] in seen:
+            break
+        seen.add(tup.checkpoint["id"])
+        for write in reversed(tup.pending_writes or ()):
+            if write[1] in remaining:
+                collected[write[1]].append(write)
+        for ch in [c for c in remaining if c in tup.checkpoint["channel_values"]]:
+            seeds[ch] = tup.checkpoint["channel_values"][ch]
+            remaining.discard(ch)
+        cursor = tup.parent_config
+    for ch in channels:
+        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+        if ch in seeds:
+            entry["seed"] = seeds[ch]
+        found[ch] = entry
+    return found

@@ -252,6 +252,7 @@ _NON_STR = ormsgpack.OPT_NON_STR_KEYS
 def body_names(checkpoint: Mapping[str, Any]) -> set[str]:
     """The channel and node names a checkpoint's body refers to (stored once per thread, as items)."""
     names = set(checkpoint.get("channel_versions", {}))
+    names.update(checkpoint.get("channel_values", {}))
     for node, seen in checkpoint.get("versions_seen", {}).items():
         names.add(node)
         names.update(seen)

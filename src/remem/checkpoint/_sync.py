@@ -24,6 +24,7 @@ from remem.checkpoint._base import (
     cutoff_of,
     head_config,
     read_only_error,
+    schema_current,
     setup_op,
     stats_op,
 )
@@ -56,11 +57,12 @@ class SyncSaver(RememSaver):
         A read-only saver checks them instead and raises :class:`~remem.errors.NotFoundError` when they are
         missing. A database written by a newer remem raises :class:`~remem.errors.SchemaTooNewError`.
         """
-        self._run(
-            lambda tx: setup_op(self._ctx, self.read_only, self._where),
-            write=not self.read_only,
-            setup=False,
-        )
+        if self.read_only or not self._run(lambda tx: schema_current(self._ctx), write=False, setup=False):
+            self._run(
+                lambda tx: setup_op(self._ctx, self.read_only, self._where),
+                write=not self.read_only,
+                setup=False,
+            )
         self._is_setup = True
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

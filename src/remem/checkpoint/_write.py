@@ -231,7 +231,10 @@ def put(
     ns = str(conf.get("checkpoint_ns", ""))
     parent_id = conf.get("checkpoint_id")
     values = checkpoint["channel_values"]
-    pending = {ch: _encode(ctx, values[ch]) for ch in new_versions if ch in values}
+    versioned = checkpoint["channel_versions"]
+    # a value without a version (a checkpoint built by hand) is kept too, as stock SqliteSaver keeps it
+    unversioned = [ch for ch in values if ch not in versioned]
+    pending = {ch: _encode(ctx, values[ch]) for ch in [*new_versions, *unversioned] if ch in values}
     meta = get_checkpoint_metadata(config, metadata)
     run_id = meta.get("run_id")
     meta_blob = codec.encode_metadata(ctx.serde, meta)
@@ -245,7 +248,7 @@ def put(
     parent = yield from _parent(ctx, state, ns, parent_id)
     names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
     descriptors: dict[int, Any] = {}
-    for ch, version in checkpoint["channel_versions"].items():
+    for ch, version in versioned.items():
         n = names[ch]
         if ch in new_versions:
             enc = pending.get(ch)
@@ -259,6 +262,8 @@ def put(
         if enc is not None:
             base = parent.descriptors.get(n) if parent is not None else None
             descriptors[n] = yield from _assign(ctx, tid, alloc, enc, base)
+    for ch in unversioned:
+        descriptors[names[ch]] = yield from _assign(ctx, tid, alloc, pending[ch], None)
     body = codec.encode_body(ctx.serde, checkpoint, descriptors, names)
     yield from alloc.statements(ctx, tid, start)
     row = (
