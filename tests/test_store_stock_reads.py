@@ -101,3 +101,28 @@ def test_number_filters_match_inmemorystore_and_odd_values_get_clear_errors(cell
         inner = inner["x"]
     with pytest.raises(RememUsageError, match="nests too deep"):
         cell.call(store, "put", ("n",), "deep", deep)
+
+
+@pytest.mark.parametrize("refresh_on_read", [None, True, False])
+def test_a_read_refreshes_a_ttl_as_the_stock_store_of_its_backend(
+    cell: matrix.Cell, refresh_on_read: Any
+) -> None:
+    """Stock ``SqliteStore`` does not refresh on a read unless ``refresh_on_read=True`` (LangGraph's
+    ``test_ttl_override_default``); stock ``PostgresStore`` refreshes unless it is False."""
+    store = cell.obj
+    clock = Clock()
+    store.clock = clock
+    ttl: dict[str, Any] = {"default_ttl": 1.0}
+    if refresh_on_read is not None:
+        ttl["refresh_on_read"] = refresh_on_read
+    store.ttl_config = ttl
+    for key in ("got", "searched", "asked"):
+        cell.call(store, "put", ("t",), key, {"text": key})
+    clock.now += 40
+    cell.call(store, "get", ("t",), "got")
+    cell.call(store, "get", ("t",), "asked", refresh_ttl=True)  # a call's own word wins everywhere
+    cell.call(store, "search", ("t",), filter={"text": "searched"})
+    clock.now += 40  # 80 s after the puts: expired unless a read pushed the expiry back
+    sqlite = cell.backend.startswith("sqlite")
+    refreshes = refresh_on_read if refresh_on_read is not None else not sqlite
+    assert cell.call(store, "sweep_ttl") == (0 if refreshes else 2)

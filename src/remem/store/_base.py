@@ -304,6 +304,20 @@ class RememStoreBase(BaseStore):
             refresh_ttl if refresh_ttl is not None else self._refresh_default(),
         )
 
+    _refresh_unset = True
+    """What a read does to TTLs when a ``TTLConfig`` names no ``refresh_on_read``: refresh on PostgreSQL
+    (as stock ``PostgresStore``), not on SQLite (as stock ``SqliteStore``); ``refresh_ttl=`` of a call wins."""
+
+    @property
+    def ttl_config(self) -> TTLConfig | None:
+        return self._ttl_config
+
+    @ttl_config.setter
+    def ttl_config(self, ttl: TTLConfig | None) -> None:
+        if ttl is not None and "refresh_on_read" not in ttl:
+            ttl = {**ttl, "refresh_on_read": self._refresh_unset}
+        self._ttl_config = ttl
+
     def _refresh_default(self) -> bool:
         return bool((self.ttl_config or {}).get("refresh_on_read", True))
 

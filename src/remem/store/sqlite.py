@@ -113,6 +113,7 @@ class _SqliteBackend(RememStoreBase):
 
     MIGRATIONS: ClassVar[list[str]] = schema.statements("sqlite")
     """The schema statements, in order (LangGraph's stores expose theirs under this name)."""
+    _refresh_unset = False  # as stock SqliteStore: a TTLConfig without refresh_on_read does not refresh
 
     def __init__(
         self,
