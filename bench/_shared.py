@@ -145,6 +145,11 @@ def load_realtalk(path: Path) -> dict[str, Any]:
     return {"name": "realtalk", "conversations": convs}
 
 
+def speaker_of(turn: dict[str, Any]) -> str | None:
+    """The name of who said a flat turn: REALTALK's turns carry it as their role; a plain role is no name."""
+    return turn.get("speaker") or (None if turn["role"] in ("user", "assistant", "system") else turn["role"])
+
+
 def from_eval(dataset: dict[str, Any], name: str) -> dict[str, Any]:
     """A ``remem.eval`` dataset (``remem eval generate``'s layout: sessions of turns, questions with
     evidence) in the flat layout of bench/retrieval.py's dev sets."""

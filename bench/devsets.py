@@ -10,31 +10,20 @@ questions as a ``remem.eval/1`` file, so that the CLI can be run on them::
 What changes on the way: a session is a run of turns with the same session number and date (REALTALK's
 sessions; BEAM's time anchors, its replies in the anchor of the message they answer), dated
 ``YYYY-MM-DD`` so that ingestion stamps its turns; the first speaker of a REALTALK chat is the ``user``,
-the other the ``assistant`` (what ``remem.eval`` does with LoCoMo's two speakers). Write the output
-outside the repository.
+the other the ``assistant`` (what ``remem.eval`` does with LoCoMo's two speakers), and each turn keeps
+its speaker's name (``speaker``), which ingestion indexes. Write the output outside the repository.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
 
-from _shared import load_beam, load_realtalk
+from _shared import load_beam, load_realtalk, speaker_of
 
-# REALTALK: "29.12.2023, 22:42:04"; BEAM: "March-15-2024"
-_DATE_FORMATS = ("%d.%m.%Y, %H:%M:%S", "%B-%d-%Y")
-
-
-def iso_date(value: Any) -> str | None:
-    for fmt in _DATE_FORMATS:
-        try:
-            return dt.datetime.strptime(str(value), fmt).date().isoformat()
-        except ValueError:
-            continue
-    return None
+from remem.eval import session_date
 
 
 def to_eval(flat: dict[str, Any]) -> dict[str, Any]:
@@ -45,12 +34,13 @@ def to_eval(flat: dict[str, Any]) -> dict[str, Any]:
         sessions: list[tuple[tuple[Any, str | None], dict[str, Any]]] = []  # (session number, date), session
         speakers = {"user": "user", "assistant": "assistant"}  # of two named speakers, the first is the user
         for t in conv["turns"]:
-            date = iso_date(t.get("date")) or date
+            date = session_date(t.get("date")) or date
             key = (t.get("session"), date)
             if not sessions or sessions[-1][0] != key:
                 sessions.append((key, {"id": f"{cid}-s{len(sessions)}", "date": date, "turns": []}))
             role = speakers.setdefault(t["role"], "assistant" if len(speakers) > 2 else "user")
-            sessions[-1][1]["turns"].append({"id": t["id"], "role": role, "content": t["content"]})
+            turn = {"id": t["id"], "role": role, "content": t["content"]}
+            sessions[-1][1]["turns"].append({**turn, **({"speaker": n} if (n := speaker_of(t)) else {})})
         questions = [
             {"id": f"{cid}-q{n}", "question": q["question"], "answer": q.get("answer", ""),
              "category": q["type"], "evidence": q["answers"]}

@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from remem import Memory
 from remem.cli import main
 from remem.errors import ConfigError, NotFoundError
-from remem.eval import CATEGORIES, generate, load_dataset, paired_bootstrap, save_dataset
+from remem.eval import CATEGORIES, generate, load_dataset, paired_bootstrap, save_dataset, session_date
+from remem.eval._retrieval import ingest
+from remem.testing import offline_settings
 
 
 def _turns(conversation: dict[str, Any]) -> dict[str, tuple[int, dict[str, Any]]]:
@@ -72,7 +75,9 @@ def test_the_jsonl_form_and_locomos_layout_read_back(tmp_path: Path) -> None:
         "id": "conv-1:D1:1",
         "role": "user",
         "content": "I moved to Lyon.",
+        "speaker": "Ana",  # the name is kept beside the role, for ingestion to index
     }
+    assert session_date(conv["sessions"][0]["date"]) == "2023-05-08"
     assert (
         conv["questions"][0]["evidence"] == ["conv-1:D1:1"] and conv["questions"][0]["category"] == "locomo-1"
     )
@@ -99,6 +104,65 @@ def test_the_jsonl_form_and_locomos_layout_read_back(tmp_path: Path) -> None:
         load_dataset(tmp_path / "missing.json")
     with pytest.raises(ConfigError, match="unknown language"):
         generate(languages=["de"])
+
+
+@pytest.mark.parametrize(
+    ("written", "day"),
+    [
+        ("2023-05-08", "2023-05-08"),
+        ("2023-05-08T18:30:00Z", "2023-05-08"),
+        ("1:56 pm on 8 May, 2023", "2023-05-08"),  # LoCoMo's layout
+        ("29.12.2023, 22:42:04", "2023-12-29"),  # REALTALK
+        ("March-15-2024", "2024-03-15"),  # BEAM
+        ("8 May 2023", "2023-05-08"),
+        ("May 8, 2023", "2023-05-08"),
+        ("2023-13-45", None),
+        ("last Tuesday", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_session_dates_are_read_in_their_written_forms(written: object, day: str | None) -> None:
+    assert session_date(written) == day
+
+
+def test_ingestion_keeps_speakers_and_stamps_turns_with_written_session_dates() -> None:
+    turns = [
+        ("t0", "Ana", "I moved to Lyon last month."),
+        ("t1", "Bo", "Nice, I hope the flat is good."),
+        ("t2", "Ana", "It is, the kitchen is huge."),
+        ("t3", "Cy", "Lyon has great food."),
+        ("t4", "Ana", "Yes, and the market on Sunday."),
+        ("t5", "Cy", "I should visit."),
+    ]
+    conversation = {
+        "id": "c",
+        "sessions": [
+            {
+                "id": "c-s0",
+                "date": "1:56 pm on 8 May, 2023",
+                "turns": [
+                    {
+                        "id": i,
+                        "role": "user" if who == "Ana" else "assistant",
+                        "content": text,
+                        "speaker": who,
+                    }
+                    for i, who, text in turns
+                ],
+            }
+        ],
+        "questions": [],
+    }
+    with Memory.from_url("memory://", settings=offline_settings()) as memory:
+        ingest(memory, [conversation])
+        stored = {m.id: m for m in memory.get_thread("eval-c").messages()}
+        assert stored["t1"].metadata.get("speaker") == "Bo"
+        assert {m.timestamp[:10] for m in stored.values()} == {"2023-05-08"}
+        # Bo's name is in none of the turns' text: only the speaker indexed with it finds his turn
+        assert [r.id for r in memory.search("Bo", thread_id="eval-c", k=1)] == ["t1"]
+        found = {r.id for r in memory.search("what did Cy say", thread_id="eval-c", k=2)}
+        assert found == {"t3", "t5"}
 
 
 def test_the_paired_bootstrap_interval() -> None:

@@ -148,6 +148,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "replay_markdown",
         "save_calls",
         "save_dataset",
+        "session_date",
         "write_chart",
         "write_compaction_chart",
     ],

@@ -26,6 +26,7 @@ from remem.eval._dataset import (
     generate,
     load_dataset,
     save_dataset,
+    session_date,
 )
 from remem.eval._qa import QAReport, evaluate_qa, qa_markdown, save_calls
 from remem.eval._replay import OriginalTurn, ReplayReport, read_transcript, replay, replay_markdown
@@ -71,6 +72,7 @@ __all__ = [
     "replay_markdown",
     "save_calls",
     "save_dataset",
+    "session_date",
     "write_chart",
     "write_compaction_chart",
 ]

@@ -6,9 +6,14 @@ The layout (``remem.eval/1``, JSON)::
      "conversations": [
        {"id": "en0", "language": "en", "user_id": "user-en0",
         "sessions": [{"id": "en0-s0", "date": "2025-03-10",
-                      "turns": [{"id": "en0-s0-t0", "role": "user", "content": "..."}, ...]}, ...],
+                      "turns": [{"id": "en0-s0-t0", "role": "user", "content": "...",
+                                 "speaker": "Maya"}, ...]}, ...],
         "questions": [{"id": "en0-q0", "question": "...", "answer": "Lyon", "category": "paraphrase",
                        "evidence": ["en0-s2-t4"], "superseded": [], "distractors": ["en0-s1-t6"]}, ...]}]}
+
+A turn's ``speaker`` (optional) is the name of who said it, kept beside its role: ingestion stores it
+with the message, so a question naming the speaker finds their turns. A session's ``date`` is
+``YYYY-MM-DD`` or one of the written forms :func:`session_date` reads; its turns are stamped with it.
 
 A question's ``evidence`` are the turns that answer it (all of them, for a multi-hop question);
 ``superseded`` the turns whose fact a later turn replaced (what must no longer be taken as true);
@@ -30,7 +35,7 @@ import json
 import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +50,37 @@ __all__ = [
     "generate",
     "load_dataset",
     "save_dataset",
+    "session_date",
 ]
 
 FORMAT = "remem.eval/1"
 CATEGORIES = ("lexical", "paraphrase", "temporal", "supersession", "multi-hop")
 LANGUAGE_CODES = tuple(LANGUAGES)
 _START = date(2025, 3, 10)
+# The written session dates of public conversation sets, besides ISO: "1:56 pm on 8 May, 2023" (LoCoMo's
+# layout), "29.12.2023, 22:42:04" (REALTALK), "March-15-2024" (BEAM), "8 May 2023", "May 8, 2023".
+_DATE_FORMATS = (
+    "%I:%M %p on %d %B, %Y", "%d.%m.%Y, %H:%M:%S", "%B-%d-%Y", "%d %B %Y", "%d %B, %Y", "%B %d, %Y",
+)  # fmt: skip
+
+
+def session_date(value: object) -> str | None:
+    """A session's date as ``YYYY-MM-DD``: an ISO date or date-time, or one of the written forms of
+    ``_DATE_FORMATS`` (English month names); None when ``value`` is none of them."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = " ".join(value.split())
+    if len(text) >= 10 and text[4] == "-":
+        try:
+            return date.fromisoformat(text[:10]).isoformat()
+        except ValueError:
+            return None
+    for fmt in _DATE_FORMATS:
+        try:
+            return datetime.strptime(text, fmt).date().isoformat()
+        except ValueError:
+            continue
+    return None
 
 
 def _values(rng: random.Random, pools: dict[str, list[str]]) -> dict[str, str]:
@@ -269,6 +299,11 @@ def _from_jsonl(lines: Iterable[str], where: str) -> dict[str, Any]:
 _LOCOMO_SESSION = re.compile(r"^session_(\d+)$")
 
 
+def _speaker(name: object) -> dict[str, str]:
+    """A turn's ``speaker`` field, when its source names who said it."""
+    return {"speaker": " ".join(name.split())} if isinstance(name, str) and name.strip() else {}
+
+
 def _from_locomo(samples: list[dict[str, Any]]) -> dict[str, Any]:
     """LoCoMo's layout: one sample per conversation, numbered sessions of turns with ``dia_id``."""
     conversations = []
@@ -282,7 +317,7 @@ def _from_locomo(samples: list[dict[str, Any]]) -> dict[str, Any]:
                 "date": conv.get(f"session_{i}_date_time"),
                 "turns": [
                     {"id": f"{cid}:{t['dia_id']}", "role": "user" if t.get("speaker") == conv.get("speaker_a") else "assistant",
-                     "content": t.get("text", "")}
+                     "content": t.get("text", ""), **_speaker(t.get("speaker"))}
                     for t in conv[f"session_{i}"]
                 ],
             }
@@ -319,7 +354,9 @@ def _from_flat(data: dict[str, Any]) -> dict[str, Any]:
         for t in conv["turns"]:
             n = int(t.get("session", 0))
             session = sessions.setdefault(n, {"id": f"{conv['id']}-s{n}", "date": t.get("date"), "turns": []})
-            session["turns"].append({"id": t["id"], "role": t["role"], "content": t["content"]})
+            session["turns"].append(
+                {"id": t["id"], "role": t["role"], "content": t["content"], **_speaker(t.get("speaker"))}
+            )
         questions = [
             {"id": f"{conv['id']}-q{k}", "question": q["question"], "answer": q.get("answer", ""),
              "category": str(q.get("type", "question")), "evidence": list(q.get("answers", []))}

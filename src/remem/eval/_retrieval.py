@@ -129,13 +129,18 @@ def _rank(keys: list[str], evidence: Sequence[str]) -> int | None:
 
 
 def ingest(memory: Any, conversations: Sequence[dict[str, Any]], progress: Progress | None = None) -> None:
-    """Each conversation's turns into the thread ``eval-<id>`` of its user, dated by their sessions."""
+    """Each conversation's turns into the thread ``eval-<id>`` of its user, dated by their sessions, with
+    their speakers' names (what the memory client indexes beside the text: ``_records.index_context``)."""
+    from remem.eval._dataset import session_date
+
     for n, conv in enumerate(conversations):
         thread = memory.thread(f"eval-{conv['id']}", user_id=str(conv.get("user_id") or conv["id"]))
         batch = [
             {"id": t["id"], "role": t["role"], "content": t["content"],
-             **({"timestamp": f"{s['date']}T12:00:00Z"} if _iso_date(s.get("date")) else {})}
+             **({"speaker": t["speaker"]} if t.get("speaker") else {}),
+             **({"timestamp": f"{day}T12:00:00Z"} if day else {})}
             for s in conv["sessions"]
+            for day in [session_date(s.get("date"))]
             for t in s["turns"]
         ]  # fmt: skip
         if batch:
@@ -227,10 +232,6 @@ def evaluate_retrieval(
                         "unpriced_calls": totals.unpriced,
                     }
     return report
-
-
-def _iso_date(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 10 and value[4] == "-" and value[7] == "-"
 
 
 # ----------------------------------------------------------------------------- two configurations
