@@ -15,7 +15,7 @@ from remem._lease import thread_lease
 from remem.errors import ArgumentTypeError, NotFoundError
 from remem.layout import INGESTION_MEMORY_KEY, INGESTION_MESSAGE_KEY, ingestions_root
 from remem.memory import Memory
-from remem.store._targets import store_lease_target
+from remem.store._targets import fenced_batch, store_lease_target
 
 MESSAGE_TAG = INGESTION_MESSAGE_KEY
 """The key of a message's metadata that holds the id of the ingestion that added it."""
@@ -181,15 +181,13 @@ def forget_in_journal(
             continue
         with thread_lease(
             store_lease_target(store), f"_remem ingestion {entry.id}", scope="memory", timeout=timeout
-        ):
+        ) as lease:
             current = store.get(root, entry.id)
             if current is None:
                 continue
             kept = _without(IngestionEntry.from_value(current.value), user_id, threads)
-            if kept.threads or kept.users:
-                store.batch([_put_entry(kept, root)])
-            else:
-                store.delete(root, entry.id)
+            write = _put_entry(kept, root) if kept.threads or kept.users else PutOp(root, entry.id, None)
+            fenced_batch(store, [write], lease.fenced)
             changed += 1
     return changed
 

@@ -34,7 +34,7 @@ from remem.layout import (
 )
 from remem.memory import Memory
 from remem.memory._records import StoredMessage, stored_message_from_input
-from remem.store._targets import store_lease_target
+from remem.store._targets import fenced_batch, store_lease_target
 
 if TYPE_CHECKING:
     from remem.extraction import ExtractionResult, MemoryExtractor
@@ -73,7 +73,7 @@ class Ingestion:
         fence = f"_remem ingestion {self.id}"
         with thread_lease(
             store_lease_target(store), fence, scope="memory", timeout=self.memory.thread_lease_timeout
-        ):
+        ) as lease:
             item = store.get(ingestions_root(), self.id)
             stored = IngestionEntry.from_value(item.value) if item is not None else None
             if stored is not None and stored.state in ("undoing", "undone"):
@@ -87,7 +87,7 @@ class Ingestion:
             self.entry = _without(self.entry, None, erased_threads)
             if stored is None and not (self.entry.threads or self.entry.users):
                 return  # erased whole while loading: nothing of it left to name
-            store.batch([_put_entry(self.entry)])
+            fenced_batch(store, [_put_entry(self.entry)], lease.fenced)
             self._saved = (set(self.entry.users), set(self.entry.threads))
 
     def _count(self, what: str, n: int) -> None:

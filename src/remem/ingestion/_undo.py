@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -11,6 +12,7 @@ from langgraph.store.base import BaseStore, GetOp, Item, PutOp
 
 from remem._clock import now_iso
 from remem._lease import ThreadLease, thread_lease
+from remem._statements import Program
 from remem.errors import NotFoundError, RememUsageError
 from remem.ingestion._import import head_of
 from remem.ingestion._journal import (
@@ -66,25 +68,27 @@ def _report(entry: IngestionEntry) -> UndoReport:
     )
 
 
+def _all_fenced(leases: Sequence[ThreadLease], dialect: Any) -> Program[None]:
+    for lease in leases:
+        yield from lease.fenced(dialect)
+
+
 def _commit(
     store: BaseStore,
     entry: IngestionEntry,
     step: str,
     ops: list[PutOp],
     counts: Mapping[str, int],
-    lease: ThreadLease | None = None,
+    leases: Sequence[ThreadLease] = (),
 ) -> None:
     """The step's writes and its mark in the entry, in one batch: a step is done exactly when it commits
-    (under ``lease``, only while the lease's fencing token holds: :func:`fenced_batch`)."""
+    (only while the fencing token of each of ``leases`` holds: :func:`fenced_batch`)."""
     undo = entry.undo
     undo["done"] = [*undo.get("done", []), step]
     totals = undo.setdefault("totals", {})
     for k, n in counts.items():
         totals[k] = int(totals.get(k, 0)) + int(n)
-    if lease is None:
-        store.batch([*ops, _put_entry(entry)])
-    else:
-        fenced_batch(store, [*ops, _put_entry(entry)], lease.fenced)
+    fenced_batch(store, [*ops, _put_entry(entry)], functools.partial(_all_fenced, leases))
     from remem import ingestion  # the package holds the crash tests' seam, ``remem.ingestion._on_step``
 
     if ingestion._on_step is not None:
@@ -114,7 +118,7 @@ def undo_ingestion(
         f"_remem ingestion {entry.id}",
         scope="memory",
         timeout=memory.thread_lease_timeout,
-    ):
+    ) as held:
         entry = get_ingestion(memory, entry.id)  # as the last run left it
         if entry.state == "undone":
             return _report(entry)
@@ -122,19 +126,19 @@ def undo_ingestion(
         entry.undo["runs"] = int(entry.undo.get("runs", 0)) + 1
         entry.undo.setdefault("removed", {})
         entry.undo.setdefault("thread_users", {})
-        store.batch([_put_entry(entry)])
+        fenced_batch(store, [_put_entry(entry)], held.fenced)
         if queue is not None and "jobs" not in entry.undo.get("done", []):
-            _undo_jobs(memory, entry, queue)
+            _undo_jobs(memory, entry, queue, held)
         for thread_id in sorted(entry.threads):
             if f"thread:{thread_id}" not in entry.undo.get("done", []):
-                _undo_thread(memory, entry, thread_id, checkpointer)
+                _undo_thread(memory, entry, thread_id, checkpointer, held)
         users = set(entry.users) | {u for u in entry.undo["thread_users"].values() if isinstance(u, str)}
         for user_id in sorted(users):
             if f"user:{user_id}" not in entry.undo.get("done", []):
-                _undo_user(store, entry, user_id)
+                _undo_user(store, entry, user_id, held)
         entry.state = "undone"
         entry.finished_at = now_iso()
-        _commit(store, entry, "closed", [], {})
+        _commit(store, entry, "closed", [], {}, [held])
     kept = [t for t in entry.threads if store.get(thread_meta(t), THREAD_META_KEY) is not None]
     refresh_summaries(queue, dict.fromkeys(kept))
     return _report(entry)
@@ -158,7 +162,7 @@ def _tagged(entry: IngestionEntry, values: Mapping[str, Mapping[str, Any]]) -> l
     return sorted(k for k, v in values.items() if (v.get("metadata") or {}).get(MESSAGE_TAG) == entry.id)
 
 
-def _undo_jobs(memory: Memory, entry: IngestionEntry, queue: JobQueue) -> None:
+def _undo_jobs(memory: Memory, entry: IngestionEntry, queue: JobQueue, held: ThreadLease) -> None:
     """First step: the waiting jobs on what goes (its threads' summary refreshes, the extraction of its
     messages) leave the queue, so no worker starts them while the undo runs. Dropping them again changes
     nothing, so a run killed before this step's mark redoes it (and counts none of them twice)."""
@@ -170,7 +174,7 @@ def _undo_jobs(memory: Memory, entry: IngestionEntry, queue: JobQueue) -> None:
             done = _tagged(entry, values)
         removed[thread_id] = list(done)
     dropped = drop_jobs_of_messages(queue, removed)
-    _commit(memory.store, entry, "jobs", [], {"jobs": dropped})
+    _commit(memory.store, entry, "jobs", [], {"jobs": dropped}, [held])
 
 
 def _check_imported(entry: IngestionEntry, checkpointer: BaseCheckpointSaver[Any] | None) -> None:
@@ -201,7 +205,11 @@ def _check_imported(entry: IngestionEntry, checkpointer: BaseCheckpointSaver[Any
 
 
 def _undo_thread(
-    memory: Memory, entry: IngestionEntry, thread_id: str, checkpointer: BaseCheckpointSaver[Any] | None
+    memory: Memory,
+    entry: IngestionEntry,
+    thread_id: str,
+    checkpointer: BaseCheckpointSaver[Any] | None,
+    held: ThreadLease,
 ) -> None:
     store = memory.store
     with thread_lease(
@@ -228,7 +236,7 @@ def _undo_thread(
             checkpointer.delete_thread(thread_id)  # again after a crash: nothing left to delete
             counts["checkpoint_threads"] = 1
         lease.verify()
-        _commit(store, entry, f"thread:{thread_id}", ops, counts, lease)
+        _commit(store, entry, f"thread:{thread_id}", ops, counts, [held, lease])
 
 
 def _thread_rewrites(
@@ -301,7 +309,7 @@ def _thread_rewrites(
     return ops
 
 
-def _undo_user(store: BaseStore, entry: IngestionEntry, user_id: str) -> None:
+def _undo_user(store: BaseStore, entry: IngestionEntry, user_id: str, held: ThreadLease) -> None:
     removed: dict[str, list[str]] = entry.undo.get("removed", {})
     everywhere = {i for ids in removed.values() for i in ids}
     items = _all(store, user_memories(user_id))
@@ -327,4 +335,5 @@ def _undo_user(store: BaseStore, entry: IngestionEntry, user_id: str) -> None:
                 value.pop("evidence", None)
             ops.append(PutOp(user_memories(user_id), item.key, value))
             restored += 1
-    _commit(store, entry, f"user:{user_id}", ops, {"memories": len(gone), "memories_restored": restored})
+    counts = {"memories": len(gone), "memories_restored": restored}
+    _commit(store, entry, f"user:{user_id}", ops, counts, [held])
