@@ -177,3 +177,25 @@ def test_a_tenants_erasure_takes_that_tenants_checkpoints_only(tmp_path: Path) -
     assert erase(url, thread_id="t1", tenant="b").checkpoint_threads == ["t1"]
     with checkpointer_from_url(url) as saver:
         assert list_threads(saver) == ["t1"]  # the untenanted thread of the same id is left
+
+
+def test_an_untenanted_user_erasure_leaves_a_tenants_checkpoint_naming_the_user(tmp_path: Path) -> None:
+    # `remem forget --user alice` on a database that also serves tenants: the tenant's checkpoint thread
+    # (tenants:a:t1) whose metadata names alice is the tenant's alice, not the app's
+    from remem.layout import is_tenant_id, tenant_id
+
+    url = f"sqlite:///{tmp_path / 'remem.db'}"
+    with checkpointer_from_url(url) as saver:
+        agent = build_agent(ScriptedChatModel(default="noted"), strategy="filter", checkpointer=saver)
+        for thread in (tenant_id("t1", tenant="a"), "mine"):
+            run_turn(agent, thread, f"my locker code is {SECRET}", user_id="alice")
+
+    report = erase(url, user_id="alice")
+
+    assert report.checkpoint_threads == ["mine"]
+    with checkpointer_from_url(url) as saver:
+        assert list_threads(saver) == ["tenants:a:t1"]
+    assert erase(url, user_id="alice", tenant="a").checkpoint_threads == ["t1"]  # the tenant's own erasure
+    assert is_tenant_id("tenants:a:t1") and not any(
+        is_tenant_id(i) for i in ("tenants", "tenants:a", "tenants::t", "mine", "x:tenants:a:t")
+    )

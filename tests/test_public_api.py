@@ -384,6 +384,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "extraction_state",
         "id_of_tenant",
         "ingestions_root",
+        "is_tenant_id",
         "is_thread_messages",
         "namespace",
         "tenant_id",

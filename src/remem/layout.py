@@ -80,6 +80,7 @@ __all__ = [
     "extraction_state",
     "id_of_tenant",
     "ingestions_root",
+    "is_tenant_id",
     "is_thread_messages",
     "namespace",
     "tenant_id",
@@ -259,6 +260,13 @@ def tenant_id(id_: str, *, tenant: str | None = None) -> str:
             f"tenant {tenant!r} cannot be used: give a non-empty name without ':' (e.g. 'acme')"
         )
     return _TENANT_SEP.join((TENANTS_ROOT, tenant, id_))
+
+
+def is_tenant_id(stored_id: str) -> bool:
+    """Whether ``stored_id`` is some tenant's :func:`tenant_id` (``tenants:T:<id>``): a checkpoint thread
+    or ledger id an untenanted scope matches by name only, never by what its metadata says."""
+    head, sep, rest = stored_id.partition(_TENANT_SEP)
+    return head == TENANTS_ROOT and bool(sep) and _TENANT_SEP in rest and not rest.startswith(_TENANT_SEP)
 
 
 def id_of_tenant(stored_id: str, *, tenant: str | None = None) -> str | None:

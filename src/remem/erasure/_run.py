@@ -23,7 +23,7 @@ from remem.erasure._journal import JournalEntry
 from remem.erasure._scopes import ForgetReport, delete_scope, store_scope, threads_of_user
 from remem.errors import ErasureIncompleteError, RememRuntimeError
 from remem.jobs import forget_jobs
-from remem.layout import escape_label, id_of_tenant, tenant_id, thread_id_of, thread_meta
+from remem.layout import escape_label, id_of_tenant, is_tenant_id, tenant_id, thread_id_of, thread_meta
 from remem.store import Compaction, RememStoreBase, Statements
 from remem.store._targets import store_lease_target
 from remem.usage import forget_usage
@@ -111,7 +111,11 @@ def plan(store: RememStoreBase, url: str, scope: dict[str, Any]) -> dict[str, An
                 thread = id_of_tenant(stored, tenant=tenant)  # the tenant's own ids; another's: None
                 if thread is None:
                     continue
-                if thread in found or any(fnmatch.fnmatchcase(thread, p) for p in patterns):
+                if thread in found:
+                    continue
+                if tenant is None and is_tenant_id(thread):  # a tenant's thread is not the app's to match
+                    continue
+                if any(fnmatch.fnmatchcase(thread, p) for p in patterns):
                     found.add(thread)
                     continue
                 latest = saver.get_tuple({"configurable": {"thread_id": stored, "checkpoint_ns": ""}})
