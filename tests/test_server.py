@@ -470,3 +470,38 @@ def test_forget_a_tenants_user_takes_every_item_naming_them(served: Served) -> N
     assert of_user(served.db, "a", "wanda") == []
     assert of_user(served.db, "b", "wanda") == kept
     assert a.get("/v1/threads/otto-desk").status_code == 200  # otto's thread keeps what is otto's
+
+
+def test_forget_a_tenants_thread_or_user_takes_its_ledger_rows_and_jobs_only(served: Served) -> None:
+    # A tenant's ledger rows and jobs name its threads and users by their tenant ids (TenantMeter,
+    # remem.layout.tenant_id); the tenant's forget takes those, never another tenant's of the same ids.
+    from remem.jobs import open_queue
+    from remem.layout import tenant_id
+    from remem.usage import UsageEvent, open_ledger
+
+    a, b = client(served.main, served.keys.a), client(served.main, served.keys.b)
+    for c in (a, b):
+        assert add(c, "ledgered", ("l1", "user", "hi"), user="lena").status_code == 200
+    ids = {t: (tenant_id("ledgered", tenant=t), tenant_id("lena", tenant=t)) for t in ("a", "b")}
+    with open_ledger(served.db) as ledger, open_queue(served.db) as queue:
+        for thread, user in ids.values():
+            ledger.record(UsageEvent("chat", "m", 10, 2, thread_id=thread, user_id=user, turn=1))
+            ledger.record(UsageEvent("embedder", "fake", 3, 0, user_id=user))  # the user's alone
+            queue.enqueue("summary", {"n": 1}, thread_id=thread, user_id=user)
+            queue.enqueue("extraction", {"n": 2}, user_id=user)
+
+    def held() -> tuple[set[tuple[str | None, str | None]], set[tuple[str | None, str | None]]]:
+        with open_ledger(served.db) as ledger, open_queue(served.db) as queue:
+            rows = {(e.thread_id, e.user_id) for e in ledger.events()}
+            jobs = {(j.thread_id, j.user_id) for j in queue.jobs(limit=1000)}
+        return rows, jobs
+
+    (a_thread, a_user), (b_thread, b_user) = ids["a"], ids["b"]
+    assert a.post("/v1/forget", json={"thread_id": "ledgered"}).status_code == 200
+    rows, jobs = held()
+    assert (a_thread, a_user) not in rows and (a_thread, a_user) not in jobs
+    assert {(None, a_user), (b_thread, b_user), (None, b_user)} <= rows & jobs
+    assert a.post("/v1/forget", json={"user_id": "lena"}).status_code == 200
+    rows, jobs = held()
+    assert not any(a_user in (t, u) or a_thread == t for t, u in rows | jobs)
+    assert {(b_thread, b_user), (None, b_user)} <= rows & jobs  # tenant b's are all kept
