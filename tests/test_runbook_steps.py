@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,3 +131,87 @@ def test_a_server_uses_a_rotated_model_key_after_sighup_without_a_restart(tmp_pa
         finally:
             server.stop()
     assert "Application shutdown complete" in log.read_text()  # SIGTERM still ends it gracefully
+
+
+def _worker_answering(supervisor: int, client_port: int) -> int | None:
+    """The worker process holding the server's end of the connection from ``client_port``."""
+    import psutil
+
+    for worker in psutil.Process(supervisor).children(recursive=True):
+        for c in worker.net_connections(kind="tcp"):
+            if c.raddr and c.raddr.port == client_port:
+                return int(worker.pid)
+    return None
+
+
+@pytest.mark.postgres
+def test_every_worker_uses_a_rotated_model_key_after_sighup(pg_url: str) -> None:
+    """`remem serve --workers 2`: SIGHUP to the supervisor replaces each worker with one that read the
+    configuration again, so every worker's next summary is written with the key now in the file."""
+    import httpx
+    import psutil
+
+    from tests.server_process import Server, free_port
+
+    threads = [f"t{n}" for n in range(24)]
+    with Memory.from_url(pg_url, settings=Settings(embedder="fake")) as memory:
+        for thread in threads:
+            memory.thread(thread, user_id="maya").add_messages(
+                [{"role": "user", "content": f"I keep bees in {thread}.", "id": f"{thread}-m1"}]
+            )
+    folder = Path(tempfile.mkdtemp(prefix="remem-sighup-"))
+    with openai_compatible_server(["- Maya keeps bees."]) as model:
+        _key_file(folder, "sk-first-key-0001")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("REMEM_", "OPENAI_"))}
+        env.update(REMEM_LLM_MODEL="m", REMEM_LLM_BASE_URL=model.url, REMEM_EMBEDDER="fake")
+        env["REMEM_LLM_API_KEY_FILE"] = str(folder / "llm-key")
+        port = free_port()
+        log = folder / "server.log"
+        command = [sys.executable, "-m", "remem.cli", "serve", "--db", pg_url, "--port", str(port)]
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [*command, "--workers", "2"], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        server = Server(f"http://127.0.0.1:{port}", process, log).ready()
+
+        def summarise(thread: str) -> int | None:
+            with httpx.Client(base_url=server.url, timeout=60) as c:  # a new connection: any worker
+                answer = c.post(f"/v1/threads/{thread}/summary", json={})
+                assert answer.status_code == 200, answer.text
+                sock = answer.extensions["network_stream"].get_extra_info("socket")
+                return _worker_answering(process.pid, sock.getsockname()[1])
+
+        def serving() -> set[int]:  # the workers listening on the port (not multiprocessing's helpers)
+            found = set()
+            for child in psutil.Process(process.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    for c in child.net_connections(kind="tcp"):
+                        if c.status == psutil.CONN_LISTEN and c.laddr.port == port:
+                            found.add(child.pid)
+            return found
+
+        try:
+            _wait(lambda: len(serving()) == 2, "both workers to listen", process, timeout=240)  # type: ignore[arg-type]
+            old = serving()
+            summarise(threads[0])
+            _key_file(folder, "sk-second-key-0002")  # the key is rotated in the mounted file
+            process.send_signal(signal.SIGHUP)
+
+            def replaced() -> bool:
+                now = serving()
+                return len(now) == 2 and not now & old
+
+            _wait(replaced, "both workers to be replaced", process, timeout=240)  # type: ignore[arg-type]
+            answered: list[int | None] = []
+            for thread in threads[1:]:
+                answered.append(summarise(thread))
+                if len(set(answered) - {None}) == 2:
+                    break
+            keys = [h.get("Authorization") or h.get("authorization") for h in model.headers]
+            assert keys == ["Bearer sk-first-key-0001"] + ["Bearer sk-second-key-0002"] * len(answered)
+            assert len(set(answered) - {None}) == 2, answered  # both new workers answered with it
+            assert process.poll() is None  # the supervisor stayed up
+            assert "sk-second-key-0002" not in log.read_text() and "sk-first-key-0001" not in log.read_text()
+        finally:
+            server.stop()
+    assert "Application shutdown complete" in log.read_text()
