@@ -55,6 +55,7 @@ __all__ = [
     "list_messages_plan",
     "message_page_plan",
     "messages_by_id",
+    "open_and_add_plan",
     "open_thread_plan",
     "revision_within",
     "save_info",
@@ -179,11 +180,38 @@ def add_messages_plan(
     One that was stored but never made it into the thread's order (a write of an older version that
     lost a race) is appended now, so that a retry makes it visible. A message remem derived from memory
     is not a turn and is skipped. ``fields``: what the search index holds of each message."""
+    stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, _parsed(inputs), fields))
+    return stored
+
+
+def _parsed(inputs: Sequence[Any]) -> list[StoredMessage]:
     if isinstance(inputs, str | Mapping) or not isinstance(inputs, Sequence):
         raise RememUsageError("add_messages takes a list of messages; wrap a single message in a list")
-    parsed = [stored_message_from_input(item, n) for n, item in enumerate(inputs) if not is_derived(item)]
-    stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, parsed, fields))
-    return stored
+    return [stored_message_from_input(item, n) for n, item in enumerate(inputs) if not is_derived(item)]
+
+
+def open_and_add_plan(
+    thread_id: str,
+    user_id: str | None,
+    agent_id: str | None,
+    inputs: Sequence[Any],
+    fields: Sequence[str],
+    default_frequency: int,
+) -> Flow[tuple[ThreadInfo, list[StoredMessage]]]:
+    """:func:`open_thread_plan` then :func:`add_messages_plan` under one lease, the metadata read once
+    (``remem serve``'s add, which creates the thread when new: one lease and one transaction fewer than
+    the two plans). The messages are checked before the lease, so a refused one creates no thread."""
+    if agent_id is not None:
+        check_text(agent_id, "agent_id")
+    parsed = _parsed(inputs)
+
+    def both() -> Flow[tuple[ThreadInfo, list[StoredMessage]]]:
+        info = yield from _open_thread(thread_id, user_id, agent_id, None, default_frequency)
+        stored = yield from _append(thread_id, parsed, fields, info)
+        return info, stored
+
+    found: tuple[ThreadInfo, list[StoredMessage]] = yield Leased(thread_id, both())
+    return found
 
 
 def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Flow[set[str]]:
@@ -205,9 +233,11 @@ def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Flow
 
 
 def _append(
-    thread_id: str, parsed: Sequence[StoredMessage], fields: Sequence[str]
+    thread_id: str, parsed: Sequence[StoredMessage], fields: Sequence[str], info: ThreadInfo | None = None
 ) -> Flow[list[StoredMessage]]:
-    info = yield from thread_info_plan(thread_id)
+    """``info``: the thread's metadata as read under the same lease (read here when None)."""
+    if info is None:
+        info = yield from thread_info_plan(thread_id)
     unique: dict[str, StoredMessage] = {}
     for m in parsed:
         unique.setdefault(m.id, m)

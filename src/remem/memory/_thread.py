@@ -30,6 +30,12 @@ __all__ = ["DEFAULT_CARD_TOKEN_BUDGET", "Thread"]
 DEFAULT_CARD_TOKEN_BUDGET = 1500
 
 
+def index_fields(memory: Memory) -> Sequence[str]:
+    """What the search index holds of a new message (none: a worker embeds and indexes the new turns,
+    embed_turns)."""
+    return () if memory.embed_queue is not None else memory._message_fields
+
+
 class Thread:
     """One conversation thread: its raw messages, its summary revisions and its context cards."""
 
@@ -68,8 +74,8 @@ class Thread:
         self._queue_embedding(stored)
         return stored
 
-    def _fields(self) -> Sequence[str]:  # none: a worker embeds and indexes the new turns (embed_turns)
-        return () if self.memory.embed_queue is not None else self.memory._message_fields
+    def _fields(self) -> Sequence[str]:
+        return index_fields(self.memory)
 
     def _queue_embedding(self, stored: Sequence[StoredMessage]) -> None:
         if (queue := self.memory.embed_queue) is not None and stored:

@@ -38,12 +38,13 @@ from remem.memory._plans import (
     MESSAGE_FIELDS,
     delete_memory_plan,
     edit_memory_plan,
+    open_and_add_plan,
     open_thread_plan,
     thread_info_plan,
 )
-from remem.memory._records import MemoryRecord, ThreadInfo, check_label
+from remem.memory._records import MemoryRecord, StoredMessage, ThreadInfo, check_label
 from remem.memory._search import search_plan, thread_search_plan
-from remem.memory._thread import DEFAULT_CARD_TOKEN_BUDGET, Thread
+from remem.memory._thread import DEFAULT_CARD_TOKEN_BUDGET, Thread, index_fields
 from remem.messages import TokenCounter, token_counter
 from remem.store._targets import store_lease_target
 from remem.summarize import Summarizer, summarizer_for
@@ -242,6 +243,34 @@ class Memory:
             self._open_plan(thread_id, user_id, agent_id, context_summary_update_frequency)
         )
         return Thread(self, info)
+
+    def _open_and_add(
+        self,
+        thread_id: str,
+        messages: Sequence[Any],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> list[StoredMessage]:
+        """``thread(thread_id, user_id=..., agent_id=...).add_messages(messages)`` under one lease, the
+        thread's metadata read once (``remem serve``'s add, where each request opens its thread)."""
+        check_label(thread_id, "thread_id")
+        if user_id is not None:
+            check_label(user_id, "user_id")
+        plan = open_and_add_plan(
+            thread_id, user_id, agent_id, messages, index_fields(self), self.context_summary_update_frequency
+        )
+        found: tuple[ThreadInfo, list[StoredMessage]] = self._run(plan)
+        info, stored = found
+        Thread(self, info)._queue_embedding(stored)
+        return stored
+
+    def _unread_thread(self, thread_id: str) -> Thread:
+        """A :class:`Thread` on ``thread_id`` without reading it, for one call whose plan reads the
+        thread's metadata itself and raises :class:`~remem.NotFoundError` as :meth:`get_thread` does (the
+        context card: ``remem serve`` opens a thread per request, and a second read of it cost a
+        transaction). Its ``user_id`` and ``agent_id`` are unknown (None): never add messages through it."""
+        return Thread(self, ThreadInfo(check_label(thread_id, "thread_id"), None, None, ""))
 
     async def athread(
         self,

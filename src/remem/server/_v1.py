@@ -203,9 +203,9 @@ def get_thread(request: Request, thread_id: ThreadId) -> Any:
 def add_messages(request: Request, thread_id: ThreadId, body: AddMessages) -> dict[str, Any]:
     """Append messages (the thread is created when new). A message whose id the thread holds is not
     stored again: a retry of the same request stores each message once."""
-    memory = _memory(request)
-    thread = memory.thread(thread_id, user_id=body.user_id, agent_id=body.agent_id)
-    stored = thread.add_messages(_message_dicts(body.messages))
+    stored = _memory(request)._open_and_add(
+        thread_id, _message_dicts(body.messages), user_id=body.user_id, agent_id=body.agent_id
+    )
     return {"messages": as_json(stored)}
 
 
@@ -240,7 +240,7 @@ def list_summaries(request: Request, thread_id: ThreadId) -> dict[str, Any]:
 def context_card(request: Request, thread_id: ThreadId, body: CardRequest | None = None) -> Any:
     """The thread's context card (``content`` is the escaped XML to send as a user-role message)."""
     body = body or CardRequest()
-    thread = _memory(request).get_thread(thread_id)
+    thread = _memory(request)._unread_thread(thread_id)  # the card reads the thread (404 when missing)
     return as_json(thread.get_context_card(**body.model_dump()))
 
 
