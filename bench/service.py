@@ -10,10 +10,12 @@ One run measures, in order: the library in-process on SQLite; ``remem serve`` (o
 of SQLite file; the library in-process on PostgreSQL; ``remem serve`` on PostgreSQL with 1 and 2 workers
 (``--workers 1 2 4`` for more). Each setup gets a fresh SQLite file or a fresh PostgreSQL database (dropped
 after), the server a tenant key (``X-Api-Key``, rate limit off) and the HTTP clients
-``Memory.from_url("http://...", api_key=...)``, one each, the in-process clients one shared ``Memory``. Every
-client first plays two unmeasured turns (``--warmup``) on a thread of its own (imports, pools, a worker's first
-request). With several workers, each client's kept-alive connection stays on the worker the kernel gave it; the
-split is printed.
+``Memory.from_url("http://...", api_key=...)``, ``--connections`` of them each (4), used in turn one turn at
+a time; the in-process clients one shared ``Memory``. Every client first plays unmeasured turns
+(``--warmup``, at least one per connection) on a thread of its own (imports, pools, a worker's first request).
+With several workers, each kept-alive connection stays on the worker the kernel gave it (``SO_REUSEPORT``
+hashes new connections over the workers' sockets): with one connection per client, 4 clients fell 3/1 on 2
+workers; the split is printed.
 After the measured turns every thread is read back (through the server for the server setups) and compared
 with the adds that were acknowledged: lost, duplicated and out-of-order messages must be 0.
 
@@ -23,9 +25,9 @@ with the adds that were acknowledged: lost, duplicated and out-of-order messages
     python bench/service.py --clients 1 --turns 50          # latency with no queueing
 
 Prints one Markdown table (turns per second, p50 / p95 / p99 per endpoint in ms, error rate, messages lost /
-duplicated / out of order, CPU seconds used during the measured turns: this process (the clients, and the
-library itself in-process), the ``remem serve`` process tree, and PostgreSQL's backends serving the run's
-database), then the issue's targets, each met or not. Embeddings come from the fake embedder on both sides
+duplicated / out of order, CPU seconds used during the measured turns, in all and per turn: this process (the
+clients, and the library itself in-process), the ``remem serve`` process tree, and PostgreSQL's backends
+serving the run's database; and how many cores those kept busy), then the issue's targets, each met or not. Embeddings come from the fake embedder on both sides
 (``REMEM_EMBEDDER=fake``), so the numbers are remem's and the transport's, not a model's. Everything runs on
 loopback; the client, the server and the database share the machine's cores.
 """
@@ -190,11 +192,20 @@ def used(before: dict[int, float], after: dict[int, float]) -> float:
 
 
 class Client(threading.Thread):
+    """One client: its turns on one thread, each turn's three calls on one of ``memories`` in turn (one
+    connection each over HTTP, so that several workers share a client's load)."""
+
     def __init__(
-        self, index: int, memory: Memory, run: str, turns: tuple[int, int], start: threading.Barrier
+        self,
+        index: int,
+        memories: list[Memory],
+        run: str,
+        turns: tuple[int, int],
+        start: threading.Barrier,
     ) -> None:
         super().__init__(daemon=True)
-        self.index, self.memory, self.start_line = index, memory, start
+        self.index, self.memories, self.start_line = index, memories, start
+        self.memory = memories[0]
         self.warmup, self.turns = turns
         self.thread_id = f"{run}-c{index}"
         self.rng = random.Random(index)
@@ -215,7 +226,9 @@ class Client(threading.Thread):
             self.latencies[endpoint].append((time.perf_counter() - began) * 1000)
         return result
 
-    def turn(self, thread: Any, number: int, record: bool) -> None:
+    def turn(self, threads: list[Any], number: int, record: bool) -> None:
+        at = number % len(threads)
+        thread, memory = threads[at], self.memories[at]
         text = utterance(self.rng)
         ids = [f"c{self.index}-t{number}-u", f"c{self.index}-t{number}-a"]
         batch = [
@@ -225,22 +238,23 @@ class Client(threading.Thread):
         if self.timed("add", lambda: thread.add_messages(batch), record) is not None and record:
             self.acked.extend(ids)
         self.timed("card", lambda: thread.get_context_card(max_recent_messages=6, query=text), record)
-        self.timed("search", lambda: self.memory.search(text, thread_id=thread.thread_id, k=5), record)
+        self.timed("search", lambda: memory.search(text, thread_id=thread.thread_id, k=5), record)
 
     def run(self) -> None:
-        thread = None
+        threads: list[Any] = []
         try:
-            warm = self.memory.thread(f"{self.thread_id}-warm", user_id=f"user{self.index}")
-            for number in range(self.warmup):
+            user = f"user{self.index}"
+            warm = [m.thread(f"{self.thread_id}-warm", user_id=user) for m in self.memories]
+            for number in range(max(self.warmup, len(warm))):  # every connection opened before timing
                 self.turn(warm, -1 - number, record=False)
-            thread = self.memory.thread(self.thread_id, user_id=f"user{self.index}")
+            threads = [m.thread(self.thread_id, user_id=user) for m in self.memories]
         except Exception as exc:
             self.errors["open"] += 1
             self.first_error = f"open: {type(exc).__name__}: {exc}"[:300]
         finally:
             self.start_line.wait()
-        for number in range(self.turns if thread is not None else 0):
-            self.turn(thread, number, record=True)
+        for number in range(self.turns if threads else 0):
+            self.turn(threads, number, record=True)
 
 
 def check(memory: Memory, client: Client, outcome: Outcome) -> None:
@@ -270,7 +284,8 @@ def measure(
     outcome = Outcome(name, args.clients)
     run = "bench-" + uuid.uuid4().hex[:8]
     start = threading.Barrier(args.clients + 1)
-    memories = [memory_for(i) for i in range(args.clients)]
+    per = args.connections if server is not None else 1
+    memories = [[memory_for(i) for _ in range(per)] for i in range(args.clients)]
     clients = [Client(i, memories[i], run, (args.warmup, args.turns), start) for i in range(args.clients)]
     for c in clients:
         c.start()
@@ -300,10 +315,11 @@ def measure(
             outcome.latencies[e].extend(c.latencies[e])
         outcome.errors.update(c.errors)
         outcome.first_error = outcome.first_error or c.first_error
-        check(memories[c.index], c, outcome)
+        check(memories[c.index][0], c, outcome)
     if server is not None:
-        for m in memories:
-            m.close()
+        for mine in memories:
+            for m in mine:
+                m.close()
     print(f"  {name}: {outcome.turns / outcome.seconds:,.1f} turns/s", flush=True)
     return outcome
 
@@ -393,20 +409,34 @@ def seconds(value: float | None) -> str:
 
 
 def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
-    print(f"\n### {args.clients} clients x {args.turns} turns (add 2 messages + card + search per turn)\n")
+    print(
+        f"\n### {args.clients} clients x {args.turns} turns (add 2 messages + card + search per turn), "
+        f"{args.connections} connection(s) per HTTP client\n"
+    )
     print(
         "| setup | turns/s | add p50/p95/p99 ms | card p50/p95/p99 ms | search p50/p95/p99 ms | errors "
-        "| lost / dup / out of order | CPU s client / server / db |"
+        "| lost / dup / out of order | CPU s client / server / db | CPU ms a turn client / server / db "
+        "| cores busy |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for o in outcomes:
         failed = sum(o.errors.values())
+        per_turn = " / ".join(
+            "-" if v is None else f"{1000 * v / max(1, o.turns):.1f}"
+            for v in (o.cpu_client, o.cpu_server, o.cpu_db)
+        )
+        busy = (o.cpu_client + (o.cpu_server or 0.0) + (o.cpu_db or 0.0)) / o.seconds
         print(
             f"| {o.name} | {o.turns / o.seconds:,.1f} | {cell(o.latencies['add'])} | {cell(o.latencies['card'])} "
             f"| {cell(o.latencies['search'])} | {failed} ({100 * failed / max(1, o.calls()):.1f}%) "
             f"| {o.lost} / {o.duplicated} / {o.disordered} "
-            f"| {o.cpu_client:.1f} / {seconds(o.cpu_server)} / {seconds(o.cpu_db)} |"
+            f"| {o.cpu_client:.1f} / {seconds(o.cpu_server)} / {seconds(o.cpu_db)} | {per_turn} | {busy:.2f} |"
         )
+    print(
+        "\nCPU: this process (the clients; in-process, the library too), the `remem serve` process tree, "
+        "PostgreSQL's backends of the run's database. Cores busy: their CPU seconds over the run's seconds "
+        f"(the machine has {os.cpu_count()}; other load on it is not counted)."
+    )
     for o in outcomes:
         if o.spread and "workers" in o.name:
             print(f"\n{o.name}: the {o.clients} clients' connections fell {o.spread} on the workers")
@@ -432,12 +462,22 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
     if one and two:
         ratio = (two.turns / two.seconds) / (one.turns / one.seconds)
         verdict = "met" if ratio >= 1.6 else "NOT met"
-        print(f"- 2 workers on PostgreSQL: {ratio:.2f}x the throughput of 1 (target >= 1.6x): {verdict}")
+        sides = "; ".join(
+            f"{o.name.rsplit(', ', 1)[1]}: {o.cpu_client:.1f} / {seconds(o.cpu_server)} / {seconds(o.cpu_db)}"
+            for o in (one, two)
+        )
+        print(
+            f"- 2 workers on PostgreSQL: {ratio:.2f}x the throughput of 1 (target >= 1.6x): {verdict} "
+            f"(CPU s client / server / db, {sides}; connections per worker: {two.spread or '-'})"
+        )
     wrong = sum(o.lost + o.duplicated + o.disordered for o in outcomes)
     print(
         f"- messages lost, duplicated or out of order: {wrong} (target 0): {'met' if wrong == 0 else 'NOT met'}"
     )
-    print(f"\ncores: {os.cpu_count()}, load average before the report: {os.getloadavg()[0]:.2f}")
+    print(
+        f"\ncores: {os.cpu_count()}, load average (1 min) at the start: {args.load_at_start:.2f}, "
+        f"before the report: {os.getloadavg()[0]:.2f}"
+    )
 
 
 def main() -> None:
@@ -448,12 +488,19 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20, help="measured turns per client")
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured turns per client first")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts on PostgreSQL")
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=4,
+        help="connections per HTTP client, used in turn (the kernel spreads connections over workers)",
+    )
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--only-sqlite", action="store_true", help="skip every PostgreSQL setup")
     parser.add_argument("--json", help="also write the raw results to this file")
     args = parser.parse_args()
-    if args.clients < 1 or args.turns < 1:
-        parser.error("--clients and --turns take at least 1")
+    if args.clients < 1 or args.turns < 1 or args.connections < 1:
+        parser.error("--clients, --turns and --connections take at least 1")
+    args.load_at_start = os.getloadavg()[0]
     print(f"{args.clients} clients x {args.turns} turns ...", flush=True)
     outcomes = run_all(args)
     report(outcomes, args)
