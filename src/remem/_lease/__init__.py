@@ -25,7 +25,9 @@ A lease lost after that check, before the write commits, is caught by the thread
 the lease (a checkpoint and its pending writes, a memory append on remem's stores, an ingestion undo's
 step) reads it in its own transaction (:meth:`ThreadLease.fenced`) and writes nothing once another
 writer has moved it. A lease taken for one write (a bare run's checkpoint) moves the number on in that
-write's transaction instead, so taking it writes nothing.
+write's transaction instead, so taking it writes nothing. On SQLite the number is moved on through a
+connection of the lease module's own, kept open between leases while a saver or store of
+``from_conn_string`` on that file is (:func:`retain_idle_connections`), else closed with the lease file.
 
 Waiters on a SQLite lease are not served first come, first served: ``fcntl`` has no timed wait (a
 blocking ``F_SETLKW`` can only be cut short by a signal), and Linux wakes every waiter of a released
@@ -52,12 +54,13 @@ from remem._lease._core import (
     athread_lease,
     carried_lease,
     carry_lease,
+    close_idle_connections,
     lease_waits,
+    retain_idle_connections,
     take_lease,
     thread_lease,
     thread_leases,
 )
-from remem._lease._postgres import close_idle_connections, retain_idle_connections
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",

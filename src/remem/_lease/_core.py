@@ -30,7 +30,9 @@ __all__ = [
     "athread_lease",
     "carried_lease",
     "carry_lease",
+    "close_idle_connections",
     "lease_waits",
+    "retain_idle_connections",
     "take_lease",
     "thread_lease",
     "thread_leases",
@@ -329,6 +331,23 @@ async def _aacquire(
 
 def _key_of(target: LeaseTarget, scope: str, thread_id: str) -> _Key:
     return (target.kind, target.where, scope, thread_id)
+
+
+def retain_idle_connections(target: LeaseTarget) -> None:
+    """Keep the connections leases of ``target`` use open between leases, for the next one, until as many
+    :func:`close_idle_connections` calls: PostgreSQL's lease sessions, a SQLite file's connection that
+    writes its fencing tokens. Savers and stores of ``from_conn_string`` do (see
+    :func:`._postgres.retain_idle_connections`)."""
+    _postgres.retain_idle_connections(target)
+    if target.kind == "sqlite":
+        _sqlite.retain_idle_connection(target)
+
+
+def close_idle_connections(target: LeaseTarget) -> None:
+    """One :func:`retain_idle_connections` fewer; with none left, the idle connections are closed."""
+    _postgres.close_idle_connections(target)
+    if target.kind == "sqlite":
+        _sqlite.close_idle_connection(target)
 
 
 def carry_lease(config: Any, lease: ThreadLease) -> Any:

@@ -25,7 +25,7 @@ from remem.errors import StorageError
 if TYPE_CHECKING:
     from remem._lease._core import Held
 
-__all__ = ["ThreadLeaseFile", "try_lease"]
+__all__ = ["ThreadLeaseFile", "close_idle_connection", "retain_idle_connection", "try_lease"]
 
 
 class _Files:
@@ -34,6 +34,8 @@ class _Files:
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.open: dict[str, ThreadLeaseFile] = {}
+        self.retained: dict[str, int] = {}  # database -> savers and stores that keep its connection idle
+        self.idle: dict[str, sqlite3.Connection] = {}  # the fencing tokens' connection, kept between leases
 
 
 _files = _Files()
@@ -45,12 +47,14 @@ def _reset_after_fork() -> None:
     # parent's: the child closes it (the parent's locks stay: its own descriptor still refers to them), else a
     # parent that dies would leave its leases held by the child, and opens its own.
     global _files
+    old = _files
     inherited, _files = _files.open, _Files()
     for file in inherited.values():
         with contextlib.suppress(OSError):
             os.close(file.fd)
     # SQLite connections must not cross a fork: closing one here could undo the parent's file locks
     _inherited.append([file.db for file in inherited.values()])
+    _inherited.append(old.idle)
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -116,6 +120,7 @@ def _open_lease_file(path: str) -> ThreadLeaseFile:
             try:
                 make_private_file(lease_path)
                 file = ThreadLeaseFile(lease_path, os.open(lease_path, os.O_RDWR))
+                file.db = _files.idle.pop(path, None)
             except OSError as exc:
                 raise StorageError(
                     f"cannot open the lease file {lease_path} ({exc}); check that its folder is writable"
@@ -135,7 +140,29 @@ def _close_lease_file(path: str, file: ThreadLeaseFile, *, stale: bool = False) 
             return
         if _files.open.get(path) is file:
             del _files.open[path]
+        if file.db is not None and _files.retained.get(path) and path not in _files.idle:
+            _files.idle[path], file.db = file.db, None  # for the next lease of this database
     file.close()
+
+
+def retain_idle_connection(target: LeaseTarget) -> None:
+    """Keep the connection that writes ``target``'s fencing tokens open between leases, until as many
+    :func:`close_idle_connection` calls: what a saver or store of ``from_conn_string`` does while it is
+    open (SQLite keeps that connection's descriptor of the file while the store's is open anyway)."""
+    with _files.mutex:
+        _files.retained[target.where] = _files.retained.get(target.where, 0) + 1
+
+
+def close_idle_connection(target: LeaseTarget) -> None:
+    """One :func:`retain_idle_connection` fewer; with none left, the idle connection is closed."""
+    with _files.mutex:
+        left = _files.retained.pop(target.where, 0) - 1
+        if left > 0:
+            _files.retained[target.where] = left
+            return
+        idle = _files.idle.pop(target.where, None)
+    if idle is not None:
+        idle.close()
 
 
 def _byte_lock(fd: int, offset: int, exclusive: bool) -> None:

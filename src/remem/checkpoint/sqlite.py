@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from remem import _sqlite
 from remem._files import make_private_file
-from remem._lease import LeaseTarget
+from remem._lease import LeaseTarget, close_idle_connections, retain_idle_connections
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import display_url, parse_database_url
 from remem.checkpoint._async import AsyncSaver
@@ -120,11 +120,16 @@ class SqliteSaver(SyncSaver):
             conn = sqlite3.connect(target, check_same_thread=False, isolation_level=None, **extra)
         except sqlite3.Error as exc:
             raise _storage_error(exc, display_url(conn_string)) from exc
+        kept: LeaseTarget | None = None
         try:
             saver = cls(conn, read_only=read_only, **kwargs)
             saver._where = display_url(conn_string)
+            kept = saver.lease_target
+            retain_idle_connections(kept)  # its leases' connection, kept while the saver is open
             yield saver
         finally:
+            if kept is not None:
+                close_idle_connections(kept)
             conn.close()
 
     @contextmanager
@@ -186,11 +191,16 @@ class AsyncSqliteSaver(AsyncSaver):
             conn = await aiosqlite.connect(target, isolation_level=None, **extra)
         except sqlite3.Error as exc:
             raise _storage_error(exc, display_url(conn_string)) from exc
+        kept: LeaseTarget | None = None
         try:
             saver = cls(conn, read_only=read_only, **kwargs)
             saver._where = display_url(conn_string)
+            kept = await saver.alease_target()
+            retain_idle_connections(kept)  # its leases' connection, kept while the saver is open
             yield saver
         finally:
+            if kept is not None:
+                await asyncio.to_thread(close_idle_connections, kept)
             await conn.close()
 
     async def _configure(self) -> None:

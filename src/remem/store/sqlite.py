@@ -29,6 +29,7 @@ from langgraph.store.base import IndexConfig, Op, PutOp, Result, TTLConfig
 
 from remem import _migrate, _sqlite
 from remem._files import make_private_file
+from remem._lease import close_idle_connections, retain_idle_connections
 from remem._lease_target import LeaseTarget
 from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
@@ -391,16 +392,21 @@ class SqliteStore(_SqliteBackend, SyncStore):
         created, writes are refused, and a missing file or store raises :class:`~remem.errors.NotFoundError`.
         """
         conn = connect(conn_string, read_only=read_only)
+        kept: LeaseTarget | None = None
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
             store.read_only = read_only
             store._setup_now()
+            kept = store.lease_target
+            retain_idle_connections(kept)  # the memory client's leases' connection, while the store is open
             yield store
         finally:
             opened = locals().get("store")
             if opened is not None:
                 opened.stop_ttl_sweeper(1)
                 opened.flush()
+            if kept is not None:
+                close_idle_connections(kept)
             conn.close()
 
 
@@ -426,14 +432,19 @@ class AsyncSqliteStore(_SqliteBackend, AsyncStore):
     ) -> AsyncIterator[AsyncSqliteStore]:
         """Async version of :meth:`SqliteStore.from_conn_string`."""
         conn = await asyncio.to_thread(connect, conn_string, read_only=read_only)
+        kept: LeaseTarget | None = None
         try:
             store = cls(conn, index=index, ttl=ttl, search_mode=search_mode, **options)
             store.read_only = read_only
             await asyncio.to_thread(store._setup_now)
+            kept = store.lease_target
+            retain_idle_connections(kept)
             yield store
         finally:
             opened = locals().get("store")
             if opened is not None:
                 await opened.stop_ttl_sweeper(1)
                 await asyncio.to_thread(opened.flush)
+            if kept is not None:
+                await asyncio.to_thread(close_idle_connections, kept)
             await asyncio.to_thread(conn.close)
