@@ -11,17 +11,21 @@ second process's turn.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import create_checkpoint
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from langgraph.store.base import PutOp
 
 from remem import Memory, Settings, run_turn
-from remem._lease import ThreadLease, carry_lease, thread_lease
+from remem._lease import ThreadLease, athread_lease, carry_lease, thread_lease
+from remem._lease._fence import lease_key
 from remem.errors import StorageError
 from tests.lease_workers import THREAD, agent_for, append_worker, context, open_saver, turn_worker
 
@@ -172,3 +176,51 @@ async def test_an_async_append_whose_lease_is_taken_between_its_check_and_its_co
             await thread.aadd_messages([{"role": "assistant", "content": "mine", "id": "mine"}])
         stored = [m.id for m in await (await memory.aget_thread(THREAD)).amessages()]
     assert stored == ["first", "w9-m0"]
+
+
+def _move_on(kind: str, target: str, scope: str, thread_id: str) -> None:
+    """What another writer's taking of the lease does to the token (its lease itself is not needed here)."""
+    sql = "UPDATE remem_thread_fences SET fence = fence + 1 WHERE lease_key = ?"
+    key = lease_key(scope, thread_id)
+    if kind == "sqlite":
+        with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as conn:
+            assert conn.execute(sql, (key,)).rowcount == 1
+        return
+    import psycopg
+
+    with psycopg.connect(target, autocommit=True) as pg:
+        assert pg.execute(sql.replace("?", "%s"), (key,)).rowcount == 1
+
+
+@pytest.mark.parametrize("where", BACKENDS, indirect=True)
+async def test_async_stores_and_savers_write_nothing_once_the_token_moved_on(where: tuple[str, str]) -> None:
+    """The async drivers' writes (a store's ``afenced_batch``, a saver's ``aput`` / ``aput_writes``) check
+    the token in their own transaction too."""
+    from remem.checkpoint import AsyncPostgresSaver, AsyncSqliteSaver
+    from remem.store import AsyncPostgresStore, AsyncSqliteStore
+
+    kind, target = where
+    store_class: Any = AsyncSqliteStore if kind == "sqlite" else AsyncPostgresStore
+    async with store_class.from_conn_string(target) as store:
+        async with athread_lease(store.lease_target, "t", scope="memory") as lease:
+            await store.afenced_batch([PutOp(("n",), "a", {"v": 1})], lease.fenced)
+            _move_on(kind, target, "memory", "t")
+            with pytest.raises(StorageError, match="fencing token moved on"):
+                await store.afenced_batch([PutOp(("n",), "b", {"v": 2})], lease.fenced)
+        assert await store.aget(("n",), "a") is not None and await store.aget(("n",), "b") is None
+
+    saver_class: Any = AsyncSqliteSaver if kind == "sqlite" else AsyncPostgresSaver
+    head = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    async with saver_class.from_conn_string(target) as saver:
+        await saver.setup()
+        async with athread_lease(await saver.alease_target(), "t", scope="checkpoint") as lease:
+            first = await saver.aput(carry_lease(head, lease), empty_checkpoint(), {"step": 1}, {})
+            _move_on(kind, target, "checkpoint", "t")
+            with pytest.raises(StorageError, match="fencing token moved on"):
+                await saver.aput(carry_lease(head, lease), empty_checkpoint(), {"step": 2}, {})
+        async with athread_lease(await saver.alease_target(), "t", scope="checkpoint") as lease:
+            _move_on(kind, target, "checkpoint", "t")
+            with pytest.raises(StorageError, match="fencing token moved on"):
+                await saver.aput_writes(carry_lease(first, lease), [("x", 1)], "task")
+        tup = await saver.aget_tuple(head)
+        assert tup is not None and tup.metadata["step"] == 1 and tup.pending_writes == []

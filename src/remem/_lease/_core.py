@@ -110,6 +110,7 @@ class ThreadLease:
         for one taken for a single write (``single_write``), which moves the token on itself."""
         self.single_write = single_write and target.kind != "process"
         self.lost = False
+        self._why: str | None = None
         self.scratch: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
@@ -121,10 +122,10 @@ class ThreadLease:
         another writer may have taken since never writes."""
         if not self.lost and self.active and self._alive():
             return
-        raise self._lost(_LOST_BECAUSE.get(self.target.kind, "it was given back"))
+        raise self._lost(self._why or _LOST_BECAUSE.get(self.target.kind, "it was given back"))
 
     def _lost(self, why: str) -> StorageError:
-        self.lost = True
+        self.lost, self._why = True, why  # a later check says the same
         return StorageError(
             f"the lease of thread {self.thread_id!r} ({self.target.label}) was lost while this turn or "
             f"append held it: {why}, so another writer may hold the thread now. This write was not made; "
