@@ -100,3 +100,23 @@ def print_folds(embedder: str, folds: list[Fold], describe: Callable[[Any], str]
         print(
             f"| {f.left_out} | {describe(f.rule)} | {100 * f.chosen_margin:+.1f} | {cells} | {100 * f.margin:+.1f}{flag} |"
         )
+
+
+def choose_option(
+    scores: dict[str, dict[str, dict[str, dict[int, float]]]], mode: str = "hybrid"
+) -> list[tuple[str, str, dict[str, dict[int, float]]]]:
+    """Leave one set out over discrete options (an embedder, what is indexed): ``scores[option][set][mode]``
+    is recall@k. For each set, the option with the best mean ``mode`` recall at ``CHOOSE_KS`` over the
+    other sets (ties: the first option), and its recall on the left-out set: (set, option, its recalls)."""
+    sets = sorted({s for per in scores.values() for s in per})
+    folds = []
+    for left in sets:
+        usable = [o for o in scores if all(s in scores[o] for s in sets)]
+
+        def mean(option: str, left: str = left) -> float:
+            others = [scores[option][s][mode] for s in sets if s != left]
+            return sum(r[k] for r in others for k in CHOOSE_KS) / max(len(others) * len(CHOOSE_KS), 1)
+
+        best = max(usable, key=mean) if usable else ""
+        folds.append((left, best, scores[best][left] if best else {}))
+    return folds
