@@ -107,11 +107,12 @@ def choose_option(
 ) -> list[tuple[str, str, dict[str, dict[int, float]]]]:
     """Leave one set out over discrete options (an embedder, what is indexed): ``scores[option][set][mode]``
     is recall@k. For each set, the option with the best mean ``mode`` recall at ``CHOOSE_KS`` over the
-    other sets (ties: the first option), and its recall on the left-out set: (set, option, its recalls)."""
-    sets = sorted({s for per in scores.values() for s in per})
+    other sets (ties: the first option), and its recall on the left-out set: (set, option, its recalls).
+    Only the sets every option ran on count."""
+    sets = sorted(set.intersection(*(set(per) for per in scores.values()))) if scores else []
     folds = []
     for left in sets:
-        usable = [o for o in scores if all(s in scores[o] for s in sets)]
+        usable = list(scores)
 
         def mean(option: str, left: str = left) -> float:
             others = [scores[option][s][mode] for s in sets if s != left]
