@@ -119,6 +119,15 @@ def turn_item(turn: dict[str, Any], conv_id: str, indexing: str) -> tuple[dict[s
     return message.to_value(conv_id, None), list(MESSAGE_FIELDS)
 
 
+def _dated(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Turns with the date of the last dated turn before them (BEAM dates a batch's first message only)."""
+    out, date = [], None
+    for t in turns:
+        date = t.get("date") or date
+        out.append({**t, "date": date})
+    return out
+
+
 def evaluate(dataset: dict[str, Any], embedder: Any, indexing: str = "content") -> dict[str, Any]:
     """Per question: its type, the first rank of an answer for keyword, vector and the store's hybrid, and
     the candidates (keyword and vector scores and ranks) that any fusion rule can be replayed on."""
@@ -129,8 +138,9 @@ def evaluate(dataset: dict[str, Any], embedder: Any, indexing: str = "content") 
         with role(embedder, "passage"):
             for conv in dataset["conversations"]:
                 ns = ("threads", conv["id"], "messages")
-                for s in range(0, len(conv["turns"]), 500):
-                    turns = conv["turns"][s : s + 500]
+                dated = _dated(conv["turns"])
+                for s in range(0, len(dated), 500):
+                    turns = dated[s : s + 500]
                     items = [(t["id"], *turn_item(t, conv["id"], indexing)) for t in turns]
                     store.batch([PutOp(ns, key, value, index=fields) for key, value, fields in items])
         out["load_s"] = time.perf_counter() - start
