@@ -120,11 +120,7 @@ def try_lock(conn: Any, key: int, wait: float) -> bool:
             return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()[0])
         # the server's own queue: fair, and woken the moment the holder lets go
         conn.execute(f"SET lock_timeout = {left_ms}")
-        try:
-            conn.execute("SELECT pg_advisory_lock(%s)", [key])
-        finally:
-            # the session's later waits (the fencing token's row, behind a write under way) are not cut short
-            conn.execute("SET lock_timeout = 0")
+        conn.execute("SELECT pg_advisory_lock(%s)", [key])
         return True
     except psycopg.errors.LockNotAvailable:
         return False
@@ -135,6 +131,8 @@ def bump(conn: Any, keys: list[int]) -> list[int]:
     import psycopg
 
     try:
+        # the wait for the token's row (behind a write under way) is not cut short by the lock's timeout
+        conn.execute("SET lock_timeout = 0")
         return bump_postgres(conn, keys)
     except psycopg.Error as exc:
         raise StorageError(
