@@ -61,3 +61,16 @@ async def test_async_store_reconnects_after_a_server_restart(restartable: Any) -
         assert await store.aget(("a",), "before") is not None
         await store.aput(("a",), "after", {"text": "y"})
         assert {i.key for i in await store.asearch(("a",))} == {"before", "after"}
+
+
+def test_a_pool_whose_every_connection_a_restart_broke_fails_no_call(restartable: Any) -> None:
+    # The pool does not ping a connection as it hands it out (a round trip per batch); the call that
+    # finds one broken has the pool drop every broken one, then runs again once on a new connection.
+    url = restartable.get_uri()
+    with PostgresStore.from_conn_string(url, pool_config={"min_size": 3, "max_size": 3}) as pooled:
+        pooled.put(("a",), "before", {"text": "x"})
+        pooled.conn.wait(timeout=30)  # three idle connections, all broken by the restart
+        _restart(restartable)
+        assert pooled.get(("a",), "before") is not None
+        pooled.put(("a",), "after", {"text": "y"})
+        assert {i.key for i in pooled.search(("a",))} == {"before", "after"}

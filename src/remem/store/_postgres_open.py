@@ -64,12 +64,12 @@ def connect(dsn: str, read_only: bool = False) -> psycopg.Connection[Any]:
 
 
 def _pool(dsn: str, pool_config: Mapping[str, Any], read_only: bool = False) -> ConnectionPool[Any]:
-    """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``), each
-    connection checked before it is handed out so that a restarted server costs no failed call."""
+    """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``). Its
+    connections are not checked as they are handed out (a round trip per store batch: about 10 a served
+    turn); a call that finds one broken by a restarted server is run again once after the pool dropped
+    every broken one (``PostgresStore``'s retry calls ``pool.check()``), so a restart still fails no call."""
     try:
-        pool: ConnectionPool[Any] = ConnectionPool(
-            dsn, **_pool_options(pool_config, read_only), check=ConnectionPool.check_connection, open=True
-        )
+        pool: ConnectionPool[Any] = ConnectionPool(dsn, **_pool_options(pool_config, read_only), open=True)
         pool.wait(timeout=10)
     except Exception as exc:
         raise _unreachable(exc) from exc

@@ -97,8 +97,12 @@ class _PostgresBackend(RememStoreBase):
     def _sync_reopens(self, exc: BaseException) -> bool:
         """Whether a sync call may run again: it lost a connection the store opened itself (or a pool's);
         the caller's own connection is theirs to reopen."""
-        own = self._dsn is not None or isinstance(self._sync_conn, ConnectionPool)
-        return own and _connection_lost(exc)
+        pool = self._sync_conn if isinstance(self._sync_conn, ConnectionPool) else None
+        lost = (self._dsn is not None or pool is not None) and _connection_lost(exc)
+        if lost and pool is not None:  # a restart broke every idle connection: drop them before the retry
+            with contextlib.suppress(Exception):
+                pool.check()
+        return lost
 
     @property
     def vector_kind(self) -> str:
