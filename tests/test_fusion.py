@@ -25,6 +25,8 @@ from remem.store import _core as core
 from remem.store import _fusion as fusion
 from remem.testing import FakeEmbedder
 
+pytestmark = pytest.mark.xdist_group("fusion")  # the module's dev-set stores are built once, in one worker
+
 DEV = Path(__file__).parent.parent / "bench" / "data" / "retrieval_multilingual.json"
 ENGLISH = DEV.with_name("retrieval_dev.json")
 KS = (1, 5, 10)

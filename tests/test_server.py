@@ -22,6 +22,7 @@ from remem.store import open_store
 from tests.server_process import Server, start_server
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.xdist_group("server")  # the module's server starts once, in one worker
 
 MAX_BODY = 65536
 

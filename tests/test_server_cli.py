@@ -19,6 +19,7 @@ from remem.store import open_store
 from tests.server_process import Server, running_server
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.xdist_group("server_cli")  # the module's server starts once, in one worker
 
 
 @dataclass

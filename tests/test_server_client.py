@@ -20,6 +20,7 @@ from remem.store import open_store
 from tests.server_process import Server, running_server
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.xdist_group("server_client")  # the module's server starts once, in one worker
 
 CONVERSATION = [
     {"id": "m1", "role": "user", "content": "My sister Ana lives in Porto"},

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 schemathesis = pytest.importorskip("schemathesis")
+pytestmark = pytest.mark.xdist_group("server_fuzz")  # the module's server starts once, in one worker
 
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402

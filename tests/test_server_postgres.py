@@ -19,6 +19,7 @@ from tests.conftest import POSTGRES_URL, _fresh_database
 from tests.server_process import Server, running_server, server_side_option
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.xdist_group("server_postgres")  # the module's server starts once, in one worker
 
 
 @pytest.fixture(scope="module")

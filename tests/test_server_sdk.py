@@ -18,6 +18,7 @@ from remem.store import open_store
 from tests.server_process import Server, start_server
 
 pytest.importorskip("fastapi")
+pytestmark = pytest.mark.xdist_group("server_sdk")  # the module's server starts once, in one worker
 
 
 @dataclass
