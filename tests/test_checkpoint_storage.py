@@ -160,7 +160,7 @@ def test_setup_is_idempotent_from_many_processes(
             from remem._statements import Statement
 
             rows = execute(Statement("SELECT component, version FROM remem_schema"))
-        assert rows == [("checkpoint", 1), ("checkpoint", 2), ("checkpoint", 3)]
+        assert rows == [("checkpoint", 1), ("checkpoint", 2), ("checkpoint", 3), ("checkpoint", 4)]
 
 
 def test_refuses_to_unpickle_and_never_pickles(tmp_path: Path) -> None:

