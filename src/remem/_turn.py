@@ -18,11 +18,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END
-from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
@@ -40,12 +39,12 @@ from remem.errors import (
 )
 from remem.messages import (
     DEFAULT_MAX_MESSAGE_CHARS,
-    check_can_append,
     coerce_messages,
     history_problems,
     is_retry,
     unanswered,
 )
+from remem.messages.history import appended_problems, refuse_append
 from remem.usage import BUDGETS_KEY, Budgets, Ledger
 from remem.usage._approval import pending_approval
 
@@ -148,9 +147,9 @@ def _check_input(
 ) -> None:
     """Refuse, before anything is written, an input the turn would refuse after writing it."""
     history = values.get("messages", [])
-    check_can_append(history, messages)
-    merged = cast("list[AnyMessage]", add_messages(cast(Any, list(history)), cast(Any, list(messages))))
-    problems = history_problems(merged)
+    # Merged and scanned once (a long thread's history is the whole of this check's work).
+    _, pending, problems = appended_problems(history, messages)
+    refuse_append(history, pending)
     if problems and not history_problems(history):
         raise InvalidMessagesError(
             "this turn would send the model a history that is not provider-valid: "

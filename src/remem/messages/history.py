@@ -53,6 +53,12 @@ def history_problems(messages: Sequence[BaseMessage], *, allow_pending_calls: bo
     ``allow_pending_calls`` accepts a history that ends on tool calls still waiting for their results,
     as a graph's state does in the middle of a tool loop.
     """
+    problems, ending = _problems(messages)
+    return problems if allow_pending_calls or ending is None else [*problems, ending]
+
+
+def _problems(messages: Sequence[BaseMessage]) -> tuple[list[str], str | None]:
+    """The problems of ``messages`` with pending calls allowed, and the one their end adds if they are not."""
     problems: list[str] = []
     start = system_prefix_length(messages)
     if start < len(messages) and isinstance(messages[start], ToolMessage):
@@ -75,9 +81,20 @@ def history_problems(messages: Sequence[BaseMessage], *, allow_pending_calls: bo
         if isinstance(message, AIMessage) and message.tool_calls:
             open_calls = {str(call["id"]) for call in message.tool_calls}
             answered = set()
-    if open_calls and not allow_pending_calls:
-        problems.append(f"the history ends before the results of tool calls {sorted(open_calls)}")
-    return problems
+    ending = f"the history ends before the results of tool calls {sorted(open_calls)}" if open_calls else None
+    return problems, ending
+
+
+def appended_problems(
+    history: Sequence[BaseMessage], new: Sequence[BaseMessage]
+) -> tuple[list[BaseMessage], list[str], list[str]]:
+    """``history`` with ``new`` appended (LangGraph's ``add_messages``), merged and scanned once: the
+    merged list, its problems with pending tool calls allowed, and without."""
+    from langgraph.graph.message import add_messages
+
+    merged: list[BaseMessage] = add_messages(list(history), list(new))  # type: ignore[arg-type,assignment]
+    problems, ending = _problems(merged)
+    return merged, problems, problems if ending is None else [*problems, ending]
 
 
 def is_provider_valid(messages: Sequence[BaseMessage]) -> bool:
@@ -101,10 +118,12 @@ def check_can_append(history: Sequence[BaseMessage], new: Sequence[BaseMessage])
 
     Call it before writing, so that a malformed input leaves the stored thread as it was.
     """
-    from langgraph.graph.message import add_messages
+    _, problems, _ = appended_problems(history, new)
+    refuse_append(history, problems)
 
-    merged: list[BaseMessage] = add_messages(list(history), list(new))  # type: ignore[arg-type,assignment]
-    problems = history_problems(merged, allow_pending_calls=True)
+
+def refuse_append(history: Sequence[BaseMessage], problems: Sequence[str]) -> None:
+    """:func:`check_can_append`'s refusal, given the problems of the merged history (pending calls allowed)."""
     if problems and not history_problems(history, allow_pending_calls=True):
         raise InvalidMessagesError(
             "these messages would make the thread's history invalid: "
