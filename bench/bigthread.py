@@ -6,9 +6,10 @@ summary, on threads of 1k, 10k and 100k messages, with this code and (optionally
     python bench/bigthread.py --before /tmp/remem-before --cap 90
 
 Each thread is written directly, in batches (not one agent turn per message): into a remem
-``SqliteSaver`` through ``graph.update_state`` (ten checkpoints), and into a ``Memory`` on
-SQLite through ``thread.add_messages`` (1,000 at a time, the fake embedder so that no model runs), by the
-code before when there is one (this code upgrades its copies to its own schema, off the clock). Every
+``SqliteSaver`` through ``graph.update_state`` (ten checkpoints), by the code before when there is one
+(this code upgrades its copies to its own schema, off the clock), and into a ``Memory`` on SQLite through
+``thread.add_messages`` (1,000 at a time, the fake embedder so that no model runs), by each code itself
+(its appends are what keeps this code's running summary, the fold; their CPU time is printed). Every
 measurement then runs in a fresh process on a copy of those files, so that its peak RSS is its own (what a
 refresh follows is done before, in a process of its own, on that copy):
 
@@ -17,7 +18,8 @@ refresh follows is done before, in a process of its own, on that copy):
   in the backlog by nature;
 - next-turn: the turn after that one (a user message on the thread as the strategy left it): what every
   turn of a long-running thread costs;
-- card: ``thread.get_context_card()`` (the summary catches up from nothing, then search and render);
+- card: ``thread.get_context_card()`` (the first summary: the code before reads the whole thread, this
+  code starts from the fold its appends kept; then search and render);
 - next-card: after that card, one exchange is added and the card is asked for again (a card refresh);
 - history: ``inspection.thread_history`` (what ``remem history`` prints, its default 50 checkpoints);
 - extractive: ``ExtractiveSummarizer().summarize("", messages)`` over the whole thread (a catch-up);
@@ -227,8 +229,9 @@ def worker(args: argparse.Namespace) -> None:
         build_saver(args.path, args.n)
         print(json.dumps({}))
     elif args.worker == "build-memory":
+        cpu = time.process_time()
         build_memory(args.path, args.n)
-        print(json.dumps({}))
+        print(json.dumps({"cpu": time.process_time() - cpu}))
     elif args.worker.startswith("prepare-"):
         prepare(args.worker.removeprefix("prepare-"), args.path, args.n)
         print(json.dumps({}))
@@ -294,22 +297,29 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="remem-bigthread-") as tmp:
         root = Path(tmp)
         for n in sizes:
-            saver_db, memory_db = root / f"saver-{n}.db", root / f"memory-{n}.db"
+            saver_db = root / f"saver-{n}.db"
+            memory_dbs = {label: root / f"memory-{label}-{n}.db" for label in ("before", "after")}
             started = time.perf_counter()
             # Written by the code before, if any (a newer schema would refuse it); this code upgrades a copy.
             _spawn("build-saver", str(saver_db), n, args.before, None)
+            print(f"{n:>8}  (checkpoints written in {time.perf_counter() - started:.0f} s)", flush=True)
             if {"card", "next-card"} & set(operations):
-                _spawn("build-memory", str(memory_db), n, args.before, None)
-            print(f"{n:>8}  (threads written in {time.perf_counter() - started:.0f} s)", flush=True)
+                # The memory thread is written by each code's own appends (this code's fold as it goes).
+                for label, code in (("before", args.before), ("after", None)):
+                    if label == "before" and code is None:
+                        continue
+                    built = _spawn("build-memory", str(memory_dbs[label]), n, code, None)
+                    cpu = f" ({built['cpu']:.1f} CPU s)" if built else ""
+                    print(f"{n:>8}  (memory thread written by the code {label}{cpu})", flush=True)
             for operation in operations:
-                source = memory_db if operation in ("card", "next-card") else saver_db
                 results: dict[str, dict[str, Any] | None] = {}
                 for label, code in (("before", args.before), ("after", None)):
                     if label == "before" and code is None:
                         continue
+                    source = memory_dbs[label] if operation in ("card", "next-card") else saver_db
                     copy = _copy_db(source, root / f"{label}-{operation}-{n}.db")
-                    if label == "after" and args.before:
-                        _spawn("setup-memory" if source == memory_db else "setup-saver", copy, n, None, None)
+                    if label == "after" and args.before and source == saver_db:
+                        _spawn("setup-saver", copy, n, None, None)
                     if operation.startswith("next-"):
                         _spawn(f"prepare-{operation}", copy, n, code, None)
                     results[label] = _spawn(operation, copy, n, code, args.cap if label == "before" else None)

@@ -173,3 +173,24 @@ def test_a_read_larger_than_a_quarter_of_the_payload_cache_is_not_kept() -> None
     cache.put_payloads(1, big)
     assert cache.payloads(1, big) == {}
     assert cache.payloads(1, small) == small  # and it pushed nothing out
+
+
+def test_the_turn_input_check_merges_the_history_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_turn``'s check of its input merges the thread's history with it once (it merged twice)."""
+    from langgraph.graph import message as graph_message
+
+    from remem import _turn
+
+    merged: list[int] = []
+    add_messages = graph_message.add_messages
+
+    def counted(left: Any, right: Any) -> Any:
+        merged.append(len(left))
+        return add_messages(left, right)
+
+    monkeypatch.setattr(graph_message, "add_messages", counted)
+    monkeypatch.setattr(_turn, "add_messages", counted, raising=False)  # where it was imported before
+    history = _conversation(LONG)
+    rules = _turn.TurnRules(lease_timeout=1.0, precheck=None)
+    _turn._check_input(rules, {"messages": history}, [HumanMessage("Hello again.", id="new")], {})
+    assert merged == [LONG]

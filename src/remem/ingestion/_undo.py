@@ -42,7 +42,7 @@ from remem.layout import (
     user_memories,
 )
 from remem.memory import Memory
-from remem.memory._plans import drop_info, save_info
+from remem.memory._plans import FOLD_KEY, drop_info, save_info
 from remem.memory._records import ORDER_CHUNK, ThreadInfo
 from remem.store._targets import fenced_batch, store_lease_target
 
@@ -262,6 +262,7 @@ def _thread_rewrites(
         # created by this ingestion, and nothing else was said there: the thread goes whole
         ops += [PutOp(thread_order(thread_id), chunk_key(n), None) for n in range(chunks)]
         ops += [PutOp(thread_summaries(thread_id), r.key, None) for r in revisions if r is not None]
+        ops.append(PutOp(thread_summaries(thread_id), FOLD_KEY, None))
         ops += drop_info(thread_id)
         ops.append(PutOp(extraction_state(thread_id), EXTRACTION_STATE_KEY, None))
         counts["threads_removed"] = 1
@@ -295,6 +296,10 @@ def _thread_rewrites(
             )
             stale += 1
     counts["summaries_stale"] = stale
+    fold = store.get(thread_summaries(thread_id), FOLD_KEY)
+    if fold is not None and int(fold.value.get("covered", 0)) > first:
+        # It summarises removed messages: the next appends fold the thread again, from the start.
+        ops.append(PutOp(thread_summaries(thread_id), FOLD_KEY, None))
     state = store.get(extraction_state(thread_id), EXTRACTION_STATE_KEY)
     if state is not None and state.value.get("watermark") in removed:
         mark = kept[first - 1] if first > 0 else None

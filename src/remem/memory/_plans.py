@@ -41,16 +41,19 @@ from remem.memory._records import (
 )
 from remem.memory._topics import extract_topics
 from remem.messages import is_derived
-from remem.summarize import SummaryResult
+from remem.summarize import ExtractiveSummarizer, Summarizer, SummaryResult
 
 __all__ = [
+    "FOLD_KEY",
     "FREQUENCY_MEANING",
     "MESSAGE_FIELDS",
+    "FoldSpec",
     "TextCounter",
     "add_messages_plan",
     "delete_memory_plan",
     "drop_info",
     "edit_memory_plan",
+    "fold_spec",
     "ids_between",
     "list_messages_plan",
     "message_page_plan",
@@ -72,6 +75,94 @@ summariser's step, so paging does not change its result)."""
 MESSAGE_FIELDS = ("content", CONTEXT_FIELD)
 """What the index holds of a message: its text, and who said it when (``_records.index_context``)."""
 FREQUENCY_MEANING = "new messages a thread gathers before its card's summary is extended; 1: at every card"
+FOLD_KEY = "fold"
+"""The key, among a thread's summary revisions (``chunk_key`` numbers), of its running fold."""
+FOLD_LAG = 64
+"""Messages the fold stays behind the thread's end, so that a card leaving out its last few messages
+(``except_last_messages``) can still start from it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldSpec:
+    """The extractive summariser a thread's running fold is made with (``signature``) and its step.
+
+    With the extractive summariser (cheap and deterministic), each append folds the thread's complete
+    steps of ``step`` messages into a running summary (the fold, stored beside the revisions), up to
+    :data:`FOLD_LAG` messages before the end. A summary or a card then starts from the fold and reads only
+    what came after it: bounded work however long the thread, where extending the last revision reads
+    every message since it. Summarising the fold's messages in steps from the first is what one call
+    over them does (a rendered step reads back as the same points), so the fold's summary is the one a
+    single call would write. Folding is bounded per append (its new messages and two steps more), so a
+    thread written before the fold existed catches up over its next appends."""
+
+    signature: str
+    step: int
+
+
+def fold_spec(summarizer: Summarizer) -> FoldSpec | None:
+    """The fold ``summarizer`` keeps, if any: only the extractive one (a model call per append, no)."""
+    if type(summarizer) is not ExtractiveSummarizer:
+        return None
+    s = summarizer
+    return FoldSpec(
+        f"extractive/{s.max_tokens}/{s.max_points_per_message}/{s.chunk_messages}", s.chunk_messages
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fold:
+    text: str
+    covered: int
+    first_id: str | None
+    last_id: str | None
+
+    def to_value(self, spec: FoldSpec) -> dict[str, Any]:
+        return {
+            "signature": spec.signature,
+            "covered": self.covered,
+            "text": self.text,
+            "first_id": self.first_id,
+            "last_id": self.last_id,
+        }
+
+
+def _read_fold(thread_id: str, spec: FoldSpec) -> Flow[_Fold | None]:
+    """The thread's fold, if it was made by ``spec``'s summariser."""
+    (item,) = yield StoreCall([GetOp(summaries_ns(thread_id), FOLD_KEY)])
+    if item is None or item.value.get("signature") != spec.signature:
+        return None
+    v = item.value
+    return _Fold(str(v.get("text", "")), int(v.get("covered", 0)), v.get("first_id"), v.get("last_id"))
+
+
+def _fold_puts(
+    thread_id: str, info: ThreadInfo, added: Sequence[StoredMessage], spec: FoldSpec
+) -> Flow[list[PutOp]]:
+    """The writes that fold the complete steps an append of ``added`` (after ``info.message_count``
+    messages) makes available; none when no step is complete."""
+    old, step = info.message_count, spec.step
+    target = (old + len(added) - FOLD_LAG) // step * step
+    if target <= 0:
+        return []
+    fold = yield from _read_fold(thread_id, spec)
+    if fold is None:
+        fold = _Fold("", 0, None, None)
+    target = min(target, fold.covered + (len(added) // step + 2) * step)
+    if target <= fold.covered:
+        return []
+    messages: list[StoredMessage] = []
+    if fold.covered < old:
+        ids = yield from ids_between(thread_id, fold.covered, min(target, old))
+        messages = yield from messages_by_id(thread_id, ids)
+    if target > old:
+        messages += added[max(fold.covered - old, 0) : target - old]
+    result: SummaryResult = yield SummarizeCall(
+        fold.text, [m.to_langchain() for m in messages], thread_id, info.user_id
+    )
+    first_id = fold.first_id or (messages[0].id if messages else None)
+    last_id = messages[-1].id if messages else fold.last_id
+    new = _Fold(result.text, target, first_id, last_id)
+    return [PutOp(summaries_ns(thread_id), FOLD_KEY, new.to_value(spec), index=False)]
 
 
 def _not_found(thread_id: str) -> NotFoundError:
@@ -172,15 +263,21 @@ def messages_by_id(thread_id: str, ids: Sequence[str]) -> Flow[list[StoredMessag
 
 
 def add_messages_plan(
-    thread_id: str, inputs: Sequence[Any], fields: Sequence[str] = MESSAGE_FIELDS
+    thread_id: str,
+    inputs: Sequence[Any],
+    fields: Sequence[str] = MESSAGE_FIELDS,
+    fold: FoldSpec | None = None,
 ) -> Flow[list[StoredMessage]]:
     """Append messages, keeping the caller's ids, and return each as stored, in the order given.
 
     A message whose id the thread already holds is not added again: it is returned as it was stored.
     One that was stored but never made it into the thread's order (a write of an older version that
     lost a race) is appended now, so that a retry makes it visible. A message remem derived from memory
-    is not a turn and is skipped. ``fields``: what the search index holds of each message."""
-    stored: list[StoredMessage] = yield Leased(thread_id, _append(thread_id, _parsed(inputs), fields))
+    is not a turn and is skipped. ``fields``: what the search index holds of each message; ``fold``: the
+    running summary the append extends (:class:`FoldSpec`), if any."""
+    stored: list[StoredMessage] = yield Leased(
+        thread_id, _append(thread_id, _parsed(inputs), fields, None, fold)
+    )
     return stored
 
 
@@ -197,6 +294,7 @@ def open_and_add_plan(
     inputs: Sequence[Any],
     fields: Sequence[str],
     default_frequency: int,
+    fold: FoldSpec | None = None,
 ) -> Flow[tuple[ThreadInfo, list[StoredMessage]]]:
     """:func:`open_thread_plan` then :func:`add_messages_plan` under one lease, the metadata read once
     (``remem serve``'s add, which creates the thread when new: one lease and one transaction fewer than
@@ -207,7 +305,7 @@ def open_and_add_plan(
 
     def both() -> Flow[tuple[ThreadInfo, list[StoredMessage]]]:
         info = yield from _open_thread(thread_id, user_id, agent_id, None, default_frequency)
-        stored = yield from _append(thread_id, parsed, fields, info)
+        stored = yield from _append(thread_id, parsed, fields, info, fold)
         return info, stored
 
     found: tuple[ThreadInfo, list[StoredMessage]] = yield Leased(thread_id, both())
@@ -233,7 +331,11 @@ def _in_order(thread_id: str, info: ThreadInfo, seqs: Mapping[str, int]) -> Flow
 
 
 def _append(
-    thread_id: str, parsed: Sequence[StoredMessage], fields: Sequence[str], info: ThreadInfo | None = None
+    thread_id: str,
+    parsed: Sequence[StoredMessage],
+    fields: Sequence[str],
+    info: ThreadInfo | None = None,
+    fold: FoldSpec | None = None,
 ) -> Flow[list[StoredMessage]]:
     """``info``: the thread's metadata as read under the same lease (read here when None)."""
     if info is None:
@@ -252,13 +354,17 @@ def _append(
     stored = {i: m for i, m in found.items() if i in placed}
     new = [m for m in unique.values() if m.id not in stored]
     if new:
-        added = yield from _append_new(thread_id, info, new, fields)
+        added = yield from _append_new(thread_id, info, new, fields, fold)
         stored.update((m.id, m) for m in added)
     return [stored[i] for i in unique]
 
 
 def _append_new(
-    thread_id: str, info: ThreadInfo, new: Sequence[StoredMessage], fields: Sequence[str]
+    thread_id: str,
+    info: ThreadInfo,
+    new: Sequence[StoredMessage],
+    fields: Sequence[str],
+    fold: FoldSpec | None = None,
 ) -> Flow[list[StoredMessage]]:
     """Number ``new`` after the thread's last message and write them, the order and the count in one batch."""
     count = info.message_count
@@ -288,6 +394,8 @@ def _append_new(
         info, message_count=count + len(added), last_user_seq=last_user, last_activity=added[-1].timestamp
     )
     puts += save_info(thread_id, new_info)
+    if fold is not None:
+        puts += yield from _fold_puts(thread_id, info, added, fold)
     yield StoreCall(puts)
     return added
 
@@ -327,15 +435,23 @@ def revision_within(thread_id: str, revision: int, boundary: int) -> Flow[Summar
     return EMPTY_SUMMARY
 
 
-def summary_at(thread_id: str, info: ThreadInfo, boundary: int, frequency: int) -> Flow[Summary]:
-    """The summary of the messages before ``boundary``, extended when ``frequency`` new ones wait."""
+def summary_at(
+    thread_id: str, info: ThreadInfo, boundary: int, frequency: int, fold: FoldSpec | None = None
+) -> Flow[Summary]:
+    """The summary of the messages before ``boundary``, extended when ``frequency`` new ones wait: from
+    the thread's fold (``fold``) when it covers more of them than the last revision, else from that."""
     base = yield from revision_within(thread_id, info.summary_revision, boundary)
     waiting = boundary - base.covered_count
     if waiting <= 0 or (base.revision > 0 and waiting < frequency):
         return base
-    # The backlog is read and summarised a page at a time, so memory stays bounded however long it is.
     text, first_id, last_id, model = base.text, base.first_message_id, base.last_message_id, ""
-    for start in range(base.covered_count, boundary, SUMMARY_PAGE):
+    begin = base.covered_count
+    folded = None if fold is None else (yield from _read_fold(thread_id, fold))
+    if folded is not None and begin < folded.covered <= boundary:
+        text, first_id, last_id, begin = folded.text, folded.first_id, folded.last_id, folded.covered
+        model = "extractive"
+    # The backlog is read and summarised a page at a time, so memory stays bounded however long it is.
+    for start in range(begin, boundary, SUMMARY_PAGE):
         ids = yield from ids_between(thread_id, start, min(start + SUMMARY_PAGE, boundary))
         messages = yield from messages_by_id(thread_id, ids)
         result: SummaryResult = yield SummarizeCall(
@@ -385,14 +501,16 @@ def _save_summary(
     return summary
 
 
-def summary_plan(thread_id: str, except_last: int, token_budget: int, count: TextCounter) -> Flow[Summary]:
+def summary_plan(
+    thread_id: str, except_last: int, token_budget: int, count: TextCounter, fold: FoldSpec | None = None
+) -> Flow[Summary]:
     """The thread's summary of all but the last ``except_last`` messages, brought up to date."""
     check_whole(except_last, "except_last", meaning="how many of the latest messages to leave out")
     check_whole(
         token_budget, "token_budget", least=1, meaning="the most tokens the summary may take", example=1000
     )
     info = yield from thread_info_plan(thread_id)
-    summary = yield from summary_at(thread_id, info, max(info.message_count - except_last, 0), 1)
+    summary = yield from summary_at(thread_id, info, max(info.message_count - except_last, 0), 1, fold)
     text, truncated = _truncate(summary.text, token_budget, count)
     return dataclasses.replace(summary, text=text, truncated=truncated)
 

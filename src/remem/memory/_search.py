@@ -29,6 +29,7 @@ from remem.memory._card import (
 )
 from remem.memory._effects import Flow, StoreCall
 from remem.memory._plans import (
+    FoldSpec,
     TextCounter,
     ids_between,
     messages_by_id,
@@ -409,6 +410,7 @@ def context_card_plan(
     query: str | None,
     count: TextCounter,
     extend_summary: bool = True,
+    fold: FoldSpec | None = None,
 ) -> Flow[ContextCard]:
     """Build the thread's context card (see ``_card`` for the rules and the layout). ``extend_summary``
     False: the summary is the newest stored revision that fits, never extended, so the plan writes nothing."""
@@ -423,7 +425,9 @@ def context_card_plan(
     if max_recent_messages:
         recent = yield from messages_by_id(thread_id, tail_ids[-max_recent_messages:])
     if extend_summary:
-        summary = yield from summary_at(thread_id, info, boundary, info.context_summary_update_frequency)
+        summary = yield from summary_at(
+            thread_id, info, boundary, info.context_summary_update_frequency, fold
+        )
     else:
         summary = yield from revision_within(thread_id, info.summary_revision, boundary)
     exclude = set(tail_ids)

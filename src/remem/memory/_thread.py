@@ -69,7 +69,7 @@ class Thread:
         The append holds the thread's lease: appends from any number of processes take turns, and one
         that waits past ``thread_lease_timeout`` raises :class:`~remem.errors.ThreadBusyError`."""
         stored: list[StoredMessage] = self.memory._run(
-            add_messages_plan(self.thread_id, messages, self._fields())
+            add_messages_plan(self.thread_id, messages, self._fields(), self.memory._fold)
         )
         self._queue_embedding(stored)
         return stored
@@ -84,7 +84,7 @@ class Thread:
     async def aadd_messages(self, messages: Sequence[Any]) -> list[StoredMessage]:
         """Async version of :meth:`add_messages`."""
         stored: list[StoredMessage] = await self.memory._arun(
-            add_messages_plan(self.thread_id, messages, self._fields())
+            add_messages_plan(self.thread_id, messages, self._fields(), self.memory._fold)
         )
         if self.memory.embed_queue is not None:
             await asyncio.to_thread(self._queue_embedding, stored)
@@ -122,14 +122,14 @@ class Thread:
         revision; earlier revisions are kept. Past ``token_budget`` the text is cut and ends "(truncated)".
         """
         summary: Summary = self.memory._run(
-            summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text)
+            summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text, self.memory._fold)
         )
         return summary
 
     async def aget_summary(self, except_last: int = 0, token_budget: int = 1000) -> Summary:
         """Async version of :meth:`get_summary`."""
         summary: Summary = await self.memory._arun(
-            summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text)
+            summary_plan(self.thread_id, except_last, token_budget, self.memory.count_text, self.memory._fold)
         )
         return summary
 
@@ -144,7 +144,9 @@ class Thread:
         return found
 
     def _card_plan(self, **kwargs: Any) -> Flow[ContextCard]:
-        return context_card_plan(self.thread_id, count=self.memory.count_text, **kwargs)
+        return context_card_plan(
+            self.thread_id, count=self.memory.count_text, fold=self.memory._fold, **kwargs
+        )
 
     def get_context_card(
         self,

@@ -36,8 +36,10 @@ from remem.memory._effects import Flow, arun, run
 from remem.memory._plans import (
     FREQUENCY_MEANING,
     MESSAGE_FIELDS,
+    FoldSpec,
     delete_memory_plan,
     edit_memory_plan,
+    fold_spec,
     open_and_add_plan,
     open_thread_plan,
     thread_info_plan,
@@ -214,6 +216,11 @@ class Memory:
             store_lease_target(self.store), thread_id, scope="memory", timeout=self.thread_lease_timeout
         )
 
+    @property
+    def _fold(self) -> FoldSpec | None:
+        """The running summary appends extend (the extractive summariser's only; see FoldSpec)."""
+        return fold_spec(self.summarizer)
+
     def _run(self, plan: Flow[Any]) -> Any:
         return run(plan, self.store, self.summarizer, self._lease, self.meter)
 
@@ -258,7 +265,13 @@ class Memory:
         if user_id is not None:
             check_label(user_id, "user_id")
         plan = open_and_add_plan(
-            thread_id, user_id, agent_id, messages, index_fields(self), self.context_summary_update_frequency
+            thread_id,
+            user_id,
+            agent_id,
+            messages,
+            index_fields(self),
+            self.context_summary_update_frequency,
+            self._fold,
         )
         found: tuple[ThreadInfo, list[StoredMessage]] = self._run(plan)
         info, stored = found
