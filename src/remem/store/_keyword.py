@@ -227,16 +227,22 @@ def _rank_sql(
     params.extend(terms)
     source = f"{TERMS} p"
     if every and len(terms) > 1:
-        # every term required: walk the rarest term's items and look the others up in each
-        source = f"{TERMS} r JOIN {TERMS} p ON p.item_id = r.item_id"
-        where.append("r.term = ?")
-        params.append(max(terms, key=lambda t: (weights[t], t)))
+        # Every term required: the rarest term's items, each kept only if the next rarest term is there,
+        # then the next (most fail at the first look-up: about one look-up an item, where looking every
+        # term up in each cost one per term), and only the items that hold them all are ranked.
+        rarest_first = sorted(terms, key=lambda t: (weights[t], t), reverse=True)
+        inner = f"SELECT r.item_id FROM {TERMS} r WHERE r.term = ?"
+        params.append(rarest_first[0])
+        if lowest is not None:
+            inner += " AND r.item_id > ?"
+            params.append(lowest)
+        for n, term in enumerate(rarest_first[1:]):
+            inner += f" AND EXISTS (SELECT 1 FROM {TERMS} x{n} WHERE x{n}.term = ? AND x{n}.item_id = r.item_id)"
+            params.append(term)
+        where.append(f"p.item_id IN ({inner})")
     if lowest is not None:
         where.append("p.item_id > ?")
         params.append(lowest)
-        if source != f"{TERMS} p":
-            where.append("r.item_id > ?")
-            params.append(lowest)
     if join:
         source += f" JOIN {ITEMS} i ON i.id = p.item_id"
         where.append("(i.expires_at IS NULL OR i.expires_at > ?)")
