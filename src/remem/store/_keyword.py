@@ -237,7 +237,9 @@ def _rank_sql(
             inner += " AND r.item_id > ?"
             params.append(lowest)
         for n, term in enumerate(rarest_first[1:]):
-            inner += f" AND EXISTS (SELECT 1 FROM {TERMS} x{n} WHERE x{n}.term = ? AND x{n}.item_id = r.item_id)"
+            inner += (
+                f" AND EXISTS (SELECT 1 FROM {TERMS} x{n} WHERE x{n}.term = ? AND x{n}.item_id = r.item_id)"
+            )
             params.append(term)
         where.append(f"p.item_id IN ({inner})")
     if lowest is not None:
