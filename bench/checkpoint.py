@@ -1,7 +1,9 @@
 """Benchmark: remem's checkpointers next to InMemorySaver and the stock SqliteSaver / PostgresSaver.
 
 Workload (as in the issue): one thread, N turns (default 1,000) of a 40-word user message and a 60-word
-reply through a plain MessagesState graph, default durability. Printed as one table:
+reply through a plain MessagesState graph, default durability; a saver named ``KIND+delta`` runs the same
+turns through a graph whose messages are a LangGraph ``DeltaChannel`` (beta; on by default in some of
+LangChain's agents), which stores a snapshot every 100 updates and the writes between. Printed as one table:
 
   bytes on disk at 100/500/N turns, ms per turn at 10/100/500/N (mean of the 20 turns up to each; also
   this process's CPU time per turn at N, which other load on the machine disturbs less),
@@ -11,6 +13,7 @@ reply through a plain MessagesState graph, default durability. Printed as one ta
 
     python bench/checkpoint.py                      # everything, 1,000 turns (the stock savers take minutes)
     python bench/checkpoint.py --turns 200 --savers remem-sqlite,stock-sqlite
+    python bench/checkpoint.py --turns 500 --savers remem-sqlite,remem-sqlite+delta,stock-sqlite+delta
 """
 
 from __future__ import annotations
@@ -28,14 +31,17 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import psycopg
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
 
 SAVERS = ("inmemory", "remem-sqlite", "remem-postgres", "stock-sqlite", "stock-postgres")
+DELTA = "+delta"
 DEFAULT_PG = os.environ.get("REMEM_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 _VOCABULARY = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had "
@@ -52,13 +58,22 @@ def text(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
 
 
-def build_graph(saver: Any) -> Any:
+def _add_batch(state: list[AnyMessage], writes: list[Any]) -> list[AnyMessage]:
+    """``add_messages`` over a batch of writes at once (a DeltaChannel reducer folds batches)."""
+    return add_messages(state, [m for w in writes for m in (w if isinstance(w, list) else [w])])
+
+
+class DeltaState(TypedDict):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_add_batch)]
+
+
+def build_graph(saver: Any, delta: bool = False) -> Any:
     rng = random.Random(7)
 
-    def call_model(state: MessagesState) -> dict[str, Any]:
+    def call_model(state: Any) -> dict[str, Any]:
         return {"messages": [AIMessage(text(rng, 60))]}
 
-    builder = StateGraph(MessagesState)
+    builder = StateGraph(DeltaState if delta else MessagesState)
     builder.add_node("call_model", call_model)
     builder.add_edge(START, "call_model")
     builder.add_edge("call_model", END)
@@ -153,15 +168,16 @@ def storage_bytes(kind: str, saver: Any, target: str) -> int:
 # --- measurements ------------------------------------------------------------------------------------
 
 
-def run_one(kind: str, turns: int, pg_admin: str, workers: int, worker_turns: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"saver": kind}
+def run_one(name: str, turns: int, pg_admin: str, workers: int, worker_turns: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"saver": name}
+    kind, delta = name.removesuffix(DELTA), name.endswith(DELTA)
     with contextlib.ExitStack() as stack:
         if kind.endswith("postgres"):
             target = stack.enter_context(fresh_pg(pg_admin))
         else:
             target = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "bench.db")
         saver = stack.enter_context(open_saver(kind, target))
-        graph = build_graph(saver)
+        graph = build_graph(saver, delta)
         rng = random.Random(1)
         config = {"configurable": {"thread_id": "bench"}}
         times: list[float] = []
@@ -184,8 +200,8 @@ def run_one(kind: str, turns: int, pg_admin: str, workers: int, worker_turns: in
         for _ in range(5):
             graph.get_state(config)
         out["get_state_ms"] = 1000 * (time.perf_counter() - start) / 5
-        out["history"] = history_in_subprocess(kind, target, turns)
-        out["turns_per_s"] = concurrent_turns(kind, pg_admin, workers, worker_turns)
+        out["history"] = history_in_subprocess(name, target, turns)
+        out["turns_per_s"] = concurrent_turns(kind, pg_admin, workers, worker_turns, delta)
     print(file=sys.stderr)
     return out
 
@@ -199,9 +215,10 @@ def history_in_subprocess(kind: str, target: str, turns: int) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def history_child(kind: str, target: str, turns: int) -> None:
+def history_child(name: str, target: str, turns: int) -> None:
+    kind = name.removesuffix(DELTA)
     with open_saver(kind, target) as saver:
-        graph = build_graph(saver)
+        graph = build_graph(saver, name.endswith(DELTA))
         config = {"configurable": {"thread_id": "bench"}}
         if kind == "inmemory":
             rng = random.Random(1)
@@ -231,7 +248,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def concurrent_turns(kind: str, pg_admin: str, workers: int, worker_turns: int) -> float:
+def concurrent_turns(kind: str, pg_admin: str, workers: int, worker_turns: int, delta: bool = False) -> float:
     """Turns per second of ``workers`` threads, each on its own thread id, sharing one saver."""
     with contextlib.ExitStack() as stack:
         if kind.endswith("postgres"):
@@ -239,7 +256,7 @@ def concurrent_turns(kind: str, pg_admin: str, workers: int, worker_turns: int) 
         else:
             target = os.path.join(stack.enter_context(tempfile.TemporaryDirectory()), "shared.db")
         saver = stack.enter_context(open_saver(kind, target))
-        graph = build_graph(saver)
+        graph = build_graph(saver, delta)
 
         def work(i: int) -> None:
             rng = random.Random(100 + i)
@@ -297,7 +314,9 @@ def main() -> None:
     )
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument(
-        "--savers", default=",".join(SAVERS), help="comma-separated, from: " + ", ".join(SAVERS)
+        "--savers",
+        default=",".join(SAVERS),
+        help="comma-separated, from: " + ", ".join(SAVERS) + f" (each also as NAME{DELTA})",
     )
     parser.add_argument("--pg-url", default=DEFAULT_PG, help="a PostgreSQL URL allowed to create databases")
     parser.add_argument("--workers", type=int, default=8)

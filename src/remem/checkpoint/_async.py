@@ -15,8 +15,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from remem._statements import AExecute, Program, arun
+from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
-from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint._base import (
     HEAD_READ,
     CheckpointStats,
@@ -73,6 +73,16 @@ class AsyncSaver(RememSaver):
                     setup=False,
                 )
             self._is_setup = True
+
+    async def _aread_ancestors(
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ) -> builtins.list[CheckpointTuple]:
+        return await self._run(lambda tx: _delta.ancestors(self._ctx, config, shared), write=False)
+
+    def _read_ancestors(
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ) -> builtins.list[CheckpointTuple]:
+        return self._sync(self._aread_ancestors(config, shared))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         await self.alease_target()  # known before a turn's lease is compared with it (aiosqlite: async)
@@ -207,18 +217,21 @@ class AsyncSaver(RememSaver):
                 await write(follows is True)
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._listings.forget()  # what was listed may be gone
         await self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
+        self._listings.forget()  # what was listed may be gone
         for thread_id in await self._run(
             lambda tx: _prune.threads_of_runs(self._ctx, sorted(wanted)), write=False
         ):
             await self._run(functools.partial(self._prune_one, thread_id, _prune.of_runs(wanted)), write=True)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._listings.forget()  # what was listed may be gone
         await self._run(
             lambda tx: _prune.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
         )

@@ -15,7 +15,7 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Collection, Generator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -25,7 +25,6 @@ from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     CheckpointTuple,
     DeltaChannelHistory,
-    PendingWrite,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -42,8 +41,8 @@ from remem._lease import (
 )
 from remem._statements import Program
 from remem.checkpoint import _codec as codec
+from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
-from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
 from remem.checkpoint._claims import Claim
@@ -216,6 +215,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         self._where = "the database"
         """How messages name the database (never with a password)."""
         self._lease_target: LeaseTarget | None = None
+        self._listings = _delta.Listings()
 
     @property
     def serde(self) -> SerializerProtocol:
@@ -260,6 +260,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         return lease.scratch if lease is not None else None
 
     def _forget_read(self, config: RunnableConfig) -> None:
+        self._listings.forget(str(config["configurable"].get("thread_id")))
         lease = self._turn_lease(config)
         if lease is not None:
             lease.scratch.pop(HEAD_READ, None)
@@ -394,26 +395,63 @@ class RememSaver(BaseCheckpointSaver[int]):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        """The base class's walk, which stops at a checkpoint seen before (a re-put that made the parent
-        chain a cycle would loop forever there)."""
-        walk = _delta_walk(config, channels)
+        """The base class's result, read a page of ancestors per statement (:mod:`._delta`), or from the
+        listing a tuple came from (``get_state_history``); it stops at a checkpoint seen before (a re-put
+        that made the parent chain a cycle would loop forever in the base class's walk)."""
+        listed = self._listings.history(config, channels)
+        if listed is not None:
+            return listed
+        walk = _delta.walk(config, channels)
+        read: dict[str, CheckpointTuple] = {}
+        shared: dict[int, dict[int, Any]] = {}
         try:
             wanted = next(walk)
             while True:
-                wanted = walk.send(self.get_tuple(wanted))
+                cid = wanted["configurable"].get("checkpoint_id")
+                if not cid:
+                    tup = self.get_tuple(wanted)
+                else:
+                    if cid not in read:
+                        for t in self._read_ancestors(wanted, shared):
+                            read.setdefault(t.checkpoint["id"], t)
+                    tup = read.get(cid)
+                wanted = walk.send(tup)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        walk = _delta_walk(config, channels)
+        listed = self._listings.history(config, channels)
+        if listed is not None:
+            return listed
+        walk = _delta.walk(config, channels)
+        read: dict[str, CheckpointTuple] = {}
+        shared: dict[int, dict[int, Any]] = {}
         try:
             wanted = next(walk)
             while True:
-                wanted = walk.send(await self.aget_tuple(wanted))
+                cid = wanted["configurable"].get("checkpoint_id")
+                if not cid:
+                    tup = await self.aget_tuple(wanted)
+                else:
+                    if cid not in read:
+                        for t in await self._aread_ancestors(wanted, shared):
+                            read.setdefault(t.checkpoint["id"], t)
+                    tup = read.get(cid)
+                wanted = walk.send(tup)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+    def _read_ancestors(
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ) -> builtins.list[CheckpointTuple]:
+        raise NotImplementedError
+
+    async def _aread_ancestors(
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ) -> builtins.list[CheckpointTuple]:
+        raise NotImplementedError
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:
         return codec.next_version(current)
@@ -435,7 +473,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         sized: frozenset[str] = frozenset(),
         lengths: dict[str, dict[str, int]] | None = None,
     ) -> Program[tuple[builtins.list[CheckpointTuple], _read.Cursor | None]]:
-        return _read.list_page(
+        page = yield from _read.list_page(
             self._ctx,
             config,
             filter=filter,
@@ -446,6 +484,9 @@ class RememSaver(BaseCheckpointSaver[int]):
             sized=sized,
             lengths=lengths,
         )
+        if not sized:  # a sized listing's tuples lack values: no history is read from them
+            self._listings.add(shared, page[0])
+        return page
 
     def _idle(self, ids: Sequence[str], cutoff: datetime, tx: ops.Tx) -> Program[builtins.list[str]]:
         return _prune.idle_threads(self._ctx, ids, cutoff)
@@ -453,8 +494,8 @@ class RememSaver(BaseCheckpointSaver[int]):
     def _prune_one(self, thread_id: str, pick: _prune.Picker, tx: ops.Tx) -> Program[int]:
         return _prune.prune_thread(self._ctx, tx, thread_id, pick)
 
-    @staticmethod
-    def _check_prune(thread_ids: Sequence[str], strategy: str) -> list[str]:
+    def _check_prune(self, thread_ids: Sequence[str], strategy: str) -> list[str]:
+        self._listings.forget()  # what was listed may be pruned
         if isinstance(thread_ids, str):
             raise ArgumentTypeError("thread_ids must be a sequence of thread ids, not one str")
         if strategy not in PRUNE_STRATEGIES:
@@ -462,38 +503,3 @@ class RememSaver(BaseCheckpointSaver[int]):
                 f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
             )
         return [str(t) for t in thread_ids]
-
-
-_Walk = Generator[RunnableConfig, CheckpointTuple | None, dict[str, DeltaChannelHistory]]
-
-
-def _delta_walk(config: RunnableConfig, channels: Sequence[str]) -> _Walk:
-    """``BaseCheckpointSaver.get_delta_channel_history``'s walk (same result), as a program that yields
-    the config of each checkpoint to read and is sent its tuple; a checkpoint met twice ends it."""
-    found: dict[str, DeltaChannelHistory] = {}
-    if not channels:
-        return found
-    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
-    seeds: dict[str, Any] = {}
-    remaining = set(channels)
-    target = yield config
-    cursor = target.parent_config if target else None
-    seen = {target.checkpoint["id"]} if target else set()
-    while cursor is not None and remaining:
-        tup = yield cursor
-        if tup is None or tup.checkpoint["id"] in seen:
-            break
-        seen.add(tup.checkpoint["id"])
-        for write in reversed(tup.pending_writes or ()):
-            if write[1] in remaining:
-                collected[write[1]].append(write)
-        for ch in [c for c in remaining if c in tup.checkpoint["channel_values"]]:
-            seeds[ch] = tup.checkpoint["channel_values"][ch]
-            remaining.discard(ch)
-        cursor = tup.parent_config
-    for ch in channels:
-        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
-        if ch in seeds:
-            entry["seed"] = seeds[ch]
-        found[ch] = entry
-    return found

@@ -372,6 +372,11 @@ def list_page(
     return tuples, next_cursor
 
 
+rows_of = _rows
+materialize = _materialize
+"""What :mod:`._delta` reads ancestors with."""
+
+
 def list_threads(ctx: Context) -> Program[list[str]]:
     rows = yield ctx.q(sql.LIST_THREADS)
     return [r[0] for r in rows]

@@ -15,8 +15,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from remem._statements import Execute, Program, run
+from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
-from remem.checkpoint import _prune, _read, _write
 from remem.checkpoint._base import (
     HEAD_READ,
     CheckpointStats,
@@ -157,6 +157,16 @@ class SyncSaver(RememSaver):
             self._ctx.claims.record_written(run, checkpoint["id"])
         return written
 
+    def _read_ancestors(
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ) -> builtins.list[CheckpointTuple]:
+        return self._run(lambda tx: _delta.ancestors(self._ctx, config, shared), write=False)
+
+    async def _aread_ancestors(
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ) -> builtins.list[CheckpointTuple]:
+        return await asyncio.to_thread(self._read_ancestors, config, shared)
+
     def _head_id(self, thread_id: str) -> str | None:
         stamp = self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)
         return None if stamp is None else str(stamp[0])
@@ -189,16 +199,19 @@ class SyncSaver(RememSaver):
                 write(follows is True)
 
     def delete_thread(self, thread_id: str) -> None:
+        self._listings.forget()  # what was listed may be gone
         self._run(lambda tx: _prune.delete_threads(self._ctx, tx, [str(thread_id)]), write=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         wanted = {str(r) for r in run_ids}
         if not wanted:
             return
+        self._listings.forget()  # what was listed may be gone
         for thread_id in self._run(lambda tx: _prune.threads_of_runs(self._ctx, sorted(wanted)), write=False):
             self._run(functools.partial(self._prune_one, thread_id, _prune.of_runs(wanted)), write=True)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._listings.forget()  # what was listed may be gone
         self._run(
             lambda tx: _prune.copy_thread(self._ctx, str(source_thread_id), str(target_thread_id)), write=True
         )

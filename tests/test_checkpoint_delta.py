@@ -1,0 +1,221 @@
+"""DeltaChannel graphs on remem's savers (issue 22, point 3).
+
+A ``DeltaChannel`` keeps its value only every ``snapshot_frequency`` updates; LangGraph rebuilds it at
+any other checkpoint from the saver's ``get_delta_channel_history``. The base class walks the parents
+one ``get_tuple`` each, and ``get_state_history`` asks once per listed checkpoint: listing a thread read
+its checkpoints a quadratic number of times. Pinned here:
+
+- ``get_state_history`` on a DeltaChannel graph reads and decodes what it does on a plain graph (the
+  same transactions, the same count of decoded values): linear in the thread, no ``get_tuple``.
+- ``get_state``, the history, time travel and ``update_state`` give what ``InMemorySaver`` gives, on
+  random DeltaChannel graphs (Hypothesis), and ``get_delta_channel_history`` equals its result for
+  every checkpoint, asked with a listed tuple's config or a fresh one.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from remem.checkpoint import PostgresSaver, SqliteSaver
+
+
+def _concat(state: list[Any], writes: Sequence[list[Any]]) -> list[Any]:
+    return state + [x for w in writes for x in w]
+
+
+def _graph(saver: Any, every: int, delta: bool = True) -> Any:
+    reducer = DeltaChannel(_concat, snapshot_frequency=every) if delta else operator.add
+    state = TypedDict("State", {"items": Annotated[list, reducer], "turns": int})  # type: ignore[misc]  # noqa: UP013 (a local reducer)
+
+    def reply(state: Any) -> dict[str, Any]:
+        n = len(state["items"])
+        return {"items": [f"reply-{n}"], "turns": state.get("turns", 0) + 1}
+
+    def note(state: Any) -> dict[str, Any]:
+        return {"items": [f"note-{len(state['items'])}"]} if len(state["items"]) % 3 == 0 else {}
+
+    builder = StateGraph(state)
+    builder.add_node("reply", reply)
+    builder.add_node("note", note)
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", "note")
+    builder.add_edge("note", END)
+    return builder.compile(checkpointer=saver)
+
+
+class Counted:
+    """Counts a saver's transactions, decoded values and ``get_tuple`` calls."""
+
+    def __init__(self, saver: Any) -> None:
+        self.transactions = self.decoded = self.get_tuples = 0
+        run, loads, get_tuple = saver._run, saver.serde.loads_typed, saver.get_tuple
+
+        def counted_run(*args: Any, **kwargs: Any) -> Any:
+            self.transactions += 1
+            return run(*args, **kwargs)
+
+        def counted_loads(data: Any) -> Any:
+            self.decoded += 1
+            return loads(data)
+
+        def counted_get_tuple(config: Any) -> Any:
+            self.get_tuples += 1
+            return get_tuple(config)
+
+        saver._run, saver.get_tuple = counted_run, counted_get_tuple
+        saver.serde.loads_typed = counted_loads
+        saver._ctx.serde.loads_typed = counted_loads
+
+
+def _history_work(tmp_path: Path, turns: int, delta: bool) -> tuple[Counted, int]:
+    db = tmp_path / f"work-{turns}-{delta}.sqlite"
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        graph = _graph(saver, every=10, delta=delta)
+        config = {"configurable": {"thread_id": "t"}}
+        for i in range(turns):
+            graph.invoke({"items": [f"user-{i}"]}, config)
+    with SqliteSaver.from_conn_string(str(db)) as fresh:  # nothing cached from the writes
+        graph = _graph(fresh, every=10, delta=delta)
+        fresh.setup()
+        counted = Counted(fresh)
+        history = list(graph.get_state_history(config))
+    return counted, len(history)
+
+
+def test_a_delta_graphs_history_does_the_work_of_a_plain_graphs(tmp_path: Path) -> None:
+    for turns in (20, 40):
+        delta, n = _history_work(tmp_path, turns, delta=True)
+        plain, plain_n = _history_work(tmp_path, turns, delta=False)
+        assert n == plain_n
+        assert delta.get_tuples == 0
+        assert delta.transactions == plain.transactions  # the listing's pages, nothing per checkpoint
+        # the same values, once each (a plain graph's lists and a delta graph's writes share items)
+        assert delta.decoded <= plain.decoded + 5, (turns, delta.decoded, plain.decoded)
+
+
+def test_get_state_reads_the_ancestors_a_page_per_statement(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite"
+    with SqliteSaver.from_conn_string(str(db)) as saver:
+        graph = _graph(saver, every=50)
+        config = {"configurable": {"thread_id": "t"}}
+        for i in range(30):
+            graph.invoke({"items": [f"user-{i}"]}, config)
+        expected = graph.get_state(config).values
+    with SqliteSaver.from_conn_string(str(db)) as fresh:
+        graph = _graph(fresh, every=50)
+        fresh.setup()
+        counted = Counted(fresh)
+        assert graph.get_state(config).values == expected
+        # the head, then one page of ancestors (about 100 checkpoints back to the seed)
+        assert counted.get_tuples == 1
+        assert counted.transactions == 2
+
+
+# --- equality with InMemorySaver on random DeltaChannel graphs ---------------------------------------
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), st.integers(0, 99)),
+        st.tuples(st.just("update"), st.integers(0, 99)),
+        st.tuples(st.just("travel"), st.integers(0, 10_000)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def _apply(graph: Any, steps: list[tuple[str, int]]) -> None:
+    config = {"configurable": {"thread_id": "t"}}
+    for kind, n in steps:
+        if kind == "turn":
+            graph.invoke({"items": [f"user-{n}"]}, config)
+        elif kind == "update":
+            graph.update_state(config, {"items": [f"edit-{n}"]})
+        else:
+            past = list(graph.get_state_history(config))
+            if past:
+                graph.invoke({"items": [f"again-{n}"]}, past[n % len(past)].config)
+
+
+def _view(graph: Any, saver: Any) -> dict[str, Any]:
+    """What a user sees of the thread, without the checkpoint ids (each saver's run makes its own)."""
+    config = {"configurable": {"thread_id": "t"}}
+    history = list(graph.get_state_history(config))
+    listed = [
+        saver.get_delta_channel_history(config=s.config, channels=["items"])["items"]["writes"]
+        for s in history
+    ]
+    fresh = [
+        graph.get_state(s.config).values for s in history
+    ]  # time travel reads: get_tuple's configs, not the listing's
+    by_fresh_config = [
+        saver.get_delta_channel_history(config=saver.get_tuple(s.config).config, channels=["items"])["items"][
+            "writes"
+        ]
+        for s in history
+    ]
+    return {
+        "state": graph.get_state(config).values,
+        "history": [(s.values, s.next, s.metadata["step"], s.metadata["source"]) for s in history],
+        "fresh": fresh,
+        "listed_writes": [[w[1:] for w in ws] for ws in listed],
+        "fresh_writes": [[w[1:] for w in ws] for ws in by_fresh_config],
+    }
+
+
+@pytest.fixture
+def remem_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "sqlite":
+        with SqliteSaver.from_conn_string(str(tmp_path / "eq.sqlite")) as saver:
+            yield saver
+    else:
+        url = request.getfixturevalue("pg_url")
+        with PostgresSaver.from_conn_string(url) as saver:
+            yield saver
+
+
+@pytest.mark.parametrize(
+    "remem_saver",
+    [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)],
+    indirect=True,
+)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=_steps, every=st.integers(1, 4))
+def test_delta_graphs_read_as_on_inmemorysaver(
+    remem_saver: Any, steps: list[tuple[str, int]], every: int
+) -> None:
+    remem_saver.delete_thread("t")  # each example starts on an empty thread
+    stock = InMemorySaver()
+    got = _graph(remem_saver, every)
+    want = _graph(stock, every)
+    _apply(got, steps)
+    _apply(want, steps)
+    assert _view(got, remem_saver) == _view(want, stock)
+
+
+def test_a_put_through_the_saver_drops_the_listing_it_changes(tmp_path: Path) -> None:
+    with SqliteSaver.from_conn_string(str(tmp_path / "forget.sqlite")) as saver:
+        graph = _graph(saver, every=100)
+        config = {"configurable": {"thread_id": "t"}}
+        for i in range(3):
+            graph.invoke({"items": [f"user-{i}"]}, config)
+        listed = list(saver.list(config))
+        oldest_child = listed[-2]
+        before = saver.get_delta_channel_history(config=oldest_child.config, channels=["items"])
+        saver.put_writes(listed[-1].config, [("items", ["late"])], "another-task")
+        after = saver.get_delta_channel_history(config=oldest_child.config, channels=["items"])
+        fresh = saver.get_delta_channel_history(
+            config=saver.get_tuple(oldest_child.config).config, channels=["items"]
+        )
+        assert after == fresh != before
+        assert ("another-task", "items", ["late"]) in after["items"]["writes"]
