@@ -2,15 +2,17 @@
 
     python bench/usage_agent.py [--turns 1000] [--backends sqlite,postgres] [--pg-url URL]
 
-One run, per backend (SQLite file, PostgreSQL database): two agents from ``build_agent`` on remem's
-checkpointer in the same database, played turn for turn, interleaved (their order alternates every turn):
+One run, per backend (SQLite file, PostgreSQL database): two agents from ``build_agent``, each on remem's
+checkpointer in a database of its own (so that each pays its own database's upkeep: a WAL checkpoint that
+the ledger's rows bring sooner is the ledger's cost), played turn for turn, interleaved (their order
+alternates every turn):
 ``plain`` (``ledger=False``, no budget) and ``ledger`` (every budget scope set high enough never to trip,
 prices, and the ledger in the checkpointer's database, so every call reads the turn's, the thread's and
-the user's day spending and writes one row). Both use the summary strategy with the extractive
-summariser and remem's ScriptedChatModel (no LLM). The table gives, per turn, the median over the turns
-ending at 10, 100 and 1,000 (windows of 10, 50, 50) of the wall time and of the process's CPU time, the
-added share of each, and the ledger's own CPU time (the budget check: estimate and ledger read; and the
-record: the ledger write), which a busy machine disturbs least. Target: at most 5% added.
+the user's day spending, holds its expected spending and writes one row). Both use the summary strategy
+with the extractive summariser and remem's ScriptedChatModel (no LLM). The table gives, over the turns up
+to 10, 100 and 1,000, the wall-time medians and one share: the mean paired CPU difference over the mean
+CPU time without the ledger (bench/usage.py's median_rows says why the mean), with the ledger steps' own
+CPU time (budget check, hold, record) as a cross-check. Target: ledger share at most 5%.
 To compare with another version of remem, run this file with that version first on ``PYTHONPATH``.
 """
 
@@ -60,14 +62,14 @@ class _Own:
         return timed
 
 
-def _run(kind: str, url: str, turns: int) -> dict[str, list[float]]:
+def _run(kind: str, urls: tuple[str, str], turns: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {k: [] for k in ("plain", "plain_cpu", "ledger", "ledger_cpu", "own")}
     model = ScriptedChatModel(default=lambda msgs: "Noted: " + _text(len(msgs), 60))
     settings = Settings(prices=(("scripted", 0.15, 0.6, 0.075),))
-    with checkpointer_from_url(url) as saver:
+    with checkpointer_from_url(urls[0]) as plain_saver, checkpointer_from_url(urls[1]) as saver:
         agents = {
             "plain": build_agent(
-                model, checkpointer=saver, summarizer="extractive", settings=settings, ledger=False
+                model, checkpointer=plain_saver, summarizer="extractive", settings=settings, ledger=False
             ),
             "ledger": build_agent(
                 model, checkpointer=saver, summarizer="extractive", settings=settings, budgets=HIGH
@@ -96,8 +98,8 @@ def main() -> None:
     marks = [m for m in MARKS if m <= args.turns]
     rows = []
     for kind in args.backends.split(","):
-        with _database(kind, args.pg_url) as url:
-            times = _run(kind, url, args.turns)
+        with _database(kind, args.pg_url) as plain_url, _database(kind, args.pg_url) as url:
+            times = _run(kind, (plain_url, url), args.turns)
         rows += median_rows(kind, times, marks, ("plain", "ledger"))
     print_table(
         "per turn, median of the turns ending at each mark (build_agent + run_turn, ScriptedChatModel)",

@@ -288,6 +288,20 @@ class LazyLedger(Ledger):
     def _transact(self, program: Program[_T]) -> _T:
         return self.inner()._transact(program)
 
+    def hold(
+        self,
+        keys: Sequence[_holds.Key],
+        *,
+        tokens: int,
+        cost: float,
+        seconds: float,
+        fits: Callable[[Mapping[str, Totals]], bool],
+    ) -> tuple[str | None, dict[str, Totals]]:
+        return self.inner().hold(keys, tokens=tokens, cost=cost, seconds=seconds, fits=fits)
+
+    def settle(self, event: UsageEvent, hold_id: str) -> None:
+        self.inner().settle(event, hold_id)
+
     def close(self) -> None:
         with self._lock:
             inner, self._inner, self._opener = self._inner, None, None

@@ -19,6 +19,11 @@ whatever its own clock says), so a crash holds a budget for that long at most, n
 call runs its process renews the hold (:class:`Renewals`, :func:`renew`), so a call longer than
 ``seconds`` keeps counting in other processes' checks until it settles.
 
+On PostgreSQL a model call waits on the server four times for all this: the precheck's read, the hold in
+two messages (``BEGIN``, the locks, the removal of expired holds and the read; then the insert and
+``COMMIT``: :meth:`~remem.usage.postgres.PostgresLedger.hold`), and the settle as one statement
+(:func:`remem.usage._sql.settle_postgres`).
+
 The programs here are programs of :mod:`remem._statements` (as :func:`remem.usage.forget_usage` is); a
 backend runs each in one transaction (``Ledger._transact``).
 """
@@ -44,6 +49,7 @@ __all__ = [
     "Key",
     "Renewals",
     "hold",
+    "hold_statements",
     "holds_schema",
     "release",
     "renew",
@@ -123,6 +129,40 @@ def _lock_key(key: Key) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def hold_statements(
+    dialect: str, keys: Sequence[Key], hold_id: str, *, tokens: int, cost: float, seconds: float
+) -> tuple[list[Statement], Statement, Statement]:
+    """A hold's statements: what comes before its read (PostgreSQL: the scopes' advisory locks, in one
+    order, then the expired holds' removal), the read (:func:`select_spent`), and the insert of the hold
+    when the call fits. None needs its row count: a backend may send them without waiting on each."""
+    ph = _ph(dialect)
+    before: list[Statement] = []
+    if dialect == "postgres":  # SQLite's BEGIN IMMEDIATE serialises every writer already
+        ordered = sorted(keys)
+        locks = ", ".join(["pg_advisory_xact_lock(%s)"] * len(ordered))
+        before.append(Statement(f"SELECT {locks}", tuple(_lock_key(k) for k in ordered), "none"))
+    flat = tuple(value for key in keys for value in key)
+    now = database_now(dialect)
+    before.append(
+        Statement(
+            f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, len(keys))} AND expires_at <= {now}",
+            flat,
+            "none",
+        )
+    )
+    row = f"({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {now} + {ph})"
+    params: list[Any] = []
+    for key in keys:
+        params += [*key, hold_id, int(tokens), float(cost), float(seconds)]
+    insert = Statement(
+        f"INSERT INTO {HOLDS_TABLE} (scope, key1, key2, hold, tokens, cost, expires_at) "
+        f"VALUES {', '.join([row] * len(keys))}",
+        tuple(params),
+        "none",
+    )
+    return before, Statement(*select_spent(dialect, keys)), insert
+
+
 def hold(
     dialect: str,
     keys: Sequence[Key],
@@ -135,28 +175,14 @@ def hold(
 ) -> Program[tuple[bool, dict[str, Totals]]]:
     """Hold ``tokens`` and ``cost`` of every key for ``seconds`` when ``fits`` says the call fits in what
     the keys spent and hold; returns whether it held, and what was read (before this hold)."""
-    ph = _ph(dialect)
-    if dialect == "postgres":  # SQLite's BEGIN IMMEDIATE serialises every writer already
-        for key in sorted(keys):
-            yield Statement("SELECT pg_advisory_xact_lock(%s)", (_lock_key(key),))
-    flat = tuple(value for key in keys for value in key)
-    now = database_now(dialect)
-    yield from rowcount(
-        f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, len(keys))} AND expires_at <= {now}", flat
-    )
-    rows = yield Statement(*select_spent(dialect, keys))
+    before, read, insert = hold_statements(dialect, keys, hold_id, tokens=tokens, cost=cost, seconds=seconds)
+    for statement in before:  # noqa: UP028 (each is sent its rows, which a list cannot take)
+        yield statement
+    rows = yield read
     spent = spent_of(rows, keys)
     if not fits(spent):
         return False, spent
-    row = f"({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {now} + {ph})"
-    params: list[Any] = []
-    for key in keys:
-        params += [*key, hold_id, int(tokens), float(cost), float(seconds)]
-    yield from rowcount(
-        f"INSERT INTO {HOLDS_TABLE} (scope, key1, key2, hold, tokens, cost, expires_at) "
-        f"VALUES {', '.join([row] * len(keys))}",
-        tuple(params),
-    )
+    yield insert
     return True, spent
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "select_events",
     "select_running_totals",
     "select_totals",
+    "settle_postgres",
 ]
 
 USAGE_TABLE = USAGE_LEDGER_TABLE
@@ -314,6 +315,19 @@ def _record_postgres_sql() -> str:
         f"INSERT INTO {TOTALS_TABLE} (scope, key1, key2, {', '.join(_SUM_COLUMNS)}) {rows} "
         f"ON CONFLICT (scope, key1, key2) DO UPDATE SET {_ADDED}"
     )
+
+
+def settle_postgres(event: UsageEvent, hold_id: str) -> tuple[str, tuple[Any, ...]]:
+    """:func:`record_postgres` that removes the call's hold too (:func:`remem.usage._holds.settle`), as one
+    statement: the row, its running totals and the hold's end commit together, in one round trip."""
+    return _settle_postgres_sql(), (hold_id, *insert("postgres", event)[1])
+
+
+@lru_cache(maxsize=1)
+def _settle_postgres_sql() -> str:
+    record = _record_postgres_sql()
+    assert record.startswith("WITH new AS (")
+    return f"WITH gone AS (DELETE FROM {HOLDS_TABLE} WHERE hold = %s), " + record.removeprefix("WITH ")
 
 
 def select_running_totals(dialect: str, filters: Filters) -> tuple[str, tuple[Any, ...]] | None:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from remem import _migrate
-from remem._statements import Program, drive, execute
+from remem._statements import Program, Statement, drive, execute
 from remem.errors import MissingDependencyError, StorageError
-from remem.usage import _sql
+from remem.usage import _holds, _sql
 from remem.usage._base import Ledger
-from remem.usage._records import UsageEvent
+from remem.usage._records import Totals, UsageEvent
 from remem.usage._sql import LEDGER
 
 __all__ = ["PostgresLedger"]
@@ -150,20 +152,66 @@ class PostgresLedger(Ledger):
 
     def _record_event(self, event: UsageEvent) -> None:
         # The row and its running totals in one statement: one round trip, atomic in autocommit.
+        self._one_trip(*_sql.record_postgres(event))
+
+    def settle(self, event: UsageEvent, hold_id: str) -> None:
+        """The row, its running totals and the hold's removal in one statement (one round trip)."""
+        self._one_trip(*_sql.settle_postgres(event, hold_id))
+
+    def _one_trip(self, sql: str, params: tuple[Any, ...]) -> None:
+        """One write statement, committed without waiting for the WAL's flush, in one round trip."""
         import psycopg
 
-        sql, params = _sql.record_postgres(event)
         with self._connection() as conn:
             try:
-                if self._pool is None:
+                if self._pool is None:  # the ledger's own connection: synchronous_commit is off already
                     conn.execute(sql, params)
                     return
-                # A borrowed connection is the pool's: the no-flush commit is set for this transaction only.
-                with conn.pipeline(), conn.transaction():
-                    conn.execute("SET LOCAL synchronous_commit = off")
-                    conn.execute(sql, params)
+                # A borrowed connection is the pool's: the no-flush commit is set for this transaction
+                # only, in the same message (client-side parameters allow several statements in one).
+                with psycopg.ClientCursor(conn) as cur:
+                    try:
+                        cur.execute(f"BEGIN; SET LOCAL synchronous_commit = off; {sql}; COMMIT", params)
+                    except BaseException:
+                        _rollback(conn)
+                        raise
             except psycopg.Error as exc:
                 raise _error(exc) from exc
+
+    def hold(
+        self,
+        keys: Sequence[_holds.Key],
+        *,
+        tokens: int,
+        cost: float,
+        seconds: float,
+        fits: Callable[[Mapping[str, Totals]], bool],
+    ) -> tuple[str | None, dict[str, Totals]]:
+        """:meth:`Ledger.hold` in two round trips: the transaction's start, the scopes' locks, the
+        expired holds' removal and the read in one message; the hold's insert and the commit in the next
+        (the budget check between them is the gate's, in this process)."""
+        import psycopg
+
+        hold_id = uuid.uuid4().hex
+        before, read, insert = _holds.hold_statements(
+            "postgres", keys, hold_id, tokens=tokens, cost=cost, seconds=seconds
+        )
+        with self._connection() as conn:
+            try:
+                with psycopg.ClientCursor(conn) as cur:
+                    try:
+                        rows = _last_rows(cur, [Statement("BEGIN", ()), *before, read])
+                        spent = _holds.spent_of(rows, keys)
+                        held = fits(spent)
+                        _last_rows(
+                            cur, [insert, Statement("COMMIT", ())] if held else [Statement("COMMIT", ())]
+                        )
+                    except BaseException:
+                        _rollback(conn)
+                        raise
+            except psycopg.Error as exc:
+                raise _error(exc) from exc
+        return (hold_id if held else None), spent
 
     def _write_if_new(
         self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
@@ -206,3 +254,25 @@ class PostgresLedger(Ledger):
     def close(self) -> None:
         if self._owns:
             self.conn.close()
+
+
+def _last_rows(cur: Any, statements: Sequence[Statement]) -> list[tuple[Any, ...]]:
+    """Run ``statements`` as one message (a ``psycopg.ClientCursor`` binds their parameters); the rows of
+    the last one that returns rows."""
+    cur.execute("; ".join(s.sql for s in statements), tuple(p for s in statements for p in s.params))
+    rows: list[tuple[Any, ...]] = []
+    while True:
+        if cur.description is not None:
+            rows = [tuple(r) for r in cur.fetchall()]
+        if not cur.nextset():
+            return rows
+
+
+def _rollback(conn: Any) -> None:
+    """End a transaction a failed message left open (nothing when the connection is gone)."""
+    import psycopg
+
+    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("ROLLBACK")
