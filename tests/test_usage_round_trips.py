@@ -36,7 +36,9 @@ class Trace:
 
     @property
     def round_trips(self) -> int:
-        return sum(1 for line in self.lines if line.startswith("F\t") and line.split("\t")[2] in ("Query", "Sync"))
+        return sum(
+            1 for line in self.lines if line.startswith("F\t") and line.split("\t")[2] in ("Query", "Sync")
+        )
 
     @property
     def writes(self) -> int:
