@@ -7,6 +7,8 @@ its checkpoints a quadratic number of times. Pinned here:
 
 - ``get_state_history`` on a DeltaChannel graph reads and decodes what it does on a plain graph (the
   same transactions, the same count of decoded values): linear in the thread, no ``get_tuple``.
+- A snapshot (``_DeltaSnapshot``) is stored as the item numbers of its messages, which the writes that
+  added them stored already: a DeltaChannel thread takes what a plain one does.
 - ``get_state``, the history, time travel and ``update_state`` give what ``InMemorySaver`` gives, on
   random DeltaChannel graphs (Hypothesis), and ``get_delta_channel_history`` equals its result for
   every checkpoint, asked with a listed tuple's config or a fresh one.
@@ -24,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from langgraph.graph import END, START, StateGraph
 
 from remem.checkpoint import PostgresSaver, SqliteSaver
@@ -121,6 +124,28 @@ def test_get_state_reads_the_ancestors_a_page_per_statement(tmp_path: Path) -> N
         assert counted.transactions == 2
 
 
+def test_a_delta_graph_stores_what_a_plain_graph_stores(tmp_path: Path) -> None:
+    """A snapshot holds the items its messages' writes stored already: 60 turns, a snapshot every 10
+    updates, stored in as many items as on a plain graph, not each message again per snapshot."""
+    stats = {}
+    for delta in (False, True):
+        with SqliteSaver.from_conn_string(str(tmp_path / f"size-{delta}.sqlite")) as saver:
+            graph = _graph(saver, every=10, delta=delta)
+            config = {"configurable": {"thread_id": "t"}}
+            for i in range(60):
+                graph.invoke({"items": [f"user-{i} " + "words " * 30]}, config)
+            (stats[delta],) = saver.stats().threads
+            if delta:
+                snapshots = [
+                    t
+                    for t in saver.list(config)
+                    if type(t.checkpoint["channel_values"].get("items")) is _DeltaSnapshot
+                ]
+                assert len(snapshots) >= 10
+    assert stats[True].items <= stats[False].items + 5
+    assert stats[True].bytes <= 1.1 * stats[False].bytes, (stats[True].bytes, stats[False].bytes)
+
+
 # --- equality with InMemorySaver on random DeltaChannel graphs ---------------------------------------
 
 _steps = st.lists(
@@ -164,7 +189,14 @@ def _view(graph: Any, saver: Any) -> dict[str, Any]:
         ]
         for s in history
     ]
+    stored = [saver.get_tuple(s.config).checkpoint["channel_values"] for s in history]
+    seeds = [
+        saver.get_delta_channel_history(config=s.config, channels=["items"])["items"].get("seed")
+        for s in history
+    ]
     return {
+        "stored": stored,  # _DeltaSnapshot values come back as LangGraph wrote them
+        "seeds": seeds,
         "state": graph.get_state(config).values,
         "history": [(s.values, s.next, s.metadata["step"], s.metadata["source"]) for s in history],
         "fresh": fresh,

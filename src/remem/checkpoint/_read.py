@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_k
 
 from remem._statements import Program
 from remem.checkpoint import _codec as codec
+from remem.checkpoint import _snapshot
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head
 from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, RUN_MARK, Context, load_lists, thread_id_of
@@ -162,7 +163,7 @@ def _materialize(
 
     def value(tid: int, desc: Any) -> Any:
         if isinstance(desc, list) and desc[0] == 2:
-            return {desc[i]: value(tid, desc[i + 1]) for i in range(1, len(desc), 2)}
+            return _snapshot.of_stored({desc[i]: value(tid, desc[i + 1]) for i in range(1, len(desc), 2)})
         if shared is not None:
             objects = shared[tid]
             if isinstance(desc, int):

@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import (
 from remem._lease import ThreadLease
 from remem._statements import Program, Statement
 from remem.checkpoint import _codec as codec
+from remem.checkpoint import _snapshot
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
 from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, RUN_MARK, Context, Tx, load_lists, thread_id_of
@@ -32,6 +33,8 @@ Encoded = tuple[str, Any]
 def _encode(ctx: Context, value: Any, *, nested: bool = False) -> Encoded:
     if type(value) is list:
         return ("list", [codec.encode_item(ctx.serde, v) for v in value])
+    if not nested and (snapshot := _snapshot.to_store(value)) is not None:
+        return ("dict", [(k, _encode(ctx, v, nested=True)) for k, v in snapshot.items()])
     if (
         not nested
         and type(value) is dict
