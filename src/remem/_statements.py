@@ -191,8 +191,10 @@ def execute(cursor: Any, statement: Statement, sync: Callable[[], Any] | None = 
     known (a psycopg pipeline's ``sync``)."""
     params = statement.params
     if statement.fetch == "many":
-        if len(params) == 1:  # one row: a plain execute saves a pipeline's round trips
-            cursor.execute(statement.sql, params[0])
+        if len(params) == 1 or (sync is not None and params):
+            # in a pipeline, rows sent one by one are not waited for (executemany waits for its last)
+            for row in params:
+                cursor.execute(statement.sql, row)
         elif params:
             cursor.executemany(statement.sql, params)
         return []
@@ -212,8 +214,9 @@ async def aexecute(
     """Async version of :func:`execute` (``aiosqlite``, ``psycopg``)."""
     params = statement.params
     if statement.fetch == "many":
-        if len(params) == 1:
-            await cursor.execute(statement.sql, params[0])
+        if len(params) == 1 or (sync is not None and params):
+            for row in params:
+                await cursor.execute(statement.sql, row)
         elif params:
             await cursor.executemany(statement.sql, params)
         return []

@@ -28,6 +28,7 @@ from remem.checkpoint._base import (
     setup_op,
     stats_op,
 )
+from remem.checkpoint._cache import WRITE_STRIPES, stripe
 
 T = TypeVar("T")
 
@@ -43,6 +44,7 @@ class AsyncSaver(RememSaver):
         super().__init__(**kwargs)
         self._setup_lock = asyncio.Lock()
         self.loop = asyncio.get_running_loop()
+        self._write_locks = [asyncio.Lock() for _ in range(WRITE_STRIPES)]  # see SaverCache.write_lock
 
     def _transaction(self, write: bool) -> contextlib.AbstractAsyncContextManager[AExecute]:
         raise NotImplementedError
@@ -54,7 +56,11 @@ class AsyncSaver(RememSaver):
         if setup and not self._is_setup:
             await self.setup()
         tx = ops.Tx()
-        result = await arun(make(tx), lambda: self._transaction(write))
+        try:
+            result = await arun(make(tx), lambda: self._transaction(write))
+        except ops.StaleCache:  # a write that trusted the cache wrote nothing: again, reading what it needs
+            tx = ops.Tx(trust_cache=False)
+            result = await arun(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:
             hook()
         return result
@@ -172,10 +178,13 @@ class AsyncSaver(RememSaver):
                 if lease is not None:
                     await lease.averify()
                 self._forget_read(config)
-                written = await self._run(
-                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions, lease),
-                    write=True,
-                )
+                async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
+                    written = await self._run(
+                        lambda tx: _write.put(
+                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
+                        ),
+                        write=True,
+                    )
         except Exception as exc:
             if run:
                 self._ctx.claims.record_failed(run, exc)
@@ -202,12 +211,20 @@ class AsyncSaver(RememSaver):
         run = _write.run_of(config["configurable"])
 
         async def write(stored_only: bool) -> bool:
-            return await self._run(
-                lambda tx: _write.put_writes(
-                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only, lease=lease
-                ),
-                write=True,
-            )
+            async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
+                return await self._run(
+                    lambda tx: _write.put_writes(
+                        self._ctx,
+                        tx,
+                        config,
+                        writes,
+                        task_id,
+                        task_path,
+                        stored_only=stored_only,
+                        lease=lease,
+                    ),
+                    write=True,
+                )
 
         if not await write(run is not None):  # see SyncSaver.put_writes
             follows = await asyncio.to_thread(

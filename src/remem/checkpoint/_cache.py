@@ -16,6 +16,14 @@ from typing import Any
 __all__ = ["Head", "SaverCache", "ThreadDigests"]
 
 
+WRITE_STRIPES = 64
+
+
+def stripe(thread_id: str) -> int:
+    """Which of :data:`WRITE_STRIPES` write locks guards ``thread_id``."""
+    return hash(thread_id) % WRITE_STRIPES
+
+
 @dataclass
 class ThreadDigests:
     """The digest -> item number map of one thread, complete up to ``next_item``."""
@@ -25,6 +33,9 @@ class ThreadDigests:
     epoch: int
     next_item: int = 0
     digests: dict[bytes, int] = field(default_factory=dict)
+    next_list: int = -1
+    """The thread's list counter as this saver's last write left it (-1: not known); with ``next_item``,
+    what a PostgreSQL write assumes in its one round trip, guarded in the database."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,13 @@ class SaverCache:
         self._heads: OrderedDict[tuple[int, str], Head] = OrderedDict()
         self._max_threads = max_threads
         self._max_lists = max_lists
+        self._write_locks = [threading.Lock() for _ in range(WRITE_STRIPES)]
+
+    def write_lock(self, thread_id: str) -> threading.Lock:
+        """Held by this saver's writes to ``thread_id`` from their first statement built to their commit
+        recorded, so that each starts from what the last one left (the database orders a thread's writes
+        anyway: its row is locked by each). One of :data:`WRITE_STRIPES` locks, never one for the saver."""
+        return self._write_locks[stripe(thread_id)]
 
     def digests(self, tid: int, thread_id: str, epoch: int) -> ThreadDigests:
         """The thread's digest map, new and empty unless one for this exact (tid, thread, epoch) is held."""
@@ -69,6 +87,11 @@ class SaverCache:
             while len(self._threads) > self._max_threads:
                 self._threads.popitem(last=False)
             return known
+
+    def thread_named(self, thread_id: str) -> ThreadDigests | None:
+        """The digest map held for ``thread_id``, if any (its epoch unchecked: a write's guard checks it)."""
+        with self._lock:
+            return next((t for t in self._threads.values() if t.thread_id == thread_id), None)
 
     def add_digests(self, state: ThreadDigests, rows: Iterable[tuple[bytes, int]], next_item: int) -> None:
         """Record committed items (digest, number); the map is then complete up to ``next_item``."""

@@ -58,6 +58,11 @@ class Claims:
             _keep(self._written, run, self._written.get(run, set()) | {checkpoint_id})
             self._cond.notify_all()
 
+    def written(self, run: str, checkpoint_id: str) -> bool:
+        """Whether this saver wrote the run's checkpoint ``checkpoint_id`` (without waiting)."""
+        with self._cond:
+            return checkpoint_id in self._written.get(run, ())
+
     def record_failed(self, run: str, exc: BaseException) -> None:
         with self._cond:
             _keep(self._failed, run, exc)

@@ -23,7 +23,7 @@ from typing import Any
 
 from remem import _migrate
 from remem._lease import _fence
-from remem.layout import CHECKPOINT_MIGRATIONS_TABLE, CHECKPOINT_TABLES
+from remem.layout import CHECKPOINT_MIGRATIONS_TABLE, CHECKPOINT_TABLES, THREAD_FENCES_TABLE
 
 __all__ = ["POSTGRES", "SCHEMA", "SQLITE", "Dialect"]
 
@@ -144,6 +144,19 @@ WHERE EXISTS (SELECT 1 FROM remem_cp_checkpoints c WHERE c.tid = t.tid)
 ORDER BY t.updated_at DESC, t.tid DESC"""
 INSERT_THREAD_COPY = """INSERT INTO remem_cp_threads (thread_id, epoch, next_item, next_list, created_at, updated_at)
 VALUES (?, 0, ?, ?, ?, ?) RETURNING tid"""
+
+# A PostgreSQL write that trusts its saver's cache (the thread's counters, epoch and head as its last
+# write left them) sends all its statements in one round trip, guarded by this one first: it takes the
+# thread's row lock as UPSERT_THREAD does and fails (a division by zero, which nothing else a write sends
+# can raise) when the row moved on, so the transaction writes nothing and runs again the usual way.
+GUARD_THREAD = """WITH u AS (UPDATE remem_cp_threads SET next_item = ?, next_list = ?, updated_at = ?
+    WHERE tid = ? AND epoch = ? AND next_item = ? AND next_list = ? AND {cond} RETURNING 1)
+SELECT 1 / count(*) FROM u"""
+GUARD_HEAD = (
+    "(SELECT checkpoint_id FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? ORDER BY seq DESC LIMIT 1) = ?"
+)
+GUARD_STORED = "EXISTS (SELECT 1 FROM remem_cp_checkpoints WHERE tid = ? AND ns = ? AND checkpoint_id = ?)"
+GUARD_FENCE = f"SELECT 1 / count(*) FROM (SELECT 1 FROM {THREAD_FENCES_TABLE} WHERE lease_key = ? AND fence = ? FOR SHARE) f"
 
 ITEM_DIGESTS_FROM = "SELECT item_no, digest FROM remem_cp_items WHERE tid = ? AND item_no >= ?"
 DIGESTS_RUN = 256

@@ -46,7 +46,11 @@ class SyncSaver(RememSaver):
         if setup and not self._is_setup:
             self.setup()
         tx = ops.Tx()
-        result = run(make(tx), lambda: self._transaction(write))
+        try:
+            result = run(make(tx), lambda: self._transaction(write))
+        except ops.StaleCache:  # a write that trusted the cache wrote nothing: again, reading what it needs
+            tx = ops.Tx(trust_cache=False)
+            result = run(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:
             hook()
         return result
@@ -145,10 +149,13 @@ class SyncSaver(RememSaver):
                 if lease is not None:
                     lease.verify()
                 self._forget_read(config)
-                written = self._run(
-                    lambda tx: _write.put(self._ctx, tx, config, checkpoint, metadata, new_versions, lease),
-                    write=True,
-                )
+                with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
+                    written = self._run(
+                        lambda tx: _write.put(
+                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
+                        ),
+                        write=True,
+                    )
         except Exception as exc:
             if run:
                 self._ctx.claims.record_failed(run, exc)
@@ -184,12 +191,20 @@ class SyncSaver(RememSaver):
         run = _write.run_of(config["configurable"])
 
         def write(stored_only: bool) -> bool:
-            return self._run(
-                lambda tx: _write.put_writes(
-                    self._ctx, tx, config, writes, task_id, task_path, stored_only=stored_only, lease=lease
-                ),
-                write=True,
-            )
+            with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
+                return self._run(
+                    lambda tx: _write.put_writes(
+                        self._ctx,
+                        tx,
+                        config,
+                        writes,
+                        task_id,
+                        task_path,
+                        stored_only=stored_only,
+                        lease=lease,
+                    ),
+                    write=True,
+                )
 
         if not write(run is not None):
             # A run's writes on a checkpoint that was refused or erased would be orphans holding what the

@@ -17,7 +17,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 
-from remem._lease import ThreadLease
+from remem._lease import ThreadLease, _fence
 from remem._statements import Program, Statement
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _snapshot
@@ -93,16 +93,20 @@ class _Allocator:
         # The map is complete past this write's items only if it was complete up to them.
         complete = state.next_item >= self.upto
         cache.add_digests(state, self.new.items(), self.next_item if complete else state.next_item)
+        state.next_list = self.next_list if complete else -1
         cache.put_payloads(state.tid, {no: (e[1], e[2]) for no, e in self.items})
 
-    def statements(self, ctx: Context, tid: int, start: tuple[int, int]) -> Iterable[Statement]:
+    def statements(
+        self, ctx: Context, tid: int, start: tuple[int, int], guarded: bool = False
+    ) -> Iterable[Statement]:
+        """The rows this write adds; ``guarded``: the counters are set by the write's guard instead."""
         if self.items:
             items = [(tid, no, e[0], codec.item_blob(e[1], e[2])) for no, e in self.items]
             yield ctx.q(sql.INSERT_ITEM, items, "many")
         if self.lists:
             lists = [(tid, r.list_no, r.base, codec.encode_list_row(r)) for r in self.lists]
             yield ctx.q(sql.INSERT_LIST, lists, "many")
-        if (self.next_item, self.next_list) != start:
+        if not guarded and (self.next_item, self.next_list) != start:
             yield ctx.q(sql.SET_COUNTERS, (self.next_item, self.next_list, tid), "none")
 
 
@@ -146,6 +150,39 @@ def _thread_for_write(
     state = ctx.cache.digests(tid, thread_id, epoch)
     yield from _learn(ctx, state, next_item, wanted)
     return state, _Allocator(state, next_item, next_list), (next_item, next_list)
+
+
+def _cached_thread(ctx: Context, thread_id: str, lease: ThreadLease | None) -> ThreadDigests | None:
+    """The thread as this saver's last write left it, when a PostgreSQL write may trust it (see
+    :data:`~remem.checkpoint._sql.GUARD_THREAD`): its counters are known and its digests complete."""
+    if ctx.dialect.name != "postgres" or (lease is not None and not lease.active):
+        return None
+    state = ctx.cache.thread_named(thread_id)
+    return None if state is None or state.next_list < 0 else state
+
+
+def _fence_guard(ctx: Context, lease: ThreadLease | None) -> Program[None]:
+    """The lease's check (:meth:`ThreadLease.fenced`) as a statement whose answer is not awaited: a moved
+    token fails the transaction, which then runs again the usual way (and fails as the check does)."""
+    if lease is None:
+        return
+    if lease.single_write or lease.fence is None:
+        yield from lease.fenced(ctx.dialect.name)  # moves the token on, or checks nothing: no answer awaited
+        return
+    key = _fence.lease_key(lease.scope, lease.thread_id)
+    yield ctx.q(sql.GUARD_FENCE, (key, lease.fence), "none")
+
+
+def _guard(
+    ctx: Context,
+    state: ThreadDigests,
+    alloc: _Allocator,
+    start: tuple[int, int],
+    cond: str,
+    args: tuple[Any, ...],
+) -> Statement:
+    params = (alloc.next_item, alloc.next_list, time.time(), state.tid, state.epoch, *start, *args)
+    return ctx.q(sql.GUARD_THREAD.format(cond=cond), params, "none")
 
 
 def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) -> Program[Any]:
@@ -226,13 +263,24 @@ def put(
     lease: ThreadLease | None = None,
 ) -> Program[RunnableConfig]:
     """A checkpoint; under ``lease``, only while the thread's fencing token is still the lease's
-    (:meth:`ThreadLease.fenced`, checked in this transaction before anything is written)."""
-    if lease is not None:
-        yield from lease.fenced(ctx.dialect.name)
+    (:meth:`ThreadLease.fenced`, checked in this transaction before anything is written).
+
+    On PostgreSQL, a put on the head this saver last wrote (the usual next step of a run) reads nothing:
+    its statements go in one round trip behind a guard, and a :class:`~._ops.StaleCache` from the
+    transaction makes the saver run it again with ``tx.trust_cache`` False."""
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     parent_id = conf.get("checkpoint_id")
+    cached = _cached_thread(ctx, thread_id, lease) if tx.trust_cache and parent_id is not None else None
+    if cached is not None:
+        head = ctx.cache.head(cached.tid, ns)
+        if head is None or head.checkpoint_id != parent_id or head.epoch != cached.epoch:
+            cached = None
+    if cached is not None:
+        yield from _fence_guard(ctx, lease)
+    elif lease is not None:
+        yield from lease.fenced(ctx.dialect.name)
     values = checkpoint["channel_values"]
     versioned = checkpoint["channel_versions"]
     # a value without a version (a checkpoint built by hand) is kept too, as stock SqliteSaver keeps it
@@ -243,11 +291,15 @@ def put(
     meta_blob = codec.encode_metadata(ctx.serde, meta)
 
     names_enc = [("item", ctx.name_item(name)) for name in codec.body_names(checkpoint)]
-    wanted = _digests([*pending.values(), *names_enc])
-    state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
+    if cached is None:
+        wanted = _digests([*pending.values(), *names_enc])
+        state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
+        if from_head(conf):
+            yield from _check_head(ctx, state.tid, thread_id, ns, parent_id, checkpoint["id"])
+    else:
+        state, start = cached, (cached.next_item, cached.next_list)
+        alloc = _Allocator(state, *start)
     tid = state.tid
-    if from_head(conf):
-        yield from _check_head(ctx, tid, thread_id, ns, parent_id, checkpoint["id"])
     parent = yield from _parent(ctx, state, ns, parent_id)
     names = {name: alloc.item(ctx.name_item(name)) for name in codec.body_names(checkpoint)}
     descriptors: dict[int, Any] = {}
@@ -268,7 +320,9 @@ def put(
     for ch in unversioned:
         descriptors[names[ch]] = yield from _assign(ctx, tid, alloc, pending[ch], None)
     body = codec.encode_body(ctx.serde, checkpoint, descriptors, names)
-    yield from alloc.statements(ctx, tid, start)
+    if cached is not None:  # the head checked as _check_head does, while the guard locks the thread's row
+        yield _guard(ctx, state, alloc, start, sql.GUARD_HEAD, (tid, ns, parent_id))
+    yield from alloc.statements(ctx, tid, start, guarded=cached is not None)
     row = (
         tid,
         ns,
@@ -315,7 +369,7 @@ def put_writes(
 ) -> Program[bool]:
     """A task's pending writes; with ``stored_only``, only if their checkpoint is stored, checked under the
     thread row's lock, which an erasure takes too. False: the checkpoint is not stored, nothing was
-    written (not even the thread's row). Under ``lease``, as :func:`put`."""
+    written (not even the thread's row). Under ``lease``, and on PostgreSQL, as :func:`put`."""
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
@@ -323,15 +377,25 @@ def put_writes(
     encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
     if not encoded:
         return True
-    if lease is not None:
-        yield from lease.fenced(ctx.dialect.name)
-    if stored_only:
-        rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
-        if not rows or not (yield ctx.q(sql.CHECKPOINT_EXISTS, (rows[0][0], ns, checkpoint_id))):
-            return False
-    names = [("item", ctx.name_item(name)) for name in {task_path, *(ch for _, ch, _ in encoded)}]
-    wanted = _digests([*(enc for _, _, enc in encoded), *names])
-    state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
+    # A run's writes often come before the put of their checkpoint is done (LangGraph runs both at once):
+    # then the guard's check that it is stored would fail, so the usual path answers at once.
+    run = run_of(conf) if stored_only else None
+    trusted = tx.trust_cache and (run is None or ctx.claims.written(run, str(checkpoint_id)))
+    cached = _cached_thread(ctx, thread_id, lease) if trusted else None
+    if cached is not None:
+        yield from _fence_guard(ctx, lease)
+        state, start = cached, (cached.next_item, cached.next_list)
+        alloc = _Allocator(state, *start)
+    else:
+        if lease is not None:
+            yield from lease.fenced(ctx.dialect.name)
+        if stored_only:
+            rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
+            if not rows or not (yield ctx.q(sql.CHECKPOINT_EXISTS, (rows[0][0], ns, checkpoint_id))):
+                return False
+        names = [("item", ctx.name_item(name)) for name in {task_path, *(ch for _, ch, _ in encoded)}]
+        wanted = _digests([*(enc for _, _, enc in encoded), *names])
+        state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
     tid = state.tid
     upserts: list[tuple[Any, ...]] = []
     inserts: list[tuple[Any, ...]] = []
@@ -340,7 +404,10 @@ def put_writes(
         channel, path = alloc.item(ctx.name_item(ch)), alloc.item(ctx.name_item(task_path))
         row = (tid, ns, checkpoint_id, task_id, idx, channel, path, ormsgpack.packb(desc))
         (upserts if idx < 0 else inserts).append(row)
-    yield from alloc.statements(ctx, tid, start)
+    if cached is not None:  # stored_only's check folded into the guard (a miss runs again, and says so)
+        cond, args = (sql.GUARD_STORED, (tid, ns, checkpoint_id)) if stored_only else ("TRUE", ())
+        yield _guard(ctx, state, alloc, start, cond, args)
+    yield from alloc.statements(ctx, tid, start, guarded=cached is not None)
     if inserts:
         yield ctx.q(sql.INSERT_WRITE, inserts, "many")
     if upserts:

@@ -25,6 +25,7 @@ from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import describe_postgres, parse_database_url
 from remem.checkpoint._async import AsyncSaver
+from remem.checkpoint._ops import StaleCache
 from remem.checkpoint._sql import POSTGRES
 from remem.checkpoint._sync import SyncSaver
 from remem.errors import ConfigError, MissingDependencyError, StorageError
@@ -107,6 +108,36 @@ def _capped(attempt: AttemptWithBackoff | None) -> AttemptWithBackoff | None:
     if attempt is not None:
         attempt.delay = min(attempt.delay, _MAX_RECONNECT_DELAY / attempt.DELAY_BACKOFF)
     return attempt
+
+
+@contextmanager
+def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[Execute]:
+    """A write transaction in pipeline mode: BEGIN, the statements and COMMIT go out as they come, and only a
+    statement whose rows are needed waits for the server, so a write that reads nothing (``_write``'s
+    guarded puts) is one round trip. Written out, not ``conn.transaction()``: that waits at BEGIN and COMMIT."""
+    try:
+        with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute("BEGIN", prepare=False)
+            yield functools.partial(execute, cur, sync=pipe.sync)
+            cur.execute("COMMIT", prepare=False)
+    except BaseException:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
+            conn.rollback()
+        raise
+
+
+@asynccontextmanager
+async def _apipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[AExecute]:
+    """Async version of :func:`_pipelined`."""
+    try:
+        async with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute("BEGIN", prepare=False)
+            yield functools.partial(aexecute, cur, sync=pipe.sync)
+            await cur.execute("COMMIT", prepare=False)
+    except BaseException:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
+            await conn.rollback()
+        raise
 
 
 class _Pool(ConnectionPool[Any]):
@@ -222,16 +253,21 @@ class PostgresSaver(SyncSaver):
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Execute]:
         try:
-            with (
-                self._connection() as conn,
-                conn.transaction(),
-                conn.cursor(row_factory=tuple_row) as cur,
-            ):
+            with self._connection() as conn:
                 if not write:
-                    cur.execute(_READ_ONLY)
-                yield functools.partial(execute, cur)
+                    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                        cur.execute(_READ_ONLY)
+                        yield functools.partial(execute, cur)
+                elif conn.autocommit and self.pipe is None:
+                    with _pipelined(conn) as run_one:
+                        yield run_one
+                else:
+                    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                        yield functools.partial(execute, cur)
             if self.pipe is not None:
                 self.pipe.sync()
+        except psycopg.errors.DivisionByZero as exc:  # only a write's guard divides (_sql.GUARD_THREAD)
+            raise StaleCache from exc
         except psycopg.Error as exc:
             raise _storage_error(exc) from exc
 
@@ -324,15 +360,20 @@ class AsyncPostgresSaver(AsyncSaver):
     @asynccontextmanager
     async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
         try:
-            async with (
-                self._connection() as conn,
-                conn.transaction(),
-                conn.cursor(row_factory=tuple_row) as cur,
-            ):
+            async with self._connection() as conn:
                 if not write:
-                    await cur.execute(_READ_ONLY)
-                yield functools.partial(aexecute, cur)
+                    async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                        await cur.execute(_READ_ONLY)
+                        yield functools.partial(aexecute, cur)
+                elif conn.autocommit and self.pipe is None:
+                    async with _apipelined(conn) as run_one:
+                        yield run_one
+                else:
+                    async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                        yield functools.partial(aexecute, cur)
             if self.pipe is not None:
                 await self.pipe.sync()
+        except psycopg.errors.DivisionByZero as exc:
+            raise StaleCache from exc
         except psycopg.Error as exc:
             raise _storage_error(exc) from exc

@@ -1,0 +1,134 @@
+"""PostgreSQL writes at the limit: a checkpoint written on the head this saver last wrote is one round trip
+(its statements pipelined behind a guard, prepared as psycopg prepares them), and a guard that finds the
+thread moved on (another process wrote, a lease was taken) writes nothing and the write runs again the
+usual way. Counted with libpq's protocol trace, never timed."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from remem.checkpoint import PostgresSaver
+
+pytestmark = pytest.mark.postgres
+
+
+@contextmanager
+def traced(conn: psycopg.Connection[Any]) -> Iterator[list[str]]:
+    """The frontend messages ``conn`` sends inside the block."""
+    with tempfile.TemporaryFile("w+") as out:
+        conn.pgconn.trace(out.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
+        sent: list[str] = []
+        try:
+            yield sent
+        finally:
+            conn.pgconn.untrace()
+            out.seek(0)
+            sent.extend(line.split("\t")[2].strip() for line in out if line.startswith("F\t"))
+
+
+def round_trips(sent: list[str]) -> int:
+    """Waits for the server: a simple Query, a Flush (a pipeline wanting rows), a lone Sync."""
+    follows = [*sent[1:], ""]
+    return sum(
+        m in ("Query", "Flush") or (m == "Sync" and nxt != "Flush")
+        for m, nxt in zip(sent, follows, strict=True)
+    )
+
+
+def _checkpoint(n: int, messages: list[str]) -> Any:
+    cp = empty_checkpoint()
+    cp["id"] = f"1f000000-0000-6000-8000-{n:012d}"
+    cp["channel_values"] = {"messages": list(messages)}
+    cp["channel_versions"] = {"messages": n}
+    return cp
+
+
+def _put(saver: PostgresSaver, thread: str, parent: str | None, n: int, messages: list[str]) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if parent is not None:
+        conf["checkpoint_id"] = parent
+    return saver.put({"configurable": conf}, _checkpoint(n, messages), {"step": n}, {"messages": n})
+
+
+def test_a_put_and_its_writes_on_the_head_are_one_round_trip_each(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        said = [f"message {i} " + "words " * 20 for i in range(3)]
+        stored = _put(saver, "t", None, 1, said[:1])
+        for n in range(2, 4):
+            with traced(conn) as sent:
+                stored = _put(saver, "t", stored["configurable"]["checkpoint_id"], n, said[:n])
+            # BEGIN, the guard, the new item, the checkpoint, COMMIT: pipelined, answered once
+            assert round_trips(sent) == 1, sent
+            assert sent.count("Execute") == 5
+        with traced(conn) as sent:
+            saver.put_writes(stored, [("messages", ["a reply " * 10]), ("other", 1)], task_id="task")
+        assert round_trips(sent) == 1, sent
+        tup = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert tup is not None and tup.checkpoint["channel_values"]["messages"] == said
+        assert [w[1:] for w in tup.pending_writes or []] == [("messages", ["a reply " * 10]), ("other", 1)]
+
+
+def test_a_write_after_another_process_wrote_reads_again_and_numbers_nothing_twice(pg_url: str) -> None:
+    with (
+        psycopg.connect(pg_url, autocommit=True) as a_conn,
+        psycopg.connect(pg_url, autocommit=True) as b_conn,
+    ):
+        a, b = PostgresSaver(a_conn), PostgresSaver(b_conn)
+        a.setup()
+        first = _put(a, "t", None, 1, ["one"])
+        second = _put(a, "t", first["configurable"]["checkpoint_id"], 2, ["one", "two"])
+        # b writes on a's head: new items and a new head that a's cache does not know of
+        third = _put(b, "t", second["configurable"]["checkpoint_id"], 3, ["one", "two", "from b"])
+        b.put_writes(third, [("messages", ["b's write"])], task_id="b-task")
+        with traced(a_conn) as sent:  # a trusts its cache: the guard fails, then the usual path
+            fork = _put(a, "t", second["configurable"]["checkpoint_id"], 4, ["one", "two", "from a"])
+        assert sent.count("Query") >= 1 and round_trips(sent) > 1  # the ROLLBACK, then reads
+        a.put_writes(third, [("messages", ["a's write"])], task_id="a-task")
+        fresh = PostgresSaver(psycopg.connect(pg_url, autocommit=True))
+        try:
+            got = fresh.get_tuple({"configurable": {"thread_id": "t", **third["configurable"]}})
+            assert got is not None and got.checkpoint["channel_values"]["messages"] == [
+                "one",
+                "two",
+                "from b",
+            ]
+            assert sorted(w[1:] for w in got.pending_writes or []) == [
+                ("messages", ["a's write"]),
+                ("messages", ["b's write"]),
+            ]
+            forked = fresh.get_tuple({"configurable": {"thread_id": "t", **fork["configurable"]}})
+            assert forked is not None
+            assert forked.checkpoint["channel_values"]["messages"] == ["one", "two", "from a"]
+            with fresh.conn.cursor() as cur:  # type: ignore[union-attr]
+                cur.execute(
+                    "SELECT count(*), count(DISTINCT digest), count(DISTINCT item_no) FROM remem_cp_items"
+                )
+                total, digests, numbers = cur.fetchone()  # type: ignore[misc]
+                assert total == digests == numbers  # each value once, no number given twice
+        finally:
+            fresh.conn.close()  # type: ignore[union-attr]
+
+
+def test_psycopg_prepares_the_write_statements(pg_url: str) -> None:
+    """The guarded write's statements are the same text every time, so psycopg prepares them (after its
+    ``prepare_threshold`` uses): a steady write parses only its BEGIN and COMMIT (sent unprepared)."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        stored = _put(saver, "t", None, 1, ["m0"])
+        for n in range(2, 9):
+            with traced(conn) as sent:
+                stored = _put(
+                    saver, "t", stored["configurable"]["checkpoint_id"], n, [f"m{i}" for i in range(n)]
+                )
+        assert sent.count("Parse") == 2 and sent.count("Bind") == sent.count("Execute") == 5
