@@ -16,12 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from remem.errors import InvalidMessagesError, RememUsageError
 from remem.memory import DEFAULT_CARD_TOKEN_BUDGET, Memory, ThreadInfo
 from remem.server._listings import listings_of, thread_id_page, unlisted_info
+from remem.server._routes import JSONRoute
 from remem.server._services import Principal, Services
 from remem.server._tenancy import checkpoint_thread
 
 __all__ = ["register"]
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=JSONRoute)  # one thread-pool hop a request
 MAX_PAGE = 1000
 ROLE_NAMES = ("user", "assistant", "system", "tool", "human", "ai", "developer")
 ThreadId = Annotated[str, Field(min_length=1, max_length=512)]

@@ -1,0 +1,91 @@
+"""A request to remem's own endpoints makes one trip to the thread pool: the endpoint's, which also turns
+its answer into JSON (server/_routes.JSONRoute). Before, FastAPI validated the answer against its return
+annotation in a second trip and serialised it on the event loop. Trips are counted, never timed; the
+answers and the OpenAPI document stay what they were."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import pytest
+
+from remem.memory import Memory
+from remem.server.keys import create_key
+from remem.testing import offline_settings
+
+SETTINGS = offline_settings()
+
+
+@contextlib.contextmanager
+def _served(tmp_path: Path) -> Iterator[Any]:
+    from starlette.testclient import TestClient
+
+    from remem.server import ServerOptions, create_app
+
+    db = f"sqlite:///{tmp_path / 'hops.db'}"
+    with Memory.from_url(db, settings=SETTINGS) as memory:
+        key, _ = create_key(memory.store, tenant="acme")
+    app = create_app(ServerOptions(db, rate_limit=0), settings=SETTINGS)
+    with TestClient(app, base_url="http://127.0.0.1", headers={"X-Api-Key": key}) as c:
+        assert c.put("/v1/threads/t1", json={"user_id": "u1"}).status_code == 200  # the key read and cached
+        yield c
+
+
+def _trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every call into the thread pool from now on, by the function sent."""
+    trips: list[str] = []
+    run_sync = anyio.to_thread.run_sync
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(getattr(func, "__name__", repr(func)))
+        return await run_sync(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    return trips
+
+
+def test_an_add_a_card_and_a_search_each_go_to_the_thread_pool_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _served(tmp_path) as c:
+        trips = _trips(monkeypatch)
+        messages = [
+            {"id": "m1", "role": "user", "content": "the invoice for the garden"},
+            {"id": "m2", "role": "assistant", "content": "noted: the garden invoice"},
+        ]
+        calls = [
+            ("post", "/v1/threads/t1/messages", {"messages": messages}),
+            ("post", "/v1/threads/t1/card", {"max_recent_messages": 6, "query": "invoice"}),
+            ("post", "/v1/search", {"query": "invoice", "thread_id": "t1", "k": 5}),
+            ("get", "/v1/threads/t1/messages", None),
+            ("get", "/v1/threads/t1", None),
+        ]
+        answers = []
+        for method, path, body in calls:
+            before = len(trips)
+            answer = c.request(method, path, json=body)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers["content-type"] == "application/json"
+            assert len(trips) - before == 1, (path, trips[before:])
+            answers.append(answer.json())
+        assert [m["id"] for m in answers[0]["messages"]] == ["m1", "m2"]
+        assert "<recent_messages>" in answers[1]["content"] or answers[1]["content"]
+        assert [r["id"] for r in answers[2]["results"]]
+        assert answers[3]["total"] == 2 and answers[4]["thread_id"] == "t1"
+
+
+def test_a_refused_body_still_names_its_field_and_the_document_keeps_the_answers_shapes(
+    tmp_path: Path,
+) -> None:
+    with _served(tmp_path) as c:
+        refused = c.post("/v1/threads/t1/messages", json={"messages": [{"role": "user", "content": 3}]})
+        assert refused.status_code == 422 and "messages.0.content" in refused.json()["detail"]
+        document = c.get("/openapi.json").json()
+    answer = document["paths"]["/v1/threads/{thread_id}/messages"]["post"]["responses"]["200"]
+    assert answer["content"]["application/json"]["schema"]["type"] == "object"
+    count = document["paths"]["/v1/count"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert count["schema"]["additionalProperties"] == {"type": "integer"}
