@@ -119,6 +119,7 @@ WORDS = (
 class Outcome:
     name: str
     clients: int
+    workers: int = 0  # server processes (0: the library in this process)
     turns: int = 0
     seconds: float = 0.0
     latencies: dict[str, list[float]] = field(default_factory=lambda: {e: [] for e in ENDPOINTS})
@@ -381,10 +382,11 @@ def measure(
     memory: Memory | None = None,
     server: tuple[Server, str] | None = None,
     database: str | None = None,
+    workers: int = 1,
 ) -> Outcome:
     """The library's clients are threads of this process sharing ``memory`` (the floor: no transport);
     the server's are processes of their own (``server``: the server and a tenant key)."""
-    outcome = Outcome(name, args.clients)
+    outcome = Outcome(name, args.clients, workers=0 if server is None else workers)
     run = "bench-" + uuid.uuid4().hex[:8]
     turns = (args.warmup, args.turns)
     played: list[Played] = []
@@ -488,7 +490,7 @@ def served(
     key = api_key(url)
     server = start_server(url, ["--workers", str(workers), "--rate-limit", "0"]).ready()
     try:
-        return measure(name, args, server=(server, key), database=database)
+        return measure(name, args, server=(server, key), database=database, workers=workers)
     finally:
         server.stop()
         shutil.rmtree(server.log.parent, ignore_errors=True)
@@ -552,8 +554,14 @@ def total_cpu(o: Outcome) -> float:
 
 
 def ceiling(o: Outcome) -> float:
-    """Turns a second at the row's CPU a turn with every core busy."""
-    return (os.cpu_count() or 1) * o.turns / max(1e-9, total_cpu(o))
+    """The most turns a second this machine could give at the row's CPU a turn: every core busy, and no
+    Python process past one core (its GIL): a server worker's Python (``workers`` of them), or in-process
+    this process's, library and clients together. The database's backends and the client processes,
+    many, have no bound of their own."""
+    cores = (os.cpu_count() or 1) / max(1e-9, total_cpu(o))
+    gil_bound = o.cpu_server if o.workers else o.cpu_client
+    per_process = max(1, o.workers) / max(1e-9, gil_bound or 0.0)
+    return o.turns * min(cores, per_process)
 
 
 def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
@@ -586,7 +594,8 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
         "PostgreSQL's backends of the run's database. Cores busy: their CPU seconds over the run's seconds "
         f"(the machine has {os.cpu_count()}; other load on it is not counted). Ceiling: the turns a second "
         f"all {os.cpu_count()} cores would give at the row's CPU a turn (client + server + db), were nothing "
-        "else running and nothing waiting. Waiting for a CPU: seconds the side's threads were runnable "
+        "else running and nothing waiting, with no Python process past one core (its GIL: a server worker; "
+        "in-process, this process). Waiting for a CPU: seconds the side's threads were runnable "
         "but not running (`/proc/PID/task/*/schedstat`): the cores, shared with the machine's other load, "
         "holding the run back."
     )
@@ -627,12 +636,17 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
             f"- 2 workers on PostgreSQL: {ratio:.2f}x the throughput of 1 (target >= 1.6x): {verdict} "
             f"(CPU s client / server / db, {sides}; connections per worker: {two.spread or '-'})"
         )
-        bound = ceiling(one) / (one.turns / one.seconds)
+        per_turn = {
+            o.workers: (1000 * (o.cpu_server or 0.0) / o.turns, 1000 * total_cpu(o) / o.turns)
+            for o in (one, two)
+        }
         print(
-            f"  - the CPU bound: 1 worker keeps {total_cpu(one) / one.seconds:.2f} of {os.cpu_count()} cores busy "
-            f"at {1000 * total_cpu(one) / one.turns:.1f} ms of CPU a turn (all sides), so no worker count can give "
-            f"more than {bound:.2f}x its throughput on this machine; 2 workers reached "
-            f"{ratio / bound:.0%} of that bound ({1000 * total_cpu(two) / two.turns:.1f} ms a turn)"
+            f"  - the CPU bound on {os.cpu_count()} cores: a turn costs the server {per_turn[1][0]:.1f} ms of CPU "
+            f"and all sides {per_turn[1][1]:.1f} with 1 worker ({per_turn[2][0]:.1f} and {per_turn[2][1]:.1f} with 2), "
+            f"so 1 worker can give at most {ceiling(one):.1f} turns/s (its one GIL or the cores, the smaller) "
+            f"and 2 at most {ceiling(two):.1f} (the cores): {ceiling(two) / ceiling(one):.2f}x. Measured "
+            f"{ratio:.2f}x, with 1 worker keeping {total_cpu(one) / one.seconds:.2f} cores busy and 2 workers "
+            f"{total_cpu(two) / two.seconds:.2f}"
         )
         for o in (one, two):
             held = o.wait_client + (o.wait_server or 0.0) + (o.wait_db or 0.0)
