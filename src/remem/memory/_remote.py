@@ -67,15 +67,22 @@ def error_of(response: httpx.Response) -> errors.RememError:
     return found(detail)
 
 
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}  # a class's fields, and whether each is a tuple
+
+
 def _build(cls: type[T], data: Mapping[str, Any]) -> T:
     """A dataclass of the memory client from its JSON (lists back to tuples where the field is one)."""
+    fields = _FIELDS.get(cls)
+    if fields is None:  # found once per class: a card builds some thirty records and messages
+        found = dataclasses.fields(cls)  # type: ignore[arg-type]
+        fields = _FIELDS[cls] = tuple((f.name, str(f.type).startswith("tuple")) for f in found)
     values = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            value = data[f.name]
-            if isinstance(value, list) and str(f.type).startswith("tuple"):
+    for name, is_tuple in fields:
+        if name in data:
+            value = data[name]
+            if is_tuple and isinstance(value, list):
                 value = tuple(value)
-            values[f.name] = value
+            values[name] = value
     return cls(**values)
 
 
