@@ -5,7 +5,7 @@ reply through a plain MessagesState graph, default durability; a saver named ``K
 turns through a graph whose messages are a LangGraph ``DeltaChannel`` (beta; on by default in some of
 LangChain's agents), which stores a snapshot every 100 updates and the writes between. Printed as one table:
 
-  bytes on disk at 100/500/N turns, ms per turn at 10/100/500/N (mean of the 20 turns up to each; also
+  bytes on disk at 100/500/N turns and against the messages' text at N, ms per turn at 10/100/500/N (mean of the 20 turns up to each; also
   this process's CPU time per turn at N, which other load on the machine disturbs less),
   get_state at N (mean of 5),
   list(get_state_history) at N (time and peak RSS, each saver in its own subprocess),
@@ -54,7 +54,16 @@ _VOCABULARY = (
 _WORDS = _VOCABULARY.split()
 
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+TEXT = "english"
+"""The workload's words: ``english`` (common English words) or ``random`` (random letters, 2-9 of them:
+nothing a dictionary or a compressor has seen; the issue's held-out text)."""
+
+
 def text(rng: random.Random, words: int) -> str:
+    if TEXT == "random":
+        said = " ".join("".join(rng.choice(_LETTERS) for _ in range(rng.randint(2, 9))) for _ in range(words))
+        return said.capitalize() + "."
     return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
 
 
@@ -195,6 +204,7 @@ def run_one(name: str, turns: int, pg_admin: str, workers: int, worker_turns: in
                 window = times[max(0, mark - 20) : mark]  # the 20 turns up to the mark
                 out[f"ms@{mark}"] = 1000 * sum(window) / len(window)
         out["cpu_ms"] = 1000 * sum(cpu[-20:]) / len(cpu[-20:])
+        out["raw"] = sum(len(m.content.encode()) for m in graph.get_state(config).values["messages"])
         graph.get_state(config)
         start = time.perf_counter()
         for _ in range(5):
@@ -209,6 +219,7 @@ def run_one(name: str, turns: int, pg_admin: str, workers: int, worker_turns: in
 def history_in_subprocess(kind: str, target: str, turns: int) -> dict[str, Any]:
     """Times list(get_state_history) in a fresh process (InMemorySaver's has to replay the thread first)."""
     args = [sys.executable, __file__, "--history-child", kind, "--target", target, "--turns", str(turns)]
+    args += ["--text", TEXT]
     done = subprocess.run(args, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
@@ -285,6 +296,7 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
     head = (
         ["saver"]
         + [f"storage @{m}" for m in dict.fromkeys(marks)]
+        + [f"storage / text @{turns}"]
         + [f"ms/turn @{m}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
         + [
             f"CPU ms/turn @{turns}",
@@ -300,6 +312,7 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
         rows.append(
             [r["saver"]]
             + [_mb(r.get(f"bytes@{m}")) for m in dict.fromkeys(marks)]
+            + [f"{r[f'bytes@{turns}'] / r['raw']:.2f}x"]
             + [f"{r[f'ms@{m}']:.1f}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
             + [f"{r['cpu_ms']:.1f}", f"{r['get_state_ms']:.1f} ms", hist, f"{r['turns_per_s']:.1f}"]
         )
@@ -321,9 +334,14 @@ def main() -> None:
     parser.add_argument("--pg-url", default=DEFAULT_PG, help="a PostgreSQL URL allowed to create databases")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--worker-turns", type=int, default=100)
+    parser.add_argument(
+        "--text", choices=("english", "random"), default="english", help="the workload's words"
+    )
     parser.add_argument("--history-child", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global TEXT
+    TEXT = args.text
     if args.history_child:
         history_child(args.history_child, args.target, args.turns)
         return

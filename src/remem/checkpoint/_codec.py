@@ -26,6 +26,7 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from remem.checkpoint import _zdict
 from remem.errors import StorageError
 
 __all__ = [
@@ -62,11 +63,13 @@ INLINE_LIST_MAX = 8
 MAX_CHAIN = 24
 """A stored list is rebuilt from at most this many delta rows on top of one snapshot."""
 
-COMPRESS_MIN = 200
-"""Serialized values at least this long are zlib-compressed when that saves a tenth or more."""
+COMPRESS_MIN = 24
+"""Serialized values at least this long are compressed (zstd with remem's dictionary, :mod:`._zdict`)
+when that makes them shorter."""
 
-# First byte of a stored item: how the rest is encoded.
-_MSGPACK, _MSGPACK_Z, _NULL, _BYTES, _BYTEARRAY, _OTHER, _OTHER_Z = range(1, 8)
+# First byte of a stored item: how the rest is encoded. zlib (2, 7) is what schema v4 wrote; it is read,
+# no longer written.
+_MSGPACK, _MSGPACK_Z, _NULL, _BYTES, _BYTEARRAY, _OTHER, _OTHER_Z, _MSGPACK_ZD, _OTHER_ZD = range(1, 10)
 _CODES = {"msgpack": _MSGPACK, "null": _NULL, "bytes": _BYTES, "bytearray": _BYTEARRAY}
 _NAMES = {code: name for name, code in _CODES.items()}
 _REFUSED_TYPES = frozenset({"pickle", "json"})
@@ -89,17 +92,17 @@ def encode_item(serde: SerializerProtocol, value: Any) -> EncodedItem:
 
 
 def item_blob(type_: str, data: bytes) -> bytes:
-    """What is stored for a new item: a format byte, then the data (zlib-compressed when that pays)."""
+    """What is stored for a new item: a format byte, then the data (compressed when that pays)."""
     code = _CODES.get(type_)
     if code is None:
         head = type_.encode() + b"\0"
-        if len(data) >= COMPRESS_MIN and len(packed := zlib.compress(data, 1)) * 10 < len(data) * 9:
-            return bytes([_OTHER_Z]) + head + packed
+        if len(data) >= COMPRESS_MIN and len(packed := _zdict.compress(data)) < len(data):
+            return bytes([_OTHER_ZD]) + head + packed
         return bytes([_OTHER]) + head + data
     if code == _MSGPACK and len(data) >= COMPRESS_MIN:
-        packed = zlib.compress(data, 1)
-        if len(packed) * 10 < len(data) * 9:
-            return bytes([_MSGPACK_Z]) + packed
+        packed = _zdict.compress(data)
+        if len(packed) < len(data):
+            return bytes([_MSGPACK_ZD]) + packed
     return bytes([code]) + data
 
 
@@ -111,11 +114,13 @@ def unpack_blob(blob: bytes, *, trusted_types: bool) -> tuple[str, bytes]:
     """
     blob = bytes(blob)
     code = blob[0]
+    if code == _MSGPACK_ZD:
+        return "msgpack", _zdict.decompress(blob[1:])
     if code == _MSGPACK_Z:
         return "msgpack", zlib.decompress(blob[1:])
     if code in _NAMES:
         return _NAMES[code], blob[1:]
-    if code in (_OTHER, _OTHER_Z):
+    if code in (_OTHER, _OTHER_Z, _OTHER_ZD):
         type_b, _, data = blob[1:].partition(b"\0")
         type_ = type_b.decode()
         if type_ in _REFUSED_TYPES and not trusted_types:
@@ -123,6 +128,8 @@ def unpack_blob(blob: bytes, *, trusted_types: bool) -> tuple[str, bytes]:
                 f"refused to load a stored value of type {type_!r}: remem's savers never write it, so the "
                 "database was written by something else; load it with a saver given an explicit serde"
             )
+        if code == _OTHER_ZD:
+            return type_, _zdict.decompress(data)
         return type_, zlib.decompress(data) if code == _OTHER_Z else data
     raise StorageError(f"unknown stored value format {code}; the database was not written by remem")
 

@@ -45,6 +45,8 @@ _DIGEST_INDEX = "CREATE INDEX remem_cp_items_digest ON remem_cp_items (tid, dige
 # a bare run's checkpoint, moves on) in its own transaction: a lease lost before its write commits and
 # taken by another writer then writes nothing. Its own component creates it too where a lease is taken.
 FENCE_TABLE = _fence.CREATE
+# v5: values and metadata written compressed with zstd and remem's dictionary (_codec, _zdict), which an
+# older remem cannot read; the tables are as they were, and what v4 wrote (zlib) is read as before.
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -75,6 +77,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ("ALTER TABLE remem_cp_checkpoints ADD COLUMN seq INTEGER", _SEQ_BACKFILL, _SEQ_INDEX),
     (_DIGEST_INDEX,),
     (FENCE_TABLE["sqlite"],),
+    (),
 )
 
 _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -114,6 +117,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (_DIGEST_INDEX,),
     (FENCE_TABLE["postgres"],),
+    (),
 )
 
 _THREADS, _ITEMS, _LISTS, _CHECKPOINTS, _WRITES = CHECKPOINT_TABLES  # the names live in remem.layout
