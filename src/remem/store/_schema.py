@@ -8,7 +8,8 @@ written before this runner recorded version 0 in ``remem_store_migrations``; it 
 
 PostgreSQL's ``remem_vectors`` is migration 4; whether its column is pgvector's ``vector(dims)`` depends on the
 server and the index, so that choice is a component of its own, :func:`pgvector` (applied once, on a server
-with the extension, by the first store opened with an index).
+with the extension, by the first store opened with an index). Version 5 is SQLite's count of the vector
+table's changes (PostgreSQL has nothing to do: it keeps no in-process matrix).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from remem.layout import (
     STORE_TABLES,
     STORE_TERM_DOCS_TABLE,
     STORE_TERMS_TABLE,
+    STORE_VECTOR_CHANGES_TABLE,
 )
 
 __all__ = ["COMPONENT", "ITEMS", "NS", "VECTORS", "statements"]
@@ -84,10 +86,25 @@ _POSTGRES_V4 = (
     f"CREATE INDEX IF NOT EXISTS remem_vectors_ns ON {VECTORS} (ns_id)",
 )
 
+# v5 (SQLite): a count of remem_vectors' changes, moved by triggers in every writer's transaction (any
+# connection, any version of remem that writes the file), so that a store's in-process vector matrix
+# (remem.store.sqlite) can tell a commit elsewhere that changed no vector (a thread lease's fencing token,
+# in the same file) from one that did, and keep the matrix instead of reading every vector again.
+_CHANGES = STORE_VECTOR_CHANGES_TABLE
+_SQLITE_V5 = (
+    f"CREATE TABLE IF NOT EXISTS {_CHANGES} (id INTEGER PRIMARY KEY CHECK (id = 0), changes INTEGER NOT NULL)",
+    f"INSERT OR IGNORE INTO {_CHANGES} (id, changes) VALUES (0, 0)",
+    *(
+        f"CREATE TRIGGER IF NOT EXISTS remem_vectors_{event.lower()} AFTER {event} ON {VECTORS} "
+        f"BEGIN UPDATE {_CHANGES} SET changes = changes + 1 WHERE id = 0; END"
+        for event in ("INSERT", "UPDATE", "DELETE")
+    ),
+)
+
 COMPONENT = _migrate.Component(
     "store",
-    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, ()),  # SQLite's vector table is in v1
-    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4),
+    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5),  # SQLite's vector table is in v1
+    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, ()),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 

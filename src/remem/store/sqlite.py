@@ -34,6 +34,7 @@ from remem._lease_target import LeaseTarget
 from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
+from remem.layout import STORE_VECTOR_CHANGES_TABLE
 from remem.store import _core as core
 from remem.store import _rows, _write
 from remem.store import _schema as schema
@@ -139,6 +140,8 @@ class _SqliteBackend(RememStoreBase):
         self._is_setup = False
         self._matrix: VectorMatrix | None = None
         self._data_version: int | None = None
+        # remem_vectors' change count the matrix holds (None: not known, or a file without the count)
+        self._vector_changes: int | None = None
         self.dialect = SqliteDialect(keyword_budget)
         self.keyword_budget = keyword_budget
 
@@ -271,13 +274,21 @@ class _SqliteBackend(RememStoreBase):
             # A writer from the start: a deferred transaction that later writes cannot wait for the lock
             # (SQLite fails it at once to avoid a deadlock), BEGIN IMMEDIATE waits for the busy timeout.
             self.conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            cached = write and self._matrix is not None
             try:
+                if cached:
+                    drive(self._matrix_still_valid(), self._execute)
                 yield self._execute
+                # This transaction's own vector changes reach the matrix in place (_vectors_changed): the
+                # count it commits is the matrix's (read under the write lock, so it is no one else's).
+                changes = drive(_vector_changes(), self._execute) if cached else None
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 self._matrix = None  # the cache may hold rolled-back vectors
                 raise
             self.conn.execute("COMMIT")
+            if cached and self._matrix is not None:
+                self._vector_changes = changes
         except sqlite3.Error as exc:
             if self.conn.in_transaction:  # the COMMIT itself failed
                 self._matrix = None
@@ -292,6 +303,18 @@ class _SqliteBackend(RememStoreBase):
 
     def _vectors(self) -> _MatrixSearch:
         return _MatrixSearch(self)
+
+    def _matrix_still_valid(self) -> Program[None]:
+        """Drop the matrix if another connection changed a vector since it was read; a commit elsewhere
+        that changed none (a thread lease's fencing token, in the same file) keeps it."""
+        version = (yield Statement("PRAGMA data_version"))[0][0]
+        if self._matrix is None or version == self._data_version:
+            return
+        changes = yield from _vector_changes()
+        if changes is not None and changes == self._vector_changes:
+            self._data_version = version
+        else:
+            self._matrix = None
 
     def _vectors_changed(self, changes: list[VecChanged]) -> None:
         if self._matrix is None:
@@ -338,8 +361,10 @@ class _MatrixSearch:
     def _matrix(self) -> Program[VectorMatrix]:
         store = self.store
         assert store.plan is not None
+        yield from store._matrix_still_valid()
         version = (yield Statement("PRAGMA data_version"))[0][0]
         if store._matrix is None or version != store._data_version:
+            changes = yield from _vector_changes()  # in the load's snapshot
             # another part of the file may index with another model: only vectors of this size are ours
             size = store.plan.dims * 4
             ours = f"FROM {VECTORS} WHERE length(embedding) = ?"
@@ -359,8 +384,20 @@ class _MatrixSearch:
                     last = rows[-1][0]
                 if len(rows) < LOAD_PAGE:
                     break
-            store._matrix, store._data_version = matrix, version
+            store._matrix, store._data_version, store._vector_changes = matrix, version, changes
         return store._matrix
+
+
+def _vector_changes() -> Program[int | None]:
+    """How many times remem_vectors changed (store schema v5's count); None in a file without it (a
+    read-only store on an older file)."""
+    found = yield Statement(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (STORE_VECTOR_CHANGES_TABLE,)
+    )
+    if not found[0][0]:
+        return None
+    rows = yield Statement(f"SELECT changes FROM {STORE_VECTOR_CHANGES_TABLE} WHERE id = 0")
+    return int(rows[0][0]) if rows else None
 
 
 def _page(rows: Rows) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
