@@ -251,3 +251,14 @@ def test_a_put_through_the_saver_drops_the_listing_it_changes(tmp_path: Path) ->
         )
         assert after == fresh != before
         assert ("another-task", "items", ["late"]) in after["items"]["writes"]
+
+
+def test_only_a_delta_graphs_listing_is_kept(tmp_path: Path) -> None:
+    for delta in (False, True):
+        with SqliteSaver.from_conn_string(str(tmp_path / f"kept-{delta}.sqlite")) as saver:
+            graph = _graph(saver, every=100, delta=delta)
+            config = {"configurable": {"thread_id": "t"}}
+            graph.invoke({"items": ["user"]}, config)
+            listed = list(saver.list(config))
+            assert bool(saver._listings._configs) is delta, delta
+            del listed

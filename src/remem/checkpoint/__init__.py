@@ -31,7 +31,14 @@ by a test in ``tests/test_checkpoint_parity.py``:
 - ``get_delta_channel_history`` returns a ``None`` stored in a channel as its seed, as the base class
   says and ``InMemorySaver`` and ``SqliteSaver`` do (stock ``PostgresSaver`` cannot tell a stored JSON
   null from no value, and walks on past it);
+- ``get_delta_channel_history`` asked with the config of a tuple that ``list()`` returned (as
+  ``get_state_history`` asks it) answers from that listing: what the listing read, not what another
+  process wrote since (a write through this saver drops the listings of its thread; see ``_delta``);
 - the stock savers' internals (``MIGRATIONS``, ``_load_checkpoint_tuple``, ``search_where``) do not exist.
+
+A graph whose messages are a ``DeltaChannel`` (LangGraph's beta channel that stores a snapshot every so
+many updates and the writes between) takes the storage of a plain graph (a snapshot is stored as its
+messages' item numbers) and lists its history with the reads of a plain graph (``tests/test_checkpoint_delta.py``).
 
 This module imports no database driver: each saver's backend module is imported on first use.
 """

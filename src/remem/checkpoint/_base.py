@@ -484,7 +484,8 @@ class RememSaver(BaseCheckpointSaver[int]):
             sized=sized,
             lengths=lengths,
         )
-        if not sized:  # a sized listing's tuples lack values: no history is read from them
+        # A sized listing's tuples lack values: no history is read from them.
+        if not sized and _delta.replayed(page[0]):
             self._listings.add(shared, page[0])
         return page
 

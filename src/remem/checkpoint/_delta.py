@@ -23,12 +23,13 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from remem._statements import Program
 from remem.checkpoint import _read
 from remem.checkpoint._ops import Context, thread_id_of
 
-__all__ = ["ANCESTORS", "Listings", "ancestors", "walk"]
+__all__ = ["ANCESTORS", "Listings", "ancestors", "replayed", "walk"]
 
 ANCESTORS = 256
 """Ancestors read per statement of :func:`ancestors` (LangGraph snapshots a delta channel at least every
@@ -172,6 +173,16 @@ class _Listing:
 
 def _writes_to(tup: CheckpointTuple, ch: str) -> list[PendingWrite]:
     return [w for w in tup.pending_writes or () if w[1] == ch]
+
+
+def replayed(tuples: Sequence[CheckpointTuple]) -> bool:
+    """Whether any of ``tuples`` is of a thread with a ``DeltaChannel`` (its counters in the metadata, or a
+    snapshot in the values): only such a listing is kept, so a plain graph's is never held on to."""
+    return any(
+        "counters_since_delta_snapshot" in (t.metadata or {})
+        or any(type(v) is _DeltaSnapshot for v in t.checkpoint["channel_values"].values())
+        for t in tuples
+    )
 
 
 class Listings:
