@@ -244,7 +244,7 @@ def parse_args(description: str) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    marks = [m for m in MARKS if m <= args.turns]
+    marks = sorted({*(m for m in MARKS if m <= args.turns), args.turns})
     rows = []
     for kind in args.backends.split(","):
         with _database(kind, args.pg_url) as url:

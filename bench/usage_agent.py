@@ -95,7 +95,7 @@ def _run(kind: str, urls: tuple[str, str], turns: int) -> dict[str, list[float]]
 
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
-    marks = [m for m in MARKS if m <= args.turns]
+    marks = sorted({*(m for m in MARKS if m <= args.turns), args.turns})
     rows = []
     for kind in args.backends.split(","):
         with _database(kind, args.pg_url) as plain_url, _database(kind, args.pg_url) as url:
