@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio.to_thread
 import pytest
+from fastapi import Response
 
 from remem.memory import Memory
 from remem.server.keys import create_key
@@ -89,3 +90,29 @@ def test_a_refused_body_still_names_its_field_and_the_document_keeps_the_answers
     assert answer["content"]["application/json"]["schema"]["type"] == "object"
     count = document["paths"]["/v1/count"]["post"]["responses"]["200"]["content"]["application/json"]
     assert count["schema"]["additionalProperties"] == {"type": "integer"}
+
+
+def test_a_json_route_keeps_its_status_code_and_leaves_an_endpoint_that_sets_headers_to_fastapi() -> None:
+    from fastapi import APIRouter, FastAPI
+    from starlette.testclient import TestClient
+
+    from remem.server._routes import JSONRoute
+
+    router = APIRouter(route_class=JSONRoute)
+
+    @router.post("/made", status_code=201)
+    def made() -> dict[str, Any]:
+        return {"made": True}
+
+    @router.get("/paged")
+    def paged(response: Response) -> list[int]:
+        response.headers["X-Pagination-Total"] = "3"
+        return [1, 2, 3]
+
+    app = FastAPI()
+    app.include_router(router)
+    with TestClient(app) as c:
+        created = c.post("/made")
+        assert (created.status_code, created.json()) == (201, {"made": True})
+        page = c.get("/paged")
+        assert page.json() == [1, 2, 3] and page.headers["X-Pagination-Total"] == "3"

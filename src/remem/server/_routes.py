@@ -27,21 +27,36 @@ class JSONResponseBytes(Response):
     media_type = "application/json"
 
 
-def _serialized(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+def _serialized(endpoint: Callable[..., Any], status_code: int) -> Callable[..., Any]:
     @functools.wraps(endpoint)  # FastAPI reads the parameters and return type through __wrapped__
     def answer(*args: Any, **kwargs: Any) -> Any:
         value = endpoint(*args, **kwargs)
         if isinstance(value, Response):
             return value
-        return JSONResponseBytes(pydantic_core.to_json(value))
+        return JSONResponseBytes(pydantic_core.to_json(value), status_code=status_code)
 
     return answer
 
 
+def _sets_its_response(endpoint: Callable[..., Any]) -> bool:
+    """Whether the endpoint takes FastAPI's ``Response`` to set headers or a status on (FastAPI copies
+    them onto the answer it builds, not onto one the endpoint returns)."""
+    try:
+        params = inspect.signature(endpoint, eval_str=True).parameters.values()
+    except NameError:  # an annotation this module cannot resolve: FastAPI's way, to be safe
+        return True
+    for param in params:
+        if isinstance(param.annotation, type) and issubclass(param.annotation, Response):
+            return True
+    return False
+
+
 class JSONRoute(APIRoute):
-    """An :class:`~fastapi.routing.APIRoute` whose sync endpoint serialises its own answer."""
+    """An :class:`~fastapi.routing.APIRoute` whose sync endpoint serialises its own answer (with the
+    route's status code); an async endpoint, or one that sets headers on a ``Response`` parameter, is
+    left to FastAPI."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        if not inspect.iscoroutinefunction(endpoint):
-            endpoint = _serialized(endpoint)
+        if not inspect.iscoroutinefunction(endpoint) and not _sets_its_response(endpoint):
+            endpoint = _serialized(endpoint, kwargs.get("status_code") or 200)
         super().__init__(path, endpoint, **kwargs)
