@@ -274,6 +274,7 @@ PINNED_ALL: dict[str, list[str]] = {
     "remem.server": ["ServerOptions", "create_app"],
     "remem.server._ui": ["PREFIX", "PUBLIC", "is_ui", "register", "session_key", "signed_out"],
     "remem.store": [
+        "KEYWORD_ONLY",
         "AsyncPostgresStore",
         "AsyncSqliteStore",
         "Compaction",
@@ -290,6 +291,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "ahybrid_search",
         "check_delete",
         "hybrid_search",
+        "keyword_only",
         "open_store",
     ],
     "remem.usage": [

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -306,3 +307,55 @@ def test_the_keyword_rows_after_any_rewrites_are_those_of_the_final_texts(
 
         check()
     assert runs[0] > 0
+
+
+class _Counting:
+    """The fake embedder, recording every text it embeds."""
+
+    def __init__(self) -> None:
+        from remem.testing import FakeEmbedder
+
+        self.inner, self.texts = FakeEmbedder(32), list[str]()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.texts.extend(texts)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.texts.append(text)
+        return self.inner.embed_query(text)
+
+
+@pytest.mark.parametrize("where", ["put", "index"])
+def test_a_keyword_only_field_is_searchable_by_its_words_and_gets_no_vector(
+    open_store: Any, where: str
+) -> None:
+    from remem.store import keyword_only
+
+    embedder = _Counting()
+    fields = ["content", keyword_only("context")]
+    index = {"dims": 32, "embed": embedder, "fields": fields if where == "index" else ["content"]}
+    store = open_store(index=index)
+    value = {"content": "we hiked up the ridge at dawn", "context": "Caroline, 8 May 2023"}
+    store.put(NS, "m1", value, **({"index": fields} if where == "put" else {}))
+    store.put(NS, "m2", {"content": "Caroline baked bread", "context": "Melanie, 9 May 2023"})
+    assert "Caroline, 8 May 2023" not in embedder.texts  # embedded: the content alone
+    assert "we hiked up the ridge at dawn" in embedder.texts
+    assert [h.key for h in hybrid_search(store, NS, "8 May", mode="keyword")][:1] == ["m1"]
+    assert {h.key for h in hybrid_search(store, NS, "Caroline", mode="keyword")} == {"m1", "m2"}
+    # the item's vector score is its content's similarity, not its context's (which would be 1 here)
+    query = "Caroline, 8 May 2023"
+    a, b = np.array(embedder.inner.embed_query(query)), np.array(embedder.inner.embed_query(value["content"]))
+    cosine = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+    def similarity() -> float:
+        return next(h.score for h in hybrid_search(store, NS, query, mode="vector") if h.key == "m1")
+
+    assert similarity() == pytest.approx(cosine, abs=1e-5) and cosine < 0.9
+    store.put(
+        NS, "m1", value, index=["content", "context"]
+    )  # embedded as before: the context is embedded too
+    assert similarity() == pytest.approx(1.0, abs=1e-5)
+    store.put(NS, "m1", value, index=fields)  # and again keyword-only: its context vector is gone
+    assert similarity() == pytest.approx(cosine, abs=1e-5)
+    assert [h.key for h in hybrid_search(store, NS, "8 May", mode="keyword")][:1] == ["m1"]

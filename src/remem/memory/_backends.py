@@ -12,10 +12,12 @@ from langgraph.store.memory import InMemoryStore
 from remem._url import parse_database_url
 from remem.config import Settings
 from remem.errors import ConfigError
+from remem.memory._plans import MESSAGE_FIELDS
+from remem.memory._records import CONTEXT_FIELD
 from remem.usage import Meter
 from remem.usage.embeddings import MeteredEmbedder
 
-__all__ = ["index_config", "indexes_repeated_texts", "open_store"]
+__all__ = ["index_config", "indexes_repeated_texts", "message_fields", "open_store"]
 
 
 def _embedder(settings: Settings) -> Any:
@@ -70,6 +72,17 @@ def indexes_repeated_texts(store: BaseStore) -> bool:
         or isinstance(store, _InMemoryStore)
         or store.index_config is None
     )
+
+
+def message_fields(store: BaseStore) -> tuple[str, ...]:
+    """What the index holds of a message on ``store``: its text, and who said it when (``CONTEXT_FIELD``)
+    in the keyword document only (``MESSAGE_FIELDS``) where the store has one; on a store without
+    keyword search (``InMemoryStore``) the context gets a vector of its own, the only way its words are
+    found there; on one that fails on a text given twice in a batch (stock ``InMemoryStore`` with an
+    index), the text alone."""
+    if getattr(store, "supports_keyword_only", False):
+        return MESSAGE_FIELDS
+    return ("content", CONTEXT_FIELD) if indexes_repeated_texts(store) else ("content",)
 
 
 def open_store(

@@ -41,6 +41,7 @@ from remem.memory._records import (
 )
 from remem.memory._topics import extract_topics
 from remem.messages import is_derived
+from remem.store import keyword_only
 from remem.summarize import ExtractiveSummarizer, Summarizer, SummaryResult
 
 __all__ = [
@@ -72,8 +73,10 @@ TextCounter = Callable[[str], int]
 SUMMARY_PAGE = 512
 """Messages read and summarised at a time when a summary catches up (a multiple of the extractive
 summariser's step, so paging does not change its result)."""
-MESSAGE_FIELDS = ("content", CONTEXT_FIELD)
-"""What the index holds of a message: its text, and who said it when (``_records.index_context``)."""
+MESSAGE_FIELDS = ("content", keyword_only(CONTEXT_FIELD))
+"""What the index holds of a message: its text, embedded and in the keyword document, and who said it
+when (``_records.index_context``), in the keyword document only: a name or a date embedded as a vector of
+its own outranks every real answer for a question naming it (``remem.store.KEYWORD_ONLY``)."""
 FREQUENCY_MEANING = "new messages a thread gathers before its card's summary is extended; 1: at every card"
 FOLD_KEY = "fold"
 """The key, among a thread's summary revisions (``chunk_key`` numbers), of its running fold."""

@@ -189,7 +189,9 @@ def search_plan(
             ops.append(SearchOp(namespace(owner), query=text, limit=limit))
             kinds.append(kind)
         if kind == "message" and when.terms:  # the messages of those dates, by the date indexed with each
-            ops.append(SearchOp(namespace(owner), query=" ".join(when.terms), limit=limit))
+            # (deeper: the date is in the keyword document alone, and hybrid search deals the keyword side
+            # every second place at most)
+            ops.append(SearchOp(namespace(owner), query=" ".join(when.terms), limit=max(2 * limit, 10)))
             kinds.append("dated")
     if not ops:
         return []

@@ -31,11 +31,10 @@ from remem._lease import DEFAULT_LEASE_TIMEOUT, ThreadLease, athread_lease, thre
 from remem.config import Settings, load_settings
 from remem.errors import ArgumentTypeError, ConfigError
 from remem.memory._args import check_number, check_text, check_whole
-from remem.memory._backends import indexes_repeated_texts
+from remem.memory._backends import message_fields
 from remem.memory._effects import Flow, arun, run
 from remem.memory._plans import (
     FREQUENCY_MEANING,
-    MESSAGE_FIELDS,
     FoldSpec,
     delete_memory_plan,
     edit_memory_plan,
@@ -116,9 +115,7 @@ class Memory:
         self.meter = meter
         self.embed_queue: Any = None  # a JobQueue: new turns stored unindexed, an embed job indexes them
         self._owned: list[Any] = []
-        # Each message's speaker and date are indexed with it, but for a store that fails on a text given
-        # twice in a batch (stock InMemoryStore): there only the text is.
-        self._message_fields = MESSAGE_FIELDS if indexes_repeated_texts(store) else ("content",)
+        self._message_fields = message_fields(store)
 
     @classmethod
     def from_url(

@@ -90,6 +90,7 @@ class TenantStore(BaseStore):
         self.root: tuple[str, ...] = layout.namespace(tenant=tenant)
         self.index_config = getattr(inner, "index_config", None)
         self.supports_ttl = inner.supports_ttl
+        self.supports_keyword_only = bool(getattr(inner, "supports_keyword_only", False))
         self.ttl_config = inner.ttl_config
         conn = getattr(inner, "conn", None)
         if conn is not None:

@@ -11,7 +11,9 @@ Stores (all complete LangGraph ``BaseStore``s, usable as ``graph.compile(store=.
 
 ``SqliteStore`` / ``AsyncSqliteStore`` (stdlib sqlite3, exact NumPy vectors) and ``PostgresStore`` /
 ``AsyncPostgresStore`` (full-text search; pgvector with an HNSW index where the extension exists, an exact
-path where it does not). ``index`` takes LangGraph's documented keys: ``dims``, ``embed``, ``fields``.
+path where it does not). ``index`` takes LangGraph's documented keys: ``dims``, ``embed``, ``fields``; a field
+path written ``keyword_only("speaker")`` (``"keyword:speaker"``) goes into the item's keyword document but gets
+no vector of its own (in ``index["fields"]`` or a put's ``index=``).
 ``ttl`` takes LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
 ``sweep_interval_minutes``); ``sweep_ttl()`` and ``start_ttl_sweeper()`` delete expired items.
 
@@ -55,7 +57,7 @@ from remem._url import parse_database_url
 from remem.errors import InvalidFilterError, NamespaceError
 from remem.store._base import RememStoreBase
 from remem.store._compact import Compaction
-from remem.store._core import ScoredItem, SearchMode
+from remem.store._core import KEYWORD_ONLY, ScoredItem, SearchMode, keyword_only
 from remem.store._delete import DeleteReport, Statement, Statements, check_delete
 from remem.store.sqlite import AsyncSqliteStore, SqliteStore
 
@@ -73,6 +75,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "KEYWORD_ONLY",
     "AsyncPostgresStore",
     "AsyncSqliteStore",
     "Compaction",
@@ -89,6 +92,7 @@ __all__ = [
     "ahybrid_search",
     "check_delete",
     "hybrid_search",
+    "keyword_only",
     "open_store",
 ]
 

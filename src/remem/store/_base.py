@@ -58,9 +58,13 @@ class RememStoreBase(BaseStore):
       LangGraph's SqliteStore and PostgresStore; InMemoryStore lists in insertion order).
     - Vectors are stored as float32 whatever ``ann_index_config["vector_type"]`` says (``halfvec`` is
       accepted and stored at full precision).
+    - An index path ``"keyword:PATH"`` (``remem.store.keyword_only``) is PATH's text in the item's keyword
+      document, with no vector of its own; LangGraph's stores read it as a key of that name.
     """
 
     supports_ttl: bool = True
+    supports_keyword_only: bool = True
+    """An index path written ``keyword_only(path)`` goes into the keyword document alone (``KEYWORD_ONLY``)."""
     _lease_target: LeaseTarget | None = None
     dialect: _rows.Dialect
     read_only: bool = False
@@ -408,7 +412,9 @@ class RememStoreBase(BaseStore):
         evict = getattr(self.plan.embed, "evict", None) if self.plan else None
         if not callable(evict) or self.plan is None:
             return
-        texts = [t for raw in values for _, t in core.texts_for(core.loads(raw), self.plan.fields)]
+        texts = [
+            t for raw in values for _, t in core.texts_for(core.loads(raw), core.embedded(self.plan.fields))
+        ]
         evict(texts)
 
     def _setup_now(self) -> None:

@@ -65,7 +65,7 @@ def _wanted(plan: IndexPlan | None, upserts: list[PutOp]) -> list[tuple[PutOp, l
     wanted: list[tuple[PutOp, list[tuple[str, str]]]] = []
     for op in upserts:
         assert op.value is not None
-        fields = core.index_fields(plan, op.index)
+        fields = core.embedded(core.index_fields(plan, op.index))
         wanted.append((op, core.texts_for(op.value, fields) if plan is not None else []))
     return wanted
 
