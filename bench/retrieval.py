@@ -2,7 +2,7 @@
 
 One run prints, for each dev set and each embedder it can load, recall@1/5/10/25 of keyword, vector, hybrid
 as it was first (equal-weight reciprocal-rank fusion, "hybrid-rrf"), with the last score rule
-(``fusion.LEADS``, "hybrid-leads") and as it is (``remem.store._fusion.DEFAULT``, "hybrid"),
+(``fusion.SCORES``, "hybrid-scores") and as it is (``remem.store._fusion.DEFAULT``, "hybrid"),
 overall and per question type; the leave-one-set-out table of every embedder (for each set left out, the
 rule chosen on the other sets, measured on it: the numbers that say how the default does on conversations
 it was not chosen on); the fusion grid's margins; search p50/p95 at 100k items for every mode.
@@ -56,30 +56,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from langgraph.store.base import PutOp
 
 from remem.eval import generate as generate_eval
 from remem.eval import session_date
 from remem.memory._plans import MESSAGE_FIELDS
-from remem.memory._records import StoredMessage
+from remem.memory._records import CONTEXT_FIELD, StoredMessage
 from remem.store import SqliteStore, hybrid_search
 from remem.store import _fusion as fusion
-from remem.testing import FakeEmbedder
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _embedders import CANDIDATES, UNAVAILABLE, cpu_per_1k, embedders, installed_mb, role
-from _generated import FACT_TYPES, SMALL_TALK, _fill, generate, generate_multilingual
+from _generated import generate, generate_multilingual
+from _latency import latency
 from _loso import choose_option, leave_one_set_out, print_folds
+from _relative import relative_dates
 from _shared import from_eval, load_beam, load_realtalk, speaker_of
 
 MULTI = Path(__file__).parent / "data" / "retrieval_multilingual.json"
@@ -96,8 +95,16 @@ def _first_hit(keys: list[str], answers: set[str]) -> int | None:
 # What a turn's item holds and which of its fields are indexed: "content", as a user who stores plain
 # turn text with the default index; else the memory client's own message item (``StoredMessage``), whose
 # ``context`` field says who said it and when (``_records.index_context``), with the speaker's name (the
-# turn's name where the set has one), its session's date, both, or the role where it has no name.
-INDEXINGS = ("content", "date", "speaker", "speaker+date", "role+date")
+# turn's name where the set has one), its session's date, both, or the role where it has no name. The
+# context is in the keyword document only (``MESSAGE_FIELDS``); "+vector": embedded as a vector of its own
+# too (as before); "+relative": with the relative dates of the text resolved (bench/_relative.py).
+INDEXINGS = (
+    "content", "date", "speaker", "speaker+date", "role+date", "speaker+date+vector", "speaker+date+relative",
+)  # fmt: skip
+JUDGED = (
+    "content",
+    "speaker+date",
+)  # what the fusion rule is chosen on: plain text, the memory client's item
 
 
 def turn_item(turn: dict[str, Any], conv_id: str, indexing: str) -> tuple[dict[str, Any], list[str]]:
@@ -116,7 +123,13 @@ def turn_item(turn: dict[str, Any], conv_id: str, indexing: str) -> tuple[dict[s
         timestamp=f"{day}T12:00:00Z" if day else "",
         metadata={"speaker": name} if name and indexing != "date" else {},
     )
-    return message.to_value(conv_id, None), list(MESSAGE_FIELDS)
+    fields = ["content", CONTEXT_FIELD] if indexing.endswith("+vector") else list(MESSAGE_FIELDS)
+    value = message.to_value(conv_id, None)
+    if indexing.endswith("+relative"):
+        value[CONTEXT_FIELD] = ", ".join(
+            [value[CONTEXT_FIELD], *relative_dates(turn["content"], message.timestamp)]
+        )
+    return value, fields
 
 
 def _dated(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -203,8 +216,8 @@ def mode_ranks(result: dict[str, Any], qs: list[dict[str, Any]] | None = None) -
     return {
         "keyword": [q["keyword"] for q in qs],
         "vector": [q["vector"] for q in qs],
-        "hybrid-rrf (before)": [replay(q, fusion.RRF)[0] for q in qs],
-        "hybrid-leads (last rule)": [replay(q, fusion.LEADS)[0] for q in qs],
+        "hybrid-rrf (first rule)": [replay(q, fusion.RRF)[0] for q in qs],
+        "hybrid-scores (last rule)": [replay(q, fusion.SCORES)[0] for q in qs],
         "hybrid (after)": [q["hybrid"] for q in qs],
     }
 
@@ -236,6 +249,19 @@ GRID = [
     *(fusion.FusionRule("rrf", w / 10, (10 - w) / 10) for w in (2, 8)),
     fusion.RRF,
 ]
+# The candidates of the leave-one-set-out choice: the fused order (SCORES) dealt place by place in turn with
+# the keyword or the vector order, by whether the two sides' top n share m items or more. The first place
+# is always the fused order's (recall@1 stays the score rule's), and a 1:1 deal holds the top k/2 of both
+# lists it deals from at depth k, which bounds what either side can lose; a score rule has no such bound.
+INTERLEAVES = [
+    replace(fusion.SCORES, method="interleave", on_agree=a, on_disagree=d, agree_depth=n, agree_min=m)
+    for a in ("f", "fk", "fv")
+    for d in ("f", "fk", "fv")
+    if a != d
+    for n in (5, 10, 20)
+    for m in (1, 2, 3)
+]
+GRID += INTERLEAVES
 if fusion.DEFAULT not in GRID:
     GRID.append(fusion.DEFAULT)
 
@@ -244,6 +270,12 @@ def describe(rule: fusion.FusionRule) -> str:
     """A rule in a few words, for the tables."""
     if rule.method == "rrf":
         return f"rrf {rule.keyword_weight:g} / {rule.vector_weight:g}"
+    if rule.method == "interleave":
+        flag = " (default)" if rule == fusion.DEFAULT else ""
+        return (
+            f"interleave {rule.on_agree} if the top {rule.agree_depth} share >= {rule.agree_min}, "
+            f"else {rule.on_disagree}{flag}"
+        )
     lead = f"lead^{rule.keyword_lead:g} x " if rule.keyword_lead else ""
     scale = f"{lead}min(1, bm25/{rule.keyword_scale:g})" if rule.keyword_scale else "lead"
     gap = f"gap/{rule.vector_gap:g}" if rule.vector_gap else "lead"
@@ -251,8 +283,9 @@ def describe(rule: fusion.FusionRule) -> str:
     return f"{rule.keyword_weight:g} / {rule.vector_weight:g}, keyword {scale}, vector {gap}{flag}"
 
 
-def loso_tables(results: dict[tuple[str, str], dict[str, Any]]) -> None:
-    """The leave-one-set-out table of every embedder run on two sets or more (see bench/_loso.py)."""
+def loso_tables(results: dict[tuple[str, str, str], dict[str, Any]]) -> None:
+    """The leave-one-set-out table of every embedder run on two sets or more (see bench/_loso.py): a set
+    is judged on each of its ``JUDGED`` indexings that ran, and left out with all of them."""
     memo: dict[tuple[int, fusion.FusionRule], dict[int, float]] = {}
 
     def recalls(result: dict[str, Any], rule: fusion.FusionRule) -> dict[int, float]:
@@ -265,15 +298,27 @@ def loso_tables(results: dict[tuple[str, str], dict[str, Any]]) -> None:
         ranks = mode_ranks(result)
         return {m: dict(zip(KS, recall(ranks[m]), strict=True)) for m in ("keyword", "vector")}
 
-    for emb in sorted({e for _, e in results}):
-        mine = {s: r for (s, e), r in results.items() if e == emb}
-        if emb == "fake" or len(mine) < 2:
+    for emb in sorted({e for _, e, _ in results}):
+        mine = {
+            s if ix == "content" else f"{s} ({ix})": r
+            for (s, e, ix), r in results.items()
+            if e == emb and ix in JUDGED and s != "beam[:N]"
+        }
+        groups: dict[str, list[str]] = {}
+        for s, e, ix in results:
+            if e == emb and ix in JUDGED and s != "beam[:N]":
+                groups.setdefault(s, []).append(s if ix == "content" else f"{s} ({ix})")
+        if emb == "fake" or len(groups) < 2:
             continue
-        print_folds(emb, leave_one_set_out(mine, GRID, recalls, parts), describe)
-        default = {s: recalls(r, fusion.DEFAULT) for s, r in mine.items()}
+        print_folds(emb, leave_one_set_out(mine, INTERLEAVES, recalls, parts, groups), describe)
+        wide = leave_one_set_out(mine, GRID, recalls, parts, groups)
+        print(
+            f"\nWith the score rules of the grid among the candidates, the worst left-out margin is {100 * min(f.margin for f in wide):+.1f} "
+            f"({', '.join(f'{f.left_out}: {describe(f.rule)}' for f in wide if f.margin < 0) or 'none below'})."
+        )
         worst = min(
-            default[s][k] - max(p["keyword"][k], p["vector"][k])
-            for s, r in mine.items()
+            recalls(r, fusion.DEFAULT)[k] - max(p["keyword"][k], p["vector"][k])
+            for r in mine.values()
             for p in [parts(r)]
             for k in (5, 10)
         )
@@ -298,7 +343,7 @@ def print_grid(results: dict[tuple[str, str], dict[str, Any]], embedder: str) ->
             m, mine = margin(results[(s, embedder)], rule)
             worst = min(worst, m)
             cells.append(f"{m:+.3f} | {mine[1]:.3f}")
-        flag = " (default)" if rule == fusion.DEFAULT else " (last rule)" if rule == fusion.LEADS else ""
+        flag = " (default)" if rule == fusion.DEFAULT else " (last rule)" if rule == fusion.SCORES else ""
         extra = f"{rule.keyword_scale:g} | {rule.vector_gap:g}" if rule.method == "scores" else "- | -"
         weights = f"{rule.keyword_weight:g} | {rule.vector_weight:g} | {extra}"
         print(f"| {rule.method}{flag} | {weights} | {' | '.join(cells)} | {worst:+.3f} |")
@@ -335,63 +380,6 @@ def print_types(results: dict[tuple[str, str], dict[str, Any]], embedder: str) -
                 print(
                     f"| {name} | {kind} | {mode} | {len(ranks)} | {' | '.join(f'{x:.3f}' for x in recall(ranks))} |"
                 )
-
-
-# ---------------------------------------------------------------- latency at 100k items
-
-
-@contextmanager
-def rule_in_store(rule: fusion.FusionRule) -> Iterator[None]:
-    """Run the store with another fusion rule (the store reads ``DEFAULT`` at each search)."""
-    with mock.patch.object(fusion, "DEFAULT", rule):
-        yield
-
-
-def latency(size: int, queries: int = 60) -> None:
-    import tempfile
-
-    rng = random.Random(5)
-    embedder = FakeEmbedder(384)
-    texts = [
-        _fill(rng.choice(FACT_TYPES)[rng.randrange(2)], rng)[0]
-        if rng.random() < 0.4
-        else rng.choice(SMALL_TALK)
-        for _ in range(size)
-    ]
-    asked = [rng.choice(FACT_TYPES)[2 + rng.randrange(2)] for _ in range(queries)]
-    with tempfile.TemporaryDirectory() as tmp:
-        index = {"dims": 384, "embed": embedder, "fields": ["content"]}
-        with SqliteStore.from_conn_string(str(Path(tmp) / "bench.db"), index=index) as store:
-            start = time.perf_counter()
-            for s in range(0, size, 1000):
-                store.batch(
-                    [
-                        PutOp(("threads", f"c{i % 100}", "messages"), f"m{i}", {"content": t})
-                        for i, t in enumerate(texts[s : s + 1000], s)
-                    ]
-                )
-            print(
-                f"\n### Search at {size:,} items (SQLite file, fake 384-d embedder, prefix ('threads',), limit 10)\n"
-            )
-            print(f"loaded in {time.perf_counter() - start:.0f} s\n")
-            print("| mode | p50 ms | p95 ms |")
-            print("|---|---:|---:|")
-            runs: list[tuple[str, str, fusion.FusionRule]] = [
-                ("keyword", "keyword", fusion.DEFAULT),
-                ("vector", "vector", fusion.DEFAULT),
-                ("hybrid-rrf (before)", "hybrid", fusion.RRF),
-                ("hybrid (after)", "hybrid", fusion.DEFAULT),
-            ]
-            for label, mode, rule in runs:
-                samples = []
-                with rule_in_store(rule):
-                    for q in asked:
-                        start = time.perf_counter()
-                        hybrid_search(store, ("threads",), q, mode=mode, limit=10)  # type: ignore[arg-type]
-                        samples.append((time.perf_counter() - start) * 1000)
-                ordered = sorted(samples)
-                p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
-                print(f"| {label} | {statistics.median(ordered):.2f} | {p95:.2f} |", flush=True)
 
 
 # ---------------------------------------------------------------- main
@@ -521,7 +509,7 @@ def main() -> None:
     parser.add_argument(
         "--indexings",
         nargs="+",
-        default=["content"],
+        default=list(JUDGED),
         help=f"what is indexed of a turn, of {', '.join(INDEXINGS)} (or 'all'); the others with MiniLM only",
     )
     args = parser.parse_args()
@@ -577,7 +565,7 @@ def main() -> None:
     print_indexings(results)
     plain = {(s, e): r for (s, e, ix), r in results.items() if ix == "content" and s != "beam[:N]"}
     print_modes(plain)
-    loso_tables(plain)
+    loso_tables(results)
     print_types(plain, "minilm")
     for emb in sorted({e for _, e in plain}):
         if emb != "fake":

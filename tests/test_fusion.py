@@ -1,10 +1,10 @@
 """Hybrid search's fusion rule: its invariants, what hits carry, and hybrid never below its best part.
 
-The dev-set tests run the real SqliteStore on fixed slices of the dev sets in ``bench/data``: the first ten
-English conversations with the default embedder (MiniLM), where hybrid must reach the better of keyword
-and vector at every k; and the French and Korean conversations with the seeded fake embedder (keyword
-search the stronger signal, a weak vector ranking what equal-weight RRF lets through), where a small
-shortfall is left.
+The dev-set tests run the real SqliteStore on fixed slices of the committed dev sets (``bench/data`` and
+``remem eval generate``'s) with the default embedder (MiniLM), where hybrid must reach the better of
+keyword and vector at k = 5 and 10 (the first ten English conversations: at every k); and the French and
+Korean conversations with the seeded fake embedder (keyword search the stronger signal, a vector ranking
+that is noise), where a small shortfall is left.
 """
 
 from __future__ import annotations
@@ -44,25 +44,44 @@ def test_fused_values_lie_in_the_weights_range(scores: dict[int, dict[str, float
     assert all(-1e-9 <= v <= top + 1e-9 for v in fused.values())
 
 
-@given(st.dictionaries(st.integers(0, 40), candidate, min_size=2, max_size=30))
-def test_an_item_no_worse_on_both_signals_is_fused_no_lower(scores: dict[int, dict[str, float]]) -> None:
-    fused = fusion.fuse(scores)
+@pytest.mark.parametrize("rule", [fusion.DEFAULT, fusion.SCORES], ids=["default", "scores"])
+@given(scores=st.dictionaries(st.integers(0, 40), candidate, min_size=2, max_size=30))
+def test_an_item_no_worse_on_both_signals_is_fused_no_lower(
+    rule: fusion.FusionRule, scores: dict[int, dict[str, float]]
+) -> None:
+    fused = fusion.fuse(scores, rule)
     for a, sa in scores.items():
         for b, sb in scores.items():
             if sa["keyword"] >= sb["keyword"] and sa["vector"] >= sb["vector"]:
-                assert fused[a] >= fused[b] - 1e-9, (a, b)
+                # the deal places identical candidates one after the other, in the order given
+                tied = rule.method == "interleave" and sa == sb
+                assert tied or fused[a] >= fused[b] - 1e-9, (a, b)
 
 
-@given(st.dictionaries(st.integers(0, 40), candidate, min_size=1, max_size=30))
-def test_one_signal_alone_orders_as_that_signal(scores: dict[int, dict[str, float]]) -> None:
-    vector_only = fusion.fuse(scores, fusion.FusionRule("scores", 0.0, 1.0))
-    keyword_only = fusion.fuse(scores, fusion.FusionRule("scores", 1.0, 0.0))
-    for a in scores:
-        for b in scores:
-            if scores[a]["vector"] > scores[b]["vector"]:
-                assert vector_only[a] >= vector_only[b]
-            if scores[a]["keyword"] > scores[b]["keyword"]:
-                assert keyword_only[a] >= keyword_only[b]
+def _placed(scores: dict[int, dict[str, float]], rule: fusion.FusionRule | None = None) -> list[int]:
+    fused = fusion.fuse(scores, rule)
+    return sorted(fused, key=lambda i: -fused[i])
+
+
+def test_the_default_deals_places_from_the_fused_order_and_the_side_that_agrees_or_the_vector_side() -> None:
+    # 30 keyword hits (1 the best) and 30 vector hits (101 the best), no item in both top 20s
+    scores: dict[int, dict[str, float]] = {
+        i: {"keyword": 40.0 - i, "vector": 0.1 - i / 1000} for i in range(1, 31)
+    }
+    scores |= {i: {"vector": 0.9 - i / 1000} for i in range(101, 131)}
+    dealt = _placed(scores)
+    assert dealt[0] == _placed(scores, fusion.SCORES)[0]  # the first place is the fused order's
+    by_vector = sorted(scores, key=lambda i: -scores[i]["vector"])
+    assert dealt[1] == next(i for i in by_vector if i != dealt[0])  # no agreement: the vector side deals
+
+    scores[5]["vector"] = 0.95  # one item in both top 20s: the keyword side deals instead
+    dealt, fused = _placed(scores), _placed(scores, fusion.SCORES)
+    by_keyword = sorted(
+        (i for i in scores if scores[i].get("keyword", 0) > 0), key=lambda i: -scores[i]["keyword"]
+    )
+    assert dealt[1] == next(i for i in by_keyword if i != dealt[0])
+    for k in (4, 6, 10):  # at depth k: the top k/2 of both orders dealt from
+        assert set(by_keyword[: k // 2]) <= set(dealt[:k]) and set(fused[: k // 2]) <= set(dealt[:k])
 
 
 def test_rrf_rule_is_reciprocal_rank_fusion() -> None:
@@ -92,9 +111,9 @@ def test_a_weak_keyword_best_is_trusted_less_than_a_strong_one() -> None:
     def keyword_weight(best: float) -> float:
         # item 1 alone matches and has the lowest similarity, so its fused value is the keyword weight
         scores = {1: {"keyword": best, "vector": 0.1}, 2: {"vector": 0.5}, 3: {"vector": 0.2}}
-        return fusion.fuse(scores)[1]
+        return fusion.fuse(scores, fusion.SCORES)[1]
 
-    rule = fusion.DEFAULT
+    rule = fusion.SCORES
     assert keyword_weight(rule.keyword_scale / 4) == pytest.approx(rule.keyword_weight / 4)
     assert keyword_weight(rule.keyword_scale * 3) == pytest.approx(rule.keyword_weight)
 
@@ -152,10 +171,11 @@ def _recall(store: Any, convs: list[dict[str, Any]], mode: str) -> list[float]:
     return [sum(1 for r in found if r is not None and r <= k) / len(found) for k in KS]
 
 
-# How far below the better of keyword and vector hybrid may fall on the fake-embedder slice. The target is
-# 0; the rule chosen on the dev sets (see remem.store._fusion) reaches -0.03 here (as the rule before it
-# did: the fake embedder's ranking is not what the rule was chosen on) and 0 on the MiniLM slice below.
-SHORTFALL = 0.03
+# How far below the better of keyword and vector hybrid may fall on the fake-embedder slice, whose vector
+# ranking is noise: where the two sides share nothing in their top 20 the deal gives every second place to
+# the vector side, and keeps the fused order's top k/2 (here keyword's): 0.59 vs keyword 0.63 at @5. The
+# target, 0, holds with MiniLM on every committed dev set (the slices below, the multilingual set whole).
+SHORTFALL = 0.05
 
 
 def test_hybrid_stays_within_a_small_shortfall_of_its_best_part_on_the_dev_slice(dev_store: Any) -> None:
@@ -229,6 +249,7 @@ def _eval_slice() -> list[dict[str, Any]]:
 
 SLICES: dict[str, Any] = {
     "generated": lambda: json.loads(ENGLISH.read_text(encoding="utf-8"))["conversations"][10:16],
+    "multilingual": lambda: json.loads(DEV.read_text(encoding="utf-8"))["conversations"],
     "eval-generated": _eval_slice,
 }
 
@@ -242,11 +263,12 @@ def minilm() -> Any:
 
 @pytest.fixture(scope="module")
 def slice_recalls(minilm: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """name -> (keyword, vector, hybrid) recall at KS on that slice."""
-    memo: dict[str, tuple[list[float], ...]] = {}
+    """(name, rule) -> (keyword, vector, hybrid) recall at KS on that slice, hybrid searching by ``rule``
+    (None: the default)."""
+    memo: dict[tuple[str, Any], tuple[list[float], ...]] = {}
 
-    def measure(name: str) -> tuple[list[float], ...]:
-        if name not in memo:
+    def measure(name: str, rule: fusion.FusionRule | None = None) -> tuple[list[float], ...]:
+        if (name, rule) not in memo:
             convs = SLICES[name]()
             index = {"dims": minilm.dims, "embed": minilm, "fields": ["content"]}
             path = tmp_path_factory.mktemp("slice") / "dev.db"
@@ -255,8 +277,11 @@ def slice_recalls(minilm: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
                     ns = ("threads", conv["id"], "messages")
                     store.batch([PutOp(ns, t["id"], {"content": t["content"]}) for t in conv["turns"]])
                 assert sum(len(c["questions"]) for c in convs) >= 40
-                memo[name] = tuple(_recall(store, convs, m) for m in ("keyword", "vector", "hybrid"))
-        return memo[name]
+                with mock.patch.object(fusion, "DEFAULT", rule or fusion.DEFAULT):
+                    memo[(name, rule)] = tuple(
+                        _recall(store, convs, m) for m in ("keyword", "vector", "hybrid")
+                    )
+        return memo[(name, rule)]
 
     return measure
 
@@ -265,10 +290,15 @@ def slice_recalls(minilm: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_hybrid_reaches_its_best_part_at_5_and_10_on_a_slice_of_every_committed_dev_set(
     name: str, slice_recalls: Any
 ) -> None:
-    # the invariant (bench/retrieval.py's leave-one-set-out table), with the default embedder; the
-    # multilingual set is pinned with the fake embedder above (a shortfall left: with MiniLM the rule is
-    # 0.56 vs keyword 0.58 at @5 on every third conversation); BEAM and REALTALK only in the bench
+    # the invariant (bench/retrieval.py's leave-one-set-out table), with the default embedder; BEAM and
+    # REALTALK (downloaded, not committed) only in the bench
     keyword, vector, hybrid = slice_recalls(name)
     for k, h, kw, vec in zip(KS, hybrid, keyword, vector, strict=True):
         if k in (5, 10):
             assert h >= max(kw, vec) - 1e-9, f"recall@{k}: hybrid {h:.3f}, keyword {kw:.3f}, vector {vec:.3f}"
+
+
+def test_the_last_score_rule_falls_below_its_best_part_on_the_multilingual_set(slice_recalls: Any) -> None:
+    # the test above would fail for the rule the store used before (SCORES): 0.633 vs keyword 0.640 at @5
+    keyword, vector, hybrid = slice_recalls("multilingual", fusion.SCORES)
+    assert hybrid[1] < max(keyword[1], vector[1]) - 1e-9, (hybrid, keyword, vector)

@@ -5,9 +5,18 @@ top ``limit + 8`` or more), gives every candidate both scores (BM25, the same on
 query word matches; the cosine similarity, looked up for keyword-only candidates) and orders them by
 :func:`fuse`.
 
-The rule (``DEFAULT``): each signal's scores are scaled to [0, 1] within the query's candidates (keyword
-by its best score, so a non-match stays 0; vector min-max), each signal is weighted by how sure its first
-hit is, and the two are summed::
+The rule (``DEFAULT``) deals the result's places in turn from two orders: the fused order of ``SCORES``
+(below) and one side's own order, the keyword side's when the two sides agree (their top 20 share an
+item) and the vector side's when they do not; each place takes the best candidate of its order not placed
+yet. The first place is the fused order's. Where the two sides agree, keyword search has found what the
+question is about, and its exact matches fill every second place; where they share nothing in their top
+20, the words matched are rarely the answer (a long turn matches many words of any question) and the
+vector order fills them. Dealing 1:1 keeps the top k/2 of each order it deals from at depth k, so neither
+side can lose more than its places below k/2, which the score rules alone could not bound.
+
+``SCORES`` (the rule before, and the fused order DEFAULT deals from): each signal's scores are scaled to
+[0, 1] within the query's candidates (keyword by its best score, so a non-match stays 0; vector min-max),
+each signal is weighted by how sure its first hit is, and the two are summed::
 
     keyword confidence = (1 - second_keyword / best_keyword) * min(1, best_keyword / 12)
     vector confidence  = min(1, (best_similarity - second_similarity) / 0.05)
@@ -16,54 +25,40 @@ hit is, and the two are summed::
 
 The keyword side is trusted as far as its first hit stands out from its second and is a real match (a
 BM25 of 12 is several rare words of the question; one common word scores 2-5); the vector side as far as
-its first hit leads its second by a clear margin of similarity (a ranking that barely separates its
-candidates, as MiniLM on Chinese and Korean, gets almost no say). When neither side leads (both tops tie,
+its first hit leads its second by a clear margin of similarity. When neither side leads (both tops tie,
 e.g. duplicate turns), keyword order decides and similarity breaks its ties. Equal-weight reciprocal-rank
 fusion (``RRF``, the first rule) throws the scores away: a weak ranking pushes the right hit of the strong
-one out of the top places. ``LEADS`` is the rule before this one (0.2 / 0.8, both confidences relative
-leads, no absolute scale).
+one out of the top places. ``LEADS`` is the rule before ``SCORES``.
 
-How it was chosen (``bench/retrieval.py``: SQLite, raw turns, MiniLM and e5-small, dev sets ``generated``
-(English), ``multilingual`` (fr/zh/ko) and BEAM's 100K chats; replayed on each question's candidates).
-The criterion is the worst margin, over k = 1, 5, 10, 25 and over the sets, of hybrid recall@k minus the
-better of keyword and vector. Grid: keyword weight 0.05 to 0.95 (vector weight 1 - keyword), keyword
-confidence the relative lead alone or times min(1, best / scale) for scale 5 to 16, vector confidence
-the relative lead, the lead over the 5th, over the mean, or min(1, gap / g) for g 0.02 to 0.1, lead
-powers 0.5 to 2, z-score scaling, floors on both confidences, a cut of the keyword side at its top 3 to
-20, rank floors. Margins with MiniLM (generated; multilingual; BEAM; worst):
+How DEFAULT was chosen (``bench/retrieval.py``, ``bench/_loso.py``; SQLite, MiniLM; five dev sets:
+``generated`` (English, vector the stronger part), ``multilingual`` (fr/zh/ko, keyword stronger), the set
+``remem eval generate`` makes, REALTALK's ten real chats (keyword stronger) and six of BEAM's 100K chats
+(vector stronger); each with the turns' plain text indexed and with the memory client's message item,
+whose speaker and date are keyword-only). Leave one set out: the rule is chosen on four sets (of those
+that keep hybrid recall@5 and @10 at or above the better part on all of them, the highest mean recall)
+and measured on the fifth. Candidates: the agreement test at depth 5, 10 or 20 with 1 to 3 shared items,
+and the fused order dealt alone, with keyword or with vector on either side of the test. Left-out margins
+(hybrid minus the better part, worst of k = 5, 10; plain text, then the memory client's item):
 
-    equal-weight RRF (first rule)               -0.133; -0.227; -0.056; -0.227
-    LEADS 0.2 / 0.8, relative leads             -0.015; -0.020; -0.023; -0.023
-    z-scores 0.9 / 0.1, keyword lead            -0.055; -0.060; -0.017; -0.060
-    0.6 / 0.4, scale 12, gap 0.05 (DEFAULT)     -0.003; -0.007; -0.008; -0.008
-    0.5 / 0.5, scale 12, gap 0.08               -0.003; -0.007; -0.011; -0.011
-    0.6 / 0.4, scale 16, gap 0.05               -0.003; -0.013; -0.011; -0.013
+    generated +0.3, +0.3; multilingual +0.0, +0.0; eval-generated +11.6, +11.6; BEAM +0.0, +0.0;
+    REALTALK +0.4, -0.9 (chosen without REALTALK: depth 10, where depth 20 would hold it)
 
-With e5-small DEFAULT is -0.003 on generated and -0.067 on multilingual, as LEADS (+0.000; -0.067): e5's
-vector ranking holds every answer in its top 25 there and no rule of the grid keeps all of them while
-taking keyword's first places. No rule of the grid is at or above both parts on every set: the remaining
-losses are single questions at k = 1 or 25. With DEFAULT, MiniLM recall@1/5/10/25: generated 0.703 0.961
-0.985 1.000 (keyword 0.379 0.518 0.542 0.552, vector 0.706 0.955 0.982 1.000); multilingual 0.573 0.633
-0.673 0.767 (keyword 0.560 0.640 0.673 0.773, vector 0.267 0.320 0.353 0.480); BEAM 0.331 0.624 0.720
-0.828 (keyword 0.201 0.458 0.576 0.692, vector 0.311 0.607 0.715 0.836).
-
-Leave one set out (``bench/retrieval.py``, ``bench/_loso.py``; MiniLM; five dev sets: the two above,
-``eval-generated`` from ``remem eval generate``, REALTALK's real chats and six of BEAM's 100K chats), with
-the grid widened by a keyword confidence from the best hit's BM25 alone (``keyword_lead=0``): no rule of
-the grid holds hybrid >= the better part at k = 5 and 10 on every left-out set. DEFAULT's worst margin over
-the five is -1.9 (REALTALK, where keyword is the stronger part: hybrid r@5 50.4, keyword 52.3); the best
-rule without the lead (0.5 / 0.5, scale 24, gap 0.05) is +1.2 on REALTALK and +1.5 to +10.3 on the
-generated sets but -6.5 on BEAM (r@5 52.3, vector 57.0: BEAM's long turns give every query a high BM25,
-so an absolute scale trusts a weak keyword side there). DEFAULT stays, as the better worst case.
+Left-out recall@5 / @10 of hybrid (keyword; vector), plain text: generated 95.8 / 99.7 (51.8 / 54.2;
+95.5 / 98.2); multilingual 64.0 / 69.3 (64.0 / 67.3; 32.0 / 35.3); eval-generated 81.2 / 83.9 (68.3 /
+72.3; 54.5 / 60.3); BEAM 57.0 / 67.3 (42.1 / 54.2; 57.0 / 67.3); REALTALK 52.7 / 62.7 (52.3 / 60.5; 42.4
+/ 53.3). Chosen on all five sets, the same criterion gives DEFAULT (depth 20, one shared item), at or
+above the better part on all ten. With the score rules of the earlier grid (weights 0.3 to 0.8, keyword
+scales 8 to 24, vector gaps 0.03 to 0.08, ``keyword_lead`` 0 or 1) among the candidates, leaving BEAM out
+picks a score rule that is -7.5 there: no score rule is bounded the way a deal is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
-__all__ = ["DEFAULT", "LEADS", "RRF", "FusionRule", "fuse"]
+__all__ = ["DEFAULT", "LEADS", "RRF", "SCORES", "FusionRule", "fuse"]
 
 K = TypeVar("K")
 
@@ -72,15 +67,19 @@ K = TypeVar("K")
 class FusionRule:
     """``method="scores"``: weighted sum of per-query scaled scores, each signal weighted by its confidence
     (see the module docstring); ``"rrf"``: weighted reciprocal ranks, ``weight / (k + rank)`` summed over
-    the signals that found the item.
+    the signals that found the item; ``"interleave"``: the ``"scores"`` order taken in turn with one side's
+    own order, keyword where the two sides agree, vector where they do not (see the module docstring).
 
     ``keyword_scale``: the BM25 score from which the keyword side's best hit counts as a full match (0: any
     score does); ``vector_gap``: the similarity by which the vector side's first hit must lead its second to
     be fully trusted (0: its lead relative to the candidates' span instead); ``keyword_lead``: the power of
     the keyword side's relative lead in its confidence (0: the absolute BM25 of its best hit alone, with
-    ``keyword_scale``); ``power``: applied to both confidences."""
+    ``keyword_scale``); ``power``: applied to both confidences. ``agree_depth``, ``agree_min``: the two
+    sides agree when their top ``agree_depth`` share ``agree_min`` items or more; ``on_agree``,
+    ``on_disagree``: the order in which places are dealt, one letter a place, repeated (``f`` the fused
+    order, ``k`` keyword, ``v`` vector; each place takes that order's best candidate not placed yet)."""
 
-    method: Literal["scores", "rrf"]
+    method: Literal["scores", "rrf", "interleave"]
     keyword_weight: float
     vector_weight: float
     power: float = 1.0
@@ -88,16 +87,25 @@ class FusionRule:
     keyword_scale: float = 0.0
     vector_gap: float = 0.0
     keyword_lead: float = 1.0
+    agree_depth: int = 20
+    agree_min: int = 1
+    on_agree: str = "fk"
+    on_disagree: str = "fv"
 
     @property
     def needs_scores(self) -> bool:
         """Whether every candidate needs both scores (keyword-only candidates get their similarity)."""
-        return self.method == "scores"
+        return self.method != "rrf"
 
 
 RRF = FusionRule("rrf", 1.0, 1.0)
-LEADS = FusionRule("scores", keyword_weight=0.2, vector_weight=0.8, power=1.0)  # the rule before DEFAULT
-DEFAULT = FusionRule("scores", keyword_weight=0.6, vector_weight=0.4, keyword_scale=12.0, vector_gap=0.05)
+LEADS = FusionRule("scores", keyword_weight=0.2, vector_weight=0.8, power=1.0)  # the rule before SCORES
+SCORES = FusionRule("scores", keyword_weight=0.6, vector_weight=0.4, keyword_scale=12.0, vector_gap=0.05)
+"""The rule before DEFAULT, and the fused order DEFAULT deals from."""
+DEFAULT = FusionRule(
+    "interleave", keyword_weight=0.6, vector_weight=0.4, keyword_scale=12.0, vector_gap=0.05,
+    agree_depth=20, agree_min=1, on_agree="fk", on_disagree="fv",
+)  # fmt: skip
 
 
 def fuse(scores: Mapping[K, Mapping[str, float]], rule: FusionRule | None = None) -> dict[K, float]:
@@ -105,6 +113,8 @@ def fuse(scores: Mapping[K, Mapping[str, float]], rule: FusionRule | None = None
     ``vector`` scores, ``keyword_rank`` and ``vector_rank`` where that signal found it. ``rule`` None:
     ``DEFAULT`` as it is at call time."""
     rule = rule or DEFAULT
+    if rule.method == "interleave":
+        return _interleave(scores, rule)
     if rule.method == "rrf":
         return {
             item: sum(
@@ -150,3 +160,45 @@ def _lead(descending: list[float], low: float) -> float:
         return 0.0
     second = descending[1] if len(descending) > 1 else low
     return (descending[0] - second) / (descending[0] - low)
+
+
+def _interleave(scores: Mapping[K, Mapping[str, float]], rule: FusionRule) -> dict[K, float]:
+    """Places dealt in turn from the fused order and one side's order (``FusionRule``), as values from 1
+    (first place) down. Each order breaks its ties by the other signal, so an item better than another on
+    one signal and no worse on the other is placed before it; identical candidates keep the order given."""
+    fused = fuse(scores, replace(rule, method="scores"))
+
+    def signal(s: Mapping[str, float], name: str) -> float:
+        return max(s.get(name, 0.0), 0.0) if name == "keyword" else s.get(name, float("-inf"))
+
+    def order(*names: str) -> list[K]:  # by the first signal, its ties by the second
+        return sorted(scores, key=lambda i: tuple(-signal(scores[i], n) for n in names))
+
+    keyword = [i for i in order("keyword", "vector") if signal(scores[i], "keyword") > 0]
+    vector = [i for i in order("vector", "keyword") if "vector" in scores[i]]
+    ranked = sorted(
+        scores, key=lambda i: (-fused[i], -signal(scores[i], "keyword"), -signal(scores[i], "vector"))
+    )
+    shared = len(set(keyword[: rule.agree_depth]) & set(vector[: rule.agree_depth]))
+    pattern = rule.on_agree if shared >= rule.agree_min else rule.on_disagree
+    lists = {"f": ranked, "k": keyword, "v": vector}
+    deal = [c for c in pattern if c in lists] or ["f"]
+    heads = {c: iter(lists[c]) for c in deal}
+    placed: dict[K, float] = {}
+    total, turn, done = len(scores), 0, set[str]()
+
+    def place(item: K) -> None:
+        placed[item] = (total - len(placed)) / total
+
+    while len(placed) < total and len(done) < len(heads):
+        letter = deal[turn % len(deal)]
+        turn += 1
+        item = next((i for i in heads[letter] if i not in placed), None) if letter not in done else None
+        if item is None:
+            done.add(letter)
+        else:
+            place(item)
+    for item in ranked:  # what no dealt order holds (a pattern without "f"), in fused order
+        if item not in placed:
+            place(item)
+    return placed
