@@ -143,7 +143,8 @@ def test_a_delta_graph_stores_what_a_plain_graph_stores(tmp_path: Path) -> None:
                 ]
                 assert len(snapshots) >= 10
     assert stats[True].items <= stats[False].items + 5
-    assert stats[True].bytes <= 1.1 * stats[False].bytes, (stats[True].bytes, stats[False].bytes)
+    # the rest is LangGraph's counters_since_delta_snapshot in every checkpoint's metadata
+    assert stats[True].bytes <= 1.2 * stats[False].bytes, (stats[True].bytes, stats[False].bytes)
 
 
 # --- equality with InMemorySaver on random DeltaChannel graphs ---------------------------------------
