@@ -6,6 +6,7 @@ answers and the OpenAPI document stay what they were."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,9 +110,16 @@ def test_a_json_route_keeps_its_status_code_and_leaves_an_endpoint_that_sets_hea
         response.headers["X-Pagination-Total"] = "3"
         return [1, 2, 3]
 
+    @router.get("/scored")
+    def scored() -> dict[str, Any]:
+        return {"score": float("nan"), "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC), "pair": (1, 2)}
+
     app = FastAPI()
     app.include_router(router)
     with TestClient(app) as c:
+        # the bytes FastAPI's own serialiser writes: JSON's null for a NaN, never a bare NaN
+        assert c.get("/scored").content == b'{"score":null,"at":"2026-01-01T00:00:00Z","pair":[1,2]}'
+
         created = c.post("/made")
         assert (created.status_code, created.json()) == (201, {"made": True})
         page = c.get("/paged")

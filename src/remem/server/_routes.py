@@ -3,8 +3,8 @@
 FastAPI runs a sync endpoint in its thread pool, then validates what it returned against the return
 annotation in a second thread-pool call (``dict[str, Any]``, ``Any``: nothing a validation can refuse)
 and serialises it on the event loop. :class:`JSONRoute` wraps the endpoint so that it returns the JSON
-bytes itself, made by the serialiser FastAPI would have used (pydantic's, the same bytes): one hop to the
-thread pool a request instead of two, and no serialising on the loop. The return annotation still
+bytes itself, made by the serialiser FastAPI would have used (pydantic's, with its settings: the same
+bytes): one hop to the thread pool a request instead of two, and no serialising on the loop. The return annotation still
 describes the answer in the OpenAPI document (FastAPI reads it through the wrapper). For endpoints
 whose return annotation is a JSON value (a dict, a list, ``Any``), never a model that filters fields.
 """
@@ -33,7 +33,9 @@ def _serialized(endpoint: Callable[..., Any], status_code: int) -> Callable[...,
         value = endpoint(*args, **kwargs)
         if isinstance(value, Response):
             return value
-        return JSONResponseBytes(pydantic_core.to_json(value), status_code=status_code)
+        # inf_nan_mode: as FastAPI's serialiser (a TypeAdapter's default), null, never a bare NaN
+        body = pydantic_core.to_json(value, inf_nan_mode="null")
+        return JSONResponseBytes(body, status_code=status_code)
 
     return answer
 
