@@ -19,17 +19,23 @@ psutil = pytest.importorskip("psutil")
 PER_MINUTE = 20  # a burst of 20, then one request every 3 s
 
 
-def _worker_of(server: Server, conn: http.client.HTTPConnection) -> int:
-    """The worker process holding the server's end of ``conn``."""
-    assert conn.sock is not None
-    local = conn.sock.getsockname()[:2]
+def _workers_of(server: Server, conns: list[http.client.HTTPConnection]) -> list[int]:
+    """The worker process holding the server's end of each of ``conns`` (one look at the workers' sockets
+    for all of them, not one each)."""
+    wanted = []
+    for conn in conns:
+        assert conn.sock is not None
+        wanted.append(conn.sock.getsockname()[:2])
+    found: dict[tuple[str, int], int] = {}
     for _ in range(200):  # connect() returns before a worker has accepted the connection
         for child in psutil.Process(server.process.pid).children(recursive=True):
             for c in child.net_connections(kind="tcp"):
-                if c.raddr and (c.raddr.ip, c.raddr.port) == local:
-                    return int(child.pid)
+                if c.raddr and (c.raddr.ip, c.raddr.port) in wanted:
+                    found[(c.raddr.ip, c.raddr.port)] = int(child.pid)
+        if len(found) == len(wanted):
+            return [found[local] for local in wanted]
         time.sleep(0.05)
-    raise LookupError(f"no worker holds the other end of {local}")
+    raise LookupError(f"no worker holds the other end of {set(wanted) - set(found)}")
 
 
 @pytest.mark.postgres
@@ -42,11 +48,15 @@ def test_two_workers_on_postgres_share_one_bucket_per_key() -> None:
             by_worker: dict[int, list[http.client.HTTPConnection]] = {}
             opened = []
             try:
-                for _ in range(120):  # new connections, spread by the kernel over both workers' sockets
-                    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-                    conn.connect()
-                    opened.append(conn)
-                    by_worker.setdefault(_worker_of(server, conn), []).append(conn)
+                for _ in range(12):  # new connections, spread by the kernel over both workers' sockets
+                    batch = [http.client.HTTPConnection(host, int(port), timeout=60) for _ in range(10)]
+                    for conn in batch:
+                        conn.connect()
+                    opened.extend(batch)
+                    for conn, pid in zip(batch, _workers_of(server, batch), strict=True):
+                        by_worker.setdefault(pid, []).append(conn)
+                    if len(by_worker) == 2 and min(len(c) for c in by_worker.values()) >= 25:
+                        break  # enough on each worker
                 assert len(by_worker) == 2, {pid: len(c) for pid, c in by_worker.items()}
                 (one, first), (two, second) = ((pid, conns[:25]) for pid, conns in by_worker.items())
                 assert len(first) == len(second) == 25, {pid: len(c) for pid, c in by_worker.items()}
