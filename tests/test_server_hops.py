@@ -80,6 +80,35 @@ def test_an_add_a_card_and_a_search_each_go_to_the_thread_pool_once(
         assert answers[3]["total"] == 2 and answers[4]["thread_id"] == "t1"
 
 
+def test_the_langgraph_sdk_routes_go_to_the_thread_pool_once_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _served(tmp_path) as c:
+        trips = _trips(monkeypatch)
+        calls = [
+            ("post", "/threads", {"thread_id": "sdk1", "metadata": {"app": "a"}}, None, 200),
+            ("get", "/threads/sdk1", None, None, 200),
+            (
+                "put",
+                "/store/items",
+                {"namespace": ["notes"], "key": "k1", "value": {"text": "hi"}},
+                None,
+                204,
+            ),
+            ("get", "/store/items", None, {"namespace": "notes", "key": "k1"}, 200),
+            ("post", "/store/items/search", {"namespace_prefix": ["notes"]}, None, 200),
+        ]
+        for method, path, body, params, status in calls:
+            before = len(trips)
+            answer = c.request(method, path, json=body, params=params)
+            assert answer.status_code == status, answer.text
+            assert len(trips) - before == 1, (path, trips[before:])
+        assert c.get("/threads/sdk1").json()["metadata"] == {"app": "a"}
+        assert c.get("/store/items", params={"namespace": "notes", "key": "k1"}).json()["value"] == {
+            "text": "hi"
+        }
+
+
 def test_a_refused_body_still_names_its_field_and_the_document_keeps_the_answers_shapes(
     tmp_path: Path,
 ) -> None:

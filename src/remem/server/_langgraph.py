@@ -32,12 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from remem import layout
 from remem.errors import NotFoundError, RememUsageError
+from remem.server._routes import JSONRoute
 from remem.server._services import Principal, Services
 from remem.server._tenancy import checkpoint_thread, tenant_thread
 
 __all__ = ["register"]
 
-router = APIRouter(tags=["langgraph-sdk"])
+router = APIRouter(tags=["langgraph-sdk"], route_class=JSONRoute)  # one thread-pool hop a request
 SDK_THREADS = layout.namespace(layout.INTERNAL_ROOT, "sdk_threads")
 RESERVED_ROOTS = frozenset({layout.INTERNAL_ROOT, layout.TENANTS_ROOT})
 _MAX_THREADS = 100_000

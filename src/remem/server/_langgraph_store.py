@@ -14,11 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from remem.errors import NamespaceError, NotFoundError
 from remem.server._langgraph import RESERVED_ROOTS, to_json
+from remem.server._routes import JSONRoute
 from remem.server._services import Principal, Services
 
 __all__ = ["register"]
 
-router = APIRouter(tags=["langgraph-sdk"])
+router = APIRouter(tags=["langgraph-sdk"], route_class=JSONRoute)  # one thread-pool hop a request
 
 
 class PutItem(BaseModel):
