@@ -346,6 +346,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "RememRuntimeError",
         "RememUsageError",
         "SchemaTooNewError",
+        "StaleCacheError",
         "StorageError",
         "SummarizationError",
         "ThreadBusyError",

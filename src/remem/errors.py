@@ -54,6 +54,7 @@ __all__ = [
     "RememRuntimeError",
     "RememUsageError",
     "SchemaTooNewError",
+    "StaleCacheError",
     "StorageError",
     "SummarizationError",
     "ThreadBusyError",
@@ -160,6 +161,12 @@ class RememRuntimeError(RememError):
 
 class StorageError(RememRuntimeError):
     """A database could not be reached, or refused the work."""
+
+
+class StaleCacheError(StorageError):
+    """A checkpoint write that trusted the saver's cache (see :data:`remem.checkpoint._sql.GUARD_THREAD`) found
+    the thread moved on in the database: its transaction wrote nothing, and the saver runs the write again the
+    usual way, so a caller does not see it."""
 
 
 class ErasureConflictError(StorageError):

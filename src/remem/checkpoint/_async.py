@@ -29,6 +29,7 @@ from remem.checkpoint._base import (
     stats_op,
 )
 from remem.checkpoint._cache import WRITE_STRIPES, stripe
+from remem.errors import StaleCacheError
 
 T = TypeVar("T")
 
@@ -58,7 +59,7 @@ class AsyncSaver(RememSaver):
         tx = ops.Tx()
         try:
             result = await arun(make(tx), lambda: self._transaction(write))
-        except ops.StaleCache:  # a write that trusted the cache wrote nothing: again, reading what it needs
+        except StaleCacheError:  # a write that trusted the cache wrote nothing: again, reading what it needs
             tx = ops.Tx(trust_cache=False)
             result = await arun(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:

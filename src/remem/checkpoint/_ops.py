@@ -40,18 +40,13 @@ RUN_KEY = "__pregel_runtime"
 """What LangGraph puts in the ``configurable`` of a run's own reads and writes (never in get_state's)."""
 
 
-class StaleCache(Exception):
-    """A write that trusted the saver's cache (see :data:`remem.checkpoint._sql.GUARD_THREAD`) found the
-    thread moved on in the database: its transaction wrote nothing, and the write runs again the usual way."""
-
-
 @dataclass
 class Tx:
     """Collects what to do once the operation's transaction has committed."""
 
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     trust_cache: bool = True
-    """False when the operation runs again after a :class:`StaleCache`."""
+    """False when the operation runs again after a :class:`~remem.errors.StaleCacheError`."""
 
 
 @dataclass

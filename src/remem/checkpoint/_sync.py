@@ -28,6 +28,7 @@ from remem.checkpoint._base import (
     setup_op,
     stats_op,
 )
+from remem.errors import StaleCacheError
 
 T = TypeVar("T")
 
@@ -48,7 +49,7 @@ class SyncSaver(RememSaver):
         tx = ops.Tx()
         try:
             result = run(make(tx), lambda: self._transaction(write))
-        except ops.StaleCache:  # a write that trusted the cache wrote nothing: again, reading what it needs
+        except StaleCacheError:  # a write that trusted the cache wrote nothing: again, reading what it needs
             tx = ops.Tx(trust_cache=False)
             result = run(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:

@@ -266,7 +266,7 @@ def put(
     (:meth:`ThreadLease.fenced`, checked in this transaction before anything is written).
 
     On PostgreSQL, a put on the head this saver last wrote (the usual next step of a run) reads nothing:
-    its statements go in one round trip behind a guard, and a :class:`~._ops.StaleCache` from the
+    its statements go in one round trip behind a guard, and a :class:`~remem.errors.StaleCacheError` from the
     transaction makes the saver run it again with ``tx.trust_cache`` False."""
     conf = config["configurable"]
     thread_id = thread_id_of(conf)

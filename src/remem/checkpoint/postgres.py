@@ -25,10 +25,9 @@ from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, aexecute, execute
 from remem._url import describe_postgres, parse_database_url
 from remem.checkpoint._async import AsyncSaver
-from remem.checkpoint._ops import StaleCache
 from remem.checkpoint._sql import POSTGRES
 from remem.checkpoint._sync import SyncSaver
-from remem.errors import ConfigError, MissingDependencyError, StorageError
+from remem.errors import ConfigError, MissingDependencyError, StaleCacheError, StorageError
 
 try:
     import psycopg
@@ -267,7 +266,7 @@ class PostgresSaver(SyncSaver):
             if self.pipe is not None:
                 self.pipe.sync()
         except psycopg.errors.DivisionByZero as exc:  # only a write's guard divides (_sql.GUARD_THREAD)
-            raise StaleCache from exc
+            raise StaleCacheError from exc
         except psycopg.Error as exc:
             raise _storage_error(exc) from exc
 
@@ -374,6 +373,6 @@ class AsyncPostgresSaver(AsyncSaver):
             if self.pipe is not None:
                 await self.pipe.sync()
         except psycopg.errors.DivisionByZero as exc:
-            raise StaleCache from exc
+            raise StaleCacheError from exc
         except psycopg.Error as exc:
             raise _storage_error(exc) from exc
