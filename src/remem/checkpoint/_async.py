@@ -82,14 +82,14 @@ class AsyncSaver(RememSaver):
             self._is_setup = True
 
     async def _aread_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
     ) -> builtins.list[CheckpointTuple]:
-        return await self._run(lambda tx: _delta.ancestors(self._ctx, config, shared), write=False)
+        return await self._run(lambda tx: _delta.ancestors(self._ctx, config, shared, depth), write=False)
 
     def _read_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
     ) -> builtins.list[CheckpointTuple]:
-        return self._sync(self._aread_ancestors(config, shared))
+        return self._sync(self._aread_ancestors(config, shared, depth))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         await self.alease_target()  # known before a turn's lease is compared with it (aiosqlite: async)

@@ -404,6 +404,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         walk = _delta.walk(config, channels)
         read: dict[str, CheckpointTuple] = {}
         shared: dict[int, dict[int, Any]] = {}
+        depth = _delta.FIRST_PAGE
         try:
             wanted = next(walk)
             while True:
@@ -412,8 +413,9 @@ class RememSaver(BaseCheckpointSaver[int]):
                     tup = self.get_tuple(wanted)
                 else:
                     if cid not in read:
-                        for t in self._read_ancestors(wanted, shared):
+                        for t in self._read_ancestors(wanted, shared, depth):
                             read.setdefault(t.checkpoint["id"], t)
+                        depth = min(2 * depth, _delta.ANCESTORS)
                     tup = read.get(cid)
                 wanted = walk.send(tup)
         except StopIteration as done:
@@ -428,6 +430,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         walk = _delta.walk(config, channels)
         read: dict[str, CheckpointTuple] = {}
         shared: dict[int, dict[int, Any]] = {}
+        depth = _delta.FIRST_PAGE
         try:
             wanted = next(walk)
             while True:
@@ -436,20 +439,21 @@ class RememSaver(BaseCheckpointSaver[int]):
                     tup = await self.aget_tuple(wanted)
                 else:
                     if cid not in read:
-                        for t in await self._aread_ancestors(wanted, shared):
+                        for t in await self._aread_ancestors(wanted, shared, depth):
                             read.setdefault(t.checkpoint["id"], t)
+                        depth = min(2 * depth, _delta.ANCESTORS)
                     tup = read.get(cid)
                 wanted = walk.send(tup)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
     def _read_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
     ) -> builtins.list[CheckpointTuple]:
         raise NotImplementedError
 
     async def _aread_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
     ) -> builtins.list[CheckpointTuple]:
         raise NotImplementedError
 

@@ -29,11 +29,13 @@ from remem._statements import Program
 from remem.checkpoint import _read
 from remem.checkpoint._ops import Context, thread_id_of
 
-__all__ = ["ANCESTORS", "Listings", "ancestors", "replayed", "walk"]
+__all__ = ["ANCESTORS", "FIRST_PAGE", "Listings", "ancestors", "replayed", "walk"]
 
+FIRST_PAGE = 16
 ANCESTORS = 256
-"""Ancestors read per statement of :func:`ancestors` (LangGraph snapshots a delta channel at least every
-100 updates, so one page usually reaches the seed)."""
+"""Ancestors read per statement of :func:`ancestors`: :data:`FIRST_PAGE` first, twice as many each page
+after, at most this many (the walk ends at the channel's last snapshot, which LangGraph writes every 100
+updates by default: a few pages read about what the walk needs, never more than twice that)."""
 
 _COLUMNS = "thread_id, tid, ns, checkpoint_id, parent_id, body, metadata, epoch"
 ANCESTORS_SQL = f"""WITH RECURSIVE chain({_COLUMNS}, depth) AS (
@@ -52,11 +54,11 @@ made a cycle by a re-put ends there too)."""
 
 
 def ancestors(
-    ctx: Context, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+    ctx: Context, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int = ANCESTORS
 ) -> Program[list[CheckpointTuple]]:
-    """The checkpoint ``config`` names (with a checkpoint id) and its nearest ancestors, as tuples."""
+    """The checkpoint ``config`` names (with a checkpoint id) and its ``depth`` nearest ancestors, as tuples."""
     conf = config["configurable"]
-    params = (thread_id_of(conf), str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"]), ANCESTORS)
+    params = (thread_id_of(conf), str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"]), depth)
     raw = yield ctx.q(ANCESTORS_SQL, params)
     rows = _read.rows_of(ctx, raw)
     if not rows:

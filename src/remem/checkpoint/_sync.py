@@ -166,14 +166,14 @@ class SyncSaver(RememSaver):
         return written
 
     def _read_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
     ) -> builtins.list[CheckpointTuple]:
-        return self._run(lambda tx: _delta.ancestors(self._ctx, config, shared), write=False)
+        return self._run(lambda tx: _delta.ancestors(self._ctx, config, shared, depth), write=False)
 
     async def _aread_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]]
+        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
     ) -> builtins.list[CheckpointTuple]:
-        return await asyncio.to_thread(self._read_ancestors, config, shared)
+        return await asyncio.to_thread(self._read_ancestors, config, shared, depth)
 
     def _head_id(self, thread_id: str) -> str | None:
         stamp = self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)
