@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
+from remem._lease import DEFAULT_LEASE_TIMEOUT
 from remem._statements import AExecute, Program, arun
 from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
@@ -175,17 +176,18 @@ class AsyncSaver(RememSaver):
         run = config["configurable"].get(ops.RUN_MARK)
         await self.alease_target()
         try:
-            async with self._arun_lease(config) as lease:
-                if lease is not None:
-                    await lease.averify()
-                self._forget_read(config)
-                async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
-                    written = await self._run(
-                        lambda tx: _write.put(
-                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
-                        ),
-                        write=True,
-                    )
+            with self._ctx.claims.putting(run, checkpoint["id"]):
+                async with self._arun_lease(config) as lease:
+                    if lease is not None:
+                        await lease.averify()
+                    self._forget_read(config)
+                    async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
+                        written = await self._run(
+                            lambda tx: _write.put(
+                                self._ctx, tx, config, checkpoint, metadata, new_versions, lease
+                            ),
+                            write=True,
+                        )
         except Exception as exc:
             if run:
                 self._ctx.claims.record_failed(run, exc)
@@ -210,6 +212,9 @@ class AsyncSaver(RememSaver):
             await lease.averify()
         self._forget_read(config)
         run = _write.run_of(config["configurable"])
+        cid = str(config["configurable"]["checkpoint_id"])
+        if run is not None and self._ctx.claims.in_flight(run, cid):  # see SyncSaver.put_writes
+            await asyncio.to_thread(self._ctx.claims.settle, run, cid, 2 * DEFAULT_LEASE_TIMEOUT)
 
         async def write(stored_only: bool) -> bool:
             async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:

@@ -23,8 +23,10 @@ clones, which a run may use in its place. The middleware gets a :class:`Claim` b
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,33 @@ class Claims:
         self._written: OrderedDict[str, set[str]] = OrderedDict()
         self._failed: OrderedDict[str, BaseException] = OrderedDict()
         self._claims: dict[_ClaimKey, ThreadLease] = {}
+        self._in_flight: set[tuple[str, str]] = set()
+
+    @contextlib.contextmanager
+    def putting(self, run: str | None, checkpoint_id: str) -> Iterator[None]:
+        """Marks the run's put of ``checkpoint_id`` under way, for :meth:`in_flight` (no run: nothing)."""
+        if not run:
+            yield
+            return
+        with self._cond:
+            self._in_flight.add((run, checkpoint_id))
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._in_flight.discard((run, checkpoint_id))
+                self._cond.notify_all()
+
+    def in_flight(self, run: str, checkpoint_id: str) -> bool:
+        """Whether this saver's put of the run's checkpoint ``checkpoint_id`` is under way: the writes on it
+        then wait for it (:meth:`settle`) instead of finding it not stored yet."""
+        with self._cond:
+            return (run, checkpoint_id) in self._in_flight
+
+    def settle(self, run: str, checkpoint_id: str, timeout: float) -> None:
+        """Wait while this saver's put of the run's checkpoint ``checkpoint_id`` is under way."""
+        with self._cond:
+            self._cond.wait_for(lambda: (run, checkpoint_id) not in self._in_flight, timeout=timeout)
 
     def record_written(self, run: str, checkpoint_id: str) -> None:
         with self._cond:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
+from remem._lease import DEFAULT_LEASE_TIMEOUT
 from remem._statements import Execute, Program, run
 from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
@@ -146,7 +147,7 @@ class SyncSaver(RememSaver):
     ) -> RunnableConfig:
         run = config["configurable"].get(ops.RUN_MARK)
         try:
-            with self._run_lease(config) as lease:
+            with self._ctx.claims.putting(run, checkpoint["id"]), self._run_lease(config) as lease:
                 if lease is not None:
                     lease.verify()
                 self._forget_read(config)
@@ -190,6 +191,10 @@ class SyncSaver(RememSaver):
             lease.verify()
         self._forget_read(config)
         run = _write.run_of(config["configurable"])
+        if run is not None:  # LangGraph saves a checkpoint and the writes on it at once: the put first
+            self._ctx.claims.settle(
+                run, str(config["configurable"]["checkpoint_id"]), 2 * DEFAULT_LEASE_TIMEOUT
+            )
 
         def write(stored_only: bool) -> bool:
             with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
