@@ -41,15 +41,16 @@ and the fused order dealt alone, with keyword or with vector on either side of t
 (hybrid minus the better part, worst of k = 5, 10; plain text, then the memory client's item):
 
     generated +0.3, +0.3; multilingual +0.0, +0.0; eval-generated +11.6, +11.6; BEAM +0.0, +0.0;
-    REALTALK +0.4, -0.9 (chosen without REALTALK: depth 10, where depth 20 would hold it)
+    REALTALK +0.4, -1.0 (chosen without REALTALK: depth 10; 56.3 vs keyword 57.3 at @5)
 
 Left-out recall@5 / @10 of hybrid (keyword; vector), plain text: generated 95.8 / 99.7 (51.8 / 54.2;
 95.5 / 98.2); multilingual 64.0 / 69.3 (64.0 / 67.3; 32.0 / 35.3); eval-generated 81.2 / 83.9 (68.3 /
 72.3; 54.5 / 60.3); BEAM 57.0 / 67.3 (42.1 / 54.2; 57.0 / 67.3); REALTALK 52.7 / 62.7 (52.3 / 60.5; 42.4
-/ 53.3). Chosen on all five sets, the same criterion gives DEFAULT (depth 20, one shared item), at or
-above the better part on all ten. With the score rules of the earlier grid (weights 0.3 to 0.8, keyword
-scales 8 to 24, vector gaps 0.03 to 0.08, ``keyword_lead`` 0 or 1) among the candidates, leaving BEAM out
-picks a score rule that is -7.5 there: no score rule is bounded the way a deal is.
+/ 53.3). No candidate holds the invariant on all ten results at once; DEFAULT (depth 20, one shared item)
+has the best worst case over them, -0.4 (REALTALK with the memory client's item, at @5). With the score
+rules of the earlier grid (weights 0.3 to 0.8, keyword scales 8 to 24, vector gaps 0.03 to 0.08,
+``keyword_lead`` 0 or 1) among the candidates, leaving BEAM out picks a score rule that is -7.5 there: no
+score rule is bounded the way a deal is.
 """
 
 from __future__ import annotations
