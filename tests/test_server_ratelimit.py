@@ -3,6 +3,7 @@ the bucket is a row of the database, not a dict in each worker process."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import time
 
@@ -38,6 +39,23 @@ def _workers_of(server: Server, conns: list[http.client.HTTPConnection]) -> list
     raise LookupError(f"no worker holds the other end of {set(wanted) - set(found)}")
 
 
+def _wait_for_both_listening(server: Server, port: int) -> None:
+    """Until both workers listen on the port: ``/healthz`` answered says only that one does, and until the
+    other listens the kernel gives every new connection to the first."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        listening = set()
+        for child in psutil.Process(server.process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                for c in child.net_connections(kind="tcp"):
+                    if c.status == psutil.CONN_LISTEN and c.laddr.port == port:
+                        listening.add(child.pid)
+        if len(listening) == 2:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the two workers never both listened on {port}:\n{server.output()}")
+
+
 @pytest.mark.postgres
 def test_two_workers_on_postgres_share_one_bucket_per_key() -> None:
     for url in _fresh_database(POSTGRES_URL):
@@ -45,6 +63,7 @@ def test_two_workers_on_postgres_share_one_bucket_per_key() -> None:
             key, _ = create_key(store, tenant="a")
         with running_server(url, ["--workers", "2", "--rate-limit", str(PER_MINUTE)]) as server:
             host, port = server.url.removeprefix("http://").split(":")
+            _wait_for_both_listening(server, int(port))
             by_worker: dict[int, list[http.client.HTTPConnection]] = {}
             opened = []
             try:
