@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from remem.checkpoint import AsyncPostgresSaver, PostgresSaver, checkpointer_from_url
 from remem.errors import StorageError
@@ -135,3 +135,32 @@ def test_a_lost_server_is_retried_every_two_seconds_at_most() -> None:
     for now in range(12):
         uncapped.update_delay(float(now))
     assert uncapped.delay > 30  # what the pool would wait without the cap
+
+
+def test_a_pool_whose_every_connection_a_restart_broke_fails_no_call(server: Server) -> None:
+    # The pool sends no ping as it hands a connection out (remem._pgpool.check: a round trip saved per
+    # call); it still drops every connection the restart closed, so no call fails and no write runs twice.
+    with PostgresSaver.from_conn_string(server.url, pool_size=3) as saver:
+        assert isinstance(saver.conn, ConnectionPool)
+        with saver.conn.connection(), saver.conn.connection(), saver.conn.connection():
+            pass  # three idle connections now, all of which the restart breaks
+        _write(saver, "e", 1)
+        server.crash()
+        server.restart()
+        for step in range(2, 6):
+            _write(saver, "e", step)
+            assert _latest(saver, "e") == step
+
+
+async def test_an_async_pool_whose_every_connection_a_restart_broke_fails_no_call(server: Server) -> None:
+    async with AsyncPostgresSaver.from_conn_string(server.url, pool_size=3) as saver:
+        assert isinstance(saver.conn, AsyncConnectionPool)
+        async with saver.conn.connection(), saver.conn.connection(), saver.conn.connection():
+            pass
+        await saver.aput(_config("f"), empty_checkpoint(), {"step": 1}, {})
+        server.crash()
+        server.restart()
+        for step in range(2, 6):
+            await saver.aput(_config("f"), empty_checkpoint(), {"step": step}, {})
+            tup = await saver.aget_tuple(_config("f"))
+            assert tup is not None and tup.metadata["step"] == step

@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from remem.checkpoint import PostgresSaver
+from remem.checkpoint import AsyncPostgresSaver, PostgresSaver
 
 pytestmark = pytest.mark.postgres
 
@@ -132,3 +133,37 @@ def test_psycopg_prepares_the_write_statements(pg_url: str) -> None:
                     saver, "t", stored["configurable"]["checkpoint_id"], n, [f"m{i}" for i in range(n)]
                 )
         assert sent.count("Parse") == 2 and sent.count("Bind") == sent.count("Execute") == 5
+
+
+def test_a_pooled_saver_sends_no_ping_before_a_put_or_a_get(pg_url: str) -> None:
+    # A pool's check costs no round trip (remem._pgpool): a put on the head is still one, a get one.
+    with PostgresSaver.from_conn_string(pg_url, pool_size=1) as saver:
+        saver.setup()
+        pool = saver.conn
+        assert isinstance(pool, ConnectionPool)
+        stored = _put(saver, "t", None, 1, ["one"])
+        with pool.connection() as conn:  # the pool's only connection: every call below runs on it
+            pass
+        with traced(conn) as sent:
+            stored = _put(saver, "t", stored["configurable"]["checkpoint_id"], 2, ["one", "two"])
+        assert round_trips(sent) == 1 and "Query" not in sent, sent
+        with traced(conn) as sent:
+            assert saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}) is not None
+        # BEGIN, SET TRANSACTION (REPEATABLE READ, READ ONLY), two reads, COMMIT: no empty query before them
+        assert sent.count("Query") == 3 and round_trips(sent) == 5, sent
+
+
+async def test_an_async_pooled_saver_sends_no_ping_before_a_put(pg_url: str) -> None:
+    async with AsyncPostgresSaver.from_conn_string(pg_url, pool_size=1) as saver:
+        await saver.setup()
+        pool = saver.conn
+        assert isinstance(pool, AsyncConnectionPool)
+        conf: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ""}
+        stored = await saver.aput(
+            {"configurable": conf}, _checkpoint(1, ["one"]), {"step": 1}, {"messages": 1}
+        )
+        async with pool.connection() as conn:
+            pass
+        with traced(conn) as sent:  # type: ignore[arg-type]
+            await saver.aput(stored, _checkpoint(2, ["one", "two"]), {"step": 2}, {"messages": 2})
+        assert round_trips(sent) == 1 and "Query" not in sent, sent

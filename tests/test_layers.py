@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "remem._secrets",
             "remem._files",
             "remem._sqlite",
+            "remem._pgpool",
             "remem._backup",
         ),
     ),

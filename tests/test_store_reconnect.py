@@ -74,3 +74,16 @@ def test_a_pool_whose_every_connection_a_restart_broke_fails_no_call(restartable
         assert pooled.get(("a",), "before") is not None
         pooled.put(("a",), "after", {"text": "y"})
         assert {i.key for i in pooled.search(("a",))} == {"before", "after"}
+
+
+async def test_an_async_pool_whose_every_connection_a_restart_broke_fails_no_call(restartable: Any) -> None:
+    # The async pool drops a connection the server closed as it hands it out, with no round trip
+    # (remem._pgpool.acheck): without a check, the retry would find a second broken one.
+    url = restartable.get_uri()
+    async with AsyncPostgresStore.from_conn_string(url, pool_config={"min_size": 3, "max_size": 3}) as pooled:
+        await pooled.aput(("a",), "before", {"text": "x"})
+        await pooled.conn.wait(timeout=30)  # type: ignore[union-attr]
+        _restart(restartable)
+        assert await pooled.aget(("a",), "before") is not None
+        await pooled.aput(("a",), "after", {"text": "y"})
+        assert {i.key for i in await pooled.asearch(("a",))} == {"before", "after"}

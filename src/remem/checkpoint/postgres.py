@@ -20,6 +20,7 @@ from contextlib import (
 )
 from typing import Any
 
+from remem import _pgpool
 from remem._lease import LeaseTarget, close_idle_connections, retain_idle_connections
 from remem._secrets import mask_secrets
 from remem._statements import AExecute, Execute, aexecute, execute
@@ -140,7 +141,8 @@ async def _apipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[AExec
 
 
 class _Pool(ConnectionPool[Any]):
-    """The pool ``from_conn_string`` opens: connections checked before use, a lost server retried every 2 s."""
+    """The pool ``from_conn_string`` opens: a connection a restart broke is dropped as it is handed out, without
+    a round trip (:func:`remem._pgpool.check`); a lost server is retried every 2 s."""
 
     def _add_connection(self, attempt: AttemptWithBackoff | None, growing: bool = False) -> None:
         super()._add_connection(_capped(attempt), growing)
@@ -196,7 +198,8 @@ class PostgresSaver(SyncSaver):
     ) -> Iterator[PostgresSaver]:
         """Open a saver on a PostgreSQL URL or DSN, with a pool of up to ``pool_size`` connections; closed on exit.
 
-        Connections are checked before each use, so the saver works again after the server restarts.
+        A connection the server closed is dropped before use (no round trip), so the saver works again after
+        the server restarts.
         ``pipeline=True`` uses one connection in pipeline mode instead, as the stock saver does.
         ``read_only=True``: the server refuses writes and :meth:`setup` only checks the tables.
         """
@@ -222,7 +225,7 @@ class PostgresSaver(SyncSaver):
             min_size=1,
             max_size=pool_size,
             open=False,
-            check=ConnectionPool.check_connection,
+            check=_pgpool.check,
         )
         try:
             pool.open(wait=True, timeout=_CONNECT_TIMEOUT)
@@ -330,7 +333,7 @@ class AsyncPostgresSaver(AsyncSaver):
             min_size=1,
             max_size=pool_size,
             open=False,
-            check=AsyncConnectionPool.check_connection,
+            check=_pgpool.acheck,
         )
         try:
             await pool.open(wait=True, timeout=_CONNECT_TIMEOUT)

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from remem import _pgpool
 from remem._secrets import mask_secrets
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, StorageError
@@ -64,12 +65,14 @@ def connect(dsn: str, read_only: bool = False) -> psycopg.Connection[Any]:
 
 
 def _pool(dsn: str, pool_config: Mapping[str, Any], read_only: bool = False) -> ConnectionPool[Any]:
-    """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``). Its
-    connections are not checked as they are handed out (a round trip per store batch: about 10 a served
-    turn); a call that finds one broken by a restarted server is run again once after the pool dropped
-    every broken one (``PostgresStore``'s retry calls ``pool.check()``), so a restart still fails no call."""
+    """A pool as LangGraph's ``PoolConfig`` describes it (``min_size``, ``max_size``, ``kwargs``). A connection
+    a restarted server broke is dropped as it is handed out, without a round trip (:func:`remem._pgpool.check`);
+    a call that still finds one broken runs again once after the pool dropped every broken one
+    (``PostgresStore``'s retry calls ``pool.check()``), so a restart fails no call."""
     try:
-        pool: ConnectionPool[Any] = ConnectionPool(dsn, **_pool_options(pool_config, read_only), open=True)
+        pool: ConnectionPool[Any] = ConnectionPool(
+            dsn, **_pool_options(pool_config, read_only), check=_pgpool.check, open=True
+        )
         pool.wait(timeout=10)
     except Exception as exc:
         raise _unreachable(exc) from exc
@@ -120,7 +123,7 @@ async def _apool(
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn,
             **_pool_options(pool_config, read_only),
-            check=AsyncConnectionPool.check_connection,
+            check=_pgpool.acheck,
             open=False,
         )
         await pool.open(wait=True, timeout=10)

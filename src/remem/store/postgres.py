@@ -62,8 +62,8 @@ class _PostgresBackend(RememStoreBase):
 
     ``conn`` is a psycopg ``Connection`` (autocommit, any row factory) or a ``ConnectionPool``, as for
     LangGraph's ``PostgresStore``; ``pipe`` a pipeline of that connection. A store opened by
-    :meth:`from_conn_string` reconnects by itself after the server restarts (a pool checks each connection
-    it hands out; a single connection is reopened), and retries the call once: every store call is safe to
+    :meth:`from_conn_string` reconnects by itself after the server restarts (a pool drops a connection the
+    server closed as it hands it out, without a round trip; a single connection is reopened), and retries the call once: every store call is safe to
     repeat (puts are upserts, deletes and erasures idempotent).
     """
 
