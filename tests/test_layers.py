@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "remem._sqlite",
             "remem._pgpool",
             "remem._backup",
+            "remem._lazy",
         ),
     ),
     ("messages", ("remem.messages",)),
@@ -238,8 +239,8 @@ def test_contributing_md_states_the_same_order() -> None:
 LOADED_CHECKS = ("remem.errors", "remem.config", "remem.messages", "remem.usage.ratelimit", "remem.models")
 
 
-def loaded_by(module: str) -> set[str]:
-    """The remem modules a fresh interpreter has loaded once ``import module`` returns."""
+def loaded_by(module: str, packages: tuple[str, ...] = ("remem",)) -> set[str]:
+    """The modules of ``packages`` a fresh interpreter has loaded once ``import module`` returns."""
     import json
     import subprocess
     import sys
@@ -247,7 +248,8 @@ def loaded_by(module: str) -> set[str]:
     code = (
         "import json, sys\n"
         f"import {module}\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m == 'remem' or m.startswith('remem.'))))\n"
+        f"packages = {packages!r}\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in packages)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
@@ -273,16 +275,33 @@ def test_the_rate_limiter_loads_no_ledger() -> None:
     # The models layer needs the rate limiter only; remem.usage's __init__ loads its names on first use.
     assert loaded_by("remem.usage.ratelimit") <= {
         "remem",
+        "remem._lazy",
         "remem.errors",
         "remem.usage",
         "remem.usage.ratelimit",
     }
 
 
+def test_erasure_and_the_queue_load_no_language_model() -> None:
+    # ``remem forget`` needs the queue only to remove a user's jobs; the job handlers (extraction, and with it
+    # LangChain's language models and tracers) load when a worker asks for them, not on every erasure. The
+    # ``language_models`` package itself is lazy and loaded by ``langchain_core.messages``; its models are not.
+    heavy = (
+        "remem.jobs._handlers",
+        "remem.extraction",
+        "langchain_core.language_models.base",
+        "langchain_core.tracers",
+    )
+    for module in ("remem.erasure", "remem.jobs"):
+        loaded = loaded_by(module, ("remem", "langchain_core"))
+        assert module in loaded
+        assert sorted(m for m in loaded if m.startswith(heavy)) == [], module
+
+
 def test_one_statement_protocol() -> None:
     # remem._statements holds the one statement type, flow shape and sync/async drivers: it loads no other
     # remem module, and every package that runs SQL drives its programs with it.
-    assert loaded_by("remem._statements") == {"remem", "remem._statements"}
+    assert loaded_by("remem._statements") == {"remem", "remem._lazy", "remem._statements"}
     graph = {module_name(p): imports_of(p) for p in _modules()}
     drivers = (
         "remem._migrate",

@@ -603,6 +603,7 @@ _BUILTIN_ALLOWED = {
     ("NotImplementedError", None),
     ("AssertionError", None),
     ("AttributeError", "__getattr__"),
+    ("AttributeError", "exports"),  # remem._lazy's module __getattr__, defined inside it
     ("ValueError", "_convert"),
 }
 

@@ -6,8 +6,9 @@ LangGraph and LangChain before it knows it needs them: ``remem --help`` stays fa
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from remem import _lazy
 
 if TYPE_CHECKING:
     from remem.agent import (
@@ -104,20 +105,7 @@ _SOURCES = {
     "remem.summarize": ("ExtractiveSummarizer", "LLMSummarizer", "Summarizer", "summarizer_for"),
     "remem.checkpoint": ("acheckpointer_from_url", "checkpointer_from_url", "list_threads"),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'remem' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.exports(__name__, _SOURCES, globals())
 
 
 __all__ = [

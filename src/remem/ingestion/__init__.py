@@ -46,19 +46,41 @@ had (kept), and a job a worker is running when the undo starts (it finishes).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from remem.ingestion._import import import_checkpoints
-from remem.ingestion._journal import (
-    MEMORY_TAG,
-    MESSAGE_TAG,
-    IngestionEntry,
-    UndoReport,
-    forget_in_journal,
-    get_ingestion,
-    list_ingestions,
-)
-from remem.ingestion._load import Ingestion, begin_ingestion
-from remem.ingestion._undo import undo_ingestion
+from remem import _lazy
+
+if TYPE_CHECKING:
+    from remem.ingestion._import import import_checkpoints
+    from remem.ingestion._journal import (
+        MEMORY_TAG,
+        MESSAGE_TAG,
+        IngestionEntry,
+        UndoReport,
+        forget_in_journal,
+        get_ingestion,
+        list_ingestions,
+    )
+    from remem.ingestion._load import Ingestion, begin_ingestion
+    from remem.ingestion._undo import undo_ingestion
+
+# Names are imported on first use: every erasure calls forget_in_journal, and loading the rest (the memory
+# client, extraction's schema with LangChain's models) would make each ``remem forget`` pay for them.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "remem.ingestion._import": ("import_checkpoints",),
+    "remem.ingestion._journal": (
+        "MEMORY_TAG",
+        "MESSAGE_TAG",
+        "IngestionEntry",
+        "UndoReport",
+        "forget_in_journal",
+        "get_ingestion",
+        "list_ingestions",
+    ),
+    "remem.ingestion._load": ("Ingestion", "begin_ingestion"),
+    "remem.ingestion._undo": ("undo_ingestion",),
+}
+__getattr__, __dir__ = _lazy.exports(__name__, _SOURCES, globals())
 
 __all__ = [
     "MEMORY_TAG",

@@ -6,7 +6,7 @@ import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.store.base import BaseStore, Item, PutOp
 
@@ -14,8 +14,10 @@ from remem._clock import now_iso
 from remem._lease import thread_lease
 from remem.errors import ArgumentTypeError, NotFoundError
 from remem.layout import INGESTION_MEMORY_KEY, INGESTION_MESSAGE_KEY, ingestions_root
-from remem.memory import Memory
 from remem.store._targets import fenced_batch, store_lease_target
+
+if TYPE_CHECKING:
+    from remem.memory import Memory
 
 MESSAGE_TAG = INGESTION_MESSAGE_KEY
 """The key of a message's metadata that holds the id of the ingestion that added it."""
@@ -117,6 +119,8 @@ def _all(store: BaseStore, namespace: tuple[str, ...]) -> list[Item]:
 
 
 def _store(memory: Memory) -> BaseStore:
+    from remem.memory import Memory  # erasure imports this module for forget_in_journal, without the client
+
     if not isinstance(memory, Memory):
         raise ArgumentTypeError(
             f"ingestions take a remem Memory on a database (Memory.from_url); got {type(memory).__name__}"

@@ -33,22 +33,53 @@ kind runs with a handler you give a worker.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from remem import _lazy
 from remem._url import parse_database_url
-from remem.jobs._handlers import (
-    EMBED_JOB,
-    EXTRACTION_JOB,
-    REINDEX_JOB,
-    SUMMARY_JOB,
-    BuiltinHandlers,
-    drop_jobs_of_messages,
-    enqueue_embedding,
-    enqueue_reindex,
-    enqueue_summary_refresh,
-)
-from remem.jobs._queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, Job, JobQueue, QueueStatus, new_owner
-from remem.jobs._sql import forget_jobs
-from remem.jobs._worker import Backoff, Handler, Worker, WorkerPool, run_workers, start_workers
+
+if TYPE_CHECKING:
+    from remem.jobs._handlers import (
+        EMBED_JOB,
+        EXTRACTION_JOB,
+        REINDEX_JOB,
+        SUMMARY_JOB,
+        BuiltinHandlers,
+        drop_jobs_of_messages,
+        enqueue_embedding,
+        enqueue_reindex,
+        enqueue_summary_refresh,
+    )
+    from remem.jobs._queue import DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, Job, JobQueue, QueueStatus, new_owner
+    from remem.jobs._sql import forget_jobs
+    from remem.jobs._worker import Backoff, Handler, Worker, WorkerPool, run_workers, start_workers
+
+# Names are imported on first use: erasure needs only ``forget_jobs``, and the handlers load extraction
+# (and with it LangChain's language models), which ``remem forget`` would otherwise pay for in every run.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "remem.jobs._handlers": (
+        "EMBED_JOB",
+        "EXTRACTION_JOB",
+        "REINDEX_JOB",
+        "SUMMARY_JOB",
+        "BuiltinHandlers",
+        "drop_jobs_of_messages",
+        "enqueue_embedding",
+        "enqueue_reindex",
+        "enqueue_summary_refresh",
+    ),
+    "remem.jobs._queue": (
+        "DEFAULT_LEASE",
+        "DEFAULT_MAX_ATTEMPTS",
+        "Job",
+        "JobQueue",
+        "QueueStatus",
+        "new_owner",
+    ),
+    "remem.jobs._sql": ("forget_jobs",),
+    "remem.jobs._worker": ("Backoff", "Handler", "Worker", "WorkerPool", "run_workers", "start_workers"),
+}
+__getattr__, __dir__ = _lazy.exports(__name__, _SOURCES, globals())
 
 __all__ = [
     "DEFAULT_LEASE",

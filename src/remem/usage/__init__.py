@@ -12,8 +12,9 @@ PostgreSQL; nothing grows in the graph state. :mod:`remem.middleware.budget` enf
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from remem import _lazy
 
 if TYPE_CHECKING:
     from remem.usage._approval import APPROVAL_KIND, Estimate, pending_approval
@@ -53,20 +54,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "remem.usage.recorder": ("UsageRecorder",),
     "remem.usage.prices": ("Price", "PriceTable"),
 }
-_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'remem.usage' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy.exports(__name__, _SOURCES, globals())
 
 
 __all__ = [
