@@ -89,9 +89,10 @@ class SaverCache:
             return known
 
     def thread_named(self, thread_id: str) -> ThreadDigests | None:
-        """The digest map held for ``thread_id``, if any (its epoch unchecked: a write's guard checks it)."""
+        """The digest map held for ``thread_id``, if any (its epoch unchecked: a write's guard checks it); the
+        most recently used, so a thread deleted and made again elsewhere (a new tid) is not shadowed by the old."""
         with self._lock:
-            return next((t for t in self._threads.values() if t.thread_id == thread_id), None)
+            return next((t for t in reversed(self._threads.values()) if t.thread_id == thread_id), None)
 
     def add_digests(self, state: ThreadDigests, rows: Iterable[tuple[bytes, int]], next_item: int) -> None:
         """Record committed items (digest, number); the map is then complete up to ``next_item``."""

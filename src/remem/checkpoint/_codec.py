@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import ormsgpack
+import zstandard
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from remem.checkpoint import _zdict
@@ -113,6 +114,19 @@ def unpack_blob(blob: bytes, *, trusted_types: bool) -> tuple[str, bytes]:
     could construct arbitrary objects) is refused unless the saver was given a custom serializer.
     """
     blob = bytes(blob)
+    try:
+        return _unpack(blob, trusted_types)
+    except (zstandard.ZstdError, zlib.error) as exc:
+        raise StorageError(_DAMAGED_VALUE) from exc
+
+
+_DAMAGED_VALUE = (
+    "a stored value cannot be decompressed (damaged, or changed outside remem); nothing was written. Restore "
+    "the database from a backup, or erase the thread (remem forget --thread)"
+)
+
+
+def _unpack(blob: bytes, trusted_types: bool) -> tuple[str, bytes]:
     code = blob[0]
     if code == _MSGPACK_ZD:
         return "msgpack", _zdict.decompress(blob[1:])
