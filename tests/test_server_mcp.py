@@ -130,3 +130,40 @@ async def test_remem_mcp_over_stdio(tmp_path: Any) -> None:
         assert tools == {"search_memory", "add_memory", "get_context_card", "list_threads", "forget"}
         found = await session.call_tool("search_memory", {"query": "bike Brompton", "thread_id": "desk"})
         assert "green Brompton" in _text(found) and "<recalled_memory>" in _text(found)
+
+
+_PROBE = """
+import json, sys
+from starlette.testclient import TestClient
+from remem.server import ServerOptions, create_app
+
+hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}
+seen = {}
+for ask in (False, True):  # a run that never asks for /mcp starts and stops without the SDK
+    app = create_app(ServerOptions(url=sys.argv[1]))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+        assert client.get("/healthz").status_code == 200
+        seen[f"loaded before /mcp ({ask})"] = "mcp" in sys.modules
+        if ask:
+            answers = [client.post("/mcp", json=hello, headers={"Accept": "application/json"}) for _ in "ab"]
+            seen["answers"] = [(a.status_code, a.json()["result"]["serverInfo"]["name"]) for a in answers]
+            seen["rebinding refused"] = client.post("/mcp", json=hello, headers={"Host": "evil.example"}).status_code
+print(json.dumps(seen))
+"""
+
+
+def test_the_mcp_sdk_loads_on_the_first_mcp_request(tmp_path: Any) -> None:
+    # Importing the MCP SDK is a large share of a worker's start-up; a server nobody calls over MCP never
+    # needs it. Without keys (loopback) the transport's Host check stays on.
+    import json
+    import subprocess
+
+    probe = [sys.executable, "-c", _PROBE, f"sqlite:///{tmp_path / 'probe.db'}"]
+    out = subprocess.run(probe, capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout.splitlines()[-1]) == {
+        "loaded before /mcp (False)": False,
+        "loaded before /mcp (True)": False,
+        "answers": [[200, "remem"], [200, "remem"]],
+        "rebinding refused": 421,
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import signal
@@ -18,11 +19,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
+from starlette.routing import Route
 
 from remem import errors
 from remem.config import Settings, load_settings
@@ -261,7 +264,7 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
             holder["keys"] = KeyCache(services.store)
             app.state.services = services
             _on_hangup(services)
-            async with mcp_server.session_manager.run():
+            async with mcp_endpoint.running():
                 yield
         finally:
             if isinstance(limiter, SharedRateLimiter):
@@ -335,30 +338,84 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
     _langgraph.register(app)
     _langgraph_store.register(app)
     _ui.register(app)
-    mcp_server = _mount_mcp(app, holder, protect=not options.require_keys)
+    mcp_endpoint = _mount_mcp(app, holder, protect=not options.require_keys)
     return BodyLimit(app, options.max_body)
 
 
-def _mount_mcp(app: FastAPI, holder: dict[str, Any], *, protect: bool) -> Any:
+def _mount_mcp(app: FastAPI, holder: dict[str, Any], *, protect: bool) -> _LazyMCP:
     """The MCP tools at ``/mcp`` (streamable HTTP, stateless, JSON answers), behind the same guard: the
     tenant of a tool call is the request's key's. Without keys (loopback) the MCP transport's own check
-    of the Host header stays on, against DNS rebinding."""
-    from mcp.server.transport_security import TransportSecuritySettings
+    of the Host header stays on, against DNS rebinding. Built on the first ``/mcp`` request (:class:`_LazyMCP`)."""
+    if importlib.util.find_spec("mcp") is None:  # missing at start-up, as when it was imported here
+        raise errors.MissingDependencyError.for_extra("mcp", "server")
+    endpoint = _LazyMCP(holder, protect=protect)
+    app.router.routes.append(Route("/mcp", endpoint=endpoint))
+    return endpoint
 
-    from remem.server._mcp import build_mcp
 
-    def resolve(ctx: Any) -> tuple[Services, str | None]:
-        request = ctx.request_context.request
-        principal: Principal = request.state.principal
-        return holder["services"], principal.tenant
+class _LazyMCP:
+    """The ``/mcp`` endpoint, whose MCP SDK is imported and whose server is built on its first request: the
+    SDK costs each worker's start-up a third of a second to a second, which a server nobody calls over MCP
+    never needs. The SDK's session manager must run in the app's lifespan (its task group lives there), so
+    :meth:`running`, entered by the lifespan, starts it when the first request asks and stops it at exit."""
 
-    server = build_mcp(resolve)
-    security = None if protect else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    mcp_app = server.streamable_http_app(
-        streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security
-    )
-    app.router.routes.extend(mcp_app.routes)
-    return server
+    def __init__(self, holder: dict[str, Any], *, protect: bool) -> None:
+        self._holder, self._protect = holder, protect
+        self._endpoint: Any = None
+        self._failure: BaseException | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        self._wanted, self._ready, self._stop = anyio.Event(), anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._serve)
+            try:
+                yield
+            finally:
+                self._stop.set()
+                if not self._wanted.is_set():
+                    group.cancel_scope.cancel()  # never asked for: nothing was built
+
+    async def _serve(self) -> None:
+        await self._wanted.wait()
+        try:
+            # the imports (the slow part) off the event loop; the server built on it (it makes anyio locks)
+            await anyio.to_thread.run_sync(importlib.import_module, "remem.server._mcp")
+            server, self._endpoint = self._build()
+        except Exception as exc:  # each request raises it (a 500 with the log's reason)
+            self._failure = exc
+            self._ready.set()
+            return
+        async with server.session_manager.run():
+            self._ready.set()
+            await self._stop.wait()
+
+    def _build(self) -> tuple[Any, Any]:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from remem.server._mcp import build_mcp
+
+        holder = self._holder
+
+        def resolve(ctx: Any) -> tuple[Services, str | None]:
+            request = ctx.request_context.request
+            principal: Principal = request.state.principal
+            return holder["services"], principal.tenant
+
+        server = build_mcp(resolve)
+        security = None if self._protect else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        mcp_app = server.streamable_http_app(
+            streamable_http_path="/mcp", stateless_http=True, json_response=True, transport_security=security
+        )
+        [route] = mcp_app.routes  # the transport's one route, without the SDK's auth (the guard does that)
+        return server, route.app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self._wanted.set()
+        await self._ready.wait()
+        if self._failure is not None:
+            raise self._failure
+        await self._endpoint(scope, receive, send)
 
 
 def _check_ready(url: str) -> None:
