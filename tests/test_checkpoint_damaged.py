@@ -56,3 +56,25 @@ def test_a_damaged_checkpoint_body_is_a_storage_error_and_nothing_is_written(
         with pytest.raises(StorageError, match="body is damaged"):
             _graph(saver).invoke({"messages": [HumanMessage("y")]}, CONFIG)
     assert _sql(kind, target, "SELECT COUNT(*) FROM remem_cp_checkpoints") == [before]
+
+
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
+def test_a_stored_list_gone_under_its_checkpoint_is_a_storage_error_and_nothing_is_written(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """What a prune or a delete by another process leaves a call that read the checkpoint naming the list
+    just before: a StorageError that says to run it again (it was a bare KeyError from the list rebuild)."""
+    target = str(request.getfixturevalue("pg_url")) if kind == "postgres" else str(tmp_path / "cp.db")
+    with open_saver(kind, target) as saver:
+        graph = _graph(saver)
+        for i in range(6):  # 12 messages: more than a checkpoint row holds inline, so a stored list
+            graph.invoke({"messages": [HumanMessage(f"x{i}")]}, CONFIG)
+    assert _sql(kind, target, "SELECT COUNT(*) FROM remem_cp_lists") != [(0,)]
+    _sql(kind, target, "DELETE FROM remem_cp_lists")
+    (before,) = _sql(kind, target, "SELECT COUNT(*) FROM remem_cp_checkpoints")
+    with open_saver(kind, target) as saver:
+        with pytest.raises(StorageError, match=r"list of the thread is gone.*run the call again"):
+            saver.get_tuple(CONFIG)
+        with pytest.raises(StorageError, match="list of the thread is gone"):
+            _graph(saver).invoke({"messages": [HumanMessage("y")]}, CONFIG)
+    assert _sql(kind, target, "SELECT COUNT(*) FROM remem_cp_checkpoints") == [before]

@@ -22,6 +22,7 @@ from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import SaverCache
 from remem.checkpoint._claims import Claims
+from remem.errors import StaleCacheError
 from remem.layout import check_label
 
 FROM_HEAD = "__pregel_remem_from_head"
@@ -79,6 +80,12 @@ def thread_id_of(conf: Mapping[str, Any]) -> str:
     return check_label(str(conf["thread_id"]), "thread_id")
 
 
+_LIST_GONE = (
+    "a stored list of the thread is gone: the thread was pruned or deleted while this call ran (a write runs "
+    "again by itself); run the call again"
+)
+
+
 def load_lists(
     ctx: Context, tid: int, wanted: Iterable[int]
 ) -> Program[dict[int, tuple[tuple[int, ...], int]]]:
@@ -94,6 +101,10 @@ def load_lists(
             out[no] = hit
     while missing:
         fetched = yield ctx.q(ctx.dialect.lists_in(), (tid, ctx.dialect.list_param(sorted(missing))))
+        if missing - {
+            row[0] for row in fetched
+        }:  # gone since the caller read what names it (a prune, a delete)
+            raise StaleCacheError(_LIST_GONE)
         missing = set()
         for no, base, body in fetched:
             row = codec.decode_list_row(no, base, bytes(body))
@@ -104,8 +115,6 @@ def load_lists(
                     missing.add(base)
                 else:
                     out[base] = hit
-        if not fetched:
-            break
 
     def rebuild(no: int) -> tuple[tuple[int, ...], int]:
         done = out.get(no)
