@@ -83,6 +83,9 @@ def test_pgvector_hnsw_recall_at_10(pgvector_url: str) -> None:
                     for i, t in enumerate(texts[start : start + 500], start)
                 ]
             )
+        # the plan follows the table's statistics, which autovacuum may or may not have sampled by now (a
+        # fresh-clone run under load once planned this without the index): sample all 4,000 rows first
+        store.conn.execute("ANALYZE remem_vectors")
         plan = store.conn.execute(
             "EXPLAIN SELECT item_id FROM remem_vectors ORDER BY embedding <=> %s::vector LIMIT 10",
             ["[" + ",".join(["0.1"] * 64) + "]"],
