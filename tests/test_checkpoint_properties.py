@@ -170,3 +170,20 @@ def test_items_round_trip_and_dedupe(value: Any) -> None:
     assert codec.encode_item(safe, value)[0] == digest
     blob = codec.item_blob(type_, data)
     assert codec.decode_item(safe, blob, trusted_types=False) == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=leaf, base=leaf, no=st.integers(0, 1 << 40))
+def test_items_stored_after_a_base_round_trip(value: Any, base: Any, no: int) -> None:
+    """Any value, compressed after any other (and after itself, as a message once it got an id is)."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    safe = JsonPlusSerializer(pickle_fallback=False, allowed_msgpack_modules=None)
+    _, type_, data = codec.encode_item(safe, value)
+    for other in (base, value, [value, base]):
+        base_data = codec.encode_item(safe, other)[2]
+        blob = codec.item_blob(type_, data, [(no, base_data)])
+        found = codec.patch_base(blob)
+        assert found in (None, no)
+        assert codec.unpack_blob(blob, trusted_types=False, base=base_data) == (type_, data)
+        assert len(blob) <= len(codec.item_blob(type_, data))

@@ -15,7 +15,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from remem.checkpoint import SqliteSaver
+from remem.checkpoint import SqliteSaver, _codec, _sql
 from remem.errors import StorageError
 from tests.savers import open_saver
 
@@ -166,6 +166,7 @@ def test_setup_is_idempotent_from_many_processes(
             ("checkpoint", 3),
             ("checkpoint", 4),
             ("checkpoint", 5),
+            ("checkpoint", 6),
         ]
 
 
@@ -264,19 +265,21 @@ def test_random_words_cost_bounded_bytes_per_message(
 
             ((items,),) = execute(Statement("SELECT sum(length(data)) FROM remem_cp_items"))
             ((meta,),) = execute(Statement("SELECT sum(length(metadata)) FROM remem_cp_checkpoints"))
+            ctx = saver._ctx
+            ((tid, *_),) = execute(ctx.q(_sql.FIND_THREAD, ("t",)))
+            patched = execute(ctx.q(ctx.dialect.patched_items(), (tid, _codec.PATCHED_HEAD)))
     # zlib (schema v4): 1.81 (SQLite) / 1.64 (PostgreSQL) and 0.14 bytes per byte of text; zstd with
-    # remem's dictionary: 1.39 / 1.24 and 0.08 (the user's message is still stored twice: as sent, and
-    # once LangGraph gave it an id)
-    assert items / text < 1.5
+    # remem's dictionary (v5): 1.39 / 1.24 and 0.08, the user's message stored twice (as sent, and once
+    # LangGraph gave it an id); v6, the second copy compressed after the first: 0.95 / 0.94
+    assert items / text < 1.05
     assert meta / text < 0.1
+    assert len(patched) >= 25  # nearly every turn's message (a fresh saver knows no base for its first)
 
 
 def test_values_written_by_schema_v4_still_read() -> None:
     import zlib
 
     import ormsgpack
-
-    from remem.checkpoint import _codec
 
     data = ormsgpack.packb({"content": "words " * 60})
     for blob in (b"\x02" + zlib.compress(data, 1), b"\x07json\x00" + zlib.compress(data, 1)):
@@ -301,7 +304,7 @@ def test_values_written_by_schema_v5_read_forever_and_a_damaged_one_is_a_storage
     from langchain_core.messages import AIMessage, HumanMessage
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from remem.checkpoint import _codec, _zdict
+    from remem.checkpoint import _zdict
 
     assert hashlib.sha256(_zdict._DICT).hexdigest() == (
         "3234d5b8681a6c71dde749ce4aa4d7171adc4427663404a4deeb9cf21205bd7b"
@@ -330,3 +333,60 @@ def test_the_cache_names_a_thread_by_its_newest_digest_map() -> None:
     cache.digests(3, "t", 0)
     found = cache.thread_named("t")
     assert found is not None and found.tid == 3
+
+
+# A user's message once LangGraph gave it an id (schema v6), compressed after the message as sent (item 7).
+_V6_BASE = bytes.fromhex(
+    "82a4726f6c65a475736572a7636f6e74656e74d94a5768657265206469642049207061726b2074686520626c756520636172206c"
+    "617374207765656b3f204f6e206c6576656c20332c2049207468696e6b2c20627920746865206c6966742e"
+)
+_V6_BLOB = bytes.fromhex("0a0720d6b5000030c7d3a36d2d310400384bd3b5f6843c180af6702e2c")
+
+
+def test_values_written_after_a_base_by_schema_v6_read_forever_and_need_their_base() -> None:
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    said = "Where did I park the blue car last week? On level 3, I think, by the lift."
+    serde = JsonPlusSerializer()
+    assert serde.loads_typed(("msgpack", _V6_BASE)) == {"role": "user", "content": said}
+    assert _codec.patch_base(_V6_BLOB) == 7
+    assert serde.loads_typed(
+        _codec.unpack_blob(_V6_BLOB, trusted_types=False, base=_V6_BASE)
+    ) == HumanMessage(said, id="m-1")
+    _, data = serde.dumps_typed(HumanMessage(said, id="m-1"))
+    alone = _codec.item_blob("msgpack", data)
+    after = _codec.item_blob("msgpack", data, [(7, _V6_BASE)])
+    assert _codec.patch_base(alone) is None and _codec.patch_base(after) == 7
+    assert len(after) < len(alone) // 3
+    _, other = serde.dumps_typed({"role": "user", "content": "something else entirely, " * 4})
+    assert _codec.patch_base(_codec.item_blob("msgpack", data, [(3, other)])) is None  # nothing in common
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_value_stored_after_a_base_keeps_it_through_prunes_and_reads_in_a_fresh_saver(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Keep-latest drops the input checkpoints, the only ones that name the messages as sent; the messages
+    with their ids were stored after them, so those bases must stay (read by a saver that caches nothing)."""
+    with open_saver(kind, tmp_path, request) as saver:
+        graph = chat(saver)
+        talk(graph, "t", 6)
+        before = graph.get_state(_cfg("t")).values["messages"]
+        with saver._transaction(False) as execute:
+            ((tid, *_),) = execute(saver._ctx.q(_sql.FIND_THREAD, ("t",)))
+            patched = execute(saver._ctx.q(saver._ctx.dialect.patched_items(), (tid, _codec.PATCHED_HEAD)))
+        assert len(patched) >= 5
+        saver.prune_threads(["t"])
+    with open_saver(kind, tmp_path, request) as fresh:
+        assert chat(fresh).get_state(_cfg("t")).values["messages"] == before
+        ctx = fresh._ctx
+        bases = sorted({_codec.patch_base(bytes(head)) for _, head in patched})
+        with fresh._transaction(True) as execute:  # what only damage, or a change outside remem, does
+            delete = ctx.dialect.delete_in("remem_cp_items", "item_no")
+            execute(ctx.q(delete, (tid, ctx.dialect.list_param(bases)), "none"))
+    with (
+        open_saver(kind, tmp_path, request) as damaged,
+        pytest.raises(StorageError, match="gone while another one needs it"),
+    ):
+        chat(damaged).get_state(_cfg("t"))

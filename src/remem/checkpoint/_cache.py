@@ -36,6 +36,9 @@ class ThreadDigests:
     next_list: int = -1
     """The thread's list counter as this saver's last write left it (-1: not known); with ``next_item``,
     what a PostgreSQL write assumes in its one round trip, guarded in the database."""
+    bases: tuple[tuple[int, bytes], ...] = ()
+    """(item number, data) of the last items this saver's writes stored whole: what a new item may be
+    compressed after (:func:`~._codec.item_blob`); valid for this ``epoch`` only, as the digests are."""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ order the thread first saw it. A channel value in a checkpoint is a *descriptor*
     [1, list_no]        a longer list, stored in the lists table
     [2, k1, d1, ...]    a dict holding lists (such as graph input), each value a descriptor
 
+An item that repeats most of an earlier item of its thread (a user's message once LangGraph gave it an
+id repeats the message as sent) is stored compressed after that item, its *base* (:func:`patch_base`):
+reading it needs the base's data, and a base is never such an item itself, so that is one step.
+
 A stored list is a snapshot of its item numbers or a delta against an earlier list of the same thread
 (keep ``prefix`` items of the base, then ``middle``, then the last ``suffix`` items of the base). A delta
 chain is at most ``MAX_CHAIN`` long, so rebuilding any list reads a bounded number of small rows.
@@ -31,9 +35,11 @@ from remem.checkpoint import _zdict
 from remem.errors import StorageError
 
 __all__ = [
+    "BASE_MIN",
     "DECODE_RUN",
     "INLINE_LIST_MAX",
     "MAX_CHAIN",
+    "PATCHED_HEAD",
     "EncodedItem",
     "ListRow",
     "RawBody",
@@ -53,6 +59,7 @@ __all__ = [
     "list_delta",
     "loads_many",
     "next_version",
+    "patch_base",
     "refs_of_descriptor",
     "resolve_body",
     "unpack_blob",
@@ -68,9 +75,15 @@ COMPRESS_MIN = 24
 """Serialized values at least this long are compressed (zstd with remem's dictionary, :mod:`._zdict`)
 when that makes them shorter."""
 
+BASE_MIN = 64
+"""An item is a base for a later one (see the module's text) only if its data is at least this long."""
+
 # First byte of a stored item: how the rest is encoded. zlib (2, 7) is what schema v4 wrote; it is read,
-# no longer written.
-_MSGPACK, _MSGPACK_Z, _NULL, _BYTES, _BYTEARRAY, _OTHER, _OTHER_Z, _MSGPACK_ZD, _OTHER_ZD = range(1, 10)
+# no longer written. _MSGPACK_ZB (schema v6): the base's item number (a varint), then zstd with remem's
+# dictionary followed by the base's data.
+_MSGPACK, _MSGPACK_Z, _NULL, _BYTES, _BYTEARRAY, _OTHER, _OTHER_Z, _MSGPACK_ZD, _OTHER_ZD, _MSGPACK_ZB = (
+    range(1, 11)
+)
 _CODES = {"msgpack": _MSGPACK, "null": _NULL, "bytes": _BYTES, "bytearray": _BYTEARRAY}
 _NAMES = {code: name for name, code in _CODES.items()}
 _REFUSED_TYPES = frozenset({"pickle", "json"})
@@ -92,8 +105,10 @@ def encode_item(serde: SerializerProtocol, value: Any) -> EncodedItem:
     return hashlib.sha256(prefix + data).digest()[:16], type_, data
 
 
-def item_blob(type_: str, data: bytes) -> bytes:
-    """What is stored for a new item: a format byte, then the data (compressed when that pays)."""
+def item_blob(type_: str, data: bytes, bases: Sequence[tuple[int, bytes]] = ()) -> bytes:
+    """What is stored for a new item: a format byte, then the data (compressed when that pays); compressed
+    after one of ``bases`` (item number, data: earlier items of the thread, none of them stored after a
+    base itself) when the data repeats part of it and that makes it shorter still."""
     code = _CODES.get(type_)
     if code is None:
         head = type_.encode() + b"\0"
@@ -102,24 +117,80 @@ def item_blob(type_: str, data: bytes) -> bytes:
         return bytes([_OTHER]) + head + data
     if code == _MSGPACK and len(data) >= COMPRESS_MIN:
         packed = _zdict.compress(data)
-        if len(packed) < len(data):
-            return bytes([_MSGPACK_ZD]) + packed
+        best = bytes([_MSGPACK_ZD]) + packed if len(packed) < len(data) else bytes([code]) + data
+        for no, base in reversed(bases):  # the latest first: a value usually repeats a recent one
+            if _repeats(data, base) and len(after := _patch(no, base, data)) < len(best):
+                return after
+        return best
     return bytes([code]) + data
 
 
-def unpack_blob(blob: bytes, *, trusted_types: bool) -> tuple[str, bytes]:
-    """The serializer's (type, data) from a stored blob, decompressed.
+PATCHED_HEAD = bytes([_MSGPACK_ZB])
+"""The first byte of an item stored after a base."""
+
+
+def _repeats(data: bytes, base: bytes) -> bool:
+    """Whether ``data`` holds the middle of ``base`` (a cheap test before compressing after it)."""
+    mid = len(base) // 2
+    return len(base) >= BASE_MIN and base[mid - 16 : mid + 16] in data
+
+
+def _patch(no: int, base: bytes, data: bytes) -> bytes:
+    return bytes([_MSGPACK_ZB]) + _varint(no) + _zdict.compress_after(base, data)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_varint(blob: bytes, at: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        byte = blob[at]
+        n |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return n, at
+        shift += 7
+
+
+def patch_base(blob: bytes) -> int | None:
+    """The item number of the base a stored item was compressed after (None: it needs no other item)."""
+    if not blob or blob[0] != _MSGPACK_ZB:
+        return None
+    try:
+        return _read_varint(blob, 1)[0]
+    except IndexError as exc:
+        raise StorageError(_DAMAGED_VALUE) from exc
+
+
+def unpack_blob(blob: bytes, *, trusted_types: bool, base: bytes | None = None) -> tuple[str, bytes]:
+    """The serializer's (type, data) from a stored blob, decompressed; ``base`` is the data of the item
+    :func:`patch_base` names, for a blob that has one.
 
     Only the serializer's safe formats are read back: a blob that claims to be pickle or JSON (which
     could construct arbitrary objects) is refused unless the saver was given a custom serializer.
     """
     blob = bytes(blob)
     try:
+        if blob and blob[0] == _MSGPACK_ZB:
+            if base is None:
+                raise StorageError(_BASE_GONE)
+            return "msgpack", _zdict.decompress_after(base, blob[_read_varint(blob, 1)[1] :])
         return _unpack(blob, trusted_types)
-    except (zstandard.ZstdError, zlib.error) as exc:
+    except (zstandard.ZstdError, zlib.error, IndexError) as exc:
         raise StorageError(_DAMAGED_VALUE) from exc
 
 
+_BASE_GONE = (
+    "a stored value of the thread is gone while another one needs it to be read (deleted outside remem, or "
+    "the database is damaged). Restore the database from a backup, or erase the thread (remem forget --thread)"
+)
 _DAMAGED_VALUE = (
     "a stored value cannot be decompressed (damaged, or changed outside remem); nothing was written. Restore "
     "the database from a backup, or erase the thread (remem forget --thread)"

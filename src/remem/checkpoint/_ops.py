@@ -80,6 +80,42 @@ def thread_id_of(conf: Mapping[str, Any]) -> str:
     return check_label(str(conf["thread_id"]), "thread_id")
 
 
+def load_payloads(ctx: Context, tid: int, wanted: Iterable[int]) -> Program[dict[int, tuple[str, bytes]]]:
+    """The serialized values (type, data) of a thread's items: from the cache, else in one query, and one
+    more for the bases (:func:`~._codec.patch_base`) of the items read that are neither read nor cached."""
+    wanted = set(wanted)
+    held = ctx.cache.payloads(tid, wanted)
+    missing = sorted(wanted - held.keys())
+    if not missing:
+        return held
+    found = yield ctx.q(ctx.dialect.items_in(), (tid, ctx.dialect.list_param(missing)))
+    fetched: dict[int, tuple[str, bytes]] = {}
+    patched: list[tuple[int, int, bytes]] = []
+    for no, data in found:
+        blob = bytes(data)
+        base = codec.patch_base(blob)
+        if base is None:
+            fetched[no] = codec.unpack_blob(blob, trusted_types=ctx.trusted_types)
+        else:
+            patched.append((no, base, blob))
+    if patched:
+        bases = {base for _, base, _ in patched} - fetched.keys()
+        known = ctx.cache.payloads(tid, bases) if bases else {}
+        if bases - known.keys():
+            rows = yield ctx.q(
+                ctx.dialect.items_in(), (tid, ctx.dialect.list_param(sorted(bases - known.keys())))
+            )
+            for no, data in rows:
+                known[no] = codec.unpack_blob(bytes(data), trusted_types=ctx.trusted_types)
+        known.update(fetched)
+        for no, base, blob in patched:
+            base_data = known[base][1] if base in known else None  # None: gone, which unpack_blob says
+            fetched[no] = codec.unpack_blob(blob, trusted_types=ctx.trusted_types, base=base_data)
+    ctx.cache.put_payloads(tid, fetched)
+    held.update(fetched)
+    return held
+
+
 _LIST_GONE = (
     "a stored list of the thread is gone: the thread was pruned or deleted while this call ran (a write runs "
     "again by itself); run the call again"

@@ -131,6 +131,12 @@ def _collect_garbage(ctx: Context, tid: int, kept: list[codec.RawBody]) -> Progr
                 no = rows[no].base
         else:
             live_items.update(codec.refs_of_descriptor(d, {}))
+    patched = yield ctx.q(ctx.dialect.patched_items(), (tid, codec.PATCHED_HEAD))
+    live_items.update(
+        base
+        for no, head in patched
+        if no in live_items and (base := codec.patch_base(bytes(head))) is not None
+    )  # a live item's base is read with it
     all_items = yield ctx.q(sql.SELECT_ITEM_NOS, (tid,))
     dead_items = sorted({r[0] for r in all_items} - live_items)
     dead_lists = sorted(set(rows) - live_lists)

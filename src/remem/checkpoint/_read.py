@@ -18,7 +18,15 @@ from remem.checkpoint import _codec as codec
 from remem.checkpoint import _snapshot
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head
-from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, RUN_MARK, Context, load_lists, thread_id_of
+from remem.checkpoint._ops import (
+    FROM_HEAD,
+    RUN_KEY,
+    RUN_MARK,
+    Context,
+    load_lists,
+    load_payloads,
+    thread_id_of,
+)
 
 
 @dataclass
@@ -62,13 +70,7 @@ def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Program[dict[int,
 def _sized_names(ctx: Context, tid: int, rows: list[_Row], sized: frozenset[str]) -> Program[set[int]]:
     """The name item numbers, among ``rows``' channels, of the channels in ``sized``."""
     channels = set().union(*(r.body.descriptors for r in rows), *({w[2] for w in r.writes} for r in rows))
-    held = ctx.cache.payloads(tid, channels)
-    missing = sorted(channels - held.keys())
-    if missing:
-        found = yield ctx.q(ctx.dialect.items_in(), (tid, ctx.dialect.list_param(missing)))
-        fetched = {no: codec.unpack_blob(data, trusted_types=ctx.trusted_types) for no, data in found}
-        ctx.cache.put_payloads(tid, fetched)
-        held.update(fetched)
+    held = yield from load_payloads(ctx, tid, channels)
     return {no for no in channels if str(ctx.serde.loads_typed(held[no])) in sized}
 
 
@@ -145,13 +147,7 @@ def _materialize(
                     refs.update(codec.refs_of_descriptor(w[4], plain))
         known = shared.setdefault(tid, {}) if shared is not None else {}
         refs.difference_update(known)
-        payloads[tid] = held = ctx.cache.payloads(tid, refs)
-        missing = sorted(refs - held.keys())
-        if missing:
-            found = yield ctx.q(ctx.dialect.items_in(), (tid, ctx.dialect.list_param(missing)))
-            fetched = {no: codec.unpack_blob(data, trusted_types=ctx.trusted_types) for no, data in found}
-            ctx.cache.put_payloads(tid, fetched)
-            held.update(fetched)
+        payloads[tid] = held = yield from load_payloads(ctx, tid, refs)
         if shared is not None and refs:
             order = sorted(refs)
             known.update(zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True))

@@ -47,6 +47,8 @@ _DIGEST_INDEX = "CREATE INDEX remem_cp_items_digest ON remem_cp_items (tid, dige
 FENCE_TABLE = _fence.CREATE
 # v5: values and metadata written compressed with zstd and remem's dictionary (_codec, _zdict), which an
 # older remem cannot read; the tables are as they were, and what v4 wrote (zlib) is read as before.
+# v6: a value that repeats most of an earlier one of its thread (a user's message once LangGraph gave it an
+# id) is written compressed after it (_codec.patch_base), which an older remem cannot read; tables as before.
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -77,6 +79,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ("ALTER TABLE remem_cp_checkpoints ADD COLUMN seq INTEGER", _SEQ_BACKFILL, _SEQ_INDEX),
     (_DIGEST_INDEX,),
     (FENCE_TABLE["sqlite"],),
+    (),
     (),
 )
 
@@ -117,6 +120,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (_DIGEST_INDEX,),
     (FENCE_TABLE["postgres"],),
+    (),
     (),
 )
 
@@ -261,6 +265,13 @@ class Dialect:
         if self.name != "sqlite":
             return (tid, list(digests))
         return (tid, *digests, *[digests[0]] * (DIGESTS_RUN - len(digests)))
+
+    def patched_items(self) -> str:
+        """(item number, first bytes) of a thread's items stored after a base (:func:`~._codec.patch_base`),
+        whose first byte is the second parameter."""
+        head = "substr(data, 1, 10)" if self.name == "sqlite" else "substring(data from 1 for 10)"
+        first = "substr(data, 1, 1)" if self.name == "sqlite" else "substring(data from 1 for 1)"
+        return f"SELECT item_no, {head} FROM remem_cp_items WHERE tid = ? AND {first} = ?"
 
     def lists_in(self) -> str:
         return (

@@ -55,6 +55,10 @@ def _inline(alloc: _Allocator, enc: Encoded) -> Any:
     return [2, *(x for k, sub in enc[1] for x in (k, _inline(alloc, sub)))]
 
 
+BASES_KEPT = 4
+"""Items a thread's next write may be compressed after: the last few stored (see :func:`~._codec.item_blob`)."""
+
+
 class _Allocator:
     """Numbers the items and lists one write adds to a thread."""
 
@@ -67,6 +71,7 @@ class _Allocator:
         self.new: dict[bytes, int] = {}
         self.lists: list[codec.ListRow] = []
         self.list_refs: dict[int, tuple[tuple[int, ...], int]] = {}
+        self.bases = list(known.bases)
 
     def item(self, enc: codec.EncodedItem) -> int:
         digest = enc[0]
@@ -95,13 +100,19 @@ class _Allocator:
         cache.add_digests(state, self.new.items(), self.next_item if complete else state.next_item)
         state.next_list = self.next_list if complete else -1
         cache.put_payloads(state.tid, {no: (e[1], e[2]) for no, e in self.items})
+        state.bases = tuple(self.bases[-BASES_KEPT:])
 
     def statements(
         self, ctx: Context, tid: int, start: tuple[int, int], guarded: bool = False
     ) -> Iterable[Statement]:
         """The rows this write adds; ``guarded``: the counters are set by the write's guard instead."""
         if self.items:
-            items = [(tid, no, e[0], codec.item_blob(e[1], e[2])) for no, e in self.items]
+            items = []
+            for no, (digest, type_, data) in self.items:
+                blob = codec.item_blob(type_, data, self.bases)
+                if codec.patch_base(blob) is None and len(data) >= codec.BASE_MIN:
+                    self.bases.append((no, data))
+                items.append((tid, no, digest, blob))
             yield ctx.q(sql.INSERT_ITEM, items, "many")
         if self.lists:
             lists = [(tid, r.list_no, r.base, codec.encode_list_row(r)) for r in self.lists]
