@@ -370,6 +370,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "STORE_TABLES",
         "STORE_TERMS_TABLE",
         "STORE_TERM_DOCS_TABLE",
+        "STORE_VECTOR_BLOCKS_TABLE",
         "STORE_VECTOR_CHANGES_TABLE",
         "TABLES",
         "TENANTS_ROOT",

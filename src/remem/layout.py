@@ -63,6 +63,7 @@ __all__ = [
     "STORE_TABLES",
     "STORE_TERMS_TABLE",
     "STORE_TERM_DOCS_TABLE",
+    "STORE_VECTOR_BLOCKS_TABLE",
     "STORE_VECTOR_CHANGES_TABLE",
     "TABLES",
     "TENANTS_ROOT",
@@ -145,6 +146,7 @@ STORE_TABLES: Final = ("remem_ns", "remem_items", "remem_terms", "remem_vectors"
 STORE_TERMS_TABLE: Final = STORE_TABLES[2]  # the keyword index: one row per (word, item)
 STORE_TERM_DOCS_TABLE: Final = STORE_TABLES[4]  # one row per indexed item: its length and words
 STORE_VECTOR_CHANGES_TABLE: Final = "remem_vector_changes"  # SQLite: one row counting remem_vectors' changes
+STORE_VECTOR_BLOCKS_TABLE: Final = "remem_vector_blocks"  # SQLite: a namespace's vectors packed many to a row
 STORE_LEGACY_TABLES: Final = ("remem_fts", "remem_reindex")  # schema v1's FTS5 index; items queued by v3
 STOCK_CHECKPOINT_TABLES: Final = ("checkpoints", "writes")  # LangGraph's stock SqliteSaver (not remem's)
 SCHEMA_TABLE: Final = "remem_schema"  # the one migration record of every component (remem._migrate)
@@ -164,6 +166,7 @@ TABLES: Final = frozenset(
         *STORE_TABLES,
         *STORE_LEGACY_TABLES,
         STORE_VECTOR_CHANGES_TABLE,
+        STORE_VECTOR_BLOCKS_TABLE,
         ERASURE_JOURNAL_TABLE,
         ERASURE_REGISTRY_TABLE,
         SCHEMA_TABLE,

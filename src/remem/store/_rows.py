@@ -57,6 +57,12 @@ class Dialect:
         """(columns, one value expression per column, ON CONFLICT clause) of the item upsert; ns_id first."""
         raise NotImplementedError
 
+    def vectors_written(self, ns_ids: Sequence[int], dims: int) -> Program[None]:
+        """What follows a write that added vectors to these namespaces, in its transaction (SQLite packs
+        them into blocks, :mod:`remem.store._blocks`; PostgreSQL has nothing to do)."""
+        return None
+        yield  # a generator that asks for nothing
+
     def upsert(self) -> str:
         columns, values, conflict = self.upsert_parts()
         return f"INSERT INTO {ITEMS} ({columns}) VALUES ({', '.join(values)}) {conflict}"

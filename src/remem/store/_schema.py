@@ -9,7 +9,8 @@ written before this runner recorded version 0 in ``remem_store_migrations``; it 
 PostgreSQL's ``remem_vectors`` is migration 4; whether its column is pgvector's ``vector(dims)`` depends on the
 server and the index, so that choice is a component of its own, :func:`pgvector` (applied once, on a server
 with the extension, by the first store opened with an index). Version 5 is SQLite's count of the vector
-table's changes (PostgreSQL has nothing to do: it keeps no in-process matrix).
+table's changes (PostgreSQL has nothing to do: it keeps no in-process matrix). Version 6 is SQLite's vector
+blocks (:mod:`remem.store._blocks`): many vectors of a namespace in one row, for the matrix to load.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from remem.layout import (
     STORE_TABLES,
     STORE_TERM_DOCS_TABLE,
     STORE_TERMS_TABLE,
+    STORE_VECTOR_BLOCKS_TABLE,
     STORE_VECTOR_CHANGES_TABLE,
 )
 
-__all__ = ["COMPONENT", "ITEMS", "NS", "VECTORS", "statements"]
+__all__ = ["BLOCKS", "COMPONENT", "ITEMS", "NS", "VECTORS", "statements"]
 
 NS, ITEMS, _TERMS, VECTORS, _DOCS = STORE_TABLES
 """The store's table names, as remem.layout names them (every store module takes them from here)."""
@@ -101,10 +103,33 @@ _SQLITE_V5 = (
     ),
 )
 
+# v6 (SQLite): a namespace's vectors packed many to a row (remem.store._blocks), so that loading the
+# in-process matrix reads a few dozen rows, not one per vector. A block holds every vector of its namespace
+# whose item id is in [lo, hi]; these triggers delete the blocks that hold an item whose vector is inserted,
+# updated or deleted, in every writer's transaction (any version of remem), so that a block is never stale
+# and an erased vector leaves none of its bytes in one. Item ids, not rowids: VACUUM may renumber rowids.
+BLOCKS = STORE_VECTOR_BLOCKS_TABLE
+_DROP_BLOCK = (
+    f"DELETE FROM {BLOCKS} WHERE ns_id = {{row}}.ns_id AND hi >= {{row}}.item_id AND lo <= {{row}}.item_id"
+)
+_SQLITE_V6 = (
+    f"CREATE TABLE IF NOT EXISTS {BLOCKS} (ns_id INTEGER NOT NULL, dims INTEGER NOT NULL, lo INTEGER NOT NULL, "
+    "hi INTEGER NOT NULL, rows INTEGER NOT NULL, items BLOB NOT NULL, vectors BLOB NOT NULL, "
+    "PRIMARY KEY (ns_id, dims, lo))",
+    f"CREATE INDEX IF NOT EXISTS remem_vector_blocks_hi ON {BLOCKS} (ns_id, hi)",
+    f"CREATE INDEX IF NOT EXISTS remem_vectors_ns_item ON {VECTORS} (ns_id, item_id)",
+    f"CREATE TRIGGER IF NOT EXISTS remem_vector_blocks_on_insert AFTER INSERT ON {VECTORS} "
+    f"BEGIN {_DROP_BLOCK.format(row='new')}; END",
+    f"CREATE TRIGGER IF NOT EXISTS remem_vector_blocks_on_delete AFTER DELETE ON {VECTORS} "
+    f"BEGIN {_DROP_BLOCK.format(row='old')}; END",
+    f"CREATE TRIGGER IF NOT EXISTS remem_vector_blocks_on_update AFTER UPDATE ON {VECTORS} "
+    f"BEGIN {_DROP_BLOCK.format(row='old')}; {_DROP_BLOCK.format(row='new')}; END",
+)
+
 COMPONENT = _migrate.Component(
     "store",
-    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5),  # SQLite's vector table is in v1
-    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, ()),
+    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5, _SQLITE_V6),  # SQLite's vector table is in v1
+    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, (), ()),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 

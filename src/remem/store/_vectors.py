@@ -1,4 +1,4 @@
-"""An in-process matrix of every stored vector, searched with NumPy.
+"""An in-process matrix of stored vectors, searched with NumPy.
 
 The stdlib sqlite3 here cannot load extensions (so no sqlite-vec), and NumPy brute force beat vec0 when
 measured (0.13 ms against 3.2 ms on 10k x 384), so the SQLite store keeps float32 blobs and searches this
@@ -8,7 +8,9 @@ Hamming distance of their sign bits (48 bytes a row at 384 dims; random-hyperpla
 ``max(20 k, 1000)`` candidates are re-scored exactly: recall@10 against exact search was 0.994 at 100k.
 Rows are appended in place; removed rows are masked and compacted when they pile up. The rows of each
 namespace are indexed, so a search under a few namespaces scores only their rows instead of masking the
-whole matrix (a user's 1,000 memories among 100,000 cost what 1,000 cost).
+whole matrix (a user's 1,000 memories among 100,000 cost what 1,000 cost). The SQLite store loads the
+namespaces a search touches, from their blocks (:mod:`remem.store._blocks`), and says which it holds
+(:attr:`VectorMatrix.loaded`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-_FEW_NAMESPACES = 64  # up to this many namespaces, gather their indexed rows; past it, mask the matrix
+FEW_NAMESPACES = 64  # up to this many namespaces, gather their indexed rows; past it, mask the matrix
 _UNINDEXED_ROWS = 4096  # rows appended since the item index was sorted, scanned before it is sorted again
 
 DISTANCES = ("cosine", "inner_product", "l2")
@@ -96,23 +98,34 @@ class VectorMatrix:
         # NumPy when first needed, rows appended after it are scanned (see _rows_of); no Python object a row.
         self._by_item = np.zeros(0, dtype=np.int64)
         self._sorted_items = np.zeros(0, dtype=np.int64)
-        self._ns_rows: dict[int, list[int]] = {}  # namespace id -> its row positions, ascending
-        self._ns_arrays: dict[int, npt.NDArray[np.int64]] = {}  # the same as arrays, built when searched
+        # namespace id -> its row positions, ascending, in parts as added (no Python int a row)
+        self._ns_rows: dict[int, list[npt.NDArray[np.int64]]] = {}
+        self._ns_arrays: dict[int, npt.NDArray[np.int64]] = {}  # the parts joined, when searched
         self._dead = 0
+        # which namespaces it holds whole (a loader that reads some namespaces only says which)
+        self.loaded: set[int] = set()
+        self.everything = False
 
     def __len__(self) -> int:
         return self._n - self._dead
 
-    def _grow(self, need: int) -> None:
+    def holds(self, ns_id: int) -> bool:
+        """Whether every row of namespace ``ns_id`` is here (see :attr:`loaded`, :attr:`everything`)."""
+        return self.everything or ns_id in self.loaded
+
+    def reserve(self, count: int) -> None:
+        """Room for ``count`` more rows, allocated once (a load that knows its size never doubles)."""
+        self._grow(self._n + count, exact=True)
+
+    def _grow(self, need: int, exact: bool = False) -> None:
         cap = len(self._items)
         if need <= cap:
             return
-        new = max(need, cap * 2)
-        self._vecs = np.resize(self._vecs, (new, self.dims))
-        self._bits = np.resize(self._bits, (new, self._words))
-        for name in ("_items", "_ns", "_alive", "_norms"):
+        new = need if exact else max(need, cap * 2)
+        # zeros and a copy of the used rows (np.resize fills the new rows with repeats: a second pass)
+        for name in ("_vecs", "_bits", "_items", "_ns", "_alive", "_norms"):
             old = getattr(self, name)
-            grown = np.zeros(new, dtype=old.dtype)
+            grown = np.zeros((new, *old.shape[1:]), dtype=old.dtype)
             grown[: self._n] = old[: self._n]
             setattr(self, name, grown)
 
@@ -135,9 +148,13 @@ class VectorMatrix:
         sorted_ns = ns_ids[order]
         firsts = np.flatnonzero(np.r_[True, sorted_ns[1:] != sorted_ns[:-1]])
         for ns_id, rows in zip(sorted_ns[firsts].tolist(), np.split(order + start, firsts[1:]), strict=True):
-            self._ns_rows.setdefault(ns_id, []).extend(rows.tolist())
+            self._ns_rows.setdefault(ns_id, []).append(rows)
             self._ns_arrays.pop(ns_id, None)
         self._n = end
+
+    def held(self, item_ids: Iterable[int]) -> set[int]:
+        """Which of these items have a row here."""
+        return set(self._items[self._rows_of(item_ids)].tolist())
 
     def _rows_of(self, item_ids: Iterable[int]) -> npt.NDArray[np.int64]:
         """The live rows of these items, ascending."""
@@ -178,6 +195,7 @@ class VectorMatrix:
         items, ns, vecs = self._items[keep].copy(), self._ns[keep].copy(), self._vecs[keep].copy()
         fresh = VectorMatrix(self.dims, self.exact_below, self.metric, capacity=len(keep))
         fresh.add(items, ns, vecs)
+        fresh.loaded, fresh.everything = self.loaded, self.everything
         self.__dict__.update(fresh.__dict__)
 
     def search(
@@ -197,7 +215,7 @@ class VectorMatrix:
         if item_ids is not None and wanted is None:  # a few given items: their rows, no scan of the matrix
             listed = self._rows_of(item_ids)
             return self._rank(query, listed, k) if len(listed) else []
-        if wanted is not None and len(wanted) <= _FEW_NAMESPACES:
+        if wanted is not None and len(wanted) <= FEW_NAMESPACES:
             rows = self._namespace_rows(wanted)
         else:
             rows = self._masked_rows(wanted)
@@ -217,8 +235,11 @@ class VectorMatrix:
         for ns_id in dict.fromkeys(ns_ids):
             cached = self._ns_arrays.get(ns_id)
             if cached is None:
-                cached = np.array(self._ns_rows.get(ns_id, ()), dtype=np.int64)
+                chunks = self._ns_rows.get(ns_id, [])
+                cached = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
                 self._ns_arrays[ns_id] = cached
+                if len(chunks) > 1:
+                    self._ns_rows[ns_id] = [cached]
             parts.append(cached)
         rows = parts[-1] if len(parts) <= 2 else np.sort(np.concatenate(parts))
         return rows[self._alive[rows]] if self._dead else rows

@@ -233,6 +233,7 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
             ),
             new_rows,
         )
+        yield from d.vectors_written(sorted({ns_id for _, ns_id, _ in added}), plan.dims)
     tx.changes.append(VecChanged(changed, added))
     return None
 

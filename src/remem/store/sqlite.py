@@ -35,15 +35,15 @@ from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.layout import STORE_VECTOR_CHANGES_TABLE
+from remem.store import _blocks, _rows, _write
 from remem.store import _core as core
-from remem.store import _rows, _write
 from remem.store import _schema as schema
 from remem.store._async import AsyncStore
 from remem.store._base import RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._exec import Hits, Program, Rows, Statement, Tx, VecChanged, Vector
 from remem.store._schema import VECTORS
-from remem.store._vectors import VectorMatrix
+from remem.store._vectors import FEW_NAMESPACES, VectorMatrix, top_items
 
 __all__ = ["AsyncSqliteStore", "SqliteStore"]
 
@@ -62,6 +62,9 @@ class SqliteDialect(_rows.Dialect):
         path = f'$."{key}"'  # key matched ^[A-Za-z_][A-Za-z0-9_]*$ before it got here; it is bound anyway
         types = "('text')" if kind == "str" else "('integer', 'real', 'true', 'false')"
         return f"(json_type(i.value, ?) IN {types} AND json_extract(i.value, ?) = ?)", [path, path, value]
+
+    def vectors_written(self, ns_ids: Sequence[int], dims: int) -> Program[None]:
+        yield from _blocks.pack_program(ns_ids, dims)
 
     def upsert_parts(self) -> tuple[str, list[str], str]:
         return (
@@ -317,15 +320,18 @@ class _SqliteBackend(RememStoreBase):
             self._matrix = None
 
     def _vectors_changed(self, changes: list[VecChanged]) -> None:
-        if self._matrix is None:
+        matrix = self._matrix
+        if matrix is None:
             return
         for change in changes:
-            self._matrix.remove(change.removed)
-            if change.added:
-                items = np.array([a[0] for a in change.added], dtype=np.int64)
-                ns = np.array([a[1] for a in change.added], dtype=np.int64)
-                vecs: npt.NDArray[np.float32] = np.vstack([a[2] for a in change.added]).astype(np.float32)
-                self._matrix.add(items, ns, vecs)
+            matrix.remove(change.removed)
+            # a namespace the matrix does not hold is read whole when first searched, new rows with it
+            added = [a for a in change.added if matrix.holds(a[1])]
+            if added:
+                items = np.array([a[0] for a in added], dtype=np.int64)
+                ns = np.array([a[1] for a in added], dtype=np.int64)
+                vecs: npt.NDArray[np.float32] = np.vstack([a[2] for a in added]).astype(np.float32)
+                matrix.add(items, ns, vecs)
 
     def _compact(self) -> bool:
         c = self.conn
@@ -341,13 +347,10 @@ class _SqliteBackend(RememStoreBase):
         return True
 
 
-LOAD_PAGE = 8192
-"""Vectors read per statement when the in-process matrix is loaded."""
-
-
 class _MatrixSearch:
-    """The exact NumPy search over the store's in-process matrix, reloaded when another connection wrote
-    to the file since it was built (``PRAGMA data_version``)."""
+    """The exact NumPy search over the store's in-process matrix, which holds the namespaces searched so
+    far (read from their blocks, :mod:`remem.store._blocks`); dropped when another connection changed a
+    vector since it was read (``PRAGMA data_version`` and schema v5's count)."""
 
     def __init__(self, store: _SqliteBackend) -> None:
         self.store = store
@@ -355,37 +358,59 @@ class _MatrixSearch:
     def search(
         self, query: Vector, k: int, ns_ids: list[int] | None, item_ids: list[int] | None
     ) -> Program[Hits]:
-        matrix = yield from self._matrix()
+        if item_ids is not None and ns_ids is None:
+            return (yield from self._items(query, k, item_ids))
+        # past a few namespaces, the matrix masks rows: it holds them all
+        wanted = None if ns_ids is None or len(ns_ids) > FEW_NAMESPACES else ns_ids
+        matrix = yield from self._matrix(wanted)
         return matrix.search(query, k, ns_ids=ns_ids, item_ids=item_ids)
 
-    def _matrix(self) -> Program[VectorMatrix]:
+    def _items(self, query: Vector, k: int, item_ids: list[int]) -> Program[Hits]:
+        """A few given items (of any namespace): those the matrix holds scored there, the others from
+        their rows, so that scoring a keyword hit loads no namespace."""
+        store = self.store
+        assert store.plan is not None
+        matrix = yield from self._matrix([])
+        held = matrix.held(item_ids)
+        hits = matrix.search(query, k, item_ids=sorted(held)) if held else []
+        others = [] if matrix.everything else [i for i in dict.fromkeys(item_ids) if i not in held]
+        if others:
+            rows = yield Statement(
+                f"SELECT item_id, embedding FROM {VECTORS} WHERE item_id IN (SELECT value FROM json_each(?)) "
+                "AND length(embedding) = ?",
+                (json.dumps(others), store.plan.dims * 4),
+            )
+            if rows:
+                items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+                vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                hits = sorted([*hits, *top_items(items, vecs, query, k, matrix.metric)], key=lambda h: -h[1])[
+                    :k
+                ]
+        return hits
+
+    def _matrix(self, ns_ids: Sequence[int] | None) -> Program[VectorMatrix]:
+        """The matrix, holding at least these namespaces (None: all)."""
         store = self.store
         assert store.plan is not None
         yield from store._matrix_still_valid()
         version = (yield Statement("PRAGMA data_version"))[0][0]
         if store._matrix is None or version != store._data_version:
             changes = yield from _vector_changes()  # in the load's snapshot
+            store._matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance, capacity=1)
+            store._data_version, store._vector_changes = version, changes
+        matrix = store._matrix
+        if matrix.everything:
+            return matrix
+        every = ns_ids is None
+        if ns_ids is None:
+            ns_ids = [int(r[0]) for r in (yield Statement(f"SELECT DISTINCT ns_id FROM {VECTORS}"))]
+        missing = [n for n in dict.fromkeys(ns_ids) if n not in matrix.loaded]
+        if missing:
             # another part of the file may index with another model: only vectors of this size are ours
-            size = store.plan.dims * 4
-            ours = f"FROM {VECTORS} WHERE length(embedding) = ?"
-            (count,) = (yield Statement(f"SELECT count(*) {ours}", (size,)))[0]
-            matrix = VectorMatrix(store.plan.dims, metric=store.plan.distance, capacity=count)
-            # A page at a time, in the table's order (one transaction: one snapshot), so that only a page's
-            # rows are held as Python objects, never the table's on top of the matrix.
-            last = None
-            while True:
-                after = "" if last is None else " AND rowid > ?"
-                rows = yield Statement(
-                    f"SELECT rowid, item_id, ns_id, embedding {ours}{after} ORDER BY rowid LIMIT ?",
-                    (size, *(() if last is None else (last,)), LOAD_PAGE),
-                )
-                if rows:
-                    matrix.add(*_page(rows))
-                    last = rows[-1][0]
-                if len(rows) < LOAD_PAGE:
-                    break
-            store._matrix, store._data_version, store._vector_changes = matrix, version, changes
-        return store._matrix
+            yield from _blocks.load_program(missing, store.plan.dims, matrix)
+            matrix.loaded.update(missing)
+        matrix.everything = matrix.everything or every
+        return matrix
 
 
 def _vector_changes() -> Program[int | None]:
@@ -398,14 +423,6 @@ def _vector_changes() -> Program[int | None]:
         return None
     rows = yield Statement(f"SELECT changes FROM {STORE_VECTOR_CHANGES_TABLE} WHERE id = 0")
     return int(rows[0][0]) if rows else None
-
-
-def _page(rows: Rows) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-    """One page of (rowid, item_id, ns_id, embedding) rows as the matrix's arrays."""
-    items = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-    ns = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
-    vecs = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-    return items, ns, vecs
 
 
 class SqliteStore(_SqliteBackend, SyncStore):
