@@ -167,6 +167,7 @@ def test_setup_is_idempotent_from_many_processes(
             ("checkpoint", 4),
             ("checkpoint", 5),
             ("checkpoint", 6),
+            ("checkpoint", 7),
         ]
 
 

@@ -14,7 +14,8 @@ reading it needs the base's data, and a base is never such an item itself, so th
 
 A stored list is a snapshot of its item numbers or a delta against an earlier list of the same thread
 (keep ``prefix`` items of the base, then ``middle``, then the last ``suffix`` items of the base). A delta
-chain is at most ``MAX_CHAIN`` long, so rebuilding any list reads a bounded number of small rows.
+chain is at most ``MAX_CHAIN`` long, so rebuilding any list reads a bounded number of small rows; a long
+row is compressed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "BASE_MIN",
     "DECODE_RUN",
     "INLINE_LIST_MAX",
+    "LIST_COMPRESS_MIN",
     "MAX_CHAIN",
     "PATCHED_HEAD",
     "EncodedItem",
@@ -302,11 +304,27 @@ class ListRow:
     middle: list[int] = field(default_factory=list)
 
 
+LIST_COMPRESS_MIN = 48
+"""A stored list's body at least this long is compressed when that makes it shorter (a snapshot of a long
+list: its delta-coded item numbers repeat the same few small steps, a turn's messages after another's)."""
+_LIST_ZD = 0xC1
+"""First byte of a compressed list body (schema v7): one that msgpack never writes, so a v6 body (a msgpack
+array) still reads as it is."""
+
+
 def encode_list_row(row: ListRow) -> bytes:
-    return ormsgpack.packb([row.depth, row.prefix, row.suffix, encode_refs(row.middle)])
+    packed = ormsgpack.packb([row.depth, row.prefix, row.suffix, encode_refs(row.middle)])
+    if len(packed) >= LIST_COMPRESS_MIN and len(squeezed := _zdict.compress(packed)) + 1 < len(packed):
+        return bytes([_LIST_ZD]) + squeezed
+    return packed
 
 
 def decode_list_row(list_no: int, base: int | None, body: bytes) -> ListRow:
+    if body[:1] == bytes([_LIST_ZD]):
+        try:
+            body = _zdict.decompress(body[1:])
+        except zstandard.ZstdError as exc:
+            raise StorageError(_DAMAGED_VALUE) from exc
     depth, prefix, suffix, coded = ormsgpack.unpackb(body)
     return ListRow(list_no, base, depth, prefix, suffix, decode_refs(coded))
 

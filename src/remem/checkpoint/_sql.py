@@ -49,6 +49,8 @@ FENCE_TABLE = _fence.CREATE
 # older remem cannot read; the tables are as they were, and what v4 wrote (zlib) is read as before.
 # v6: a value that repeats most of an earlier one of its thread (a user's message once LangGraph gave it an
 # id) is written compressed after it (_codec.patch_base), which an older remem cannot read; tables as before.
+# v7: a long list row (a snapshot of a long thread's messages) written compressed (_codec.encode_list_row),
+# which an older remem cannot read; tables as before.
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -79,6 +81,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ("ALTER TABLE remem_cp_checkpoints ADD COLUMN seq INTEGER", _SEQ_BACKFILL, _SEQ_INDEX),
     (_DIGEST_INDEX,),
     (FENCE_TABLE["sqlite"],),
+    (),
     (),
     (),
 )
@@ -120,6 +123,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ),
     (_DIGEST_INDEX,),
     (FENCE_TABLE["postgres"],),
+    (),
     (),
     (),
 )
