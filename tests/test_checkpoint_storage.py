@@ -168,6 +168,7 @@ def test_setup_is_idempotent_from_many_processes(
             ("checkpoint", 5),
             ("checkpoint", 6),
             ("checkpoint", 7),
+            ("checkpoint", 8),
         ]
 
 

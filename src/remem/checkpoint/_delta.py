@@ -26,7 +26,7 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, Pend
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from remem._statements import Program
-from remem.checkpoint import _read
+from remem.checkpoint import _ids, _read
 from remem.checkpoint._ops import Context, thread_id_of
 
 __all__ = ["ANCESTORS", "FIRST_PAGE", "Listings", "ancestors", "replayed", "walk"]
@@ -58,7 +58,8 @@ def ancestors(
 ) -> Program[list[CheckpointTuple]]:
     """The checkpoint ``config`` names (with a checkpoint id) and its ``depth`` nearest ancestors, as tuples."""
     conf = config["configurable"]
-    params = (thread_id_of(conf), str(conf.get("checkpoint_ns", "")), str(conf["checkpoint_id"]), depth)
+    ns = str(conf.get("checkpoint_ns", ""))
+    params = (thread_id_of(conf), ns, _ids.stored(str(conf["checkpoint_id"])), depth)
     raw = yield ctx.q(ANCESTORS_SQL, params)
     rows = _read.rows_of(ctx, raw)
     if not rows:

@@ -13,6 +13,7 @@ import ormsgpack
 
 from remem._statements import Program, Statement
 from remem.checkpoint import _codec as codec
+from remem.checkpoint import _ids as ids
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._ops import Context, Tx
 from remem.errors import RememUsageError
@@ -81,17 +82,19 @@ def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Progra
     tid = row[0]
     raw = yield ctx.q(sql.SELECT_THREAD_CHECKPOINTS, (tid,))
     decoded = {
-        (ns, cid): (parent_id, run_id, codec.decode_body(bytes(body)), seq or 0)
+        (ns, ids.shown(cid)): (ids.maybe_shown(parent_id), run_id, codec.decode_body(bytes(body)), seq or 0)
         for ns, cid, parent_id, run_id, body, seq in raw
     }
     gone = doomed([(ns, cid, v[1], v[2].created, v[3]) for (ns, cid), v in decoded.items()])
     if not gone:
         return 0
-    keys = sorted(gone)
+    keys = [(ns, ids.stored(cid)) for ns, cid in sorted(gone)]
     yield ctx.q(sql.DELETE_CHECKPOINT_WRITES, [(tid, ns, cid) for ns, cid in keys], "many")
     yield ctx.q(sql.DELETE_CHECKPOINT, [(tid, ns, cid) for ns, cid in keys], "many")
     orphans = [
-        (tid, ns, cid) for (ns, cid), v in decoded.items() if (ns, cid) not in gone and (ns, v[0]) in gone
+        (tid, ns, ids.stored(cid))
+        for (ns, cid), v in decoded.items()
+        if (ns, cid) not in gone and (ns, v[0]) in gone
     ]
     if orphans:
         yield ctx.q(sql.CLEAR_PARENT, orphans, "many")

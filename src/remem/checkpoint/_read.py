@@ -15,6 +15,7 @@ from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, writes_sort_k
 
 from remem._statements import Program
 from remem.checkpoint import _codec as codec
+from remem.checkpoint import _ids as ids
 from remem.checkpoint import _snapshot
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head
@@ -47,7 +48,10 @@ def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
     out = []
     for thread_id, tid, ns, cid, parent_id, body, meta, epoch in raw:
         metadata = codec.decode_metadata(ctx.serde, bytes(meta), trusted_types=ctx.trusted_types)
-        out.append(_Row(thread_id, tid, ns, cid, parent_id, codec.decode_body(bytes(body)), metadata, epoch))
+        parent = None if parent_id is None else ids.shown(parent_id)
+        out.append(
+            _Row(thread_id, tid, ns, ids.shown(cid), parent, codec.decode_body(bytes(body)), metadata, epoch)
+        )
     return out
 
 
@@ -102,11 +106,12 @@ def _materialize(
     for r in rows:
         by_thread.setdefault((r.tid, r.ns), []).append(r)
     for (tid, ns), group in by_thread.items():
-        ids = [r.checkpoint_id for r in group]
-        found = yield ctx.q(ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param(ids)))
+        wanted = [ids.stored(r.checkpoint_id) for r in group]
+        found = yield ctx.q(ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param(wanted)))
         by_id = {r.checkpoint_id: r for r in group}
         for cid, task_id, idx, channel, task_path, packed in found:
-            by_id[cid].writes.append((task_path, task_id, channel, idx, ormsgpack.unpackb(bytes(packed))))
+            write = (task_path, ids.shown(task_id), channel, idx, ormsgpack.unpackb(bytes(packed)))
+            by_id[ids.shown(cid)].writes.append(write)
 
     tids = {r.tid for r in rows}
     lists: dict[int, dict[int, tuple[int, ...]]] = {}
@@ -225,7 +230,7 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Program[CheckpointTuple |
     ns = str(conf.get("checkpoint_ns", ""))
     checkpoint_id = conf.get("checkpoint_id")
     if checkpoint_id:
-        raw = yield ctx.q(sql.GET_CHECKPOINT, (thread_id, ns, checkpoint_id))
+        raw = yield ctx.q(sql.GET_CHECKPOINT, (thread_id, ns, ids.stored(str(checkpoint_id))))
     else:
         raw = yield ctx.q(sql.GET_LATEST_CHECKPOINT, (thread_id, ns))
     if not raw:
@@ -245,7 +250,7 @@ a tuple read before is still the one :func:`get_tuple` would read."""
 def head_stamp(ctx: Context, config: RunnableConfig) -> Program[Stamp | None]:
     conf = config["configurable"]
     rows = yield ctx.q(sql.HEAD_STAMP, (thread_id_of(conf), str(conf.get("checkpoint_ns", ""))))
-    return tuple(rows[0]) if rows else None
+    return (ids.shown(rows[0][0]), *rows[0][1:]) if rows else None
 
 
 def get_head(ctx: Context, config: RunnableConfig) -> Program[tuple[Stamp | None, CheckpointTuple | None]]:
@@ -346,9 +351,9 @@ def list_page(
     if ns:
         params.append(str(conf["checkpoint_ns"]))
     if checkpoint_id:
-        params.append(checkpoint_id)
+        params.append(ids.stored(str(checkpoint_id)))
     if before_id:
-        params.append(before_id)
+        params.append(ids.stored(str(before_id)))
     if cursor:
         params.extend(cursor)
     params.append(page_size)

@@ -23,6 +23,7 @@ from typing import Any
 
 from remem import _migrate
 from remem._lease import _fence
+from remem.checkpoint import _ids
 from remem.layout import CHECKPOINT_MIGRATIONS_TABLE, CHECKPOINT_TABLES, THREAD_FENCES_TABLE
 
 __all__ = ["POSTGRES", "SCHEMA", "SQLITE", "Dialect"]
@@ -51,6 +52,8 @@ FENCE_TABLE = _fence.CREATE
 # id) is written compressed after it (_codec.patch_base), which an older remem cannot read; tables as before.
 # v7: a long list row (a snapshot of a long thread's messages) written compressed (_codec.encode_list_row),
 # which an older remem cannot read; tables as before.
+# v8: checkpoint, parent and task ids stored in their short form (_ids: a uuid in 22 characters, not 36),
+# the ones stored before turned into it in SQL.
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -84,6 +87,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (),
     (),
     (),
+    _ids.migration("sqlite"),
 )
 
 _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -126,6 +130,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (),
     (),
     (),
+    _ids.migration("postgres"),
 )
 
 _THREADS, _ITEMS, _LISTS, _CHECKPOINTS, _WRITES = CHECKPOINT_TABLES  # the names live in remem.layout

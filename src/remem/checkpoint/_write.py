@@ -20,6 +20,7 @@ from langgraph.checkpoint.base import (
 from remem._lease import ThreadLease, _fence
 from remem._statements import Program, Statement
 from remem.checkpoint import _codec as codec
+from remem.checkpoint import _ids as ids
 from remem.checkpoint import _snapshot
 from remem.checkpoint import _sql as sql
 from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
@@ -222,7 +223,7 @@ def _parent(ctx: Context, state: ThreadDigests, ns: str, parent_id: str | None) 
     head = ctx.cache.head(tid, ns)
     if head is not None and head.checkpoint_id == parent_id and head.epoch == state.epoch:
         return head
-    rows = yield ctx.q(sql.SELECT_BODY, (tid, ns, parent_id))
+    rows = yield ctx.q(sql.SELECT_BODY, (tid, ns, ids.stored(parent_id)))
     if not rows:
         return None
     raw = codec.decode_body(bytes(rows[0][0]))
@@ -244,7 +245,7 @@ def _check_head(
     this one read the thread): stored, it would fork the history silently. The thread's row is locked
     by this transaction, so no other write can come between this check and the insert."""
     rows = yield ctx.q(sql.HEAD_ID, (tid, ns))
-    head = rows[0][0] if rows else None
+    head = ids.shown(rows[0][0]) if rows else None
     if head is None and parent_id is not None:
         # The checkpoint this run started from is gone: the thread was deleted or erased (remem forget)
         # while the run was under way. Stored, this checkpoint would write the erased history back.
@@ -332,13 +333,13 @@ def put(
         descriptors[names[ch]] = yield from _assign(ctx, tid, alloc, pending[ch], None)
     body = codec.encode_body(ctx.serde, checkpoint, descriptors, names)
     if cached is not None:  # the head checked as _check_head does, while the guard locks the thread's row
-        yield _guard(ctx, state, alloc, start, sql.GUARD_HEAD, (tid, ns, parent_id))
+        yield _guard(ctx, state, alloc, start, sql.GUARD_HEAD, (tid, ns, ids.stored(parent_id)))
     yield from alloc.statements(ctx, tid, start, guarded=cached is not None)
     row = (
         tid,
         ns,
-        checkpoint["id"],
-        parent_id,
+        ids.stored(checkpoint["id"]),
+        None if parent_id is None else ids.stored(parent_id),
         None if run_id is None else str(run_id),
         body,
         meta_blob,
@@ -402,21 +403,24 @@ def put_writes(
             yield from lease.fenced(ctx.dialect.name)
         if stored_only:
             rows = yield ctx.q(ctx.dialect.thread_lock(), (thread_id,))
-            if not rows or not (yield ctx.q(sql.CHECKPOINT_EXISTS, (rows[0][0], ns, checkpoint_id))):
+            if not rows or not (
+                yield ctx.q(sql.CHECKPOINT_EXISTS, (rows[0][0], ns, ids.stored(checkpoint_id)))
+            ):
                 return False
         names = [("item", ctx.name_item(name)) for name in {task_path, *(ch for _, ch, _ in encoded)}]
         wanted = _digests([*(enc for _, _, enc in encoded), *names])
         state, alloc, start = yield from _thread_for_write(ctx, thread_id, wanted)
     tid = state.tid
+    stored_id, stored_task = ids.stored(str(checkpoint_id)), ids.stored(task_id)
     upserts: list[tuple[Any, ...]] = []
     inserts: list[tuple[Any, ...]] = []
     for idx, ch, enc in encoded:
         desc = _inline(alloc, enc)
         channel, path = alloc.item(ctx.name_item(ch)), alloc.item(ctx.name_item(task_path))
-        row = (tid, ns, checkpoint_id, task_id, idx, channel, path, ormsgpack.packb(desc))
+        row = (tid, ns, stored_id, stored_task, idx, channel, path, ormsgpack.packb(desc))
         (upserts if idx < 0 else inserts).append(row)
     if cached is not None:  # stored_only's check folded into the guard (a miss runs again, and says so)
-        cond, args = (sql.GUARD_STORED, (tid, ns, checkpoint_id)) if stored_only else ("TRUE", ())
+        cond, args = (sql.GUARD_STORED, (tid, ns, stored_id)) if stored_only else ("TRUE", ())
         yield _guard(ctx, state, alloc, start, cond, args)
     yield from alloc.statements(ctx, tid, start, guarded=cached is not None)
     if inserts:
