@@ -15,7 +15,9 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from remem._lease import _postgres as lease_sessions
 from remem.checkpoint import AsyncPostgresSaver, PostgresSaver
+from remem.checkpoint._ops import FROM_HEAD, RUN_KEY
 
 pytestmark = pytest.mark.postgres
 
@@ -167,3 +169,31 @@ async def test_an_async_pooled_saver_sends_no_ping_before_a_put(pg_url: str) -> 
         with traced(conn) as sent:  # type: ignore[arg-type]
             await saver.aput(stored, _checkpoint(2, ["one", "two"]), {"step": 2}, {"messages": 2})
         assert round_trips(sent) == 1 and "Query" not in sent, sent
+
+
+def test_a_runs_put_takes_the_threads_lease_in_its_own_transaction(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put of a run that started from the head (LangGraph's usual step) holds the thread's lease for its
+    write: taken by the write's transaction (an advisory lock until it commits) and fenced there, so it
+    opens no lease session (four round trips on a connection of its own, each put) and stays one round trip."""
+    opened: list[str] = []
+    real = lease_sessions.connection
+    monkeypatch.setattr(
+        lease_sessions, "connection", lambda where, reuse: opened.append(where) or real(where, reuse)
+    )
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        stored = _put(saver, "t", None, 1, ["one"])
+        for n in range(2, 6):
+            run_conf = {**stored["configurable"], RUN_KEY: object(), FROM_HEAD: True}
+            with traced(conn) as sent:
+                stored = saver.put(
+                    {"configurable": run_conf}, _checkpoint(n, ["m"] * n), {"step": n}, {"messages": n}
+                )
+            if n > 2:  # the first trusts no cache yet
+                assert round_trips(sent) == 1, sent
+        assert opened == []
+        tup = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert tup is not None and tup.checkpoint["id"] == _checkpoint(5, [])["id"]

@@ -225,14 +225,19 @@ def test_a_run_whose_head_moved_is_refused_and_time_travel_still_forks(
         )
 
 
-def test_run_turn_is_not_cut_short_by_a_bare_invoke(tmp_path: Path) -> None:
-    """A bare run's checkpoint waits for the lease a run_turn holds, then is refused: the turn finishes."""
+@pytest.mark.parametrize("kind", matrix.backend_params("sqlite", "postgres"))
+def test_run_turn_is_not_cut_short_by_a_bare_invoke(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A bare run's checkpoint waits for the lease a run_turn holds, then is refused: the turn finishes.
+    On PostgreSQL the bare run's put first tries the lease in its own transaction (which finds it held
+    and writes nothing), then waits for it as on SQLite."""
     from remem import ScriptedChatModel
 
     config = {"configurable": {"thread_id": THREAD}}
     outcome: list[str] = []
     runners: list[threading.Thread] = []
-    with open_saver("sqlite", str(tmp_path / "t.db")) as saver:
+    with open_saver(kind, _target(kind, tmp_path, request)) as saver:
         bare = agent_for(saver)
         run_turn(bare, THREAD, "first")
 

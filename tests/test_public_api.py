@@ -104,6 +104,7 @@ PINNED_ALL: dict[str, list[str]] = {
         "take_lease",
         "thread_lease",
         "thread_leases",
+        "write_lease",
     ],
     "remem.checkpoint": [
         "AsyncPostgresSaver",

@@ -60,6 +60,7 @@ from remem._lease._core import (
     take_lease,
     thread_lease,
     thread_leases,
+    write_lease,
 )
 
 __all__ = [
@@ -78,4 +79,5 @@ __all__ = [
     "take_lease",
     "thread_lease",
     "thread_leases",
+    "write_lease",
 ]

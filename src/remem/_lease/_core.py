@@ -36,6 +36,7 @@ __all__ = [
     "take_lease",
     "thread_lease",
     "thread_leases",
+    "write_lease",
 ]
 
 DEFAULT_LEASE_TIMEOUT = 30.0
@@ -109,6 +110,8 @@ class ThreadLease:
         """The fencing token this lease got (see :mod:`._fence`); None for a lease in this process, or
         for one taken for a single write (``single_write``), which moves the token on itself."""
         self.single_write = single_write and target.kind != "process"
+        self.in_transaction = False
+        """Held by the write's own transaction (:func:`write_lease`), not by a session of its own."""
         self.lost = False
         self._why: str | None = None
         self.scratch: dict[Any, Any] = {}
@@ -142,6 +145,8 @@ class ThreadLease:
         if not self.active and (self.fence is not None or self.single_write):
             raise self._lost("it was given back")
         key = _fence.lease_key(self.scope, self.thread_id)
+        if self.in_transaction:
+            yield _fence.take_in_transaction(key)
         if self.single_write:
             yield _fence.move_on(key, dialect)
             return
@@ -153,7 +158,7 @@ class ThreadLease:
 
     async def averify(self) -> None:
         """Async version of :meth:`verify` (a PostgreSQL round trip runs off the event loop)."""
-        if self.target.kind == "postgres":
+        if self.target.kind == "postgres" and not self.in_transaction:
             await asyncio.get_running_loop().run_in_executor(_executor(), self.verify)
         else:
             self.verify()
@@ -442,6 +447,25 @@ def thread_lease(
         yield lease
     finally:
         lease.release()
+
+
+def write_lease(target: LeaseTarget, thread_id: str, *, scope: Scope) -> ThreadLease | None:
+    """A lease for one write that the write's own transaction takes, on PostgreSQL: its first statement
+    takes the thread's advisory lock for the transaction (``pg_try_advisory_xact_lock``, the lock a
+    :func:`thread_lease` session takes) and its fencing statement moves the token on, as a
+    ``single_write`` lease's. Nothing is sent before the transaction and nothing after it (a session lease
+    costs four round trips on a connection of its own). When another session holds the lock the statement
+    fails the transaction with a division by zero (the saver's :class:`~remem.errors.StaleCacheError`),
+    which writes nothing; the write then waits for the lease with :func:`thread_lease`. None for any
+    other backend (SQLite's lease is a lock on a local file, which costs no round trip)."""
+    if target.kind != "postgres":
+        return None
+    check_label(thread_id, "thread_id")
+    local = threading.Lock()
+    local.acquire()  # the lease's own, so that release() finds it held: no other caller waits on it
+    lease = ThreadLease(_key_of(target, scope, thread_id), target, local, (_nothing, _always, None), True)
+    lease.in_transaction = True
+    return lease
 
 
 def take_lease(

@@ -25,7 +25,16 @@ from remem import _migrate
 from remem._statements import Program, Statement, run_immediate
 from remem.layout import THREAD_FENCES_TABLE
 
-__all__ = ["CREATE", "FENCES", "bump_postgres", "bump_sqlite", "check", "lease_key", "move_on"]
+__all__ = [
+    "CREATE",
+    "FENCES",
+    "bump_postgres",
+    "bump_sqlite",
+    "check",
+    "lease_key",
+    "move_on",
+    "take_in_transaction",
+]
 
 _TABLE = THREAD_FENCES_TABLE
 CREATE = {
@@ -67,6 +76,13 @@ def move_on(key: int, dialect: _migrate.Dialect) -> Statement:
     fenced out from that commit on."""
     sql = _BUMP.removesuffix(" RETURNING fence")
     return Statement(sql if dialect == "sqlite" else sql.replace("?", "%s"), (key,), "none")
+
+
+def take_in_transaction(key: int) -> Statement:
+    """PostgreSQL: the lease's advisory lock taken by the transaction that runs this, until it ends; a
+    division by zero (the transaction fails, writing nothing) when another session holds it. Sent without
+    waiting for its answer, as the write's other statements are."""
+    return Statement("SELECT 1 / pg_try_advisory_xact_lock(%s)::int", (key,), "none")
 
 
 def _bump_program(key: int) -> Program[int]:

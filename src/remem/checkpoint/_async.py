@@ -177,17 +177,12 @@ class AsyncSaver(RememSaver):
         await self.alease_target()
         try:
             with self._ctx.claims.putting(run, checkpoint["id"]):
-                async with self._arun_lease(config) as lease:
-                    if lease is not None:
-                        await lease.averify()
-                    self._forget_read(config)
-                    async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
-                        written = await self._run(
-                            lambda tx: _write.put(
-                                self._ctx, tx, config, checkpoint, metadata, new_versions, lease
-                            ),
-                            write=True,
-                        )
+                written = await self._aput(config, checkpoint, metadata, new_versions, in_transaction=True)
+                if written is None:  # see SyncSaver.put
+                    written = await self._aput(
+                        config, checkpoint, metadata, new_versions, in_transaction=False
+                    )
+                assert written is not None
         except Exception as exc:
             if run:
                 self._ctx.claims.record_failed(run, exc)
@@ -195,6 +190,33 @@ class AsyncSaver(RememSaver):
         if run:
             self._ctx.claims.record_written(run, checkpoint["id"])
         return written
+
+    async def _aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        in_transaction: bool,
+    ) -> RunnableConfig | None:
+        """Async version of ``SyncSaver._put``."""
+        async with self._arun_lease(config, in_transaction) as lease:
+            if lease is not None:
+                await lease.averify()
+            self._forget_read(config)
+            async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
+                try:
+                    return await self._run(
+                        lambda tx: _write.put(
+                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
+                        ),
+                        write=True,
+                    )
+                except StaleCacheError:
+                    if lease is None or not lease.in_transaction:
+                        raise
+                    return None
 
     async def _ahead_id(self, thread_id: str) -> str | None:
         stamp = await self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)

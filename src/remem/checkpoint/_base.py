@@ -38,13 +38,14 @@ from remem._lease import (
     carried_lease,
     take_lease,
     thread_lease,
+    write_lease,
 )
 from remem._statements import Program
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
-from remem.checkpoint._cache import SaverCache
+from remem.checkpoint._cache import EncodeMemo, SaverCache
 from remem.checkpoint._claims import Claim
 from remem.checkpoint._serde import RememSerializer
 from remem.errors import (
@@ -228,7 +229,9 @@ class RememSaver(BaseCheckpointSaver[int]):
         self.__dict__["_serde"] = value
         ctx = self.__dict__.get("_ctx")
         if ctx is not None and ctx.serde is not value:
-            self._ctx = dataclasses.replace(ctx, serde=value, trusted_types=True, _names={})
+            self._ctx = dataclasses.replace(
+                ctx, serde=value, trusted_types=True, _names={}, memo=EncodeMemo.for_serde(value)
+            )
 
     @property
     def lease_target(self) -> LeaseTarget:
@@ -271,9 +274,12 @@ class RememSaver(BaseCheckpointSaver[int]):
         in this saver's database; None for a call outside a turn."""
         return carried_lease(config, self.lease_target, scope="checkpoint")
 
-    def _run_lease(self, config: RunnableConfig) -> contextlib.AbstractContextManager[ThreadLease | None]:
+    def _run_lease(
+        self, config: RunnableConfig, in_transaction: bool = False
+    ) -> contextlib.AbstractContextManager[ThreadLease | None]:
         """The lease a checkpoint is written under: the turn's (carried by ``config``), else, for a run that
-        started from the thread's head, the thread's lease taken for this write.
+        started from the thread's head, the thread's lease taken for this write (``in_transaction``: by the
+        write's own transaction where the database can, :func:`remem._lease.write_lease`).
 
         Such a checkpoint must extend the head (``_write.put`` refuses it otherwise, with
         :class:`~remem.errors.ThreadBusyError`); holding the lease while it is written makes it wait for a
@@ -287,21 +293,29 @@ class RememSaver(BaseCheckpointSaver[int]):
         claimed = self._ctx.claims.take(self.lease_target, str(conf["thread_id"]), conf.get("checkpoint_id"))
         if claimed is not None:
             return _given_back(claimed)
+        if in_transaction and (
+            folded := write_lease(self.lease_target, str(conf["thread_id"]), scope="checkpoint")
+        ):
+            return _given_back(folded)
         return thread_lease(self.lease_target, str(conf["thread_id"]), scope="checkpoint", single_write=True)
 
     def _arun_lease(
-        self, config: RunnableConfig
+        self, config: RunnableConfig, in_transaction: bool = False
     ) -> contextlib.AbstractAsyncContextManager[ThreadLease | None]:
         """Async version of :meth:`_run_lease`."""
         held = self._turn_lease(config)
         conf = config["configurable"]
         if held is not None or not _write.from_head(conf):
             return contextlib.nullcontext(held)
-        return self._aclaimed_or_lease(str(conf["thread_id"]), conf.get("checkpoint_id"))
+        return self._aclaimed_or_lease(str(conf["thread_id"]), conf.get("checkpoint_id"), in_transaction)
 
     @contextlib.asynccontextmanager
-    async def _aclaimed_or_lease(self, thread_id: str, parent_id: str | None) -> AsyncIterator[ThreadLease]:
+    async def _aclaimed_or_lease(
+        self, thread_id: str, parent_id: str | None, in_transaction: bool
+    ) -> AsyncIterator[ThreadLease]:
         claimed = self._ctx.claims.take(await self.alease_target(), thread_id, parent_id)
+        if claimed is None and in_transaction:
+            claimed = write_lease(await self.alease_target(), thread_id, scope="checkpoint")
         if claimed is None:
             target = await self.alease_target()
             async with athread_lease(target, thread_id, scope="checkpoint", single_write=True) as lease:
@@ -310,7 +324,10 @@ class RememSaver(BaseCheckpointSaver[int]):
         try:
             yield claimed
         finally:
-            await asyncio.to_thread(claimed.release)
+            if claimed.in_transaction:
+                claimed.release()  # nothing to give back to the database
+            else:
+                await asyncio.to_thread(claimed.release)
 
     def _claim_spot(self, config: RunnableConfig) -> tuple[str, str, str] | None:
         """(run, thread id, the checkpoint a model call runs from) when that call can claim the thread: a

@@ -13,7 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Head", "SaverCache", "ThreadDigests"]
+import ormsgpack
+import pydantic
+
+from remem.checkpoint._codec import EncodedItem, as_item
+
+__all__ = ["EncodeMemo", "Head", "MemoEntry", "SaverCache", "ThreadDigests"]
 
 
 WRITE_STRIPES = 64
@@ -164,3 +169,110 @@ class SaverCache:
                 del self._lists[key]
             for hkey in [k for k in self._heads if k[0] == tid]:
                 del self._heads[hkey]
+
+
+_MEMO_MAX = 1 << 18  # entries held for one thread at most
+MemoEntry = tuple[Any, bytes, EncodedItem]
+"""An object, its :func:`_fingerprint` when it was serialized (or read), and its serialized form."""
+
+_FINGERPRINT = (
+    ormsgpack.OPT_SERIALIZE_PYDANTIC
+    | ormsgpack.OPT_NON_STR_KEYS
+    | ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+)
+
+
+def _fingerprint(value: Any) -> bytes | None:
+    """A Pydantic model's fields, every level of them, as msgpack (ormsgpack reads them natively, several
+    times faster than LangGraph's serializer writes the model), when they hold only plain values: str,
+    numbers, bool, None, bytes, lists, dicts and models. Two equal fingerprints of one object mean one
+    serialized form: LangGraph's serializer writes the class and ``model_dump()``, which the fields make.
+    None for any other value (a datetime, enum, tuple or subclass passes to the missing default, which
+    raises: such a value could change type without changing its msgpack form); it is serialized each time."""
+    if not isinstance(value, pydantic.BaseModel):
+        return None
+    try:
+        return ormsgpack.packb(value, option=_FINGERPRINT)
+    except (TypeError, ormsgpack.MsgpackEncodeError):
+        return None
+
+
+class EncodeMemo:
+    """The serialized form of the Pydantic models (messages) a saver last read or wrote for each thread.
+
+    A turn hands the saver the same message objects again and again: the list a read decoded goes back in
+    the next put with one message more, and the put after it holds the same objects plus the reply. Each
+    was serialized and hashed again on every put, work that grows with the thread. Here an object seen
+    since the thread's last read is serialized again only if its :func:`_fingerprint` changed, which takes
+    a tenth of the time: a message changed in place (an id set, a dict field filled, at any depth) is
+    serialized again, as by the stock savers. An entry holds the object itself, so its id is not reused.
+
+    Used with LangGraph's serializers only (:meth:`for_serde`): another one may write what the fields do
+    not show. Each thread keeps the entries of its latest read or whole-value write, and at most
+    ``max_threads`` threads are kept: the objects are those the graph holds anyway.
+    """
+
+    @staticmethod
+    def for_serde(serde: Any) -> EncodeMemo | None:
+        """A memo for ``serde``, or None when its output may depend on more than a model's dump."""
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        return EncodeMemo() if isinstance(serde, JsonPlusSerializer) else None
+
+    def __init__(self, max_threads: int = 16) -> None:
+        self._lock = threading.Lock()
+        self._threads: OrderedDict[str, dict[int, MemoEntry]] = OrderedDict()
+        self._max_threads = max_threads
+
+    def entries(self, thread_id: str) -> Mapping[int, MemoEntry]:
+        """What is held for ``thread_id`` (a mapping never changed after it is handed out)."""
+        with self._lock:
+            return self._threads.get(thread_id) or {}
+
+    @staticmethod
+    def lookup(held: Mapping[int, MemoEntry], value: Any) -> tuple[MemoEntry | None, bytes | None]:
+        """``value``'s entry if ``held`` has it and the object is unchanged since, and its fingerprint
+        (None: not a value the memo keeps)."""
+        mark = _fingerprint(value)
+        if mark is None:
+            return None, None
+        hit = held.get(id(value))
+        if hit is None or hit[0] is not value or hit[1] != mark:
+            return None, mark
+        return hit, mark
+
+    def keep_read(self, thread_id: str, pairs: Iterable[tuple[Any, tuple[str, bytes]]]) -> None:
+        """What a read of the thread decoded: (object, the payload it came from), in place of what was held."""
+        fresh: dict[int, MemoEntry] = {}
+        for value, payload in pairs:
+            mark = _fingerprint(value)
+            if mark is not None:
+                fresh[id(value)] = (value, mark, as_item(*payload))
+        with self._lock:
+            self._store(thread_id, fresh)
+
+    def keep(self, thread_id: str, seen: dict[int, MemoEntry]) -> None:
+        """The entries a write used, beside what was held, unless that is over twice as many: the write
+        then saw the thread's whole value, and what it did not see went out of it (a smaller write, such
+        as a task's writes, adds to what is held)."""
+        with self._lock:
+            held = self._threads.get(thread_id, {})
+            self._store(thread_id, {**held, **seen} if 2 * len(seen) < len(held) < _MEMO_MAX else seen)
+
+    def _store(self, thread_id: str, entries: dict[int, MemoEntry]) -> None:
+        self._threads[thread_id] = entries
+        self._threads.move_to_end(thread_id)
+        while len(self._threads) > self._max_threads:
+            self._threads.popitem(last=False)
+
+    def forget(self, thread_id: str | None = None) -> None:
+        with self._lock:
+            if thread_id is None:
+                self._threads.clear()
+            else:
+                self._threads.pop(thread_id, None)

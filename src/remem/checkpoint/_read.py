@@ -92,6 +92,7 @@ def _materialize(
     shared: dict[int, dict[int, Any]] | None,
     sized: frozenset[str] = frozenset(),
     lengths: dict[str, dict[str, int]] | None = None,
+    decoded: list[tuple[Any, tuple[str, bytes]]] | None = None,
 ) -> Program[list[CheckpointTuple]]:
     """Reads the writes, lists and items of ``rows`` (checkpoints of one or more threads) into tuples.
 
@@ -101,6 +102,9 @@ def _materialize(
     A list value of a channel in ``sized`` is not read: the tuple holds an empty list in its place and
     ``lengths[checkpoint_id][channel]`` its length, so listing a long thread reads no message. Pending
     writes to those channels are not read either (an empty list stands for their value).
+
+    ``decoded`` (without ``shared``) is given each channel value's objects with the payloads they came
+    from, for :class:`~._cache.EncodeMemo`.
     """
     by_thread: dict[tuple[int, str], list[_Row]] = {}
     for r in rows:
@@ -172,9 +176,17 @@ def _materialize(
             refs = lists[tid][desc[1]] if desc[0] == 1 else codec.refs_of_descriptor(desc, {})
             return [objects[n] for n in refs]
         if isinstance(desc, int):
-            return ctx.serde.loads_typed(payloads[tid][desc])
+            payload = payloads[tid][desc]
+            obj = ctx.serde.loads_typed(payload)
+            if decoded is not None:
+                decoded.append((obj, payload))
+            return obj
         held = payloads[tid]
-        return codec.loads_many(ctx.serde, [held[n] for n in codec.refs_of_descriptor(desc, lists[tid])])
+        items = [held[n] for n in codec.refs_of_descriptor(desc, lists[tid])]
+        objs = codec.loads_many(ctx.serde, items)
+        if decoded is not None:
+            decoded.extend(zip(objs, items, strict=True))
+        return objs
 
     out = []
     for r in rows:
@@ -236,8 +248,15 @@ def get_tuple(ctx: Context, config: RunnableConfig) -> Program[CheckpointTuple |
     if not raw:
         return None
     rows = _rows(ctx, raw)
-    (tup,) = yield from _materialize(ctx, rows, None)
+    decoded: list[tuple[Any, tuple[str, bytes]]] | None = None
+    if ctx.memo is not None:
+        # the objects held since the last read are given back first: their memory is reused by the new ones
+        ctx.memo.forget(thread_id)
+        decoded = []
+    (tup,) = yield from _materialize(ctx, rows, None, decoded=decoded)
     r = rows[0]
+    if ctx.memo is not None and decoded is not None:
+        ctx.memo.keep_read(r.thread_id, decoded)
     ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
     return tup
 

@@ -147,17 +147,11 @@ class SyncSaver(RememSaver):
     ) -> RunnableConfig:
         run = config["configurable"].get(ops.RUN_MARK)
         try:
-            with self._ctx.claims.putting(run, checkpoint["id"]), self._run_lease(config) as lease:
-                if lease is not None:
-                    lease.verify()
-                self._forget_read(config)
-                with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
-                    written = self._run(
-                        lambda tx: _write.put(
-                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
-                        ),
-                        write=True,
-                    )
+            with self._ctx.claims.putting(run, checkpoint["id"]):
+                written = self._put(config, checkpoint, metadata, new_versions, in_transaction=True)
+                if written is None:  # another session holds the thread's lease: wait for it
+                    written = self._put(config, checkpoint, metadata, new_versions, in_transaction=False)
+                assert written is not None  # only a lease taken in the transaction answers None
         except Exception as exc:
             if run:
                 self._ctx.claims.record_failed(run, exc)
@@ -165,6 +159,33 @@ class SyncSaver(RememSaver):
         if run:
             self._ctx.claims.record_written(run, checkpoint["id"])
         return written
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        *,
+        in_transaction: bool,
+    ) -> RunnableConfig | None:
+        """One try at :meth:`put` under its lease; None when the lease its transaction took was busy."""
+        with self._run_lease(config, in_transaction) as lease:
+            if lease is not None:
+                lease.verify()
+            self._forget_read(config)
+            with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
+                try:
+                    return self._run(
+                        lambda tx: _write.put(
+                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
+                        ),
+                        write=True,
+                    )
+                except StaleCacheError:
+                    if lease is None or not lease.in_transaction:
+                        raise
+                    return None
 
     def _read_ancestors(
         self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
