@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +43,25 @@ def _terminate_lease_sessions(url: str) -> int:
 def _between_read_and_write(memory: Memory, attack: Callable[[], None]) -> None:
     """Run ``attack`` once, when the next append has read the thread and not written it yet."""
     store = memory.store
-    real = store.batch
+    real, real_reading = store.batch, store.reading
     armed = [True]
 
-    def batch(ops: Any) -> Any:
+    def hooked(run: Callable[[Any], Any], ops: Any) -> Any:
         ops = list(ops)
-        result = real(ops)
+        result = run(ops)
         reads_order = len(ops) == 1 and isinstance(ops[0], GetOp) and ops[0].namespace == order_ns(THREAD)
         if armed[0] and reads_order:  # _append_new's last read: the order chunk it will rewrite
             armed[0] = False
             attack()
         return result
 
-    store.batch = batch  # type: ignore[method-assign]
+    @contextlib.contextmanager
+    def reading() -> Iterator[Any]:  # the reads of a read session (PostgreSQL) as those of a batch
+        with real_reading() as reads:
+            yield lambda ops: hooked(reads, ops)
+
+    store.batch = lambda ops: hooked(real, ops)  # type: ignore[method-assign]
+    store.reading = reading  # type: ignore[method-assign]
 
 
 def _other_process_appends(url: str, acks: Path, wait: float) -> Any:

@@ -6,6 +6,10 @@ A flow yields :class:`StoreCall` (a batch of LangGraph store ops), :class:`Summa
 drives a flow with a store's ``batch`` and a summariser's ``summarize``, :func:`arun` with ``abatch`` and
 ``asummarize`` (both with :func:`remem._statements.drive` / ``adrive``). The flows themselves do no I/O.
 
+:func:`run` gives a flow's reads one read session of the store (:func:`remem.store._targets.reading`: one
+transaction on PostgreSQL for a card's half-dozen steps), closed before each write, lease or model call so
+that no connection waits in a transaction for them, and opened again by the next read.
+
 Every write of a :class:`Leased` sub-plan is made only after the lease is checked to be still held
 (:meth:`Guard.verify`): a holder whose lease the database dropped (a PostgreSQL session ended, a SQLite
 lease file deleted) fails with :class:`~remem.errors.StorageError` instead of overwriting what the next
@@ -28,7 +32,8 @@ from langgraph.store.base import BaseStore, Op, PutOp
 
 from remem import _statements
 from remem.errors import RememError, StorageError
-from remem.store._targets import afenced_batch, fenced_batch
+from remem.store._reads import Reads
+from remem.store._targets import afenced_batch, fenced_batch, reading
 from remem.summarize import Summarizer, SummaryResult
 from remem.usage import Meter
 from remem.usage._records import call_id_of
@@ -44,6 +49,7 @@ __all__ = [
     "SummarizeCall",
     "arun",
     "run",
+    "together",
 ]
 
 T = TypeVar("T")
@@ -96,6 +102,32 @@ Lease = Callable[[str], AbstractContextManager[Guard | None]]
 ALease = Callable[[str], AbstractAsyncContextManager[Guard | None]]
 
 
+def together(first: Flow[Any], second: Flow[Any]) -> Flow[tuple[Any, Any]]:
+    """Both flows' results, their store calls made side by side: while both wait on a store call, the
+    two go as one batch (one transaction, and one statement for their gets where the store can), so two
+    independent reads of a card cost one round trip. Any other effect (a lease, a model call) runs alone,
+    in the order the flows ask. Neither flow may depend on what the other writes."""
+    flows = (first, second)
+    asked: list[Any] = [_statements.start(f) for f in flows]
+    while True:
+        waiting = [i for i, a in enumerate(asked) if not isinstance(a, _statements.Done)]
+        if not waiting:
+            return asked[0].value, asked[1].value
+        calls = [i for i in waiting if isinstance(asked[i], StoreCall)]
+        if len(calls) == 2 and not any(_writes(asked[i]) for i in calls):
+            sizes = [len(asked[i].ops) for i in calls]
+            results = yield StoreCall([*asked[0].ops, *asked[1].ops])
+            answers = [results[: sizes[0]], results[sizes[0] :]]
+        else:
+            calls = waiting[:1]
+            answers = [(yield asked[calls[0]])]
+        for i, answer in zip(calls, answers, strict=True):
+            try:
+                asked[i] = flows[i].send(answer)
+            except StopIteration as done:
+                asked[i] = _statements.Done(done.value)
+
+
 def _no_lease(thread_id: str) -> AbstractContextManager[Guard | None]:
     return contextlib.nullcontext()
 
@@ -134,6 +166,28 @@ def _record(meter: Meter | None, call: SummarizeCall, result: SummaryResult) -> 
     )
 
 
+class _Reads:
+    """A flow's read session (:func:`run`): opened by its first read, closed by :meth:`close`."""
+
+    def __init__(self, store: BaseStore) -> None:
+        self.store = store
+        self._session: AbstractContextManager[Reads] | None = None
+        self._reads: Reads | None = None
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        if self._reads is None:
+            session = reading(self.store)
+            self._reads = session.__enter__()
+            self._session = session
+        return self._reads(ops)
+
+    def close(self) -> None:
+        session, self._session, self._reads = self._session, None, None
+        if session is not None:
+            with contextlib.suppress(StorageError):  # its COMMIT: it wrote nothing, its reads are done
+                session.__exit__(None, None, None)
+
+
 def run(
     plan: Flow[T],
     store: BaseStore,
@@ -146,9 +200,19 @@ def run(
     ``meter`` records each summariser call in the usage ledger; ``guard``: the lease the plan runs under,
     verified before each of its writes."""
 
+    reads = _Reads(store)
+
     def reply(effect: Effect) -> Any:
+        if isinstance(effect, StoreCall) and not _writes(effect):
+            try:
+                return reads.batch(effect.ops)
+            except RememError:
+                raise
+            except Exception as exc:
+                raise _storage_failed(exc) from exc
+        reads.close()  # before a write, a lease or a model call
         if isinstance(effect, StoreCall):
-            if guard is not None and _writes(effect):
+            if guard is not None:
                 guard.verify()
                 fenced = guard.fenced
             else:
@@ -166,7 +230,10 @@ def run(
         _record(meter, effect, result)
         return result
 
-    return _statements.drive(plan, reply)
+    try:
+        return _statements.drive(plan, reply)
+    finally:
+        reads.close()
 
 
 async def arun(

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langgraph.store.base import GetOp, SearchItem, SearchOp
 
@@ -27,7 +27,7 @@ from remem.memory._card import (
     render_card,
     render_recall,
 )
-from remem.memory._effects import Flow, StoreCall
+from remem.memory._effects import Flow, StoreCall, together
 from remem.memory._plans import (
     FoldSpec,
     TextCounter,
@@ -72,6 +72,7 @@ DIVERSE_TOP = 16
 THREAD_SEARCH_HITS = 5
 """Hits read per thread asked for when searching threads (a thread often holds several)."""
 _HIDDEN_STATUSES = frozenset({"deleted", "erased", "invalid", "superseded"})
+T = TypeVar("T")
 
 
 def _matches(record: MemoryRecord, metadata_filter: Mapping[str, Any] | None) -> bool:
@@ -400,6 +401,12 @@ CARD_RECORDS = 48
 per 40 tokens of a bigger budget): it holds as many of them as its budget allows, best first."""
 
 
+def _done(value: T) -> Flow[T]:
+    """A flow that has its result already (for :func:`together`)."""
+    return value
+    yield  # a generator that asks for nothing
+
+
 def context_card_plan(
     thread_id: str,
     *,
@@ -422,26 +429,26 @@ def context_card_plan(
     info = yield from thread_info_plan(thread_id)
     n = info.message_count
     boundary = max(n - max(except_last_messages, max_recent_messages), 0)
-    tail_ids = yield from ids_between(thread_id, boundary, n)
-    recent: list[StoredMessage] = []
-    if max_recent_messages:
-        recent = yield from messages_by_id(thread_id, tail_ids[-max_recent_messages:])
     if extend_summary:
-        summary = yield from summary_at(
-            thread_id, info, boundary, info.context_summary_update_frequency, fold
-        )
+        summarised = summary_at(thread_id, info, boundary, info.context_summary_update_frequency, fold)
     else:
-        summary = yield from revision_within(thread_id, info.summary_revision, boundary)
+        summarised = revision_within(thread_id, info.summary_revision, boundary)
+    # Independent reads go together (one batch each step): the tail's ids with the summary, the
+    # tail's messages with the latest user message or with the search.
+    tail_ids, summary = yield from together(ids_between(thread_id, boundary, n), summarised)
+    recent_read = messages_by_id(thread_id, tail_ids[-max_recent_messages:] if max_recent_messages else [])
     exclude = set(tail_ids)
     if query is None:
-        latest = yield from _latest_user_message(thread_id, info)
+        recent, latest = yield from together(recent_read, _latest_user_message(thread_id, info))
+        recent_read = _done(recent)
         if latest is not None:
             query = latest.content
             exclude.add(latest.id)
     k = max(CARD_RECORDS, token_budget // 40) if max_relevant_results is None else max_relevant_results
-    groups: list[list[MemoryRecord]] = []
-    if k and query and query.strip():
-        records = yield from search_plan(
+    searched = bool(k and query and query.strip())
+    searching: Flow[list[MemoryRecord]] = _done([])
+    if searched and query is not None:
+        searching = search_plan(
             query,
             user_id=info.user_id,
             thread_id=thread_id,
@@ -451,6 +458,9 @@ def context_card_plan(
             metadata_filter=metadata_filter,
             diverse=True,
         )
+    recent, records = yield from together(recent_read, searching)
+    groups: list[list[MemoryRecord]] = []
+    if searched:
         if types is None and not metadata_filter:  # a neighbour is shown only where any message may be
             groups = yield from _with_neighbours(thread_id, info, records, frozenset(exclude))
         else:

@@ -17,9 +17,10 @@ the server reads the database as the library does.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from langgraph.store.base import (
@@ -40,7 +41,8 @@ from remem._lease_target import LeaseTarget
 from remem.errors import ConfigError
 from remem.store import ScoredItem
 from remem.store._base import Fence
-from remem.store._targets import Fenced, store_lease_target
+from remem.store._reads import Reads
+from remem.store._targets import Fenced, SharesReads, reading, store_lease_target
 from remem.usage import Meter, UsageEvent
 
 __all__ = [
@@ -169,10 +171,23 @@ class TenantStore(BaseStore):
             return [self._out(tuple(ns)) for ns in found]
         return result
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
+    def _scoped(self, run: Callable[[list[Op]], list[Result]], ops: Iterable[Op]) -> list[Result]:
         given = list(ops)
-        results = self.inner.batch([self._op(op) for op in given])
+        results = run([self._op(op) for op in given])
         return [self._result(op, r) for op, r in zip(given, results, strict=True)]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        return self._scoped(self.inner.batch, ops)
+
+    @property
+    def shares_reads(self) -> bool:
+        return isinstance(self.inner, SharesReads) and self.inner.shares_reads
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Reads]:
+        """``inner``'s read session (:func:`remem.store._targets.reading`), seen by the tenant."""
+        with reading(self.inner) as reads:
+            yield lambda ops: self._scoped(reads, ops)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         given = list(ops)
@@ -181,11 +196,10 @@ class TenantStore(BaseStore):
 
     def fenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
         """:meth:`RememStoreBase.fenced_batch` on ``inner`` (a plain batch where ``inner`` has none)."""
-        given = list(ops)
-        mine = [self._op(op) for op in given]
         inner = self.inner
-        results = inner.fenced_batch(mine, fence) if isinstance(inner, Fenced) else inner.batch(mine)
-        return [self._result(op, r) for op, r in zip(given, results, strict=True)]
+        if isinstance(inner, Fenced):
+            return self._scoped(lambda mine: inner.fenced_batch(mine, fence), ops)
+        return self._scoped(inner.batch, ops)
 
     async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
         """Async version of :meth:`fenced_batch`."""

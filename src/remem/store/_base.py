@@ -30,6 +30,7 @@ from remem.store._compact import Compaction
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._delete import DeleteReport, Statements
 from remem.store._exec import Tx, VecChanged, Vector, VectorSearch
+from remem.store._reads import Reads, Transaction, shared_reads
 
 T = TypeVar("T")
 Fence = Callable[[Any], Program[None]]
@@ -151,10 +152,12 @@ class RememStoreBase(BaseStore):
         write: bool,
         snapshot: bool = True,
         ready: Mapping[bytes, Vector] | None = None,
+        transaction: Transaction | None = None,
     ) -> T:
         """Run the program ``make(tx)`` builds in one transaction (built again to retry, or after embedding
-        what it found unembedded); ``ready``: the vectors embedded ahead for it."""
-        return retrying(lambda: self._run_once(make, write, snapshot, ready), self.retry)
+        what it found unembedded); ``ready``: the vectors embedded ahead for it; ``transaction``: where it
+        runs when not in a transaction of its own (a read session's, :meth:`reading`)."""
+        return retrying(lambda: self._run_once(make, write, snapshot, ready, transaction), self.retry)
 
     def _run_once(
         self,
@@ -162,12 +165,14 @@ class RememStoreBase(BaseStore):
         write: bool,
         snapshot: bool,
         ready: Mapping[bytes, Vector] | None,
+        transaction: Transaction | None = None,
     ) -> T:
         self._check_writable(write)
+        opened = transaction or (lambda: self._transaction(write, snapshot))
         with self._serial():
             while True:
                 tx = Tx(self._vectors(), ready or {})
-                result = run(make(tx), lambda: self._transaction(write, snapshot))
+                result = run(make(tx), opened)
                 if not tx.unembedded:
                     break
                 # it stopped before writing: embed outside the transaction, run it again
@@ -220,6 +225,23 @@ class RememStoreBase(BaseStore):
     async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]:
         """Async version of :meth:`fenced_batch`."""
         return await asyncio.to_thread(self.fenced_batch, list(ops), fence)
+
+    shares_reads: bool = False
+    """Whether :meth:`reading` runs its batches in one transaction (PostgreSQL: a round trip saved for each
+    BEGIN and COMMIT, a pool's connection checked out once); elsewhere each batch runs alone."""
+
+    def reading(self) -> contextlib.AbstractContextManager[Reads]:
+        """A read session: the batches of reads given to the function it yields run one after another in
+        one read transaction on one connection, opened by the first and committed at the end. Statements
+        see what they would see in transactions of their own (READ COMMITTED: each statement sees what was
+        committed before it began), so a flow that reads in several steps (a context card: the thread's
+        metadata, its tail, its summary, a search, the hits' neighbours) pays one BEGIN and one COMMIT.
+        A failed statement ends the transaction (rolled back); the next batch opens another (so a lost
+        connection is retried as a batch of its own is). Hold it only between reads: the caller closes
+        it before a write, a lease or a model call, so that no connection waits idle in a transaction."""
+        if not self.shares_reads:
+            return contextlib.nullcontext(self.batch)
+        return shared_reads(self)
 
     def _batch_program(
         self, ops: list[Op], fence: Fence | None = None

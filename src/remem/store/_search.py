@@ -82,11 +82,18 @@ def search_program(
     ns_ids: list[int] | None = None
     if prefix:
         ns_where, params = d.ns_condition(prefix, "path")
-        ns_ids = [int(r[0]) for r in (yield Statement(d.q(f"SELECT id FROM {NS} WHERE {ns_where}"), params))]
-        if not ns_ids:
+        outside, _ = d.ns_condition(prefix, "o.path")
+        # with, in the same statement, whether the prefix covers every namespace (then no need to filter):
+        # no namespace outside it, which a scan finds at its first such row (a count read them all)
+        found = yield Statement(
+            d.q(
+                f"SELECT id, NOT EXISTS (SELECT 1 FROM {NS} o WHERE NOT {outside}) FROM {NS} WHERE {ns_where}"
+            ),
+            [*params, *params],
+        )
+        if not found:
             return []
-        if len(ns_ids) == int((yield Statement(d.q(f"SELECT count(*) FROM {NS}"), []))[0][0]):
-            ns_ids = None  # the prefix covers every namespace: no need to filter
+        ns_ids = None if found[0][1] else [int(r[0]) for r in found]
     if mode in ("hybrid", "keyword"):
         terms = _text.query_terms(op.query)
         if terms:

@@ -4,11 +4,13 @@ remem's stores know their own (:attr:`RememStoreBase.lease_target`), and so does
 (:class:`LeaseTargeted`: the server's tenant view holds its leases where the shared store does, so writers in
 every worker take turns). LangGraph's SQLite and PostgreSQL stores are mapped by their class to the database
 of the connection they were given; any other store (``InMemoryStore``, a third party's) keeps its threads'
-leases in this process.
+leases in this process. Likewise for the fencing of a write (:class:`Fenced`) and the read sessions
+of a flow (:class:`SharesReads`): a store that has them, or wraps one that does, says so by its methods.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,8 +18,17 @@ from langgraph.store.base import Op, Result
 
 from remem._lease_target import LeaseTarget, is_loaded_instance
 from remem.store._base import Fence, RememStoreBase
+from remem.store._reads import Reads
 
-__all__ = ["Fenced", "LeaseTargeted", "afenced_batch", "fenced_batch", "store_lease_target"]
+__all__ = [
+    "Fenced",
+    "LeaseTargeted",
+    "SharesReads",
+    "afenced_batch",
+    "fenced_batch",
+    "reading",
+    "store_lease_target",
+]
 
 
 @runtime_checkable
@@ -37,6 +48,17 @@ class Fenced(Protocol):
     def fenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]: ...
 
     async def afenced_batch(self, ops: Iterable[Op], fence: Fence) -> list[Result]: ...
+
+
+@runtime_checkable
+class SharesReads(Protocol):
+    """A store whose batches of reads can share one read transaction (:meth:`RememStoreBase.reading`):
+    remem's stores and the server's tenant view of one; ``shares_reads``: whether they do (PostgreSQL)."""
+
+    @property
+    def shares_reads(self) -> bool: ...
+
+    def reading(self) -> contextlib.AbstractContextManager[Reads]: ...
 
 
 _STOCK = (
@@ -72,3 +94,11 @@ async def afenced_batch(store: Any, ops: Iterable[Op], fence: Fence) -> list[Res
         return await store.afenced_batch(ops, fence)
     results: list[Result] = await store.abatch(ops)
     return results
+
+
+def reading(store: Any) -> contextlib.AbstractContextManager[Reads]:
+    """``store``'s read session where its reads share a transaction (:class:`SharesReads`); on any
+    other store, each batch goes to its ``batch`` alone."""
+    if isinstance(store, SharesReads) and store.shares_reads:
+        return store.reading()
+    return contextlib.nullcontext(store.batch)

@@ -93,6 +93,7 @@ class _PostgresBackend(RememStoreBase):
         self._is_setup = False
         self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
         self.retry = Retry(self._sync_reopens, "the PostgreSQL connection was lost")
+        self.shares_reads = pipe is None  # a pipeline's statements are already sent without waiting
 
     def _sync_reopens(self, exc: BaseException) -> bool:
         """Whether a sync call may run again: it lost a connection the store opened itself (or a pool's);

@@ -42,6 +42,7 @@ from remem.store._async import AsyncStore
 from remem.store._base import RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
 from remem.store._exec import Hits, Program, Rows, Statement, Tx, VecChanged, Vector
+from remem.store._reads import Transaction
 from remem.store._schema import VECTORS
 from remem.store._vectors import FEW_NAMESPACES, VectorMatrix, top_items
 
@@ -255,11 +256,12 @@ class _SqliteBackend(RememStoreBase):
         write: bool,
         snapshot: bool = True,
         ready: Mapping[bytes, Vector] | None = None,
+        transaction: Transaction | None = None,
     ) -> T:
         with self._lock:
             if self._pending:
                 self._flush_locked()
-            return super()._run(make, write=write, snapshot=snapshot, ready=ready)
+            return super()._run(make, write=write, snapshot=snapshot, ready=ready, transaction=transaction)
 
     # -------------------------------------------------- I/O hooks
 
