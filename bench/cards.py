@@ -98,42 +98,50 @@ def _embedder(name: str, cache: str | None = None) -> Any:
     return default_embedder()
 
 
-def run(
-    embedder_name: str, limit: int | None, set_name: str = "generated", beam: str | None = None,
-    cache: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+def _messages(conv: dict[str, Any]) -> list[dict[str, Any]]:
+    """A dev-set conversation as the memory client's messages: each turn dated (``_timestamp``); a turn
+    whose role is a person's name (REALTALK) is the ``user`` if that person spoke first, else the
+    ``assistant``, with the name as its speaker."""
+    roles: dict[str, str] = {"user": "user", "assistant": "assistant"}
+    messages = []
+    for position, turn in enumerate(conv["turns"]):
+        role = roles.setdefault(turn["role"], "assistant" if len(roles) > 2 else "user")
+        message: dict[str, Any] = {
+            "role": role,
+            "content": turn["content"],
+            "id": turn["id"],
+            "timestamp": _timestamp(turn, position),
+        }
+        speaker = turn.get("speaker") or (turn["role"] if turn["role"] not in ("user", "assistant") else None)
+        if speaker:
+            message["metadata"] = {"speaker": speaker}
+        messages.append(message)
+    return messages
+
+
+def card_recall(
+    dataset: dict[str, Any], embedder: Any, budgets: tuple[int, ...] = BUDGETS
+) -> list[dict[str, Any]]:
+    """For every budget: how often a question's answer turn is in its card (the question as the query),
+    the card's mean tokens and summary share, and its build time p50 / p95 (one row per budget)."""
     from remem import Memory
     from remem.store import SqliteStore
 
-    dataset = load_dev_set(set_name, beam)
-    conversations = dataset["conversations"][:limit] if limit else dataset["conversations"]
-    embedder = _embedder(embedder_name, cache)
-    hits: dict[int, list[tuple[bool, bool]]] = {b: [] for b in BUDGETS}
-    times: dict[int, list[float]] = {b: [] for b in BUDGETS}
-    tokens: dict[int, list[int]] = {b: [] for b in BUDGETS}
-    summary_share: dict[int, list[float]] = {b: [] for b in BUDGETS}
+    hits: dict[int, list[tuple[bool, bool]]] = {b: [] for b in budgets}
+    times: dict[int, list[float]] = {b: [] for b in budgets}
+    tokens: dict[int, list[int]] = {b: [] for b in budgets}
+    summary_share: dict[int, list[float]] = {b: [] for b in budgets}
     with SqliteStore.from_conn_string(
         ":memory:", index={"dims": embedder.dims, "embed": embedder, "fields": ["content"]}
     ) as store:
         memory = Memory(store)
-        for conv in conversations:
+        for conv in dataset["conversations"]:
             thread = memory.thread(conv["id"], user_id=f"user-{conv['id']}")
-            messages = []
-            for position, turn in enumerate(conv["turns"]):
-                message: dict[str, Any] = {
-                    "role": turn["role"],
-                    "content": turn["content"],
-                    "id": turn["id"],
-                    "timestamp": _timestamp(turn, position),
-                }
-                if turn.get("speaker"):
-                    message["metadata"] = {"speaker": turn["speaker"]}
-                messages.append(message)
-            thread.add_messages(messages)
+            thread.add_messages(_messages(conv))
             contents = {t["id"]: t["content"] for t in conv["turns"]}
-            thread.get_context_card(query="warm-up", token_budget=BUDGETS[0])  # makes the summary once
+            thread.get_context_card(query="warm-up", token_budget=budgets[0])  # makes the summary once
             for q in conv["questions"]:
-                for budget in BUDGETS:
+                for budget in budgets:
                     start = time.perf_counter()
                     card = thread.get_context_card(query=q["question"], token_budget=budget)
                     times[budget].append((time.perf_counter() - start) * 1000)
@@ -148,7 +156,7 @@ def run(
     if hasattr(embedder, "save"):
         embedder.save()
     rows = []
-    for budget in BUDGETS:
+    for budget in budgets:
         n = len(hits[budget])
         ordered = sorted(times[budget])
         rows.append(
@@ -163,6 +171,17 @@ def run(
                 "p95_ms": ordered[min(int(0.95 * n), n - 1)],
             }
         )
+    return rows
+
+
+def run(
+    embedder_name: str, limit: int | None, set_name: str = "generated", beam: str | None = None,
+    cache: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    dataset = load_dev_set(set_name, beam)
+    if limit:
+        dataset = {**dataset, "conversations": dataset["conversations"][:limit]}
+    rows = card_recall(dataset, _embedder(embedder_name, cache))
     return {"embedder": embedder_name, "set": set_name, "rows": rows}
 
 

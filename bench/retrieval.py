@@ -218,6 +218,7 @@ def mode_ranks(result: dict[str, Any], qs: list[dict[str, Any]] | None = None) -
         "vector": [q["vector"] for q in qs],
         "hybrid-rrf (first rule)": [replay(q, fusion.RRF)[0] for q in qs],
         "hybrid-scores (last rule)": [replay(q, fusion.SCORES)[0] for q in qs],
+        "hybrid-agree20 (rule before)": [replay(q, fusion.AGREE20)[0] for q in qs],
         "hybrid (after)": [q["hybrid"] for q in qs],
     }
 
@@ -254,16 +255,28 @@ GRID = [
 # is always the fused order's (recall@1 stays the score rule's), and a 1:1 deal holds the top k/2 of both
 # lists it deals from at depth k, which bounds what either side can lose; a score rule has no such bound.
 INTERLEAVES = [
-    replace(fusion.SCORES, method="interleave", on_agree=a, on_disagree=d, agree_depth=n, agree_min=m)
+    replace(fusion.SCORES, method="interleave", on_agree=a, on_disagree=d, agree_depth=n, agree_min=m,
+            disagree_lead=lead)
     for a in ("f", "fk", "fv")
     for d in ("f", "fk", "fv")
     if a != d
     for n in (5, 10, 20)
     for m in (1, 2, 3)
-]
+    for lead in (0.0,)
+]  # fmt: skip
+# Where the two sides disagree, the default's fused order trusts the keyword side by its best BM25 alone
+# (``disagree_lead=0``); the family before kept its lead there too. Both families, and the two together,
+# are measured leave one set out as well (``loso_tables``).
+FAMILIES = {
+    "the lead kept where the sides disagree (the family of the rule before)": [
+        replace(r, disagree_lead=None) for r in INTERLEAVES
+    ],
+    "both families together": [*INTERLEAVES, *(replace(r, disagree_lead=None) for r in INTERLEAVES)],
+}
 GRID += INTERLEAVES
-if fusion.DEFAULT not in GRID:
-    GRID.append(fusion.DEFAULT)
+for rule in (fusion.DEFAULT, fusion.AGREE20):
+    if rule not in GRID:
+        GRID.append(rule)
 
 
 def describe(rule: fusion.FusionRule) -> str:
@@ -271,10 +284,11 @@ def describe(rule: fusion.FusionRule) -> str:
     if rule.method == "rrf":
         return f"rrf {rule.keyword_weight:g} / {rule.vector_weight:g}"
     if rule.method == "interleave":
-        flag = " (default)" if rule == fusion.DEFAULT else ""
+        flag = " (default)" if rule == fusion.DEFAULT else " (rule before)" if rule == fusion.AGREE20 else ""
+        bm25 = ", keyword by BM25 alone" if rule.disagree_lead == 0 else ""
         return (
             f"interleave {rule.on_agree} if the top {rule.agree_depth} share >= {rule.agree_min}, "
-            f"else {rule.on_disagree}{flag}"
+            f"else {rule.on_disagree}{bm25}{flag}"
         )
     lead = f"lead^{rule.keyword_lead:g} x " if rule.keyword_lead else ""
     scale = f"{lead}min(1, bm25/{rule.keyword_scale:g})" if rule.keyword_scale else "lead"
@@ -311,6 +325,13 @@ def loso_tables(results: dict[tuple[str, str, str], dict[str, Any]]) -> None:
         if emb == "fake" or len(groups) < 2:
             continue
         print_folds(emb, leave_one_set_out(mine, INTERLEAVES, recalls, parts, groups), describe)
+        for family, rules in FAMILIES.items():
+            folds = leave_one_set_out(mine, rules, recalls, parts, groups)
+            below = ", ".join(f"{f.left_out}: {100 * f.margin:+.1f}" for f in folds if f.margin < 0)
+            print(
+                f"\nCandidates with {family}: worst left-out margin {100 * min(f.margin for f in folds):+.1f}"
+                f" ({below or 'none below'})."
+            )
         wide = leave_one_set_out(mine, GRID, recalls, parts, groups)
         print(
             f"\nWith the score rules of the grid among the candidates, the worst left-out margin is {100 * min(f.margin for f in wide):+.1f} "
@@ -475,6 +496,32 @@ def print_indexings(results: dict[tuple[str, str, str], dict[str, Any]]) -> None
                 print(f"| {left} | {best} | {_cells({'m': mine[mode]}, ('m',), (5, 10))} | {tail} |")
 
 
+CARD_BUDGETS = (2000,)  # the issue's budget: the card must hold the evidence of >= 85% of questions
+
+
+def print_cards(sets: list[dict[str, Any]], embedder: Any) -> None:
+    """The card table: for every dev set, how often a question's answer turn is in the context card built
+    with the question as its query (``bench/cards.py``: the memory client over a SQLite store, each turn
+    dated), and how long a card takes."""
+    from cards import card_recall
+
+    print("\n### Context cards (MiniLM): the answer turn in the card, the question as its query\n")
+    print(
+        "| set | budget | questions | in card | in card or summary | tokens (mean) | summary share | build p50 ms | p95 ms |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for data in sets:
+        if data["name"] == "beam[:N]":
+            continue
+        for r in card_recall(data, embedder, CARD_BUDGETS):
+            print(
+                f"| {data['name']} | {r['budget']:,} | {r['questions']} | {100 * r['in_card']:.1f} | "
+                f"{100 * r['in_card_or_summary']:.1f} | {r['tokens_mean']:.0f} | {100 * r['summary_share']:.0f}% | "
+                f"{r['p50_ms']:.1f} | {r['p95_ms']:.1f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -488,6 +535,7 @@ def main() -> None:
     parser.add_argument("--realtalk", type=Path, help="a local copy of REALTALK's data folder (Chat_*.json)")
     parser.add_argument("--realtalk-chats", type=int, help="only the first N REALTALK chats")
     parser.add_argument("--threads", type=int, help="CPU threads for MiniLM (default: all)")
+    parser.add_argument("--no-cards", action="store_true", help="skip the card table")
     parser.add_argument(
         "--embedders", nargs="+", default=["fake", *CANDIDATES], help=f"of fake, {', '.join(CANDIDATES)}"
     )
@@ -566,6 +614,9 @@ def main() -> None:
     plain = {(s, e): r for (s, e, ix), r in results.items() if ix == "content" and s != "beam[:N]"}
     print_modes(plain)
     loso_tables(results)
+    minilm = dict(embedders(["minilm"], args.cache, args.threads)) if not args.no_cards else {}
+    if "minilm" in minilm:
+        print_cards(sets, minilm["minilm"])
     print_types(plain, "minilm")
     for emb in sorted({e for _, e in plain}):
         if emb != "fake":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -64,24 +65,42 @@ def _placed(scores: dict[int, dict[str, float]], rule: fusion.FusionRule | None 
 
 
 def test_the_default_deals_places_from_the_fused_order_and_the_side_that_agrees_or_the_vector_side() -> None:
-    # 30 keyword hits (1 the best) and 30 vector hits (101 the best), no item in both top 20s
+    # 30 keyword hits (1 the best) and 30 vector hits (101 the best), no item in both top 10s
     scores: dict[int, dict[str, float]] = {
         i: {"keyword": 40.0 - i, "vector": 0.1 - i / 1000} for i in range(1, 31)
     }
     scores |= {i: {"vector": 0.9 - i / 1000} for i in range(101, 131)}
     dealt = _placed(scores)
-    assert dealt[0] == _placed(scores, fusion.SCORES)[0]  # the first place is the fused order's
+    by_bm25 = replace(fusion.SCORES, keyword_lead=0.0)  # the fused order where the sides disagree
+    assert dealt[0] == _placed(scores, by_bm25)[0]  # the first place is the fused order's
     by_vector = sorted(scores, key=lambda i: -scores[i]["vector"])
     assert dealt[1] == next(i for i in by_vector if i != dealt[0])  # no agreement: the vector side deals
 
-    scores[5]["vector"] = 0.95  # one item in both top 20s: the keyword side deals instead
+    scores[5]["vector"] = 0.95  # one item in both top 10s is not agreement yet
+    assert _placed(scores)[1] == next(i for i in by_vector if i != _placed(scores)[0])
+    scores[6]["vector"] = 0.94  # two items in both top 10s: the keyword side deals instead
     dealt, fused = _placed(scores), _placed(scores, fusion.SCORES)
     by_keyword = sorted(
         (i for i in scores if scores[i].get("keyword", 0) > 0), key=lambda i: -scores[i]["keyword"]
     )
+    assert dealt[0] == fused[0]
     assert dealt[1] == next(i for i in by_keyword if i != dealt[0])
     for k in (4, 6, 10):  # at depth k: the top k/2 of both orders dealt from
         assert set(by_keyword[: k // 2]) <= set(dealt[:k]) and set(fused[: k // 2]) <= set(dealt[:k])
+
+
+def test_where_the_sides_disagree_a_strong_keyword_match_keeps_its_place_without_a_lead() -> None:
+    # two turns match the question's rare words equally (BM25 20, no lead); the vector side ranks
+    # others first and shares none of its top 10 with the keyword side. Trusted by its lead, the keyword
+    # side weighs nothing and the fused order is the vector side's; by its BM25 alone it takes the first
+    # place (the rule before gave both places to vector hits).
+    scores: dict[int, dict[str, float]] = {
+        1: {"keyword": 20.0, "vector": 0.30},
+        2: {"keyword": 20.0, "vector": 0.29},
+    }
+    scores |= {i: {"vector": 0.9 - (i - 100) / 100} for i in range(101, 121)}
+    assert _placed(scores)[0] == 1
+    assert _placed(scores, fusion.AGREE20)[:2] == [101, 102]
 
 
 def test_rrf_rule_is_reciprocal_rank_fusion() -> None:

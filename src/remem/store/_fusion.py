@@ -59,7 +59,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
-__all__ = ["DEFAULT", "LEADS", "RRF", "SCORES", "FusionRule", "fuse"]
+__all__ = ["AGREE20", "DEFAULT", "LEADS", "RRF", "SCORES", "FusionRule", "fuse"]
 
 K = TypeVar("K")
 
@@ -78,7 +78,9 @@ class FusionRule:
     ``keyword_scale``); ``power``: applied to both confidences. ``agree_depth``, ``agree_min``: the two
     sides agree when their top ``agree_depth`` share ``agree_min`` items or more; ``on_agree``,
     ``on_disagree``: the order in which places are dealt, one letter a place, repeated (``f`` the fused
-    order, ``k`` keyword, ``v`` vector; each place takes that order's best candidate not placed yet)."""
+    order, ``k`` keyword, ``v`` vector; each place takes that order's best candidate not placed yet);
+    ``disagree_lead``: the ``keyword_lead`` of the fused order dealt where the sides disagree (None: the
+    rule's own)."""
 
     method: Literal["scores", "rrf", "interleave"]
     keyword_weight: float
@@ -92,6 +94,7 @@ class FusionRule:
     agree_min: int = 1
     on_agree: str = "fk"
     on_disagree: str = "fv"
+    disagree_lead: float | None = None
 
     @property
     def needs_scores(self) -> bool:
@@ -103,10 +106,12 @@ RRF = FusionRule("rrf", 1.0, 1.0)
 LEADS = FusionRule("scores", keyword_weight=0.2, vector_weight=0.8, power=1.0)  # the rule before SCORES
 SCORES = FusionRule("scores", keyword_weight=0.6, vector_weight=0.4, keyword_scale=12.0, vector_gap=0.05)
 """The rule before DEFAULT, and the fused order DEFAULT deals from."""
-DEFAULT = FusionRule(
+AGREE20 = FusionRule(
     "interleave", keyword_weight=0.6, vector_weight=0.4, keyword_scale=12.0, vector_gap=0.05,
     agree_depth=20, agree_min=1, on_agree="fk", on_disagree="fv",
 )  # fmt: skip
+"""The rule before DEFAULT: the same deal, agreement at depth 20, the fused order the same either way."""
+DEFAULT = replace(AGREE20, agree_depth=10, agree_min=2, disagree_lead=0.0)
 
 
 def fuse(scores: Mapping[K, Mapping[str, float]], rule: FusionRule | None = None) -> dict[K, float]:
@@ -167,7 +172,6 @@ def _interleave(scores: Mapping[K, Mapping[str, float]], rule: FusionRule) -> di
     """Places dealt in turn from the fused order and one side's order (``FusionRule``), as values from 1
     (first place) down. Each order breaks its ties by the other signal, so an item better than another on
     one signal and no worse on the other is placed before it; identical candidates keep the order given."""
-    fused = fuse(scores, replace(rule, method="scores"))
 
     def signal(s: Mapping[str, float], name: str) -> float:
         return max(s.get(name, 0.0), 0.0) if name == "keyword" else s.get(name, float("-inf"))
@@ -177,11 +181,16 @@ def _interleave(scores: Mapping[K, Mapping[str, float]], rule: FusionRule) -> di
 
     keyword = [i for i in order("keyword", "vector") if signal(scores[i], "keyword") > 0]
     vector = [i for i in order("vector", "keyword") if "vector" in scores[i]]
+    shared = len(set(keyword[: rule.agree_depth]) & set(vector[: rule.agree_depth]))
+    agree = shared >= rule.agree_min
+    pattern = rule.on_agree if agree else rule.on_disagree
+    scoring = replace(rule, method="scores")
+    if not agree and rule.disagree_lead is not None:
+        scoring = replace(scoring, keyword_lead=rule.disagree_lead)
+    fused = fuse(scores, scoring)
     ranked = sorted(
         scores, key=lambda i: (-fused[i], -signal(scores[i], "keyword"), -signal(scores[i], "vector"))
     )
-    shared = len(set(keyword[: rule.agree_depth]) & set(vector[: rule.agree_depth]))
-    pattern = rule.on_agree if shared >= rule.agree_min else rule.on_disagree
     lists = {"f": ranked, "k": keyword, "v": vector}
     deal = [c for c in pattern if c in lists] or ["f"]
     heads = {c: iter(lists[c]) for c in deal}
