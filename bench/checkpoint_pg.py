@@ -175,8 +175,8 @@ def count_writes(kind: str, target: str, turns: int = 6) -> dict[str, float]:
             real_tx = saver._transaction
 
             @contextlib.contextmanager
-            def transaction(write: bool) -> Iterator[Any]:
-                with one_at_a_time, traced(conn) as sent, real_tx(write) as run_one:
+            def transaction(write: bool, snapshot: bool = True) -> Iterator[Any]:
+                with one_at_a_time, traced(conn) as sent, real_tx(write, snapshot) as run_one:
                     yield run_one
                 if hasattr(current, "sent"):
                     current.sent.extend(sent)

@@ -48,18 +48,22 @@ class AsyncSaver(RememSaver):
         self.loop = asyncio.get_running_loop()
         self._write_locks = [asyncio.Lock() for _ in range(WRITE_STRIPES)]  # see SaverCache.write_lock
 
-    def _transaction(self, write: bool) -> contextlib.AbstractAsyncContextManager[AExecute]:
+    def _transaction(
+        self, write: bool, snapshot: bool = True
+    ) -> contextlib.AbstractAsyncContextManager[AExecute]:
         raise NotImplementedError
 
-    async def _run(self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True) -> T:
+    async def _run(
+        self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True, snapshot: bool = True
+    ) -> T:
         """Async version of :meth:`SyncSaver._run`."""
         if write and self.read_only:
             raise read_only_error(self._where)
         if setup and not self._is_setup:
             await self.setup()
-        tx = ops.Tx()
+        tx = ops.Tx(snapshot=snapshot)
         try:
-            result = await arun(make(tx), lambda: self._transaction(write))
+            result = await arun(make(tx), lambda: self._transaction(write, snapshot))
         except StaleCacheError:  # a write that trusted the cache wrote nothing: again, reading what it needs
             tx = ops.Tx(trust_cache=False)
             result = await arun(make(tx), lambda: self._transaction(write))
@@ -96,15 +100,22 @@ class AsyncSaver(RememSaver):
         await self.alease_target()  # known before a turn's lease is compared with it (aiosqlite: async)
         scratch = self._scratch(config)
         if scratch is None:
-            found = await self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
+            found = await self._run(
+                lambda tx: _read.get_tuple(self._ctx, config, tx), write=False, snapshot=False
+            )
             return _read.mark_loaded(self._ctx, config, found)
         kept = scratch.get(HEAD_READ)
         if (
             kept is not None
-            and await self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
+            and await self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False, snapshot=False)
+            == kept[0]
         ):
             return _read.mark_loaded(self._ctx, config, _read.fresh_copy(kept[1]))
-        stamp, tup = await self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
+        stamp, tup = await self._run(
+            lambda tx: _read.get_head(self._ctx, config, tx),
+            write=False,
+            snapshot=self._dialect.name != "postgres",
+        )
         if tup is not None:
             scratch[HEAD_READ] = (stamp, tup)
             tup = _read.fresh_copy(tup)
@@ -219,7 +230,9 @@ class AsyncSaver(RememSaver):
                     return None
 
     async def _ahead_id(self, thread_id: str) -> str | None:
-        stamp = await self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)
+        stamp = await self._run(
+            lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False, snapshot=False
+        )
         return None if stamp is None else str(stamp[0])
 
     def _head_id(self, thread_id: str) -> str | None:

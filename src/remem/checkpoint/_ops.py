@@ -48,6 +48,10 @@ class Tx:
     after_commit: list[Callable[[], None]] = field(default_factory=list)
     trust_cache: bool = True
     """False when the operation runs again after a :class:`~remem.errors.StaleCacheError`."""
+    snapshot: bool = True
+    """Whether the operation's statements read one snapshot. A read that asks for none (one statement, with
+    the rest from the caches, is the usual ``get_tuple``) raises :class:`~remem.errors.StaleCacheError` when a
+    row it names is gone, and runs again in one."""
 
 
 @dataclass

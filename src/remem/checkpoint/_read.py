@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -24,10 +24,12 @@ from remem.checkpoint._ops import (
     RUN_KEY,
     RUN_MARK,
     Context,
+    Tx,
     load_lists,
     load_payloads,
     thread_id_of,
 )
+from remem.errors import StaleCacheError
 
 
 @dataclass
@@ -53,6 +55,17 @@ def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
             _Row(thread_id, tid, ns, ids.shown(cid), parent, codec.decode_body(bytes(body)), metadata, epoch)
         )
     return out
+
+
+_VALUE_GONE = "a stored value of the thread is gone: the thread was pruned or deleted while this call ran"
+
+
+def _attach_writes(group: list[_Row], found: Iterable[Sequence[Any]]) -> None:
+    """Give each of ``group`` its rows of pending writes: (checkpoint, task, idx, channel, path, value)."""
+    by_id = {r.checkpoint_id: r for r in group}
+    for cid, task_id, idx, channel, task_path, packed in found:
+        write = (task_path, ids.shown(task_id), channel, idx, ormsgpack.unpackb(bytes(packed)))
+        by_id[ids.shown(cid)].writes.append(write)
 
 
 def _list_lengths(ctx: Context, tid: int, wanted: set[int]) -> Program[dict[int, int]]:
@@ -93,6 +106,9 @@ def _materialize(
     sized: frozenset[str] = frozenset(),
     lengths: dict[str, dict[str, int]] | None = None,
     decoded: list[tuple[Any, tuple[str, bytes]]] | None = None,
+    *,
+    writes_read: bool = False,
+    gone_is_stale: bool = False,
 ) -> Program[list[CheckpointTuple]]:
     """Reads the writes, lists and items of ``rows`` (checkpoints of one or more threads) into tuples.
 
@@ -104,18 +120,17 @@ def _materialize(
     writes to those channels are not read either (an empty list stands for their value).
 
     ``decoded`` (without ``shared``) is given each channel value's objects with the payloads they came
-    from, for :class:`~._cache.EncodeMemo`.
+    from, for :class:`~._cache.EncodeMemo`. ``writes_read``: the rows hold their writes already
+    (:func:`_attach_writes`). ``gone_is_stale``: a stored value the rows name and no row holds is a
+    :class:`~remem.errors.StaleCacheError` (a read outside a snapshot: a prune came between its statements).
     """
     by_thread: dict[tuple[int, str], list[_Row]] = {}
     for r in rows:
         by_thread.setdefault((r.tid, r.ns), []).append(r)
-    for (tid, ns), group in by_thread.items():
+    for (tid, ns), group in by_thread.items() if not writes_read else ():
         wanted = [ids.stored(r.checkpoint_id) for r in group]
         found = yield ctx.q(ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param(wanted)))
-        by_id = {r.checkpoint_id: r for r in group}
-        for cid, task_id, idx, channel, task_path, packed in found:
-            write = (task_path, ids.shown(task_id), channel, idx, ormsgpack.unpackb(bytes(packed)))
-            by_id[ids.shown(cid)].writes.append(write)
+        _attach_writes(group, found)
 
     tids = {r.tid for r in rows}
     lists: dict[int, dict[int, tuple[int, ...]]] = {}
@@ -157,6 +172,8 @@ def _materialize(
         known = shared.setdefault(tid, {}) if shared is not None else {}
         refs.difference_update(known)
         payloads[tid] = held = yield from load_payloads(ctx, tid, refs)
+        if gone_is_stale and len(held) < len(refs):
+            raise StaleCacheError(_VALUE_GONE)
         if shared is not None and refs:
             order = sorted(refs)
             known.update(zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True))
@@ -236,29 +253,48 @@ def _materialize(
     return out
 
 
-def get_tuple(ctx: Context, config: RunnableConfig) -> Program[CheckpointTuple | None]:
+def get_tuple(ctx: Context, config: RunnableConfig, tx: Tx | None = None) -> Program[CheckpointTuple | None]:
+    """The tuple ``config`` names (its latest without a checkpoint id). On PostgreSQL its row and pending
+    writes are one statement, and a read outside a snapshot (``tx.snapshot`` False) whose values all come
+    from the caches is one round trip."""
+    found = yield from _get(ctx, config, tx)
+    return found[1]
+
+
+def _get(
+    ctx: Context, config: RunnableConfig, tx: Tx | None
+) -> Program[tuple[Stamp | None, CheckpointTuple | None]]:
     conf = config["configurable"]
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     checkpoint_id = conf.get("checkpoint_id")
+    folded = ctx.dialect.name == "postgres"
     if checkpoint_id:
-        raw = yield ctx.q(sql.GET_CHECKPOINT, (thread_id, ns, ids.stored(str(checkpoint_id))))
+        text = sql.GET_CHECKPOINT_WITH_WRITES if folded else sql.GET_CHECKPOINT
+        raw = yield ctx.q(text, (thread_id, ns, ids.stored(str(checkpoint_id))))
     else:
-        raw = yield ctx.q(sql.GET_LATEST_CHECKPOINT, (thread_id, ns))
+        raw = yield ctx.q(
+            sql.GET_LATEST_WITH_WRITES if folded else sql.GET_LATEST_CHECKPOINT, (thread_id, ns)
+        )
     if not raw:
-        return None
-    rows = _rows(ctx, raw)
+        return None, None
+    rows = _rows(ctx, [r[:8] for r in raw])
+    if folded:
+        cids, *columns = raw[0][8:]
+        _attach_writes(rows, zip(cids or (), *(c or () for c in columns), strict=True))
     decoded: list[tuple[Any, tuple[str, bytes]]] | None = None
     if ctx.memo is not None:
         # the objects held since the last read are given back first: their memory is reused by the new ones
         ctx.memo.forget(thread_id)
         decoded = []
-    (tup,) = yield from _materialize(ctx, rows, None, decoded=decoded)
+    (tup,) = yield from _materialize(
+        ctx, rows, None, decoded=decoded, writes_read=folded, gone_is_stale=tx is not None and not tx.snapshot
+    )
     r = rows[0]
     if ctx.memo is not None and decoded is not None:
         ctx.memo.keep_read(r.thread_id, decoded)
     ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
-    return tup
+    return (r.checkpoint_id, r.epoch, len(r.writes)), tup
 
 
 Stamp = tuple[Any, ...]
@@ -272,10 +308,15 @@ def head_stamp(ctx: Context, config: RunnableConfig) -> Program[Stamp | None]:
     return (ids.shown(rows[0][0]), *rows[0][1:]) if rows else None
 
 
-def get_head(ctx: Context, config: RunnableConfig) -> Program[tuple[Stamp | None, CheckpointTuple | None]]:
-    """The latest checkpoint's tuple (``config`` names none) and its :data:`Stamp`, in one transaction."""
+def get_head(
+    ctx: Context, config: RunnableConfig, tx: Tx | None = None
+) -> Program[tuple[Stamp | None, CheckpointTuple | None]]:
+    """The latest checkpoint's tuple (``config`` names none) and its :data:`Stamp`: in one transaction, or
+    on PostgreSQL in one statement (the stamp is the row's)."""
+    if ctx.dialect.name == "postgres":
+        return (yield from _get(ctx, config, tx))
     stamp = yield from head_stamp(ctx, config)
-    tup = (yield from get_tuple(ctx, config)) if stamp is not None else None
+    tup = (yield from get_tuple(ctx, config, tx)) if stamp is not None else None
     return stamp, tup
 
 

@@ -203,6 +203,15 @@ JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ? AND 
 GET_LATEST_CHECKPOINT = f"""SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
 JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ?
 ORDER BY c.seq DESC LIMIT 1"""
+# PostgreSQL: the checkpoint a read wants and its pending writes in one statement, the writes as arrays of
+# their columns (one round trip where two were; SQLite runs both statements, in process).
+_HEAD_WITH_WRITES = f"""WITH c AS (SELECT {_CHECKPOINT_COLUMNS} FROM remem_cp_checkpoints c
+    JOIN remem_cp_threads t ON t.tid = c.tid WHERE t.thread_id = ? AND c.ns = ? {{cond}})
+SELECT c.*, w.* FROM c CROSS JOIN LATERAL (SELECT array_agg(checkpoint_id), array_agg(task_id), array_agg(idx),
+    array_agg(channel), array_agg(task_path), array_agg(value) FROM remem_cp_writes w
+    WHERE w.tid = c.tid AND w.ns = c.ns AND w.checkpoint_id = c.checkpoint_id) w"""
+GET_CHECKPOINT_WITH_WRITES = _HEAD_WITH_WRITES.format(cond="AND c.checkpoint_id = ?")
+GET_LATEST_WITH_WRITES = _HEAD_WITH_WRITES.format(cond="ORDER BY c.seq DESC LIMIT 1")
 SELECT_THREAD_CHECKPOINTS = (
     "SELECT ns, checkpoint_id, parent_id, run_id, body, seq FROM remem_cp_checkpoints WHERE tid = ?"
 )

@@ -39,18 +39,20 @@ __all__ = ["SyncSaver"]
 class SyncSaver(RememSaver):
     """A remem saver over a blocking driver; subclasses implement :meth:`_transaction`."""
 
-    def _transaction(self, write: bool) -> contextlib.AbstractContextManager[Execute]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> contextlib.AbstractContextManager[Execute]:
         raise NotImplementedError
 
-    def _run(self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True) -> T:
+    def _run(
+        self, make: Callable[[ops.Tx], Program[T]], *, write: bool, setup: bool = True, snapshot: bool = True
+    ) -> T:
         if write and self.read_only:
             raise read_only_error(self._where)
         if setup and not self._is_setup:
             self.setup()
-        tx = ops.Tx()
+        tx = ops.Tx(snapshot=snapshot)
         try:
-            result = run(make(tx), lambda: self._transaction(write))
-        except StaleCacheError:  # a write that trusted the cache wrote nothing: again, reading what it needs
+            result = run(make(tx), lambda: self._transaction(write, snapshot))
+        except StaleCacheError:  # a write that trusted the cache (a read that took no snapshot) made nothing
             tx = ops.Tx(trust_cache=False)
             result = run(make(tx), lambda: self._transaction(write))
         for hook in tx.after_commit:
@@ -74,16 +76,20 @@ class SyncSaver(RememSaver):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         scratch = self._scratch(config)
         if scratch is None:
-            return _read.mark_loaded(
-                self._ctx, config, self._run(lambda tx: _read.get_tuple(self._ctx, config), write=False)
-            )
+            found = self._run(lambda tx: _read.get_tuple(self._ctx, config, tx), write=False, snapshot=False)
+            return _read.mark_loaded(self._ctx, config, found)
         kept = scratch.get(HEAD_READ)
         if (
             kept is not None
-            and self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False) == kept[0]
+            and self._run(lambda tx: _read.head_stamp(self._ctx, config), write=False, snapshot=False)
+            == kept[0]
         ):
             return _read.mark_loaded(self._ctx, config, _read.fresh_copy(kept[1]))
-        stamp, tup = self._run(lambda tx: _read.get_head(self._ctx, config), write=False)
+        stamp, tup = self._run(
+            lambda tx: _read.get_head(self._ctx, config, tx),
+            write=False,
+            snapshot=self._dialect.name != "postgres",
+        )
         if tup is not None:
             scratch[HEAD_READ] = (stamp, tup)
             tup = _read.fresh_copy(tup)
@@ -198,7 +204,9 @@ class SyncSaver(RememSaver):
         return await asyncio.to_thread(self._read_ancestors, config, shared, depth)
 
     def _head_id(self, thread_id: str) -> str | None:
-        stamp = self._run(lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False)
+        stamp = self._run(
+            lambda tx: _read.head_stamp(self._ctx, head_config(thread_id)), write=False, snapshot=False
+        )
         return None if stamp is None else str(stamp[0])
 
     async def _ahead_id(self, thread_id: str) -> str | None:

@@ -41,6 +41,7 @@ except ImportError as exc:  # pragma: no cover - the postgres extra is installed
 __all__ = ["AsyncPostgresSaver", "PostgresSaver"]
 
 _READ_ONLY = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+_BEGIN_READ = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 _CONNECT_KWARGS: dict[str, Any] = {"autocommit": True}
 _CONNECT_TIMEOUT = 10
 
@@ -111,13 +112,14 @@ def _capped(attempt: AttemptWithBackoff | None) -> AttemptWithBackoff | None:
 
 
 @contextmanager
-def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[Execute]:
-    """A write transaction in pipeline mode: BEGIN, the statements and COMMIT go out as they come, and only a
+def _pipelined(conn: psycopg.Connection[Any], begin: str = "BEGIN") -> Iterator[Execute]:
+    """A transaction in pipeline mode: BEGIN, the statements and COMMIT go out as they come, and only a
     statement whose rows are needed waits for the server, so a write that reads nothing (``_write``'s
-    guarded puts) is one round trip. Written out, not ``conn.transaction()``: that waits at BEGIN and COMMIT."""
+    guarded puts) is one round trip, and a read's BEGIN goes with its first statement. Written out, not
+    ``conn.transaction()``: that waits at BEGIN and COMMIT."""
     try:
         with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute("BEGIN", prepare=False)
+            cur.execute(begin, prepare=False)
             yield functools.partial(execute, cur, sync=pipe.sync)
             cur.execute("COMMIT", prepare=False)
     except BaseException:
@@ -127,11 +129,11 @@ def _pipelined(conn: psycopg.Connection[Any]) -> Iterator[Execute]:
 
 
 @asynccontextmanager
-async def _apipelined(conn: psycopg.AsyncConnection[Any]) -> AsyncIterator[AExecute]:
+async def _apipelined(conn: psycopg.AsyncConnection[Any], begin: str = "BEGIN") -> AsyncIterator[AExecute]:
     """Async version of :func:`_pipelined`."""
     try:
         async with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute("BEGIN", prepare=False)
+            await cur.execute(begin, prepare=False)
             yield functools.partial(aexecute, cur, sync=pipe.sync)
             await cur.execute("COMMIT", prepare=False)
     except BaseException:
@@ -253,10 +255,20 @@ class PostgresSaver(SyncSaver):
             yield self.conn  # type: ignore[misc]
 
     @contextmanager
-    def _transaction(self, write: bool) -> Iterator[Execute]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[Execute]:
+        """One transaction; a read (``write`` False) in one ``REPEATABLE READ`` snapshot, or with
+        ``snapshot`` False each statement on its own (no BEGIN, no COMMIT: a one-statement read is one
+        round trip)."""
         try:
             with self._connection() as conn:
-                if not write:
+                if not write and conn.autocommit and self.pipe is None:
+                    if snapshot:
+                        with _pipelined(conn, _BEGIN_READ) as run_one:
+                            yield run_one
+                    else:
+                        with conn.cursor(row_factory=tuple_row) as cur:
+                            yield functools.partial(execute, cur)
+                elif not write:
                     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
                         cur.execute(_READ_ONLY)
                         yield functools.partial(execute, cur)
@@ -360,10 +372,18 @@ class AsyncPostgresSaver(AsyncSaver):
             yield self.conn  # type: ignore[misc]
 
     @asynccontextmanager
-    async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
+    async def _transaction(self, write: bool, snapshot: bool = True) -> AsyncIterator[AExecute]:
+        """Async version of :meth:`PostgresSaver._transaction`."""
         try:
             async with self._connection() as conn:
-                if not write:
+                if not write and conn.autocommit and self.pipe is None:
+                    if snapshot:
+                        async with _apipelined(conn, _BEGIN_READ) as run_one:
+                            yield run_one
+                    else:
+                        async with conn.cursor(row_factory=tuple_row) as cur:
+                            yield functools.partial(aexecute, cur)
+                elif not write:
                     async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
                         await cur.execute(_READ_ONLY)
                         yield functools.partial(aexecute, cur)

@@ -133,7 +133,7 @@ class SqliteSaver(SyncSaver):
             conn.close()
 
     @contextmanager
-    def _transaction(self, write: bool) -> Iterator[Execute]:
+    def _transaction(self, write: bool, snapshot: bool = True) -> Iterator[Execute]:
         with self.lock:
             try:
                 cur = self.conn.cursor()
@@ -216,7 +216,7 @@ class AsyncSqliteSaver(AsyncSaver):
         self._configured = True
 
     @asynccontextmanager
-    async def _transaction(self, write: bool) -> AsyncIterator[AExecute]:
+    async def _transaction(self, write: bool, snapshot: bool = True) -> AsyncIterator[AExecute]:
         async with self.lock:
             conn = self.conn
             try:
