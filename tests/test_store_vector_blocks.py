@@ -160,6 +160,23 @@ def _assert_no_copy(path: Path, vector: bytes) -> None:
             assert vector not in bytes(vectors)
 
 
+def test_an_item_put_again_with_the_same_text_keeps_its_block(tmp_path: Path) -> None:
+    path = tmp_path / "v.db"
+    _fill(path, ("docs",), 16)
+
+    def stored() -> list[tuple[int, int]]:  # rowids too: a block dropped and packed again has a new one
+        with sqlite3.connect(path) as conn:
+            return conn.execute("SELECT rowid, lo FROM remem_vector_blocks ORDER BY lo").fetchall()
+
+    before = stored()
+    with SqliteStore.from_conn_string(path, index=INDEX) as store:
+        store.put(("docs",), "d3", {"text": _text(3), "seen": True})  # another field, the same text
+        assert store.get(("docs",), "d3").value["seen"] is True  # type: ignore[union-attr]
+        assert stored() == before
+        store.put(("docs",), "d4", {"text": "a new text for d4"})
+    assert stored()[1] == before[1] and stored()[0] != before[0]  # dropped, packed again
+
+
 def test_blocks_and_rows_load_exactly_the_stored_vectors(tmp_path: Path) -> None:
     """Random puts, overwrites and deletes in two namespaces: what a load reads (blocks and gaps) is, row
     for row, what remem_vectors holds."""

@@ -229,7 +229,10 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
             d.q(
                 f"INSERT INTO {VECTORS} (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (item_id, path) DO UPDATE SET ns_id = excluded.ns_id, "
-                "text_hash = excluded.text_hash, embedding = excluded.embedding"
+                "text_hash = excluded.text_hash, embedding = excluded.embedding "
+                # an unchanged vector is not written again: on SQLite its block stays (schema v6's
+                # triggers), and other processes keep their matrices (v5's count does not move)
+                f"WHERE {VECTORS}.text_hash <> excluded.text_hash OR {VECTORS}.ns_id <> excluded.ns_id"
             ),
             new_rows,
         )
