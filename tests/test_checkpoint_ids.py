@@ -80,7 +80,7 @@ def _as_v7(saver: Any) -> None:
                 back,
                 write=True,
             )
-    _execute(saver, "DELETE FROM remem_schema WHERE component = 'checkpoint' AND version = 8", write=True)
+    _execute(saver, "DELETE FROM remem_schema WHERE component = 'checkpoint' AND version >= 8", write=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

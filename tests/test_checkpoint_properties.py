@@ -84,9 +84,10 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def small_limits(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Tiny inline and chain limits, so short sequences exercise stored lists, deltas and snapshots."""
+    """Tiny inline, chain and tail limits, so short sequences exercise stored lists, deltas, tails and snapshots."""
     monkeypatch.setattr(codec, "INLINE_LIST_MAX", 2)
     monkeypatch.setattr(codec, "MAX_CHAIN", 3)
+    monkeypatch.setattr(codec, "TAIL_MAX", 2)
     yield
 
 

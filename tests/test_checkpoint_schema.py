@@ -129,7 +129,7 @@ def test_a_database_of_the_released_format_keeps_working(tmp_path: Path) -> None
         _as_released(saver.conn, "sqlite")
     with SqliteSaver.from_conn_string(db) as saver:
         assert _step(saver) == 7
-        assert recorded(saver.conn, "checkpoint") == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert recorded(saver.conn, "checkpoint") == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         _write_after_upgrade(saver)
 
 
@@ -143,7 +143,7 @@ def test_released_postgres_database_keeps_working(pg_url: str) -> None:
         assert _step(saver) == 7
         _write_after_upgrade(saver)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        assert recorded(conn, "checkpoint") == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert recorded(conn, "checkpoint") == [1, 2, 3, 4, 5, 6, 7, 8, 9]
 
 
 def _write_after_upgrade(saver: Any) -> None:

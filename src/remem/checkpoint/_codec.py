@@ -5,7 +5,8 @@ order the thread first saw it. A channel value in a checkpoint is a *descriptor*
 
     n                   the item numbered n (any value that is not a list)
     [0, d1, d2, ...]    a short list, inline: its items as delta-coded item numbers
-    [1, list_no]        a longer list, stored in the lists table
+    [1, list_no, t...]  a longer list, stored in the lists table, then the items ``t`` (delta-coded, at
+                        most ``TAIL_MAX``) appended since that row was written
     [2, k1, d1, ...]    a dict holding lists (such as graph input), each value a descriptor
 
 An item that repeats most of an earlier item of its thread (a user's message once LangGraph gave it an
@@ -42,6 +43,7 @@ __all__ = [
     "LIST_COMPRESS_MIN",
     "MAX_CHAIN",
     "PATCHED_HEAD",
+    "TAIL_MAX",
     "EncodedItem",
     "ListRow",
     "RawBody",
@@ -73,6 +75,10 @@ INLINE_LIST_MAX = 8
 
 MAX_CHAIN = 24
 """A stored list is rebuilt from at most this many delta rows on top of one snapshot."""
+
+TAIL_MAX = 16
+"""Items a stored list's descriptor carries appended after its row (schema v9) before a new row is written: a
+conversation's list grows by a message or two a step, and a row a step cost more than its few numbers."""
 
 COMPRESS_MIN = 24
 """Serialized values at least this long are compressed (zstd with remem's dictionary, :mod:`._zdict`)
@@ -342,7 +348,7 @@ def refs_of_descriptor(desc: Any, lists: Mapping[int, Sequence[int]]) -> list[in
         return decode_refs(desc[1:])
     if desc[0] == 2:
         return [n for sub in desc[2::2] for n in refs_of_descriptor(sub, lists)]
-    return list(lists[desc[1]])
+    return [*lists[desc[1]], *decode_refs(desc[2:])]
 
 
 def _encode_ts(ts: str) -> str | int:

@@ -129,6 +129,7 @@ def _collect_garbage(ctx: Context, tid: int, kept: list[codec.RawBody]) -> Progr
         if isinstance(d, list) and d[0] == 1:
             no: int | None = d[1]
             live_items.update(rebuild(d[1]))
+            live_items.update(codec.decode_refs(d[2:]))
             while no is not None and no not in live_lists:
                 live_lists.add(no)
                 no = rows[no].base

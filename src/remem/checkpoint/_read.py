@@ -163,7 +163,9 @@ def _materialize(
             for ch, d in r.body.descriptors.items():
                 if ch in skip and _is_list(d):
                     continue
-                if not (isinstance(d, list) and d[0] == 1):
+                if isinstance(d, list) and d[0] == 1:
+                    refs.update(codec.decode_refs(d[2:]))  # its row's items are in already
+                else:
                     refs.update(codec.refs_of_descriptor(d, plain))
             for w in r.writes:
                 refs.update((w[0], w[2]))
@@ -190,7 +192,8 @@ def _materialize(
             objects = shared[tid]
             if isinstance(desc, int):
                 return objects[desc]
-            refs = lists[tid][desc[1]] if desc[0] == 1 else codec.refs_of_descriptor(desc, {})
+            whole = desc[0] == 1 and len(desc) == 2
+            refs = lists[tid][desc[1]] if whole else codec.refs_of_descriptor(desc, lists[tid])
             return [objects[n] for n in refs]
         if isinstance(desc, int):
             payload = payloads[tid][desc]
@@ -213,7 +216,7 @@ def _materialize(
         values: dict[str, Any] = {}
         for no, d in r.body.descriptors.items():
             if no in skip and _is_list(d):
-                size = sizes[r.tid][d[1]] if d[0] == 1 else len(d) - 1
+                size = sizes[r.tid][d[1]] + len(d) - 2 if d[0] == 1 else len(d) - 1
                 if lengths is not None:
                     lengths.setdefault(r.checkpoint_id, {})[names[no]] = size
                 values[names[no]] = []

@@ -54,6 +54,8 @@ FENCE_TABLE = _fence.CREATE
 # which an older remem cannot read; tables as before.
 # v8: checkpoint, parent and task ids stored in their short form (_ids: a uuid in 22 characters, not 36),
 # the ones stored before turned into it in SQL.
+# v9: a list that grew by a few items since its stored row is described by that row and the items appended
+# (_codec.TAIL_MAX), not a new row, which an older remem would read without them; tables as before.
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -88,6 +90,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (),
     (),
     _ids.migration("sqlite"),
+    (),
 )
 
 _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -131,6 +134,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (),
     (),
     _ids.migration("postgres"),
+    (),
 )
 
 _THREADS, _ITEMS, _LISTS, _CHECKPOINTS, _WRITES = CHECKPOINT_TABLES  # the names live in remem.layout

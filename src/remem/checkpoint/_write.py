@@ -233,8 +233,11 @@ def _assign(ctx: Context, tid: int, alloc: _Allocator, enc: Encoded, base: Any) 
     if isinstance(base, list) and base[0] == 1:
         lists = yield from load_lists(ctx, tid, [base[1]])
         base_refs, depth = lists[base[1]]
-        if tuple(refs) == base_refs:
+        if refs == codec.refs_of_descriptor(base, lists={base[1]: base_refs}):
             return base
+        stored = len(base_refs)
+        if stored < len(refs) <= stored + codec.TAIL_MAX and tuple(refs[:stored]) == base_refs:
+            return [1, base[1], *codec.encode_refs(refs[stored:])]  # appended: no new row
         if depth < codec.MAX_CHAIN:
             delta = codec.list_delta(base_refs, refs)
             if 2 * len(delta[2]) < len(refs):
