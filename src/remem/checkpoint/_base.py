@@ -45,7 +45,7 @@ from remem.checkpoint import _codec as codec
 from remem.checkpoint import _delta, _prune, _read, _write
 from remem.checkpoint import _ops as ops
 from remem.checkpoint import _sql as sql
-from remem.checkpoint._cache import EncodeMemo, SaverCache
+from remem.checkpoint._cache import SaverCache
 from remem.checkpoint._claims import Claim
 from remem.checkpoint._serde import RememSerializer
 from remem.errors import (
@@ -229,9 +229,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         self.__dict__["_serde"] = value
         ctx = self.__dict__.get("_ctx")
         if ctx is not None and ctx.serde is not value:
-            self._ctx = dataclasses.replace(
-                ctx, serde=value, trusted_types=True, _names={}, memo=EncodeMemo.for_serde(value)
-            )
+            self._ctx = dataclasses.replace(ctx, serde=value, trusted_types=True, _names={})
 
     @property
     def lease_target(self) -> LeaseTarget:

@@ -48,7 +48,6 @@ __all__ = [
     "ListRow",
     "RawBody",
     "apply_list_delta",
-    "as_item",
     "body_names",
     "decode_body",
     "decode_item",
@@ -107,11 +106,7 @@ _TYPE_PREFIX: dict[str, bytes] = {}
 
 def encode_item(serde: SerializerProtocol, value: Any) -> EncodedItem:
     """Serialize one value with ``serde`` and give it a content digest (a plain tuple: this is hot)."""
-    return as_item(*serde.dumps_typed(value))
-
-
-def as_item(type_: str, data: bytes) -> EncodedItem:
-    """A serialized value (what ``dumps_typed`` gave, or a stored item's payload) with its digest."""
+    type_, data = serde.dumps_typed(value)
     prefix = _TYPE_PREFIX.get(type_)
     if prefix is None:
         prefix = _TYPE_PREFIX.setdefault(type_, type_.encode() + b"\0")

@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from remem._statements import Fetch, Program, Statement
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _sql as sql
-from remem.checkpoint._cache import EncodeMemo, SaverCache
+from remem.checkpoint._cache import SaverCache
 from remem.checkpoint._claims import Claims
 from remem.errors import StaleCacheError
 from remem.layout import check_label
@@ -64,13 +64,6 @@ class Context:
     cache: SaverCache
     trusted_types: bool = False
     claims: Claims = field(default_factory=Claims)
-    memo: EncodeMemo | None = None
-    """The serialized form of the messages last read or written per thread (made with ``serde``; see
-    :meth:`EncodeMemo.for_serde`)."""
-
-    def __post_init__(self) -> None:
-        if self.memo is None:
-            self.memo = EncodeMemo.for_serde(self.serde)
 
     _names: dict[str, codec.EncodedItem] = field(default_factory=dict)
 

@@ -105,7 +105,6 @@ def _materialize(
     shared: dict[int, dict[int, Any]] | None,
     sized: frozenset[str] = frozenset(),
     lengths: dict[str, dict[str, int]] | None = None,
-    decoded: list[tuple[Any, tuple[str, bytes]]] | None = None,
     *,
     writes_read: bool = False,
     gone_is_stale: bool = False,
@@ -119,8 +118,7 @@ def _materialize(
     ``lengths[checkpoint_id][channel]`` its length, so listing a long thread reads no message. Pending
     writes to those channels are not read either (an empty list stands for their value).
 
-    ``decoded`` (without ``shared``) is given each channel value's objects with the payloads they came
-    from, for :class:`~._cache.EncodeMemo`. ``writes_read``: the rows hold their writes already
+    ``writes_read``: the rows hold their writes already
     (:func:`_attach_writes`). ``gone_is_stale``: a stored value the rows name and no row holds is a
     :class:`~remem.errors.StaleCacheError` (a read outside a snapshot: a prune came between its statements).
     """
@@ -196,17 +194,9 @@ def _materialize(
             refs = lists[tid][desc[1]] if whole else codec.refs_of_descriptor(desc, lists[tid])
             return [objects[n] for n in refs]
         if isinstance(desc, int):
-            payload = payloads[tid][desc]
-            obj = ctx.serde.loads_typed(payload)
-            if decoded is not None:
-                decoded.append((obj, payload))
-            return obj
+            return ctx.serde.loads_typed(payloads[tid][desc])
         held = payloads[tid]
-        items = [held[n] for n in codec.refs_of_descriptor(desc, lists[tid])]
-        objs = codec.loads_many(ctx.serde, items)
-        if decoded is not None:
-            decoded.extend(zip(objs, items, strict=True))
-        return objs
+        return codec.loads_many(ctx.serde, [held[n] for n in codec.refs_of_descriptor(desc, lists[tid])])
 
     out = []
     for r in rows:
@@ -285,17 +275,10 @@ def _get(
     if folded:
         cids, *columns = raw[0][8:]
         _attach_writes(rows, zip(cids or (), *(c or () for c in columns), strict=True))
-    decoded: list[tuple[Any, tuple[str, bytes]]] | None = None
-    if ctx.memo is not None:
-        # the objects held since the last read are given back first: their memory is reused by the new ones
-        ctx.memo.forget(thread_id)
-        decoded = []
     (tup,) = yield from _materialize(
-        ctx, rows, None, decoded=decoded, writes_read=folded, gone_is_stale=tx is not None and not tx.snapshot
+        ctx, rows, None, writes_read=folded, gone_is_stale=tx is not None and not tx.snapshot
     )
     r = rows[0]
-    if ctx.memo is not None and decoded is not None:
-        ctx.memo.keep_read(r.thread_id, decoded)
     ctx.cache.set_head(r.tid, r.ns, Head(r.checkpoint_id, r.epoch, r.body.versions, r.body.descriptors))
     return (r.checkpoint_id, r.epoch, len(r.writes)), tup
 

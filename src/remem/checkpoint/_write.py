@@ -23,7 +23,7 @@ from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ids as ids
 from remem.checkpoint import _snapshot
 from remem.checkpoint import _sql as sql
-from remem.checkpoint._cache import Head, MemoEntry, SaverCache, ThreadDigests
+from remem.checkpoint._cache import Head, SaverCache, ThreadDigests
 from remem.checkpoint._ops import FROM_HEAD, RUN_KEY, RUN_MARK, Context, Tx, load_lists, thread_id_of
 from remem.errors import ThreadBusyError
 
@@ -31,37 +31,11 @@ Encoded = tuple[str, Any]
 """("item", EncodedItem), ("list", [EncodedItem, ...]) or ("dict", [(key, Encoded), ...])."""
 
 
-class _Encoder:
-    """Serializes one write's values, taking what the saver's :class:`~._cache.EncodeMemo` holds of the
-    thread's objects; :meth:`done` gives the memo what this write saw."""
-
-    def __init__(self, ctx: Context, thread_id: str) -> None:
-        self.memo, self.serde, self.thread_id = ctx.memo, ctx.serde, thread_id
-        self.held = ctx.memo.entries(thread_id) if ctx.memo is not None else {}
-        self.seen: dict[int, MemoEntry] = {}
-
-    def item(self, value: Any) -> codec.EncodedItem:
-        if self.memo is None:
-            return codec.encode_item(self.serde, value)
-        entry, mark = self.memo.lookup(self.held, value)
-        if entry is None:
-            enc = codec.encode_item(self.serde, value)
-            if mark is None:
-                return enc
-            entry = (value, mark, enc)
-        self.seen[id(value)] = entry
-        return entry[2]
-
-    def done(self) -> None:
-        if self.memo is not None:
-            self.memo.keep(self.thread_id, self.seen)
-
-
-def _encode(enc: _Encoder, value: Any, *, nested: bool = False) -> Encoded:
+def _encode(ctx: Context, value: Any, *, nested: bool = False) -> Encoded:
     if type(value) is list:
-        return ("list", [enc.item(v) for v in value])
+        return ("list", [codec.encode_item(ctx.serde, v) for v in value])
     if not nested and (snapshot := _snapshot.to_store(value)) is not None:
-        return ("dict", [(k, _encode(enc, v, nested=True)) for k, v in snapshot.items()])
+        return ("dict", [(k, _encode(ctx, v, nested=True)) for k, v in snapshot.items()])
     if (
         not nested
         and type(value) is dict
@@ -69,8 +43,8 @@ def _encode(enc: _Encoder, value: Any, *, nested: bool = False) -> Encoded:
         and all(type(k) is str for k in value)
     ):
         # A dict holding lists (graph input such as {"messages": [...]}) shares the lists' items.
-        return ("dict", [(k, _encode(enc, v, nested=True)) for k, v in value.items()])
-    return ("item", enc.item(value))
+        return ("dict", [(k, _encode(ctx, v, nested=True)) for k, v in value.items()])
+    return ("item", codec.encode_item(ctx.serde, value))
 
 
 def _inline(alloc: _Allocator, enc: Encoded) -> Any:
@@ -326,8 +300,7 @@ def put(
     versioned = checkpoint["channel_versions"]
     # a value without a version (a checkpoint built by hand) is kept too, as stock SqliteSaver keeps it
     unversioned = [ch for ch in values if ch not in versioned]
-    encoder = _Encoder(ctx, thread_id)
-    pending = {ch: _encode(encoder, values[ch]) for ch in [*new_versions, *unversioned] if ch in values}
+    pending = {ch: _encode(ctx, values[ch]) for ch in [*new_versions, *unversioned] if ch in values}
     meta = get_checkpoint_metadata(config, metadata)
     run_id = meta.get("run_id")
     meta_blob = codec.encode_metadata(ctx.serde, meta)
@@ -353,7 +326,7 @@ def put(
             descriptors[n] = parent.descriptors[n]
             continue
         else:
-            enc = _encode(encoder, values[ch]) if ch in values else None
+            enc = _encode(ctx, values[ch]) if ch in values else None
             if enc is not None:
                 yield from _learn(ctx, state, start[0], _digests([enc]))
         if enc is not None:
@@ -387,7 +360,6 @@ def put(
         ctx.cache.set_head(tid, ns, head)
 
     tx.after_commit.append(committed)
-    encoder.done()
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
 
@@ -417,11 +389,9 @@ def put_writes(
     thread_id = thread_id_of(conf)
     ns = str(conf.get("checkpoint_ns", ""))
     checkpoint_id = conf["checkpoint_id"]
-    encoder = _Encoder(ctx, thread_id)
-    encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(encoder, v)) for idx, (ch, v) in enumerate(writes)]
+    encoded = [(WRITES_IDX_MAP.get(ch, idx), ch, _encode(ctx, v)) for idx, (ch, v) in enumerate(writes)]
     if not encoded:
         return True
-    encoder.done()
     # A run's writes often come before the put of their checkpoint is done (LangGraph runs both at once):
     # then the guard's check that it is stored would fail, so the usual path answers at once.
     run = run_of(conf) if stored_only else None
