@@ -120,17 +120,24 @@ def _messages(conv: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def card_recall(
-    dataset: dict[str, Any], embedder: Any, budgets: tuple[int, ...] = BUDGETS
-) -> list[dict[str, Any]]:
+    dataset: dict[str, Any],
+    embedder: Any,
+    budgets: tuple[int, ...] = BUDGETS,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
     """For every budget: how often a question's answer turn is in its card (the question as the query),
-    the card's mean tokens and summary share, and its build time p50 / p95 (one row per budget)."""
+    the card's mean tokens and summary share, and its build time p50 / p95 (one row per budget), for each
+    of ``options`` (name -> values of ``remem.memory._card``'s constants a card is built with; None: the
+    defaults, as ``"default"``). The conversations are stored once; every option builds its own cards."""
+    import remem.memory._card as card_module
     from remem import Memory
     from remem.store import SqliteStore
 
-    hits: dict[int, list[tuple[bool, bool]]] = {b: [] for b in budgets}
-    times: dict[int, list[float]] = {b: [] for b in budgets}
-    tokens: dict[int, list[int]] = {b: [] for b in budgets}
-    summary_share: dict[int, list[float]] = {b: [] for b in budgets}
+    options = options or {"default": {}}
+    hits: dict[str, dict[int, list[tuple[bool, bool]]]] = {o: {b: [] for b in budgets} for o in options}
+    times: dict[str, dict[int, list[float]]] = {o: {b: [] for b in budgets} for o in options}
+    tokens: dict[str, dict[int, list[int]]] = {o: {b: [] for b in budgets} for o in options}
+    share: dict[str, dict[int, list[float]]] = {o: {b: [] for b in budgets} for o in options}
     with SqliteStore.from_conn_string(
         ":memory:", index={"dims": embedder.dims, "embed": embedder, "fields": ["content"]}
     ) as store:
@@ -141,37 +148,50 @@ def card_recall(
             contents = {t["id"]: t["content"] for t in conv["turns"]}
             thread.get_context_card(query="warm-up", token_budget=budgets[0])  # makes the summary once
             for q in conv["questions"]:
-                for budget in budgets:
-                    start = time.perf_counter()
-                    card = thread.get_context_card(query=q["question"], token_budget=budget)
-                    times[budget].append((time.perf_counter() - start) * 1000)
-                    answers = q.get("answers") or [q["answer_id"]]  # the set's two layouts
-                    in_records = any(r.id in answers for r in card.records)
-                    in_summary = any(contents[a] in card.summary for a in answers)
-                    hits[budget].append((in_records, in_records or in_summary))
-                    tokens[budget].append(card.token_count)
-                    summary_share[budget].append(
-                        memory.count_text(card.summary) / card.token_count if card.token_count else 0.0
-                    )
+                answers = q.get("answers") or [q["answer_id"]]  # the set's two layouts
+                for name, values in options.items():
+                    saved = {k: getattr(card_module, k) for k in values}
+                    for k, v in values.items():
+                        setattr(card_module, k, v)
+                    try:
+                        for budget in budgets:
+                            start = time.perf_counter()
+                            card = thread.get_context_card(query=q["question"], token_budget=budget)
+                            times[name][budget].append((time.perf_counter() - start) * 1000)
+                            in_records = any(r.id in answers for r in card.records)
+                            in_summary = any(contents[a] in card.summary for a in answers)
+                            hits[name][budget].append((in_records, in_records or in_summary))
+                            tokens[name][budget].append(card.token_count)
+                            share[name][budget].append(
+                                memory.count_text(card.summary) / card.token_count
+                                if card.token_count
+                                else 0.0
+                            )
+                    finally:
+                        for k, v in saved.items():
+                            setattr(card_module, k, v)
     if hasattr(embedder, "save"):
         embedder.save()
-    rows = []
-    for budget in budgets:
-        n = len(hits[budget])
-        ordered = sorted(times[budget])
-        rows.append(
-            {
-                "budget": budget,
-                "questions": n,
-                "in_card": sum(a for a, _ in hits[budget]) / n,
-                "in_card_or_summary": sum(b for _, b in hits[budget]) / n,
-                "tokens_mean": statistics.fmean(tokens[budget]),
-                "summary_share": statistics.fmean(summary_share[budget]),
-                "p50_ms": statistics.median(ordered),
-                "p95_ms": ordered[min(int(0.95 * n), n - 1)],
-            }
-        )
-    return rows
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in options:
+        rows = []
+        for budget in budgets:
+            n = len(hits[name][budget])
+            ordered = sorted(times[name][budget])
+            rows.append(
+                {
+                    "budget": budget,
+                    "questions": n,
+                    "in_card": sum(a for a, _ in hits[name][budget]) / n,
+                    "in_card_or_summary": sum(b for _, b in hits[name][budget]) / n,
+                    "tokens_mean": statistics.fmean(tokens[name][budget]),
+                    "summary_share": statistics.fmean(share[name][budget]),
+                    "p50_ms": statistics.median(ordered),
+                    "p95_ms": ordered[min(int(0.95 * n), n - 1)],
+                }
+            )
+        out[name] = rows
+    return out
 
 
 def run(
@@ -181,7 +201,7 @@ def run(
     dataset = load_dev_set(set_name, beam)
     if limit:
         dataset = {**dataset, "conversations": dataset["conversations"][:limit]}
-    rows = card_recall(dataset, _embedder(embedder_name, cache))
+    rows = card_recall(dataset, _embedder(embedder_name, cache))["default"]
     return {"embedder": embedder_name, "set": set_name, "rows": rows}
 
 

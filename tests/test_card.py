@@ -617,3 +617,39 @@ def test_lazy_diversify_picks_what_plain_mmr_picks(texts: list[list[str]], k: in
         for i, words in enumerate(texts)
     ]
     assert [r.id for r in diversify(records, k)] == [r.id for r in _naive_diversify(records, k)]
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def test_a_long_record_is_shown_by_the_sentences_that_hold_the_query_words() -> None:
+    from remem.memory._card import TRUNCATED, excerpt
+
+    filler = " ".join(f"Sentence {n} talks about the weather and nothing else." for n in range(30))
+    text = f"{filler} My sister Dana moved to Lisbon in March. {filler}"
+    shown, cut = excerpt(text, frozenset({"dana", "lisbon"}), 30, _words)
+    assert cut and "My sister Dana moved to Lisbon in March." in shown
+    assert shown.endswith(TRUNCATED) and _words(shown) <= 30
+    head, _ = excerpt(text, frozenset(), 30, _words)  # no query: its head, as before
+    assert head.startswith("Sentence 0") and "Lisbon" not in head
+    assert excerpt("short text", frozenset({"dana"}), 30, _words) == ("short text", False)
+
+
+def test_a_card_shows_the_part_of_a_long_turn_the_question_asks_about() -> None:
+    memory = Memory.from_url("memory://", settings=SETTINGS)
+    filler = " ".join(f"Point {n} is about compilers and parsers." for n in range(60))
+    thread = memory.thread("long-turn", user_id="u")
+    thread.add_messages(
+        [
+            {"role": "user", "content": "Tell me about compilers."},
+            {
+                "role": "assistant",
+                "content": f"{filler} By the way, your dentist appointment is on Friday. {filler}",
+            },
+            {"role": "user", "content": "Thanks."},
+        ]
+    )
+    card = thread.get_context_card(query="When is my dentist appointment?", token_budget=1000)
+    assert "dentist appointment is on Friday" in card.content
+    assert "Point 59" not in card.content

@@ -472,7 +472,7 @@ def context_card_plan(
         records=tuple(r for g in groups for r in g[:1]),
         recent=tuple(recent),
     )
-    content, kept = render_card(parts, token_budget, count, groups)
+    content, kept = render_card(parts, token_budget, count, groups, query)
     return ContextCard(
         content=content,
         topics=kept.topics,
@@ -505,4 +505,4 @@ def recall_plan(
     records = yield from search_plan(
         query, user_id=info.user_id, thread_id=thread_id, types=types, k=k, exclude=exclude, diverse=True
     )
-    return render_recall(records, token_budget, count)
+    return render_recall(records, token_budget, count, query)
