@@ -14,6 +14,7 @@ Rules (those of the Oracle Agent Memory guide):
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 from collections.abc import Callable, Sequence
@@ -158,6 +159,14 @@ table: 60, 80, 120 or 160 tokens; on every fold 60, where BEAM's long turns are 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
+@functools.lru_cache(maxsize=4096)
+def _sentences(text: str) -> tuple[tuple[str, ...], tuple[frozenset[str], ...]]:
+    """A text's sentences and the index words of each (kept: a thread's long turns come back in card
+    after card)."""
+    sentences = tuple(s.strip() for s in _SENTENCE.split(text) if s.strip())
+    return sentences, tuple(frozenset(index_terms(s)) for s in sentences)
+
+
 def excerpt(text: str, terms: frozenset[str], budget: int, count: TextCounter) -> tuple[str, bool]:
     """``text`` within ``budget`` tokens: whole if it fits; else the sentences that hold the most of the
     query's ``terms`` (as the keyword index reads words), in the order they were said, each gap shown
@@ -166,8 +175,8 @@ def excerpt(text: str, terms: frozenset[str], budget: int, count: TextCounter) -
     opening that its first tokens happen to be."""
     if count(text) <= budget:
         return text, False
-    sentences = [s.strip() for s in _SENTENCE.split(text) if s.strip()]
-    held = [len(terms & set(index_terms(s))) for s in sentences] if terms else []
+    sentences, words = _sentences(text)
+    held = [len(terms & w) for w in words] if terms else []
     if not any(held):
         return truncate_to_budget(text, budget, count)
     chosen: list[int] = []
