@@ -461,29 +461,75 @@ LANGUAGES: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+# Cross-lingual questions: the English question sharing a word with each fact (``FACT_TYPES`` index of
+# each of ``LANGUAGES``' facts, in order), and the English names of the places a fact names.
+ENGLISH_FACT = [0, 1, 2, 3, 7, 8]
+ENGLISH_NAMES: dict[str, dict[str, str]] = {
+    "fr": {"Islande": "Iceland", "Pérou": "Peru", "Croatie": "Croatia", "Japon": "Japan"},
+    "zh": {"成都": "Chengdu", "杭州": "Hangzhou", "西安": "Xi'an", "厦门": "Xiamen", "青岛": "Qingdao",
+           "昆明": "Kunming", "冰岛": "Iceland", "秘鲁": "Peru", "克罗地亚": "Croatia", "日本": "Japan"},
+    "ko": {"부산": "Busan", "대구": "Daegu", "광주": "Gwangju", "전주": "Jeonju", "강릉": "Gangneung",
+           "제주": "Jeju", "아이슬란드": "Iceland", "페루": "Peru", "크로아티아": "Croatia", "일본": "Japan"},
+}  # fmt: skip
+
+
+def _cross_lingual(
+    lang: str, conv: dict[str, Any], planted: list[tuple[int, str, dict[str, str]]]
+) -> list[dict[str, Any]]:
+    """English questions about a conversation in ``lang``: for each planted fact (type, text, slot values),
+    the English question sharing a word with it (type "<lang> cross-lingual"), and the English name of
+    the place it names ("Osaka" for 大阪; "<lang> cross-lingual name"), whose answers are every user turn
+    that names the place."""
+    turn_of = {t["content"]: t["id"] for t in conv["turns"] if t["role"] == "user"}
+    out: list[dict[str, Any]] = []
+    for f, text, values in planted:
+        out.append(
+            {
+                "question": FACT_TYPES[ENGLISH_FACT[f]][3],
+                "type": f"{lang} cross-lingual",
+                "answers": [turn_of[text]],
+            }
+        )
+        for slot in ("city", "country"):
+            name = values[slot]
+            if f"{{{slot}}}" in LANGUAGES[lang]["facts"][f][0] and name in ENGLISH_NAMES[lang]:
+                answers = [tid for content, tid in turn_of.items() if name in content]
+                out.append(
+                    {
+                        "question": ENGLISH_NAMES[lang][name],
+                        "type": f"{lang} cross-lingual name",
+                        "answers": answers,
+                    }
+                )
+    return out
+
+
 def generate_multilingual(
     per_language: int = 10, sessions: int = 6, facts: int = 5, seed: int = 12
 ) -> dict[str, Any]:
-    """French, Chinese and Korean conversations built as the English ones (paraphrased and lexical questions)."""
+    """French, Chinese and Korean conversations built as the English ones (paraphrased and lexical
+    questions), each with its English questions apart (``cross_lingual``): the set the fusion rule was
+    chosen on is ``questions``, and the cross-lingual ones are measured per language beside it."""
     rng = random.Random(seed)
     convs = []
     for lang, spec in LANGUAGES.items():
         for n in range(per_language):
             chosen = rng.sample(range(len(spec["facts"])), facts)
             plan: dict[int, list[tuple[str, list[dict[str, Any]]]]] = {}
+            planted: list[tuple[int, str, dict[str, str]]] = []
             for f in chosen:
                 style = rng.choice(["paraphrase", "lexical"])
                 fact = spec["facts"][f]
-                text = _fill(fact[0], rng, spec["pools"])[0]
+                text, values = _fill(fact[0], rng, spec["pools"])
+                planted.append((f, text, values))
                 asked = [{"question": fact[2 if style == "paraphrase" else 3], "type": f"{lang} {style}"}]
                 plan.setdefault(rng.randrange(sessions - 1), []).append((text, asked))
 
             def distractors(chosen: list[int] = chosen, spec: dict[str, Any] = spec) -> list[str]:
                 return [_fill(spec["facts"][f][1], rng, spec["pools"])[0] for f in rng.sample(chosen, 2)]
 
-            convs.append(
-                _conversation(
-                    f"{lang}{n}", n, rng, plan, sessions, spec["small_talk"], spec["replies"], distractors
-                )
+            conv = _conversation(
+                f"{lang}{n}", n, rng, plan, sessions, spec["small_talk"], spec["replies"], distractors
             )
+            convs.append({**conv, "cross_lingual": _cross_lingual(lang, conv, planted)})
     return {"name": "multilingual", "seed": seed, "conversations": convs}

@@ -29,7 +29,8 @@ Dev sets (tuning is allowed on these; LoCoMo is the held-out judge and is never 
   value is the answer, the earlier one a distractor) and two-hop questions (a relative named in one
   session, a fact about that name in another).
 - ``multilingual`` (``bench/data/retrieval_multilingual.json``, seeded): the same kinds of facts in French,
-  Chinese and Korean conversations, the languages of the project's seed documents.
+  Chinese and Korean conversations, the languages of the project's seed documents; with English questions
+  about them apart (cross-lingual: "Hangzhou" for 杭州), in the per-language table only (bench/_languages.py).
 - ``eval-generated``: the set ``remem eval generate`` makes (seed 21, eight conversations per language:
   English, French, Chinese, Korean), made at run time.
 - ``realtalk``: REALTALK's ten real chats (two people messaging daily for about three weeks, 8,944
@@ -79,6 +80,7 @@ from remem.store import _fusion as fusion
 sys.path.insert(0, str(Path(__file__).parent))
 from _embedders import CANDIDATES, UNAVAILABLE, cpu_per_1k, embedders, installed_mb, role
 from _generated import generate, generate_multilingual
+from _languages import print_languages
 from _latency import latency
 from _loso import choose_option, leave_one_set_out, print_folds
 from _relative import relative_dates
@@ -162,6 +164,10 @@ def evaluate(dataset: dict[str, Any], embedder: Any, indexing: str = "content") 
         out["load_s"] = time.perf_counter() - start
         with role(embedder, "query"):
             _ask(store, dataset, out)
+            if any("cross_lingual" in c for c in dataset["conversations"]):  # apart: see print_languages
+                out["cross"] = {"questions": [], "hybrid_ms": []}
+                cross = [{**c, "questions": c.get("cross_lingual", [])} for c in dataset["conversations"]]
+                _ask(store, {"conversations": cross}, out["cross"])
     return out
 
 
@@ -637,6 +643,7 @@ def main() -> None:
                 took = time.perf_counter() - start
                 print(f"  {data['name']} / {name} / {indexing}: {took:.0f} s", flush=True)
     print_embedders(results, costs)
+    print_languages(results)
     print_indexings(results)
     plain = {(s, e): r for (s, e, ix), r in results.items() if ix == "content" and s != "beam[:N]"}
     print_modes(plain)

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langgraph.store.memory import InMemoryStore
 
-from remem.embeddings import CachedEmbedder, Embedder, OnnxEmbedder, default_embedder, embed_array, text_hash
+from remem.embeddings import (
+    _ENGLISH_WORDS,
+    CachedEmbedder,
+    Embedder,
+    OnnxEmbedder,
+    _english_share,
+    default_embedder,
+    embed_array,
+    text_hash,
+)
 from remem.store import SqliteStore, hybrid_search
 from remem.testing import FakeEmbedder
 
@@ -92,3 +104,63 @@ def test_fake_embedder_is_seeded_and_deterministic() -> None:
 def test_plain_function_embedder_is_normalised() -> None:
     out = embed_array(lambda texts: [[3.0, 4.0] for _ in texts], ["x", "y"])
     assert out.tolist() == [[0.6000000238418579, 0.800000011920929]] * 2
+
+
+# ---------------------------------------------------------------- the default says when texts are not English
+
+ENGLISH_TURNS = [
+    "I need a birthday gift idea for a coworker.",
+    "The weather has been grey all week, so I stay in.",
+]
+FRENCH_TURNS = [
+    "Je ne peux rien manger qui contienne des kiwis.",
+    "Nous partons en Islande pour notre voyage de noces.",
+]
+CHINESE_TURNS = ["我妹妹上个月终于搬到了杭州。", "早上起来最好的就是一杯绿茶。"]
+KOREAN_TURNS = ["아침에 일어나서 마시는 녹차 한 잔이 최고예요.", "제 여동생이 부산에 이사했대요."]
+
+
+@given(st.lists(st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF)), min_size=1))
+def test_chinese_characters_count_as_half_words_and_never_as_english(texts: list[str]) -> None:
+    share, words = _english_share(texts)
+    assert words == sum(len(t) for t in texts) / 2
+    assert share == (0.0 if words else 1.0)
+
+
+@given(
+    st.lists(st.sampled_from(sorted(_ENGLISH_WORDS)), min_size=1),
+    st.lists(st.sampled_from(["zorbl", "Lyon"])),
+)
+def test_the_share_is_the_english_words_among_all(english: list[str], other: list[str]) -> None:
+    share, words = _english_share([" ".join(english).upper(), ", ".join(other)])
+    assert words == len(english) + len(other)
+    assert share == pytest.approx(len(english) / words)
+
+
+@pytest.mark.parametrize(
+    ("turns", "warns"),
+    [(ENGLISH_TURNS, False), (FRENCH_TURNS, True), (CHINESE_TURNS, True), (KOREAN_TURNS, True)],
+    ids=["en", "fr", "zh", "ko"],
+)
+def test_minilm_warns_once_when_the_texts_it_embeds_are_not_english(
+    turns: list[str], warns: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = OnnxEmbedder()
+    with caplog.at_level(logging.WARNING, logger="remem.embeddings"):
+        embedder.embed_array(turns[:1])  # too few words to decide
+        assert not caplog.records
+        for _ in range(10):
+            embedder.embed_array(turns)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == (1 if warns else 0), said
+    assert not warns or ("embedder='e5'" in said[0] and "remem[e5]" in said[0])
+
+
+def test_another_onnx_model_is_not_checked(caplog: pytest.LogCaptureFixture) -> None:
+    from remem.embeddings import _minilm_model_path
+
+    embedder = OnnxEmbedder(_minilm_model_path())  # a model given by path may read any language
+    with caplog.at_level(logging.WARNING, logger="remem.embeddings"):
+        for _ in range(10):
+            embedder.embed_array(CHINESE_TURNS)
+    assert not caplog.records
