@@ -330,7 +330,10 @@ class E5Embedder(Embeddings):
     ``embed`` (``{"dims": 384, "embed": CachedEmbedder(E5Embedder())}``); MiniLM stays the default.
 
     The store embeds a query and a stored text the same way, so every text gets E5's ``query:`` prefix
-    (its documented use for symmetric tasks); vectors are L2-normalised.
+    (its documented use for symmetric tasks); vectors are L2-normalised. ``query:`` / ``passage:`` as in
+    retrieval was measured (bench/retrieval.py, ``e5-small-qp``) and is mixed: hybrid recall@5 81.8 against
+    84.5 on the English dev set, 84.0 against 82.7 on the multilingual one, 91.5 against 88.8 on
+    ``remem eval generate``'s.
     """
 
     def __init__(self) -> None:
