@@ -1,6 +1,7 @@
 """What the ledger costs a model call on PostgreSQL, counted in the messages its connection sends (issue 22,
-point 5): libpq's trace of the ledger's own connection, each ``Query`` (a simple-protocol message) or
-``Sync`` (the end of an extended-protocol one) a round trip the call waits for.
+point 5): libpq's trace of the ledger's own connection, each ``Query`` (a simple-protocol message), ``Flush``
+(a pipeline wanting rows) or lone ``Sync`` (the end of an extended-protocol message) a round trip the call
+waits for (the rule of tests/test_checkpoint_round_trips.py).
 
 Before: the hold was a transaction of eight round trips (BEGIN, one advisory lock per scope, the expired
 holds' removal, the read, the insert, COMMIT) and the settle one of five (BEGIN, SET LOCAL, the row, the
@@ -36,19 +37,27 @@ class Trace:
 
     @property
     def round_trips(self) -> int:
+        sent = [line.split("\t")[2] for line in self.lines if line.startswith("F\t")]
+        follows = [*sent[1:], ""]
         return sum(
-            1 for line in self.lines if line.startswith("F\t") and line.split("\t")[2] in ("Query", "Sync")
+            m in ("Query", "Flush") or (m == "Sync" and nxt != "Flush")
+            for m, nxt in zip(sent, follows, strict=True)
         )
 
     @property
     def writes(self) -> int:
         """Transactions that wrote: each ends with a COMMIT, or is one write statement in autocommit."""
-        sent = [line for line in self.lines if line.startswith("F\t")]
-        commits = sum(line.count("COMMIT") for line in sent)
-        lone = sum(
-            1 for line in sent if line.split("\t")[2] == "Parse" and ("INSERT" in line or "DELETE" in line)
-        )
-        return commits + lone
+        writes, open_ = 0, False
+        for line in self.lines:
+            if not line.startswith("F\t") or line.split("\t")[2] not in ("Query", "Parse"):
+                continue
+            if "BEGIN" in line:
+                open_ = True
+            if "COMMIT" in line:
+                writes, open_ = writes + 1, False
+            elif not open_ and ("INSERT" in line or "DELETE" in line):
+                writes += 1
+        return writes
 
 
 @contextmanager
@@ -109,3 +118,41 @@ def test_a_budgeted_model_call_waits_on_the_ledger_four_times(pg_url: str) -> No
         # the precheck's read; the hold (2); the settle (1)
         assert trace.round_trips == 4, trace.lines
         assert trace.writes == 2  # the hold's transaction, and the settle's one statement
+
+
+def test_a_ledger_on_a_borrowed_pool_connection_pipelines_its_transactions(pg_url: str) -> None:
+    # A pool's connection keeps its own settings: each write sets its no-flush commit for its transaction
+    # only, pipelined with it (one round trip), and a hold is two, as on the ledger's own connection.
+    from psycopg_pool import ConnectionPool
+
+    from remem.usage.postgres import PostgresLedger
+
+    with ConnectionPool(pg_url, kwargs={"autocommit": True}, min_size=1, max_size=1) as pool:
+        ledger = PostgresLedger.on_pool(pool)
+        with pool.connection() as conn:  # the pool's one connection, traced while the ledger borrows it
+            own = conn.execute("SHOW synchronous_commit").fetchone()
+            conn.execute("SET synchronous_commit = remote_apply")  # a setting of the pool owner's
+        keys = [("thread", "t", ""), ("user_day", USER, "2026-01-01")]
+        with traced(conn) as hold_trace:
+            hold, _ = ledger.hold(keys, tokens=10, cost=0.0, seconds=60, fits=lambda fresh: True)
+        assert hold is not None
+        event = UsageEvent(
+            kind="chat", model="m", input_tokens=10, output_tokens=5, thread_id="t", user_id=USER
+        )
+        with traced(conn) as settle_trace:
+            ledger.settle(event, hold)
+        assert (hold_trace.round_trips, settle_trace.round_trips) == (2, 1)
+        assert any("SET LOCAL synchronous_commit" in line for line in settle_trace.lines)
+        assert ledger.spent(thread_id="t").calls == 1
+        assert int(ledger._read("SELECT count(*) FROM remem_usage_holds", ())[0][0]) == 0
+        with conn.cursor() as cur:  # the pool's connection keeps its own commit setting
+            assert cur.execute("SHOW synchronous_commit").fetchone() == ("remote_apply",)
+            cur.execute(f"SET synchronous_commit = {own[0]}")  # type: ignore[index]
+
+        def fails(fresh: Any) -> bool:
+            raise RuntimeError("the budget check failed")
+
+        with pytest.raises(RuntimeError):  # an error between the read and the insert holds nothing
+            ledger.hold(keys, tokens=10, cost=0.0, seconds=60, fits=fails)
+        assert conn.info.transaction_status == pq.TransactionStatus.IDLE
+        assert int(ledger._read("SELECT count(*) FROM remem_usage_holds", ())[0][0]) == 0

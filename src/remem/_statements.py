@@ -27,8 +27,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -46,6 +51,7 @@ __all__ = [
     "Statement",
     "adrive",
     "aexecute",
+    "apipelined",
     "aresume",
     "aretrying",
     "arun",
@@ -53,6 +59,7 @@ __all__ = [
     "drive",
     "execute",
     "many",
+    "pipelined",
     "resume",
     "retrying",
     "rowcount",
@@ -241,6 +248,44 @@ def run_immediate(conn: Any, program: Program[T]) -> T:
         raise
     conn.execute("COMMIT")
     return result
+
+
+@contextmanager
+def pipelined(conn: Any, begin: str = "BEGIN") -> Iterator[Execute]:
+    """A transaction on a ``psycopg`` connection in autocommit mode, in pipeline mode: BEGIN, the statements
+    and COMMIT go out as they come, and only a statement whose rows (or row count) are needed waits for the
+    server, so a write that reads nothing is one round trip, and a read's BEGIN goes with its first
+    statement. Written out, not ``conn.transaction()``: that waits at BEGIN and COMMIT. Every PostgreSQL
+    package that wants a transaction in one trip runs it here (checkpoints, the usage ledger)."""
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import tuple_row
+
+    try:
+        with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(begin, prepare=False)
+            yield functools.partial(execute, cur, sync=pipe.sync)
+            cur.execute("COMMIT", prepare=False)
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.rollback()
+        raise
+
+
+@asynccontextmanager
+async def apipelined(conn: Any, begin: str = "BEGIN") -> AsyncIterator[AExecute]:
+    """Async version of :func:`pipelined`."""
+    from psycopg.pq import TransactionStatus
+    from psycopg.rows import tuple_row
+
+    try:
+        async with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
+            await cur.execute(begin, prepare=False)
+            yield functools.partial(aexecute, cur, sync=pipe.sync)
+            await cur.execute("COMMIT", prepare=False)
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+            await conn.rollback()
+        raise
 
 
 # ---------------------------------------------------------------- retries

@@ -23,7 +23,7 @@ from typing import Any
 from remem import _pgpool
 from remem._lease import LeaseTarget, close_idle_connections, retain_idle_connections
 from remem._secrets import mask_secrets
-from remem._statements import AExecute, Execute, aexecute, execute
+from remem._statements import AExecute, Execute, aexecute, apipelined, execute, pipelined
 from remem._url import describe_postgres, parse_database_url
 from remem.checkpoint._async import AsyncSaver
 from remem.checkpoint._sql import POSTGRES
@@ -109,37 +109,6 @@ def _capped(attempt: AttemptWithBackoff | None) -> AttemptWithBackoff | None:
     if attempt is not None:
         attempt.delay = min(attempt.delay, _MAX_RECONNECT_DELAY / attempt.DELAY_BACKOFF)
     return attempt
-
-
-@contextmanager
-def _pipelined(conn: psycopg.Connection[Any], begin: str = "BEGIN") -> Iterator[Execute]:
-    """A transaction in pipeline mode: BEGIN, the statements and COMMIT go out as they come, and only a
-    statement whose rows are needed waits for the server, so a write that reads nothing (``_write``'s
-    guarded puts) is one round trip, and a read's BEGIN goes with its first statement. Written out, not
-    ``conn.transaction()``: that waits at BEGIN and COMMIT."""
-    try:
-        with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
-            cur.execute(begin, prepare=False)
-            yield functools.partial(execute, cur, sync=pipe.sync)
-            cur.execute("COMMIT", prepare=False)
-    except BaseException:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
-            conn.rollback()
-        raise
-
-
-@asynccontextmanager
-async def _apipelined(conn: psycopg.AsyncConnection[Any], begin: str = "BEGIN") -> AsyncIterator[AExecute]:
-    """Async version of :func:`_pipelined`."""
-    try:
-        async with conn.pipeline() as pipe, conn.cursor(row_factory=tuple_row) as cur:
-            await cur.execute(begin, prepare=False)
-            yield functools.partial(aexecute, cur, sync=pipe.sync)
-            await cur.execute("COMMIT", prepare=False)
-    except BaseException:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
-            await conn.rollback()
-        raise
 
 
 class _Pool(ConnectionPool[Any]):
@@ -263,7 +232,7 @@ class PostgresSaver(SyncSaver):
             with self._connection() as conn:
                 if not write and conn.autocommit and self.pipe is None:
                     if snapshot:
-                        with _pipelined(conn, _BEGIN_READ) as run_one:
+                        with pipelined(conn, _BEGIN_READ) as run_one:
                             yield run_one
                     else:
                         with conn.cursor(row_factory=tuple_row) as cur:
@@ -273,7 +242,7 @@ class PostgresSaver(SyncSaver):
                         cur.execute(_READ_ONLY)
                         yield functools.partial(execute, cur)
                 elif conn.autocommit and self.pipe is None:
-                    with _pipelined(conn) as run_one:
+                    with pipelined(conn) as run_one:
                         yield run_one
                 else:
                     with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
@@ -378,7 +347,7 @@ class AsyncPostgresSaver(AsyncSaver):
             async with self._connection() as conn:
                 if not write and conn.autocommit and self.pipe is None:
                     if snapshot:
-                        async with _apipelined(conn, _BEGIN_READ) as run_one:
+                        async with apipelined(conn, _BEGIN_READ) as run_one:
                             yield run_one
                     else:
                         async with conn.cursor(row_factory=tuple_row) as cur:
@@ -388,7 +357,7 @@ class AsyncPostgresSaver(AsyncSaver):
                         await cur.execute(_READ_ONLY)
                         yield functools.partial(aexecute, cur)
                 elif conn.autocommit and self.pipe is None:
-                    async with _apipelined(conn) as run_one:
+                    async with apipelined(conn) as run_one:
                         yield run_one
                 else:
                     async with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:

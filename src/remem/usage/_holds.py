@@ -20,9 +20,9 @@ call runs its process renews the hold (:class:`Renewals`, :func:`renew`), so a c
 ``seconds`` keeps counting in other processes' checks until it settles.
 
 On PostgreSQL a model call waits on the server four times for all this: the precheck's read, the hold in
-two messages (``BEGIN``, the locks, the removal of expired holds and the read; then the insert and
-``COMMIT``: :meth:`~remem.usage.postgres.PostgresLedger.hold`), and the settle as one statement
-(:func:`remem.usage._sql.settle_postgres`).
+two (:func:`hold`, pipelined as every remem transaction there is, :func:`remem._statements.pipelined`:
+``BEGIN``, the locks, the removal of expired holds and the read wait once, then the insert and ``COMMIT``),
+and the settle as one statement (:func:`remem.usage._sql.settle_postgres`).
 
 The programs here are programs of :mod:`remem._statements` (as :func:`remem.usage.forget_usage` is); a
 backend runs each in one transaction (``Ledger._transact``).
@@ -269,6 +269,6 @@ def settle(dialect: str, record: tuple[str, tuple[Any, ...]], hold_id: str) -> P
     """Write a paid call's ledger row (``record``: its statement, which adds the row to its running totals)
     and remove its hold, together: no moment counts the call twice, or not at all."""
     if dialect == "postgres":  # as the ledger's own records: no wait for the WAL's flush
-        yield from rowcount("SET LOCAL synchronous_commit = off", ())
+        yield Statement("SET LOCAL synchronous_commit = off", (), "none")
     yield Statement(*record, fetch="none")
     yield from release(dialect, hold_id)

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import threading
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from remem import _migrate
-from remem._statements import Program, Statement, drive, execute
+from remem._statements import Execute, Program, Statement, drive, execute, pipelined, run
 from remem.errors import MissingDependencyError, StorageError
-from remem.usage import _holds, _sql
+from remem.usage import _sql
 from remem.usage._base import Ledger
-from remem.usage._records import Totals, UsageEvent
+from remem.usage._records import UsageEvent
 from remem.usage._sql import LEDGER
 
 __all__ = ["PostgresLedger"]
@@ -162,56 +160,16 @@ class PostgresLedger(Ledger):
         """One write statement, committed without waiting for the WAL's flush, in one round trip."""
         import psycopg
 
-        with self._connection() as conn:
-            try:
-                if self._pool is None:  # the ledger's own connection: synchronous_commit is off already
+        if self._pool is None:  # the ledger's own connection: synchronous_commit is off already
+            with self._connection() as conn:
+                try:
                     conn.execute(sql, params)
-                    return
-                # A borrowed connection is the pool's: the no-flush commit is set for this transaction
-                # only, in the same message (client-side parameters allow several statements in one).
-                with psycopg.ClientCursor(conn) as cur:
-                    try:
-                        cur.execute(f"BEGIN; SET LOCAL synchronous_commit = off; {sql}; COMMIT", params)
-                    except BaseException:
-                        _rollback(conn)
-                        raise
-            except psycopg.Error as exc:
-                raise _error(exc) from exc
-
-    def hold(
-        self,
-        keys: Sequence[_holds.Key],
-        *,
-        tokens: int,
-        cost: float,
-        seconds: float,
-        fits: Callable[[Mapping[str, Totals]], bool],
-    ) -> tuple[str | None, dict[str, Totals]]:
-        """:meth:`Ledger.hold` in two round trips: the transaction's start, the scopes' locks, the
-        expired holds' removal and the read in one message; the hold's insert and the commit in the next
-        (the budget check between them is the gate's, in this process)."""
-        import psycopg
-
-        hold_id = uuid.uuid4().hex
-        before, read, insert = _holds.hold_statements(
-            "postgres", keys, hold_id, tokens=tokens, cost=cost, seconds=seconds
-        )
-        with self._connection() as conn:
-            try:
-                with psycopg.ClientCursor(conn) as cur:
-                    try:
-                        rows = _last_rows(cur, [Statement("BEGIN", ()), *before, read])
-                        spent = _holds.spent_of(rows, keys)
-                        held = fits(spent)
-                        _last_rows(
-                            cur, [insert, Statement("COMMIT", ())] if held else [Statement("COMMIT", ())]
-                        )
-                    except BaseException:
-                        _rollback(conn)
-                        raise
-            except psycopg.Error as exc:
-                raise _error(exc) from exc
-        return (hold_id if held else None), spent
+                except psycopg.Error as exc:
+                    raise _error(exc) from exc
+            return
+        # A borrowed connection is the pool's: the no-flush commit is set for this transaction only,
+        # pipelined with it.
+        self._transact(_unflushed(sql, params))
 
     def _write_if_new(
         self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
@@ -229,13 +187,23 @@ class PostgresLedger(Ledger):
                 raise _error(exc) from exc
 
     def _transact(self, program: Program[_T]) -> _T:
+        """The program in one transaction, pipelined (:func:`remem._statements.pipelined`): a hold (the
+        locks, the expired holds' removal and the read; then the insert and COMMIT) is two round trips."""
+        return run(program, self._transaction)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Execute]:
         import psycopg
         from psycopg.rows import tuple_row
 
         with self._connection() as conn:
             try:
-                with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
-                    return drive(program, functools.partial(execute, cur))
+                if conn.autocommit:
+                    with pipelined(conn) as run_one:
+                        yield run_one
+                else:  # a connection of the caller's that is not in autocommit mode
+                    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+                        yield functools.partial(execute, cur)
             except psycopg.Error as exc:
                 raise _error(exc) from exc
 
@@ -256,23 +224,7 @@ class PostgresLedger(Ledger):
             self.conn.close()
 
 
-def _last_rows(cur: Any, statements: Sequence[Statement]) -> list[tuple[Any, ...]]:
-    """Run ``statements`` as one message (a ``psycopg.ClientCursor`` binds their parameters); the rows of
-    the last one that returns rows."""
-    cur.execute("; ".join(s.sql for s in statements), tuple(p for s in statements for p in s.params))
-    rows: list[tuple[Any, ...]] = []
-    while True:
-        if cur.description is not None:
-            rows = [tuple(r) for r in cur.fetchall()]
-        if not cur.nextset():
-            return rows
-
-
-def _rollback(conn: Any) -> None:
-    """End a transaction a failed message left open (nothing when the connection is gone)."""
-    import psycopg
-
-    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-        return
-    with contextlib.suppress(psycopg.Error):
-        conn.execute("ROLLBACK")
+def _unflushed(sql: str, params: tuple[Any, ...]) -> Program[None]:
+    """One write whose commit does not wait for the WAL's flush (this transaction only)."""
+    yield Statement("SET LOCAL synchronous_commit = off", (), "none")
+    yield Statement(sql, params, "none")
