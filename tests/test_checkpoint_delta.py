@@ -16,7 +16,10 @@ its checkpoints a quadratic number of times. Pinned here:
 
 from __future__ import annotations
 
+import copy
+import gc
 import operator
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -262,5 +265,39 @@ def test_only_a_delta_graphs_listing_is_kept(tmp_path: Path) -> None:
             config = {"configurable": {"thread_id": "t"}}
             graph.invoke({"items": ["user"]}, config)
             listed = list(saver.list(config))
-            assert bool(saver._listings._configs) is delta, delta
+            assert len(saver._listings.live()) == int(delta), delta
             del listed
+
+
+def test_a_listing_lives_as_long_as_its_tuples(tmp_path: Path) -> None:
+    # A long thread's listing is freed with the tuples its caller drops (the saver holds it weakly), and
+    # stays answered from memory while any is held, however many listings came after it.
+    with SqliteSaver.from_conn_string(str(tmp_path / "life.sqlite")) as saver:
+        graph = _graph(saver, every=100)
+        config = {"configurable": {"thread_id": "t"}}
+        for i in range(3):
+            graph.invoke({"items": [f"user-{i}"]}, config)
+        listed = list(saver.list(config))
+        (listing,) = saver._listings.live()
+        gone = weakref.ref(listing)
+        del listing
+        later = [list(saver.list(config)) for _ in range(6)]  # more than the 4 listings kept before
+        counted = Counted(saver)
+        history = saver.get_delta_channel_history(config=listed[0].config, channels=["items"])
+        assert counted.transactions == 0 and history == saver.get_delta_channel_history(
+            config=saver.get_tuple(listed[0].config).config, channels=["items"]
+        )
+        del listed
+        gc.collect()
+        assert gone() is None
+        assert len(saver._listings.live()) == len(later)
+        del later
+        gc.collect()
+        assert saver._listings.live() == []
+        again = list(saver.list(config))
+        copied = copy.deepcopy(again[0].config)  # a copy is a plain config
+        assert (
+            type(again[0].config) is not dict
+            and type(copied) is dict
+            and saver._listings.history(copied, ["items"]) is None
+        )

@@ -160,7 +160,9 @@ class AsyncSaver(RememSaver):
         sized: frozenset[str],
         lengths: dict[str, dict[str, int]] | None,
     ) -> AsyncIterator[CheckpointTuple]:
-        shared: dict[int, dict[int, Any]] = {}
+        shared = (
+            _delta.Shared()
+        )  # a listing's pages share their values (and, on a DeltaChannel graph, a listing)
         cursor: _read.Cursor | None = None
         remaining = limit
         while remaining is None or remaining > 0:

@@ -487,7 +487,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         cursor: _read.Cursor | None,
-        shared: dict[int, dict[int, Any]],
+        shared: _delta.Shared,
         tx: ops.Tx,
         sized: frozenset[str] = frozenset(),
         lengths: dict[str, dict[str, int]] | None = None,
@@ -505,7 +505,7 @@ class RememSaver(BaseCheckpointSaver[int]):
         )
         # A sized listing's tuples lack values: no history is read from them.
         if not sized and _delta.replayed(page[0]):
-            self._listings.add(shared, page[0])
+            return self._listings.add(shared, page[0]), page[1]
         return page
 
     def _idle(self, ids: Sequence[str], cutoff: datetime, tx: ops.Tx) -> Program[builtins.list[str]]:

@@ -11,15 +11,20 @@ the saver for (the base class walks the parents one ``get_tuple`` each). Two way
   the listing, each checkpoint's history extending its parent's, so listing N checkpoints reads and
   decodes what a plain graph's listing does, and no more. A listed tuple's history is the one its listing
   read (a put or erasure through this saver drops the listings of the thread it changes).
+
+  A listing lives as long as the configs it listed (each holds it: :class:`ListedConfig`) and no longer:
+  the saver keeps only weak references, so a 100,000-message thread's listing is freed with the tuples
+  its caller drops, not held until later listings push it out.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
@@ -29,7 +34,7 @@ from remem._statements import Program
 from remem.checkpoint import _ids, _read
 from remem.checkpoint._ops import Context, thread_id_of
 
-__all__ = ["ANCESTORS", "FIRST_PAGE", "Listings", "ancestors", "replayed", "walk"]
+__all__ = ["ANCESTORS", "FIRST_PAGE", "ListedConfig", "Listings", "Shared", "ancestors", "replayed", "walk"]
 
 FIRST_PAGE = 16
 ANCESTORS = 256
@@ -120,19 +125,40 @@ def _fresh(seed: Any) -> Any:
     return copy.copy(seed) if type(seed) in (list, dict, set) else seed
 
 
+_Node = tuple[dict[str, Any], list[PendingWrite], "_Key | None"]
+"""A listed checkpoint as a history needs it: its channel values, its pending writes, its parent's key
+(no config or tuple: a listing holds nothing that holds it)."""
+
+
 class _Listing:
-    """The tuples of one ``list()`` call by checkpoint, and the channel histories worked out from them."""
+    """The checkpoints of one ``list()`` call by key, and the channel histories worked out from them."""
 
     def __init__(self) -> None:
-        self.tuples: dict[_Key, CheckpointTuple] = {}
+        self.nodes: dict[_Key, _Node] = {}
         self.threads: set[str] = set()
         self._known: dict[tuple[_Key, str], tuple[Any, list[PendingWrite]]] = {}
 
-    def history(self, tup: CheckpointTuple, channels: Sequence[str]) -> dict[str, DeltaChannelHistory] | None:
-        """What :func:`walk` returns for ``tup``, or None when its ancestors leave the listing."""
+    def add(self, tup: CheckpointTuple) -> None:
+        parent = None if tup.parent_config is None else _key(tup.parent_config)
+        self.nodes[_key(tup.config)] = (
+            tup.checkpoint["channel_values"],
+            list(tup.pending_writes or ()),
+            parent,
+        )
+        self.threads.add(str(tup.config["configurable"]["thread_id"]))
+
+    def drop(self) -> None:
+        """Forget everything: what was listed changed (the configs that hold this listing read anew)."""
+        self.nodes.clear()
+        self._known.clear()
+
+    def history(self, key: _Key, channels: Sequence[str]) -> dict[str, DeltaChannelHistory] | None:
+        """What :func:`walk` returns for the checkpoint ``key``, or None when its ancestors leave the listing."""
+        if key not in self.nodes:
+            return None
         found: dict[str, DeltaChannelHistory] = {}
         for ch in channels:
-            one = self._one(tup, ch)
+            one = self._one(key, ch)
             if one is None:
                 return None
             seed, writes = one
@@ -142,40 +168,61 @@ class _Listing:
             found[ch] = entry
         return found
 
-    def _one(self, tup: CheckpointTuple, ch: str) -> tuple[Any, list[PendingWrite]] | None:
+    def _one(self, key: _Key, ch: str) -> tuple[Any, list[PendingWrite]] | None:
         # Climb to a checkpoint whose history is known or ends at its parent, then work back down: each
         # history is its parent's plus the parent's writes, unless the parent holds the seed.
-        climbed: list[tuple[_Key, CheckpointTuple]] = []
+        climbed: list[tuple[_Key, _Node]] = []
         seen: set[_Key] = set()
-        cur = tup
+        cur = key
         while True:
-            key = _key(cur.config)
-            if key in seen:
+            if cur in seen:
                 return None  # a cycle: the walk's own rule decides
-            seen.add(key)
-            known = self._known.get((key, ch))
+            seen.add(cur)
+            known = self._known.get((cur, ch))
             if known is not None:
                 break
-            if cur.parent_config is None:
+            parent_key = self.nodes[cur][2]
+            if parent_key is None:
                 known = (_NO_SEED, [])
                 break
-            parent = self.tuples.get(_key(cur.parent_config))
+            parent = self.nodes.get(parent_key)
             if parent is None:
                 return None
-            if ch in parent.checkpoint["channel_values"]:
-                known = (parent.checkpoint["channel_values"][ch], _writes_to(parent, ch))
+            if ch in parent[0]:
+                known = (parent[0][ch], _writes_of(parent[1], ch))
                 break
-            climbed.append((key, parent))
-            cur = parent
-        self._known[(key, ch)] = known
+            climbed.append((cur, parent))
+            cur = parent_key
+        self._known[(cur, ch)] = known
         for child, parent in reversed(climbed):
-            known = (known[0], known[1] + _writes_to(parent, ch))
+            known = (known[0], known[1] + _writes_of(parent[1], ch))
             self._known[(child, ch)] = known
         return known
 
 
-def _writes_to(tup: CheckpointTuple, ch: str) -> list[PendingWrite]:
-    return [w for w in tup.pending_writes or () if w[1] == ch]
+def _writes_of(writes: Sequence[PendingWrite], ch: str) -> list[PendingWrite]:
+    return [w for w in writes if w[1] == ch]
+
+
+class ListedConfig(dict[str, Any]):
+    """A listed tuple's config: a plain config that holds the listing it came from, so the listing lives
+    as long as its caller keeps any of its tuples. A copy or a pickle of it is a plain dict."""
+
+    __slots__ = ("listing",)
+
+    def __init__(self, config: RunnableConfig, listing: _Listing) -> None:
+        super().__init__(config)
+        self.listing = listing
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+
+class Shared(dict[int, dict[int, Any]]):
+    """The values one ``list()`` call's pages share (``_read``'s ``shared``), as an object a weak reference
+    can name: its pages' tuples go to one listing while the call runs."""
+
+    __slots__ = ("__weakref__",)
 
 
 def replayed(tuples: Sequence[CheckpointTuple]) -> bool:
@@ -189,55 +236,56 @@ def replayed(tuples: Sequence[CheckpointTuple]) -> bool:
 
 
 class Listings:
-    """The saver's recent ``list()`` calls (at most :attr:`KEEP`), found by the identity of a listed
-    tuple's config: only that object, handed back by LangGraph, is answered from its listing."""
-
-    KEEP = 4
+    """The saver's live listings (weakly: each is held by the configs it listed, see the module), and the
+    one each running ``list()`` call adds its pages to."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._listings: OrderedDict[int, tuple[object, _Listing]] = OrderedDict()
-        self._configs: dict[int, tuple[RunnableConfig, _Listing]] = {}
+        self._running: dict[int, tuple[weakref.ref[Shared], _Listing]] = {}
+        self._live: weakref.WeakSet[_Listing] = weakref.WeakSet()
 
-    def add(self, owner: object, tuples: Sequence[CheckpointTuple]) -> None:
-        """Keep ``tuples``, one page of the listing ``owner`` (an object that lives as long as it) stands for."""
+    def add(self, owner: Shared, tuples: Sequence[CheckpointTuple]) -> list[CheckpointTuple]:
+        """``tuples``, one page of the listing ``owner`` stands for, kept; returned with configs that hold it."""
         with self._lock:
-            held = self._listings.get(id(owner))
-            if held is None or held[0] is not owner:
-                held = (owner, _Listing())
-                self._listings[id(owner)] = held
-                while len(self._listings) > self.KEEP:
-                    self._drop(self._listings.popitem(last=False)[1][1])
+            held = self._running.get(id(owner))
+            if held is None or held[0]() is not owner:
+                held = (weakref.ref(owner, functools.partial(self._ended, id(owner))), _Listing())
+                self._running[id(owner)] = held
+                self._live.add(held[1])
             listing = held[1]
             for tup in tuples:
-                listing.tuples[_key(tup.config)] = tup
-                listing.threads.add(str(tup.config["configurable"]["thread_id"]))
-                self._configs[id(tup.config)] = (tup.config, listing)
+                listing.add(tup)
+        return [
+            tup._replace(config=cast("RunnableConfig", ListedConfig(tup.config, listing))) for tup in tuples
+        ]
+
+    def _ended(self, key: int, ref: weakref.ref[Shared]) -> None:
+        # A list() call ended: its listing lives on in its configs only. No lock: this may run in gc,
+        # inside add(); each dict operation is atomic.
+        held = self._running.get(key)
+        if held is not None and held[0] is ref:
+            self._running.pop(key, None)
+
+    def live(self) -> list[_Listing]:
+        """The listings some caller still holds a tuple of."""
+        return list(self._live)
 
     def history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory] | None:
         """The history of a listed tuple's config from its listing; None for any other config."""
+        listing = config.listing if type(config) is ListedConfig else None
+        if listing is None:
+            return None
         with self._lock:
-            held = self._configs.get(id(config))
-            if held is None or held[0] is not config:
-                return None
-            listing = held[1]
-            tup = listing.tuples.get(_key(config))
-            return None if tup is None else listing.history(tup, channels)
+            return listing.history(_key(config), channels)
 
     def forget(self, thread_id: str | None = None) -> None:
         """Drop the listings that hold ``thread_id`` (every listing when None): it was written."""
         with self._lock:
-            if not self._listings:
-                return
-            for owner_id, (_, listing) in list(self._listings.items()):
+            for listing in list(self._live):
                 if thread_id is None or thread_id in listing.threads:
-                    del self._listings[owner_id]
-                    self._drop(listing)
-
-    def _drop(self, listing: _Listing) -> None:
-        for tup in listing.tuples.values():
-            held = self._configs.get(id(tup.config))
-            if held is not None and held[1] is listing:
-                del self._configs[id(tup.config)]
+                    listing.drop()
+            for key, (_, listing) in list(self._running.items()):
+                if not listing.nodes:  # a running call's next pages start a new listing
+                    del self._running[key]
