@@ -301,3 +301,71 @@ def test_a_listing_lives_as_long_as_its_tuples(tmp_path: Path) -> None:
             and type(copied) is dict
             and saver._listings.history(copied, ["items"]) is None
         )
+
+
+_WITHOUT_SNAPSHOT_NAME = """
+import operator, sys
+from typing import Annotated, TypedDict
+import langgraph.pregel, langgraph.channels.delta  # LangGraph's own references to the name stay
+import langgraph.checkpoint.serde.types as types
+del types._DeltaSnapshot  # a langgraph-checkpoint 4.x without it, as remem meets it
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from remem.checkpoint import SqliteSaver, _snapshot
+from remem.errors import StorageError
+
+assert _snapshot.SNAPSHOT is None
+
+def graph(saver):
+    State = TypedDict("State", {"items": Annotated[list, DeltaChannel(operator.add, snapshot_frequency=2)]})
+    builder = StateGraph(State)
+    builder.add_node("reply", lambda state: {"items": [f"reply-{len(state['items'])}"]})
+    builder.add_edge(START, "reply")
+    builder.add_edge("reply", END)
+    return builder.compile(checkpointer=saver)
+
+config = {"configurable": {"thread_id": "t"}}
+with SqliteSaver.from_conn_string(sys.argv[1]) as saver:
+    remem_graph, stock = graph(saver), graph(InMemorySaver())
+    for i in range(7):
+        for g in (remem_graph, stock):
+            g.invoke({"items": [f"user-{i}"]}, config)
+    assert remem_graph.get_state(config).values == stock.get_state(config).values
+    got = [s.values for s in remem_graph.get_state_history(config)]
+    assert got == [s.values for s in stock.get_state_history(config)], got
+with SqliteSaver.from_conn_string(sys.argv[2]) as saver:
+    try:
+        graph(saver).get_state(config)
+    except StorageError as exc:
+        assert "constraints.txt" in str(exc), exc
+    else:
+        raise AssertionError("a compact snapshot was read without its type")
+print("ok")
+"""
+
+
+def test_a_langgraph_checkpoint_without_the_snapshot_name_still_imports_and_stores(tmp_path: Path) -> None:
+    # _DeltaSnapshot is private to langgraph-checkpoint, which remem allows at any 4.x: without it remem
+    # imports, a DeltaChannel graph reads and writes as on InMemorySaver (its snapshots stored whole), and
+    # a snapshot stored the compact way before fails with what to install, never read as a dict.
+    import os
+    import subprocess
+    import sys
+
+    import remem
+
+    compact = tmp_path / "compact.sqlite"
+    with SqliteSaver.from_conn_string(str(compact)) as saver:
+        for i in range(4):
+            _graph(saver, every=2).invoke({"items": [f"user-{i}"]}, {"configurable": {"thread_id": "t"}})
+    src = str(Path(remem.__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_SNAPSHOT_NAME, str(tmp_path / "plain.sqlite"), str(compact)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -28,11 +28,11 @@ from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
-from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from remem._statements import Program
 from remem.checkpoint import _ids, _read
 from remem.checkpoint._ops import Context, thread_id_of
+from remem.checkpoint._snapshot import SNAPSHOT
 
 __all__ = ["ANCESTORS", "FIRST_PAGE", "ListedConfig", "Listings", "Shared", "ancestors", "replayed", "walk"]
 
@@ -230,7 +230,7 @@ def replayed(tuples: Sequence[CheckpointTuple]) -> bool:
     snapshot in the values): only such a listing is kept, so a plain graph's is never held on to."""
     return any(
         "counters_since_delta_snapshot" in (t.metadata or {})
-        or any(type(v) is _DeltaSnapshot for v in t.checkpoint["channel_values"].values())
+        or any(type(v) is SNAPSHOT for v in t.checkpoint["channel_values"].values())  # never None's type
         for t in tuples
     )
 
