@@ -160,17 +160,8 @@ def test_setup_is_idempotent_from_many_processes(
             from remem._statements import Statement
 
             rows = execute(Statement("SELECT component, version FROM remem_schema"))
-        assert rows == [
-            ("checkpoint", 1),
-            ("checkpoint", 2),
-            ("checkpoint", 3),
-            ("checkpoint", 4),
-            ("checkpoint", 5),
-            ("checkpoint", 6),
-            ("checkpoint", 7),
-            ("checkpoint", 8),
-            ("checkpoint", 9),
-        ]
+        # every migration recorded once, though four processes raced to apply them
+        assert sorted(rows) == [("checkpoint", v) for v in range(1, _sql.SCHEMA.latest + 1)]
 
 
 def test_refuses_to_unpickle_and_never_pickles(tmp_path: Path) -> None:
