@@ -116,13 +116,15 @@ class AsyncStore(RememStoreBase):
         async with self._async_lock():
             while True:
                 tx = Tx(self._vectors(), ready or {})
-                result = await arun(make(tx), lambda: self._atransaction(write, snapshot))
+                result = await arun(
+                    self._in_transaction(make(tx), tx), lambda: self._atransaction(write, snapshot)
+                )
                 if not tx.unembedded:
                     break
                 # it stopped before writing: embed outside the transaction, run it again
                 ready = {**tx.ready, **(await asyncio.to_thread(self._embed_texts, tx.unembedded))}
         if tx.changes:
-            self._vectors_changed(tx.changes)
+            self._vectors_changed(tx)
         if tx.touched and not self.read_only:
             ids = sorted(set(tx.touched))
             await self._arun(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)

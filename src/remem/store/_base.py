@@ -29,7 +29,7 @@ from remem.store import _program as prog
 from remem.store._compact import Compaction
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._delete import DeleteReport, Statements
-from remem.store._exec import Tx, VecChanged, Vector, VectorSearch
+from remem.store._exec import Tx, Vector, VectorSearch
 from remem.store._reads import Reads, Transaction, shared_reads
 
 T = TypeVar("T")
@@ -121,8 +121,13 @@ class RememStoreBase(BaseStore):
         """The vector search programs call (``Tx.vectors``)."""
         raise NotImplementedError
 
-    def _vectors_changed(self, changes: list[VecChanged]) -> None:
-        """Called after a commit with the vector changes it made (the SQLite cache applies them)."""
+    def _in_transaction(self, program: Program[T], tx: Tx) -> Program[T]:
+        """The program a run executes in its transaction: ``program``, to which a backend may add its
+        own last statements (PostgreSQL's vector cache reads the change counts a write moved)."""
+        return program
+
+    def _vectors_changed(self, tx: Tx) -> None:
+        """Called after a commit that changed vectors (``tx.changes``): an in-process cache applies them."""
 
     def _compact(self) -> bool:
         """Make deleted bytes unrecoverable from storage (VACUUM and friends); True if done."""
@@ -172,7 +177,7 @@ class RememStoreBase(BaseStore):
         with self._serial():
             while True:
                 tx = Tx(self._vectors(), ready or {})
-                result = run(make(tx), opened)
+                result = run(self._in_transaction(make(tx), tx), opened)
                 if not tx.unembedded:
                     break
                 # it stopped before writing: embed outside the transaction, run it again
@@ -183,7 +188,7 @@ class RememStoreBase(BaseStore):
     def _after(self, tx: Tx) -> None:
         """What a committed program left to do: vector cache changes, TTL refreshes (sync)."""
         if tx.changes:
-            self._vectors_changed(tx.changes)
+            self._vectors_changed(tx)
         if tx.touched and not self.read_only:
             ids = sorted(set(tx.touched))
             self._run(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)

@@ -16,7 +16,7 @@ from remem.store import _rows
 from remem.store._core import IndexPlan
 from remem.store._exec import Hits, Program, Statement, Vector
 from remem.store._schema import VECTORS
-from remem.store._vectors import top_items
+from remem.store._vector_cache import RunCache
 
 __all__ = ["PGVECTOR", "PostgresDialect", "PostgresVectors", "vector_column"]
 
@@ -100,17 +100,21 @@ class PostgresDialect(_rows.Dialect):
 
 class PostgresVectors:
     """Vector search on Postgres, as statements: pgvector's HNSW index, or the exact NumPy path over the
-    float32 rows of the namespaces asked for (the one :func:`remem.store._vectors.top_items` shared with
-    SQLite)."""
+    process's matrix of the namespaces searched (``cache``, :mod:`remem.store._vector_cache`)."""
 
-    def __init__(self, plan: IndexPlan | None, dialect: PostgresDialect, ef_search: int) -> None:
-        self.plan, self.dialect, self.ef_search = plan, dialect, ef_search
+    def __init__(
+        self, plan: IndexPlan | None, dialect: PostgresDialect, ef_search: int, cache: RunCache | None = None
+    ) -> None:
+        self.plan, self.dialect, self.ef_search, self.cache = plan, dialect, ef_search, cache
 
     def search(
         self, query: Vector, k: int, ns_ids: list[int] | None, item_ids: list[int] | None
     ) -> Program[Hits]:
         plan = self.plan
         assert plan is not None
+        if self.dialect.vector_kind == "exact":
+            assert self.cache is not None
+            return (yield from self.cache.search(query, k, ns_ids, item_ids))
         where, params = [], list[Any]()
         if ns_ids is not None:
             where.append("ns_id = ANY(%s)")
@@ -119,19 +123,6 @@ class PostgresVectors:
             where.append("item_id = ANY(%s)")
             params.append(item_ids)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
-        if self.dialect.vector_kind == "exact":
-            # another part of the database may index with another model: only vectors of this size are ours
-            mine = " AND ".join([*where, "octet_length(embedding) = %s"])
-            rows = yield Statement(
-                f"SELECT item_id, embedding FROM {VECTORS} WHERE {mine}", [*params, plan.dims * 4]
-            )
-            if not rows:
-                return []
-            items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
-            # cosine: stored and query vectors are unit length (normalised when embedded), so no norms
-            norms = np.ones(len(rows), dtype=np.float32) if plan.distance == "cosine" else None
-            return top_items(items, vecs, query, k, plan.distance, norms)
         deep = k * 4
         op, score, _, _ = PGVECTOR[plan.distance]
         yield Statement(f"SET LOCAL hnsw.ef_search = {int(min(1000, max(self.ef_search, deep)))}", (), "none")

@@ -9,8 +9,10 @@ written before this runner recorded version 0 in ``remem_store_migrations``; it 
 PostgreSQL's ``remem_vectors`` is migration 4; whether its column is pgvector's ``vector(dims)`` depends on the
 server and the index, so that choice is a component of its own, :func:`pgvector` (applied once, on a server
 with the extension, by the first store opened with an index). Version 5 is SQLite's count of the vector
-table's changes (PostgreSQL has nothing to do: it keeps no in-process matrix). Version 6 is SQLite's vector
+table's changes (PostgreSQL's count is v7's). Version 6 is SQLite's vector
 blocks (:mod:`remem.store._blocks`): many vectors of a namespace in one row, for the matrix to load.
+Version 7 is PostgreSQL's count of each namespace's vector changes, for the exact path's in-process matrix
+(:mod:`remem.store._vector_cache`; SQLite has nothing to do: its count is v5's).
 """
 
 from __future__ import annotations
@@ -126,10 +128,38 @@ _SQLITE_V6 = (
     f"BEGIN {_DROP_BLOCK.format(row='old')}; {_DROP_BLOCK.format(row='new')}; END",
 )
 
+# v7 (PostgreSQL): a count of each namespace's vector changes, for the exact path's in-process matrix
+# (remem.store._vector_cache), moved by statement triggers in every writer's transaction (any process, any
+# remem that writes the database). Per namespace, so that writers of different namespaces never wait for
+# one another; moved once per transaction (``xact`` is the last writer's), so that a writer can tell from
+# the row, in its own transaction, whether anyone else changed the namespace since its matrix read it.
+_NEW, _OLD = "remem_new_vectors", "remem_old_vectors"
+_BUMP = (
+    f"INSERT INTO {_CHANGES} AS c (ns_id, changes, xact) SELECT DISTINCT ns_id, 1, pg_current_xact_id() "
+    "FROM {rows} ORDER BY ns_id ON CONFLICT (ns_id) DO UPDATE SET changes = c.changes + 1, "
+    "xact = excluded.xact WHERE c.xact <> excluded.xact"  # (in ns_id order: writers lock rows alike)
+)
+_POSTGRES_V7 = (
+    f"CREATE TABLE IF NOT EXISTS {_CHANGES} (ns_id bigint PRIMARY KEY, changes bigint NOT NULL, "
+    "xact xid8 NOT NULL)",
+    f"INSERT INTO {_CHANGES} (ns_id, changes, xact) SELECT DISTINCT ns_id, 1, pg_current_xact_id() "
+    f"FROM {VECTORS} ON CONFLICT (ns_id) DO NOTHING",
+    "CREATE OR REPLACE FUNCTION remem_vectors_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    f"IF TG_OP <> 'DELETE' THEN {_BUMP.format(rows=_NEW)}; END IF; "
+    f"IF TG_OP <> 'INSERT' THEN {_BUMP.format(rows=_OLD)}; END IF; RETURN NULL; END $$",
+    f"CREATE TRIGGER remem_vectors_changed_insert AFTER INSERT ON {VECTORS} REFERENCING NEW TABLE AS {_NEW} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
+    f"CREATE TRIGGER remem_vectors_changed_update AFTER UPDATE ON {VECTORS} REFERENCING OLD TABLE AS {_OLD} "
+    f"NEW TABLE AS {_NEW} FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
+    f"CREATE TRIGGER remem_vectors_changed_delete AFTER DELETE ON {VECTORS} REFERENCING OLD TABLE AS {_OLD} "
+    "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
+)
+
 COMPONENT = _migrate.Component(
     "store",
-    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5, _SQLITE_V6),  # SQLite's vector table is in v1
-    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, (), ()),
+    # SQLite's vector table is in v1
+    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5, _SQLITE_V6, ()),
+    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, (), (), _POSTGRES_V7),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 

@@ -156,6 +156,11 @@ class VectorMatrix:
         """Which of these items have a row here."""
         return set(self._items[self._rows_of(item_ids)].tolist())
 
+    def namespaces_of(self, item_ids: Iterable[int]) -> dict[int, int]:
+        """The namespace of each of these items that has a row here."""
+        rows = self._rows_of(item_ids)
+        return dict(zip(self._items[rows].tolist(), self._ns[rows].tolist(), strict=True))
+
     def _rows_of(self, item_ids: Iterable[int]) -> npt.NDArray[np.int64]:
         """The live rows of these items, ascending."""
         ids = np.unique(np.fromiter((int(i) for i in item_ids), dtype=np.int64))
@@ -187,6 +192,20 @@ class VectorMatrix:
         rows = self._rows_of(wanted)
         self._alive[rows] = False
         self._dead += len(rows)
+        if self._dead > 4096 and self._dead * 2 > self._n:
+            self._compact()
+
+    def drop(self, ns_ids: Iterable[int]) -> None:
+        """Forget every row of these namespaces (read again whole when next searched)."""
+        wanted = [int(n) for n in ns_ids]
+        rows = self._namespace_rows(wanted)
+        self._alive[rows] = False
+        self._dead += len(rows)
+        for ns_id in wanted:
+            self._ns_rows.pop(ns_id, None)
+            self._ns_arrays.pop(ns_id, None)
+            self.loaded.discard(ns_id)
+        self.everything = False
         if self._dead > 4096 and self._dead * 2 > self._n:
             self._compact()
 

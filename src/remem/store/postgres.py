@@ -49,6 +49,7 @@ from remem.store._delete import DeleteReport
 from remem.store._exec import Program, Rows, Statement, Tx
 from remem.store._postgres_open import AsyncConn, aconnect, aopened, connect, opened
 from remem.store._postgres_sql import PGVECTOR, PostgresDialect, PostgresVectors, vector_column
+from remem.store._vector_cache import VectorCache
 
 __all__ = ["AsyncPostgresStore", "PostgresStore"]
 
@@ -94,6 +95,8 @@ class _PostgresBackend(RememStoreBase):
         self._dsn: str | None = None  # set by from_conn_string: the store may reconnect on its own
         self.retry = Retry(self._sync_reopens, "the PostgreSQL connection was lost")
         self.shares_reads = pipe is None  # a pipeline's statements are already sent without waiting
+        # the exact path's in-process matrix (a server without pgvector), kept by schema v7's counts
+        self._vector_cache = VectorCache(self.plan) if self.plan is not None else None
 
     def _sync_reopens(self, exc: BaseException) -> bool:
         """Whether a sync call may run again: it lost a connection the store opened itself (or a pool's);
@@ -228,7 +231,18 @@ class _PostgresBackend(RememStoreBase):
 
     def _vectors(self) -> PostgresVectors:
         assert isinstance(self.dialect, PostgresDialect)
-        return PostgresVectors(self.plan, self.dialect, self.ef_search)
+        cache = self._vector_cache.run() if self._vector_cache and self.vector_kind == "exact" else None
+        return PostgresVectors(self.plan, self.dialect, self.ef_search, cache)
+
+    def _in_transaction(self, program: Program[T], tx: Tx) -> Program[T]:
+        result = yield from program
+        if tx.changes and isinstance(tx.vectors, PostgresVectors) and tx.vectors.cache is not None:
+            yield from tx.vectors.cache.finishing(tx.changes)
+        return result
+
+    def _vectors_changed(self, tx: Tx) -> None:
+        if isinstance(tx.vectors, PostgresVectors) and tx.vectors.cache is not None:
+            tx.vectors.cache.committed(tx.changes)
 
     def _compact(self) -> bool:
         try:

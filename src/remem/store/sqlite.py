@@ -41,7 +41,7 @@ from remem.store import _schema as schema
 from remem.store._async import AsyncStore
 from remem.store._base import RememStoreBase, SyncStore, check_read_only_schema
 from remem.store._core import SearchMode
-from remem.store._exec import Hits, Program, Rows, Statement, Tx, VecChanged, Vector
+from remem.store._exec import Hits, Program, Rows, Statement, Tx, Vector
 from remem.store._reads import Transaction
 from remem.store._schema import VECTORS
 from remem.store._vectors import FEW_NAMESPACES, VectorMatrix, top_items
@@ -321,11 +321,11 @@ class _SqliteBackend(RememStoreBase):
         else:
             self._matrix = None
 
-    def _vectors_changed(self, changes: list[VecChanged]) -> None:
+    def _vectors_changed(self, tx: Tx) -> None:
         matrix = self._matrix
         if matrix is None:
             return
-        for change in changes:
+        for change in tx.changes:
             matrix.remove(change.removed)
             # a namespace the matrix does not hold is read whole when first searched, new rows with it
             added = [a for a in change.added if matrix.holds(a[1])]
