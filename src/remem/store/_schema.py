@@ -147,6 +147,11 @@ _POSTGRES_V7 = (
     "CREATE OR REPLACE FUNCTION remem_vectors_changed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
     f"IF TG_OP <> 'DELETE' THEN {_BUMP.format(rows=_NEW)}; END IF; "
     f"IF TG_OP <> 'INSERT' THEN {_BUMP.format(rows=_OLD)}; END IF; RETURN NULL; END $$",
+    # (run again where a database's recorded versions were carried over: triggers have no IF NOT EXISTS)
+    *(
+        f"DROP TRIGGER IF EXISTS remem_vectors_changed_{event} ON {VECTORS}"
+        for event in ("insert", "update", "delete")
+    ),
     f"CREATE TRIGGER remem_vectors_changed_insert AFTER INSERT ON {VECTORS} REFERENCING NEW TABLE AS {_NEW} "
     "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
     f"CREATE TRIGGER remem_vectors_changed_update AFTER UPDATE ON {VECTORS} REFERENCING OLD TABLE AS {_OLD} "

@@ -10,7 +10,8 @@ Rows are appended in place; removed rows are masked and compacted when they pile
 namespace are indexed, so a search under a few namespaces scores only their rows instead of masking the
 whole matrix (a user's 1,000 memories among 100,000 cost what 1,000 cost). The SQLite store loads the
 namespaces a search touches, from their blocks (:mod:`remem.store._blocks`), and says which it holds
-(:attr:`VectorMatrix.loaded`).
+(:attr:`VectorMatrix.loaded`); the PostgreSQL store without pgvector keeps one too
+(:mod:`remem.store._vector_cache`), dropping and reading again a namespace another writer changed.
 """
 
 from __future__ import annotations

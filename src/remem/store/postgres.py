@@ -5,7 +5,8 @@
         store.hybrid_search(("users", "u1"), "where does the user live?")
 
 On a server without pgvector (Debian's PostgreSQL 15 has none) vectors are stored as float32 ``bytea`` and
-searched exactly with NumPy over the rows of the namespace asked for; with pgvector they are ``vector(dims)``
+searched with NumPy in a matrix the process keeps of the namespaces it searched, read again only after
+another writer changed one (:mod:`remem.store._vector_cache`); with pgvector they are ``vector(dims)``
 columns under an HNSW index (cosine), queried with ``hnsw.iterative_scan`` so that filters keep recall.
 """
 
