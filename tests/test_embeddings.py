@@ -164,3 +164,13 @@ def test_another_onnx_model_is_not_checked(caplog: pytest.LogCaptureFixture) -> 
         for _ in range(10):
             embedder.embed_array(CHINESE_TURNS)
     assert not caplog.records
+
+
+def test_the_warning_is_said_once_per_embedder(caplog: pytest.LogCaptureFixture) -> None:
+    # as the README says: each bundled-MiniLM embedder decides for itself (remem's stores share one)
+    first, second = OnnxEmbedder(), OnnxEmbedder()
+    with caplog.at_level(logging.WARNING, logger="remem.embeddings"):
+        for embedder in (first, second, first, second):
+            for _ in range(10):
+                embedder.embed_array(FRENCH_TURNS)
+    assert len([r for r in caplog.records if "embedder='e5'" in r.getMessage()]) == 2

@@ -171,7 +171,8 @@ def _minilm_tokenizer_json() -> str:
 
 # MiniLM, the default, was trained on English. On bench/retrieval.py's multilingual set (English questions
 # about the turns included) its hybrid recall@5 is 55.6 (French), 48.7 (Chinese), 29.6 (Korean) against
-# 82.4, 88.2, 92.2 with e5-small, so the default says once per process when what it embeds is not English.
+# 82.4, 88.2, 92.2 with e5-small, so the bundled MiniLM says once per embedder when what it embeds is not
+# English: once per process for remem's own stores, which share the one ``default_embedder()``.
 _ENGLISH_TEXT = (
     "a all an and are at be been but can do for have he i in is it just me my not of on so that the "
     "they this to was we what with you your"
@@ -233,7 +234,9 @@ class OnnxEmbedder(Embeddings):
     """A sentence-transformers style encoder run by onnxruntime: mean pooling over the mask, then L2 norm.
 
     The default is all-MiniLM-L6-v2 (int8, 384 dims, max 256 tokens); pass ``model_path`` and
-    ``tokenizer_path`` for another BERT-like ONNX export with the same inputs.
+    ``tokenizer_path`` for another BERT-like ONNX export with the same inputs. The bundled MiniLM logs one
+    warning per embedder when the first 40 words it embeds are not English (``default_embedder()`` is one
+    per process); a model given by path is not checked.
     """
 
     def __init__(
@@ -264,18 +267,20 @@ class OnnxEmbedder(Embeddings):
             self._tokenizer = Tokenizer.from_str(_minilm_tokenizer_json())
         else:
             self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        self._english_check: _EnglishCheck | None = None
         self._tokenizer.enable_truncation(max_length=max_tokens)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self.batch_size = batch_size
         self._lock = threading.Lock()
-        self.dims = int(self.embed_array(["dimension probe"]).shape[1])
+        self.dims = int(self._encode(["dimension probe"]).shape[1])  # not a text the English check sees
         # the bundled MiniLM says when its texts are not English (another model may read them)
         self._english_check = _EnglishCheck() if check else None
 
     def embed_array(self, texts: list[str]) -> FloatMatrix:
         if self._english_check is not None and not self._english_check.done:
             self._english_check.see(texts)
+        return self._encode(texts)
+
+    def _encode(self, texts: list[str]) -> FloatMatrix:
         out: list[FloatMatrix] = []
         # Sorting by length keeps padding small within a batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
