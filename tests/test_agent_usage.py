@@ -368,9 +368,17 @@ def test_run_turns_check_is_not_read_again_by_the_turns_first_call(saver: Any) -
         reads.append(sql)
         return real(sql, params)
 
-    inner._read = counted
+    holds: list[Any] = []
+    hold = inner.hold
+
+    def counted_hold(keys: Any, **kwargs: Any) -> Any:
+        holds.append(keys)
+        return hold(keys, **kwargs)
+
+    inner._read, inner.hold = counted, counted_hold
     run_turn(agent, "t", "one read of the thread's spending for this turn")
-    assert len(reads) == 1 and "remem_usage_totals" in reads[0]  # one row, not a sum over the thread
+    # the precheck's hold reads the spending (its running totals, by key) and the call takes that hold
+    assert reads == [] and holds == [[("thread", "t", "")]]
 
 
 @pytest.mark.parametrize("approval", [False, True])

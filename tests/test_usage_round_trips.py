@@ -5,8 +5,9 @@ waits for (the rule of tests/test_checkpoint_round_trips.py).
 
 Before: the hold was a transaction of eight round trips (BEGIN, one advisory lock per scope, the expired
 holds' removal, the read, the insert, COMMIT) and the settle one of five (BEGIN, SET LOCAL, the row, the
-hold's removal, COMMIT): 15 per model call with the precheck's read. Now 4: the read, the hold in two (the
+hold's removal, COMMIT): 15 per model call with the precheck's read. Then 4: the read, the hold in two (the
 locks and the read in one message, the insert and the commit in the next), the settle in one statement.
+Now 3: the precheck takes the hold (its read is the hold's), the call takes the precheck's hold.
 The guarantees stay those of tests/test_budget_processes.py (which runs the same paths on real processes).
 """
 
@@ -100,7 +101,7 @@ def test_a_hold_is_two_round_trips_and_its_settle_one(pg_url: str) -> None:
         assert int(ledger._read("SELECT count(*) FROM remem_usage_holds", ())[0][0]) == 0
 
 
-def test_a_budgeted_model_call_waits_on_the_ledger_four_times(pg_url: str) -> None:
+def test_a_budgeted_model_call_waits_on_the_ledger_three_times(pg_url: str) -> None:
     with open_ledger(pg_url) as ledger:
         agent = build_agent(
             ScriptedChatModel(default="OK."),
@@ -115,8 +116,8 @@ def test_a_budgeted_model_call_waits_on_the_ledger_four_times(pg_url: str) -> No
         with traced(_inner(ledger).conn) as trace:
             run_turn(agent, "t", "hello again", user_id=USER)
         assert ledger.spent(thread_id="t").calls == 2
-        # the precheck's read; the hold (2); the settle (1)
-        assert trace.round_trips == 4, trace.lines
+        # the hold, taken by the precheck (2: its read is the hold's own); the settle (1)
+        assert trace.round_trips == 3, trace.lines
         assert trace.writes == 2  # the hold's transaction, and the settle's one statement
 
 
@@ -156,3 +157,44 @@ def test_a_ledger_on_a_borrowed_pool_connection_pipelines_its_transactions(pg_ur
             ledger.hold(keys, tokens=10, cost=0.0, seconds=60, fits=fails)
         assert conn.info.transaction_status == pq.TransactionStatus.IDLE
         assert int(ledger._read("SELECT count(*) FROM remem_usage_holds", ())[0][0]) == 0
+
+
+def test_a_hold_the_precheck_took_is_released_when_no_call_takes_it(pg_url: str) -> None:
+    from remem.agent import TURN_RULES_ATTRIBUTE
+    from remem.errors import BudgetExceededError
+
+    def holds() -> int:
+        return int(ledger._read("SELECT count(DISTINCT hold) FROM remem_usage_holds", ())[0][0])
+
+    with open_ledger(pg_url) as ledger:
+        agent = build_agent(
+            ScriptedChatModel(default="OK."),
+            strategy="filter",
+            summarizer="extractive",
+            checkpointer=InMemorySaver(),
+            settings=Settings(),
+            ledger=ledger,
+            budgets=Budgets(thread_tokens=10**7, user_day_tokens=10**8),
+        )
+        gate = getattr(agent, TURN_RULES_ATTRIBUTE).precheck.__self__.gate
+        run_turn(agent, "t", "hello", user_id=USER)
+        taken: list[int] = []
+        before = gate.before
+
+        def fails_before_the_call(*args: Any, **kwargs: Any) -> Any:
+            taken.append(holds())  # the precheck's hold, taken before the input was stored
+            raise RuntimeError("the model node failed before its call")
+
+        gate.before = fails_before_the_call
+        with pytest.raises(RuntimeError):
+            run_turn(agent, "t", "a turn that fails", user_id=USER)
+        assert taken == [1] and holds() == 0 and gate._checked == {}
+        gate.before = before
+        # a refused input holds nothing either
+        with pytest.raises(BudgetExceededError):
+            run_turn(agent, "t", "over the budget", user_id=USER, budgets={"thread_tokens": 1})
+        assert holds() == 0 and gate._checked == {}
+        # the next turn finishes the failed one first (its input was stored), then its own: each call's
+        # hold taken and settled
+        run_turn(agent, "t", "and on", user_id=USER)
+        assert holds() == 0 and ledger.spent(thread_id="t").calls == 3

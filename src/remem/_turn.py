@@ -94,6 +94,9 @@ class TurnRules:
     lease_timeout: float = DEFAULT_LEASE_TIMEOUT
     precheck: Callable[[Mapping[str, Any], list[BaseMessage], RunnableConfig], None] | None = None
     ledger: Ledger | None = None
+    drop_precheck: Callable[[str], None] | None = None
+    """Called with the thread id once the turn ended, however it ended: a hold the precheck took and no
+    model call took is released (:meth:`remem.usage.Gate.drop_precheck`)."""
 
 
 def rules_of(graph: Any) -> TurnRules | None:
@@ -205,7 +208,7 @@ def run_turn(
             if retry:  # the same message again: the kept turn's reply is its answer, no copy is added
                 return _last_reply(done)
             snapshot = graph.get_state(config)
-        _check_input(rules, snapshot.values, messages, config)
+        _check_input(rules, snapshot.values, messages, config)  # raising, it holds nothing
         try:
             result = graph.invoke({"messages": messages}, config)
         except SummarizationError as exc:
@@ -214,6 +217,9 @@ def run_turn(
             if type(exc) is not StorageError:
                 raise
             raise _what_was_kept(exc, messages, lambda: graph.get_state(config)) from exc
+        finally:
+            if rules.drop_precheck is not None:
+                rules.drop_precheck(thread_id)
         _check_paused(result, lambda: graph.get_state(config))
     return _last_reply(result)
 
@@ -298,6 +304,9 @@ async def arun_turn(
             except RememError:
                 raise exc from None
             raise _what_was_kept(exc, messages, lambda: snapshot) from exc
+        finally:
+            if rules.drop_precheck is not None:  # a dict entry, and I/O only for a hold no call took
+                rules.drop_precheck(thread_id)
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))
     return _last_reply(result)

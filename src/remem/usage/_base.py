@@ -160,13 +160,24 @@ class Ledger(ABC):
         cost: float,
         seconds: float,
         fits: Callable[[Mapping[str, Totals]], bool],
+        more: _holds.More | None = None,
     ) -> tuple[str | None, dict[str, Totals]]:
         """In one transaction: read what ``keys`` (:func:`scope_keys`) spent and what calls in flight hold
-        of them; when ``fits`` says the call fits, hold ``tokens`` and ``cost`` of each for at most
-        ``seconds`` (database clock). Returns the hold's id (None: nothing held) and what was read."""
+        of them; when ``fits`` says the call fits, hold ``tokens`` and ``cost`` (plus ``more`` of what was
+        read) of each for at most ``seconds`` (database clock). Returns the hold's id (None: nothing
+        held) and what was read."""
         hold_id = uuid.uuid4().hex
         held, spent = self._transact(
-            _holds.hold(self._dialect(), keys, hold_id, tokens=tokens, cost=cost, seconds=seconds, fits=fits)
+            _holds.hold(
+                self._dialect(),
+                keys,
+                hold_id,
+                tokens=tokens,
+                cost=cost,
+                seconds=seconds,
+                fits=fits,
+                more=more,
+            )
         )
         return (hold_id if held else None), spent
 
@@ -296,8 +307,9 @@ class LazyLedger(Ledger):
         cost: float,
         seconds: float,
         fits: Callable[[Mapping[str, Totals]], bool],
+        more: _holds.More | None = None,
     ) -> tuple[str | None, dict[str, Totals]]:
-        return self.inner().hold(keys, tokens=tokens, cost=cost, seconds=seconds, fits=fits)
+        return self.inner().hold(keys, tokens=tokens, cost=cost, seconds=seconds, fits=fits, more=more)
 
     def settle(self, event: UsageEvent, hold_id: str) -> None:
         self.inner().settle(event, hold_id)

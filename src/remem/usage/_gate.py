@@ -22,7 +22,10 @@ The rules, the same on every path:
   pauses (:mod:`remem.usage._approval`).
 - **Before the input is stored**: :meth:`Gate.precheck` runs the same check on the turn that is about to be
   sent (``run_turn`` calls it), so an input that ``error`` (or ``compact`` that cannot fit) would refuse
-  leaves nothing in the thread. The call that follows reuses that check's count and reads.
+  leaves nothing in the thread. The call that follows reuses that check's count, reads and hold: the
+  precheck of a call that can be held holds it (the check is the hold's own), so the call does not read
+  or hold again. A hold the call does not take (it sends other messages, or the turn fails before it) is
+  released: by the call, or by :meth:`Gate.drop_precheck` (``run_turn``, whatever the turn did).
 - **Across processes**: a call that a turn, thread or user-day budget could refuse is *held* before it
   is sent (:mod:`remem.usage._holds`): the check is made again in the transaction that holds the call's
   expected spending, against what the scopes spent and what other calls in flight hold, so processes
@@ -54,7 +57,7 @@ from remem.messages import TokenCounter
 from remem.usage._approval import Estimate, ask_approval, needs_approval, refusal
 from remem.usage._base import Ledger, scope_keys
 from remem.usage._breach import cannot_fit, check_budget_action, fit_messages, fitting_tokens, refuse_or_ask
-from remem.usage._holds import Renewals
+from remem.usage._holds import Key, Renewals
 from remem.usage._pending import flush_unrecorded, record_or_keep
 from remem.usage._prefix import signatures
 from remem.usage._records import Totals, UsageEvent, call_id_of
@@ -110,6 +113,21 @@ class Decision:
     not_sent: AIMessage | None = None
     flushed: bool = False
     hold: str | None = None
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What a precheck found for a thread's next call (:meth:`Gate.precheck`): the call's turn, its
+    messages' signatures and budgets (what must match), its count, what its scopes had spent, the scopes
+    it held and its hold (None: not held)."""
+
+    turn: int | None
+    signatures: list[Any]
+    budgets: Budgets
+    tokens: int
+    spent: dict[Scope, Totals]
+    keys: list[Key]
+    hold: str | None
 
 
 def _always(fresh: Mapping[str, Totals]) -> bool:
@@ -172,8 +190,9 @@ class Gate:
         self.approve_tokens, self.approve_cost = approve_tokens or None, approve_cost or None
         self.budget_action = check_budget_action(budget_action)
         # Per thread, the call a precheck checked: its turn, its messages' signatures, its budgets, its
-        # count and its scopes' spending, reused by the call that follows when nothing changed between.
-        self._checked: dict[str, tuple[int | None, list[Any], Budgets, int, dict[Scope, Totals]]] = {}
+        # count, its scopes' spending and its hold (None: none taken), reused by the call that follows
+        # when nothing changed between.
+        self._checked: dict[str, _Checked] = {}
         self._lock = threading.Lock()
         self._renewals = None if ledger is None else Renewals(self._renew, self.hold_seconds)
 
@@ -231,38 +250,71 @@ class Gate:
         not even the latest user message fits). The other actions act in the call, once the input is
         stored (the thread keeps it with the turn's ending message).
 
+        A call that can be held is held here, its check the hold's own (one transaction, no read before
+        it); the call that follows takes the hold, and :meth:`drop_precheck` releases one it did not take.
+
         ``exact`` False: ``call`` holds only what the call will certainly send (a lower bound of its
-        estimate): a breach it shows is certain; its count is not reused by the call.
+        estimate): a breach it shows is certain; its count is not reused by the call, nor held.
         """
         budgets = self.budgets_for(call.run_budgets)
         if not budgets.active:
             return
         tokens = call.count(call.messages)
-        spent = self.spent(call, budgets)
-        try:
-            check(budgets, tokens=tokens, cost=self._cost(call, tokens), spent=spent, estimated=True)
-        except BudgetExceededError as breach:
-            if self.budget_action == "compact":
-                self._fit(breach, call, spent, budgets, quiet=True)  # raises when nothing fits
-            elif self.budget_action == "error":
-                raise
-            return
+        estimate = self.estimate(call, tokens)
+        keys = self._keys(call, budgets) if exact and call.thread_id is not None else []
+        hold: str | None = None
+        if keys:
+            hold, spent = self._hold(call, keys, estimate, _fitting(budgets, estimate), None)
+        else:
+            spent = self.spent(call, budgets)
+        if hold is None:  # not held: it does not fit (the hold's check is this one), or cannot be held
+            try:
+                check(budgets, tokens=tokens, cost=estimate.cost, spent=spent, estimated=True)
+            except BudgetExceededError as breach:
+                if self.budget_action == "compact":
+                    self._fit(breach, call, spent, budgets, quiet=True)  # raises when nothing fits
+                elif self.budget_action == "error":
+                    raise
+                return
         if exact and call.thread_id is not None:
+            checked = _Checked(call.turn, signatures(call.messages), budgets, tokens, spent, keys, hold)
             with self._lock:
+                dropped = [self._checked.pop(call.thread_id, None)]
                 if len(self._checked) >= _CHECKS_KEPT:
-                    self._checked.clear()
-                self._checked[call.thread_id] = (call.turn, signatures(call.messages), budgets, tokens, spent)
+                    dropped += self._checked.values()
+                    self._checked = {}
+                self._checked[call.thread_id] = checked
+            for old in dropped:
+                if old is not None:
+                    self._release(old.hold)
 
-    def _prechecked(self, call: Call, budgets: Budgets) -> tuple[int, dict[Scope, Totals]] | None:
-        """The count and reads of the precheck of this very call (same turn, messages and budgets): the
-        thread's lease kept anything else of the thread from spending or writing between the two."""
+    def drop_precheck(self, thread_id: str) -> None:
+        """Forget the precheck of ``thread_id``'s next call, releasing its hold if the call did not take it
+        (``run_turn`` calls this once the turn ended, however it ended)."""
+        with self._lock:
+            checked = self._checked.pop(thread_id, None)
+        if checked is not None:
+            self._release(checked.hold)
+
+    def _prechecked(self, call: Call, budgets: Budgets) -> _Checked | None:
+        """The precheck of this very call (same turn, messages, budgets and held scopes): the thread's
+        lease kept anything else of the thread from spending or writing between the two. A precheck of
+        another call is dropped, its hold released."""
         if call.thread_id is None:
             return None
         with self._lock:
             checked = self._checked.pop(call.thread_id, None)
-        if checked is None or checked[:3] != (call.turn, signatures(call.messages), budgets):
+        if checked is None:
             return None
-        return checked[3], checked[4]
+        same = (checked.turn, checked.signatures, checked.budgets) == (
+            call.turn,
+            signatures(call.messages),
+            budgets,
+        )
+        if not same or (checked.hold is not None and checked.keys != self._keys(call, budgets)):
+            self._release(checked.hold)
+            return None
+        return checked
 
     def before(self, call: Call, state: Any = None) -> Decision:
         """Decide the call: write the state's kept rows, count the call when a budget or a threshold needs
@@ -271,16 +323,25 @@ class Gate:
         budgets = self.budgets_for(call.run_budgets)
         if not budgets.active and not self.asks and call.tokens is None:
             return Decision(call, call.messages, None, {}, budgets, None, flushed)  # nothing to count
-        reused = self._prechecked(call, budgets) if budgets.active else None
-        if reused is not None:
-            tokens, spent = reused
+        checked = self._prechecked(call, budgets) if budgets.active else None
+        if checked is not None:
+            tokens, spent = checked.tokens, checked.spent
         else:
             tokens = call.tokens if call.tokens is not None else call.count(call.messages)
             spent = self.spent(call, budgets)
-        decision, over = self._decide(
-            Decision(call, call.messages, None, spent, budgets, None, flushed), tokens
-        )
-        decision, over = self._held(decision, over, tokens)
+        held = checked.hold if checked is not None else None
+        try:
+            decision, over = self._decide(
+                Decision(call, call.messages, None, spent, budgets, None, flushed), tokens
+            )
+        except BaseException:  # refused (a check the hold passed passes again: not expected)
+            self._release(held)
+            raise
+        if held is not None and decision.not_sent is None and decision.messages is call.messages and not over:
+            decision = dataclasses.replace(decision, hold=held)  # the precheck held this very call
+        else:
+            self._release(held)
+            decision, over = self._held(decision, over, tokens)
         if over or decision.not_sent is not None:  # approved over the budget: no threshold asks again
             return decision
         estimate = decision.estimate
@@ -312,6 +373,42 @@ class Gate:
             messages, estimate = self._fit(breach, call, spent, budgets)
         return dataclasses.replace(decision, messages=messages, estimate=estimate, not_sent=None), False
 
+    def _keys(self, call: Call, budgets: Budgets) -> list[Key]:
+        """The running totals a hold of ``call`` takes of (none without a ledger or a scope budget)."""
+        if self.ledger is None:
+            return []
+        return scope_keys(budgets.read_scopes, thread_id=call.thread_id, turn=call.turn, user_id=call.user_id)
+
+    def _hold(
+        self,
+        call: Call,
+        keys: list[Key],
+        estimate: Estimate,
+        fits: Callable[[Mapping[str, Totals]], bool],
+        spent: Mapping[Scope, Totals] | None,
+    ) -> tuple[str | None, dict[Scope, Totals]]:
+        """Hold ``estimate`` of ``keys`` with the output the call is expected to add: from ``spent`` (what
+        was read before), else from the hold's own read. Renewed until settled or released."""
+        assert self.ledger is not None
+
+        def output_of(read: Mapping[str, Totals]) -> tuple[int, float]:
+            output = self._expected_output(cast("Mapping[Scope, Totals]", read))
+            extra = self.prices.cost(call.model, 0, output) if output and estimate.cost is not None else 0.0
+            return output, extra or 0.0
+
+        known = output_of(cast("Mapping[str, Totals]", spent)) if spent is not None else (0, 0.0)
+        hold, fresh = self.ledger.hold(
+            keys,
+            tokens=estimate.input_tokens + known[0],
+            cost=(estimate.cost or 0.0) + known[1],
+            seconds=self.hold_seconds,
+            fits=fits,
+            more=output_of if spent is None else None,
+        )
+        if hold is not None and self._renewals is not None:
+            self._renewals.start(hold)
+        return hold, cast("dict[Scope, Totals]", fresh)
+
     def _held(self, decision: Decision, over: bool, tokens: int) -> tuple[Decision, bool]:
         """The decision with its call held (:mod:`remem.usage._holds`): the budgets checked again in the
         hold's transaction, against what the scopes spent and what other calls hold; when that spending
@@ -321,25 +418,12 @@ class Gate:
             estimate = decision.estimate
             if decision.not_sent is not None or estimate is None or self.ledger is None:
                 return decision, over
-            call, budgets = decision.call, decision.budgets
-            keys = scope_keys(
-                budgets.read_scopes, thread_id=call.thread_id, turn=call.turn, user_id=call.user_id
-            )
+            keys = self._keys(decision.call, decision.budgets)
             if not keys:
                 return decision, over
-            output = self._expected_output(decision.spent)
-            extra = self.prices.cost(call.model, 0, output) if output and estimate.cost is not None else 0.0
-            hold, fresh = self.ledger.hold(
-                keys,
-                tokens=estimate.input_tokens + output,
-                cost=(estimate.cost or 0.0) + (extra or 0.0),
-                seconds=self.hold_seconds,
-                fits=_always if over else _fitting(budgets, estimate),
-            )
-            spent = cast("dict[Scope, Totals]", fresh)
+            fits = _always if over else _fitting(decision.budgets, estimate)
+            hold, spent = self._hold(decision.call, keys, estimate, fits, decision.spent)
             if hold is not None:
-                if self._renewals is not None:
-                    self._renewals.start(hold)
                 return dataclasses.replace(decision, spent=spent, hold=hold), over
             # Other processes spent (or hold) more since the read: decided again on what they did.
             decision, over = self._decide(dataclasses.replace(decision, spent=spent), tokens)
@@ -360,12 +444,15 @@ class Gate:
     def release(self, decision: Decision) -> None:
         """Drop the hold of a call that was not paid (its model call failed, or it was not sent); a ledger
         that refuses leaves it to expire (``hold_seconds``)."""
-        if decision.hold is None or self.ledger is None:
+        self._release(decision.hold)
+
+    def _release(self, hold: str | None) -> None:
+        if hold is None or self.ledger is None:
             return
         if self._renewals is not None:
-            self._renewals.stop(decision.hold)
+            self._renewals.stop(hold)
         try:
-            self.ledger.release(decision.hold)
+            self.ledger.release(hold)
         except RememError as exc:
             log.warning(
                 "the budget hold of a model call that was not paid could not be removed (%s); it expires "

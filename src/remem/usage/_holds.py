@@ -19,10 +19,11 @@ whatever its own clock says), so a crash holds a budget for that long at most, n
 call runs its process renews the hold (:class:`Renewals`, :func:`renew`), so a call longer than
 ``seconds`` keeps counting in other processes' checks until it settles.
 
-On PostgreSQL a model call waits on the server four times for all this: the precheck's read, the hold in
-two (:func:`hold`, pipelined as every remem transaction there is, :func:`remem._statements.pipelined`:
-``BEGIN``, the locks, the removal of expired holds and the read wait once, then the insert and ``COMMIT``),
-and the settle as one statement (:func:`remem.usage._sql.settle_postgres`).
+On PostgreSQL a model call waits on the server three times for all this: the hold in two (:func:`hold`,
+pipelined as every remem transaction there is, :func:`remem._statements.pipelined`: ``BEGIN``, the locks,
+the removal of expired holds and the read wait once, then the insert and ``COMMIT``), taken by the
+precheck before the turn's input is stored (:meth:`remem.usage._gate.Gate.precheck`: its check is the
+hold's own read), and the settle as one statement (:func:`remem.usage._sql.settle_postgres`).
 
 The programs here are programs of :mod:`remem._statements` (as :func:`remem.usage.forget_usage` is); a
 backend runs each in one transaction (``Ledger._transact``).
@@ -47,6 +48,7 @@ from remem.usage._records import Totals
 __all__ = [
     "HOLDS_TABLE",
     "Key",
+    "More",
     "Renewals",
     "hold",
     "hold_statements",
@@ -163,6 +165,11 @@ def hold_statements(
     return before, Statement(*select_spent(dialect, keys)), insert
 
 
+More = Callable[[Mapping[str, Totals]], tuple[int, float]]
+"""What a hold adds to its tokens and cost once it has read what its scopes spent (the output a call is
+expected to add, which the scopes' calls so far tell)."""
+
+
 def hold(
     dialect: str,
     keys: Sequence[Key],
@@ -172,16 +179,22 @@ def hold(
     cost: float,
     seconds: float,
     fits: Callable[[Mapping[str, Totals]], bool],
+    more: More | None = None,
 ) -> Program[tuple[bool, dict[str, Totals]]]:
-    """Hold ``tokens`` and ``cost`` of every key for ``seconds`` when ``fits`` says the call fits in what
-    the keys spent and hold; returns whether it held, and what was read (before this hold)."""
-    before, read, insert = hold_statements(dialect, keys, hold_id, tokens=tokens, cost=cost, seconds=seconds)
+    """Hold ``tokens`` and ``cost`` (and ``more`` of what was read) of every key for ``seconds`` when
+    ``fits`` says the call fits in what the keys spent and hold; returns whether it held, and what was
+    read (before this hold)."""
+    before, read, _ = hold_statements(dialect, keys, hold_id, tokens=tokens, cost=cost, seconds=seconds)
     for statement in before:  # noqa: UP028 (each is sent its rows, which a list cannot take)
         yield statement
     rows = yield read
     spent = spent_of(rows, keys)
     if not fits(spent):
         return False, spent
+    extra_tokens, extra_cost = more(spent) if more is not None else (0, 0.0)
+    _, _, insert = hold_statements(
+        dialect, keys, hold_id, tokens=tokens + extra_tokens, cost=cost + extra_cost, seconds=seconds
+    )
     yield insert
     return True, spent
 
