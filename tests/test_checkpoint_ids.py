@@ -13,8 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 
 from remem.checkpoint import _ids
+from remem.errors import StorageError
 from tests.savers import open_saver
 from tests.test_checkpoint_storage import KINDS, _cfg, chat, talk
 
@@ -112,3 +115,69 @@ def test_a_v7_database_gets_its_ids_stored_short_and_reads_as_before(
         assert _ids.stored("task-1") in tasks and {len(t) for t in tasks} == {7, 22}
         talk(graph, "t", 1, start=3)
         assert len(graph.get_state(_cfg("t")).values["messages"]) == 8
+
+
+def test_a_value_stored_cannot_have_made_is_refused_not_read_as_another_id() -> None:
+    for value in [
+        str(uuid.uuid4()),
+        "1F1F0153-0173-6030-BFFF-9D4D25941BBD",
+        "short",
+        "A" * 21 + "B",
+        "A" * 23,
+    ]:
+        with pytest.raises(StorageError, match="older than v8"):
+            _ids.shown(value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_id_an_older_remem_wrote_after_the_upgrade_is_refused(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with open_saver(kind, tmp_path, request) as saver:
+        talk(chat(saver), "t", 2)
+        ((head,),) = _execute(saver, "SELECT max(checkpoint_id) FROM remem_cp_checkpoints")
+        # what a process that opened the database before schema v8 writes: the id as LangGraph gave it
+        _execute(
+            saver,
+            "UPDATE remem_cp_checkpoints SET checkpoint_id = ? WHERE checkpoint_id = ?",
+            (_ids.shown(head), head),
+            write=True,
+        )
+    with (
+        open_saver(kind, tmp_path, request) as reopened,
+        pytest.raises(StorageError, match="Stop every older remem process before upgrading"),
+    ):
+        list(reopened.list(_cfg("t")))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ids_not_in_the_lowercase_uuid_form_sort_before_every_uuid(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # the difference from the stock savers the README and _ids keep: stock compares the ids' text
+    given = [
+        "00000000-0000-0000-0000-000000000001",
+        "1F1F0153-0173-6030-BFFF-9D4D25941BBD",
+        "1f1f0153-0173-6030-bfff-9d4d25941bbd",
+        "checkpoint-1",
+        "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    ]
+    stock = InMemorySaver()
+    with open_saver(kind, tmp_path, request) as saver:
+        for checkpointer in (saver, stock):
+            for id_ in given:
+                checkpoint = {**empty_checkpoint(), "id": id_}
+                checkpointer.put(
+                    _cfg("t") | {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, checkpoint, {}, {}
+                )
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(_cfg("t"))]
+    assert [t.config["configurable"]["checkpoint_id"] for t in stock.list(_cfg("t"))] == sorted(
+        given, reverse=True
+    )
+    assert listed == [
+        "ffffffff-ffff-ffff-ffff-ffffffffffff",
+        "1f1f0153-0173-6030-bfff-9d4d25941bbd",
+        "00000000-0000-0000-0000-000000000001",
+        "checkpoint-1",
+        "1F1F0153-0173-6030-BFFF-9D4D25941BBD",
+    ]

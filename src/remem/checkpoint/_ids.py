@@ -7,7 +7,14 @@ stored uuid has. Every id goes through :func:`stored` on its way into a statemen
 way out; nothing else in remem sees the stored form.
 
 Schema v8 turned the ids already stored into this form in SQL (:func:`migration`): SQLite has no function
-that makes bytes from hex, so the stored form is text and the conversion string arithmetic.
+that makes bytes from hex, so the stored form is text and the conversion string arithmetic. A remem older
+than v8 that is still running after the upgrade (it checked the schema when it opened) writes ids as they
+are given; :func:`shown` refuses such a row with a ``StorageError`` rather than reading it as another id.
+
+A difference from the stock savers, kept on purpose: a stored uuid's order is the order of the ids in the
+uuid form, but any other id (``"checkpoint-1"``, an upper-case uuid) is stored after :data:`MARK` and so
+sorts before every lower-case uuid, where the stock savers compare the ids' text (``list()`` gives such a
+checkpoint after the uuid ones, newest first; ``before`` counts it older than them).
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from __future__ import annotations
 import base64
 import functools
 import re
+
+from remem.errors import StorageError
 
 __all__ = ["MARK", "maybe_shown", "migration", "shown", "stored"]
 
@@ -26,6 +35,7 @@ _STANDARD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _TO_ORDERED = str.maketrans(_STANDARD, _ORDERED)
 _TO_STANDARD = str.maketrans(_ORDERED, _STANDARD)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_STORED_UUID = re.compile(r"[-0-9A-Z_a-z]{22}")
 
 
 @functools.lru_cache(maxsize=8192)  # a checkpoint's id comes back as the next one's parent, page after page
@@ -39,11 +49,21 @@ def stored(id_: str) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def shown(value: str) -> str:
-    """The id a stored form stands for (inverse of :func:`stored`)."""
+    """The id a stored form stands for (inverse of :func:`stored`); a value :func:`stored` cannot have
+    made (say a 36-character id an older remem wrote after the upgrade) is a ``StorageError``."""
     if value[:1] == MARK:
         return value[1:]
-    h = base64.b64decode(value.translate(_TO_STANDARD) + "==").hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    if _STORED_UUID.fullmatch(value):
+        h = base64.b64decode(value.translate(_TO_STANDARD) + "==").hex()
+        id_ = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        if stored(id_) == value:  # the last character holds 2 bits: the other 4 are zero
+            return id_
+    raise StorageError(
+        f"a stored checkpoint or task id ({value[:40]!r}) is not in the form checkpoint schema v8 and later "
+        "store: a remem older than v8, still running since the upgrade, wrote this row. Stop every older "
+        "remem process before upgrading (the README's note on upgrades); this thread's rows written "
+        "since then can be removed with delete_thread or restored from a backup"
+    )
 
 
 def maybe_shown(value: str | None) -> str | None:
