@@ -33,6 +33,10 @@ TERMS = STORE_TERMS_TABLE
 DOCS = STORE_TERM_DOCS_TABLE
 K1, B = 1.2, 0.75
 STATS_TTL = 2.0  # seconds an item count and mean length are reused (also refreshed by this store's writes)
+# The every-term query narrows the items by looking up at most this many of the rarest terms; its
+# HAVING still requires every term. PostgreSQL plans the look-ups (semi-joins) as one join problem whose
+# memory grows steeply with their number: 7 (8 terms) took 160 MB to plan, 17 took 2.6 GB.
+EVERY_LOOKUPS = 4
 
 
 @dataclass
@@ -229,14 +233,15 @@ def _rank_sql(
     if every and len(terms) > 1:
         # Every term required: the rarest term's items, each kept only if the next rarest term is there,
         # then the next (most fail at the first look-up: about one look-up an item, where looking every
-        # term up in each cost one per term), and only the items that hold them all are ranked.
+        # term up in each cost one per term). Only the few rarest are looked up (EVERY_LOOKUPS): the
+        # items left after them are few, and the HAVING below keeps only those holding every term.
         rarest_first = sorted(terms, key=lambda t: (weights[t], t), reverse=True)
         inner = f"SELECT r.item_id FROM {TERMS} r WHERE r.term = ?"
         params.append(rarest_first[0])
         if lowest is not None:
             inner += " AND r.item_id > ?"
             params.append(lowest)
-        for n, term in enumerate(rarest_first[1:]):
+        for n, term in enumerate(rarest_first[1 : 1 + EVERY_LOOKUPS]):
             inner += (
                 f" AND EXISTS (SELECT 1 FROM {TERMS} x{n} WHERE x{n}.term = ? AND x{n}.item_id = r.item_id)"
             )
