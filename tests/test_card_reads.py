@@ -124,6 +124,35 @@ def test_a_read_session_whose_connection_is_lost_reads_on_a_new_one(pg_url: str,
         assert store.get(("a",), "k2") is not None
 
 
+def _end_other_sessions(pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ended is not None and ended[0] >= 1
+
+
+@pytest.mark.postgres
+def test_a_ttl_refresh_read_in_a_session_outlives_the_sessions_transaction(pg_url: str) -> None:
+    """A read's TTL refresh (a write) runs after the session, not nested in its transaction (a savepoint
+    on one connection), where the session's connection lost by a later read took it along."""
+    from remem.store import PostgresStore
+    from tests.test_store import Clock
+
+    clock = Clock()
+    ttl = {"default_ttl": 1.0, "refresh_on_read": True, "omit_expired": True}  # 60 s
+    with PostgresStore.from_conn_string(pg_url, ttl=ttl, clock=clock) as store:  # type: ignore[arg-type]
+        store.put(("a",), "k", {"text": "kept"})
+        clock.advance(35)
+        with store.reading() as reads:
+            (read,) = reads([GetOp(("a",), "k", refresh_ttl=True)])  # its expiry: 60 s from now
+            _end_other_sessions(pg_url)  # the session's transaction ends with its connection
+            assert reads([GetOp(("a",), "other")]) == [None]  # on a new connection (the store's retry)
+        clock.advance(35)  # 70 s after the put, 35 s after the read
+        assert read is not None and store.get(("a",), "k", refresh_ttl=False) is not None
+
+
 @pytest.mark.postgres
 def test_a_read_session_runs_no_write(pg_url: str) -> None:
     from remem.errors import RememUsageError

@@ -158,11 +158,16 @@ class RememStoreBase(BaseStore):
         snapshot: bool = True,
         ready: Mapping[bytes, Vector] | None = None,
         transaction: Transaction | None = None,
+        touched: list[int] | None = None,
     ) -> T:
         """Run the program ``make(tx)`` builds in one transaction (built again to retry, or after embedding
         what it found unembedded); ``ready``: the vectors embedded ahead for it; ``transaction``: where it
-        runs when not in a transaction of its own (a read session's, :meth:`reading`)."""
-        return retrying(lambda: self._run_once(make, write, snapshot, ready, transaction), self.retry)
+        runs when not in a transaction of its own (a read session's, :meth:`reading`); ``touched``: where
+        that session collects the items whose TTL its reads refresh, to refresh them after it closes (a
+        write nested in its transaction would be lost with it); without it the run refreshes them."""
+        return retrying(
+            lambda: self._run_once(make, write, snapshot, ready, transaction, touched), self.retry
+        )
 
     def _run_once(
         self,
@@ -171,6 +176,7 @@ class RememStoreBase(BaseStore):
         snapshot: bool,
         ready: Mapping[bytes, Vector] | None,
         transaction: Transaction | None = None,
+        touched: list[int] | None = None,
     ) -> T:
         self._check_writable(write)
         opened = transaction or (lambda: self._transaction(write, snapshot))
@@ -182,15 +188,23 @@ class RememStoreBase(BaseStore):
                     break
                 # it stopped before writing: embed outside the transaction, run it again
                 ready = {**tx.ready, **self._embed_texts(tx.unembedded)}
-            self._after(tx)
+            self._after(tx, touched)
         return result
 
-    def _after(self, tx: Tx) -> None:
-        """What a committed program left to do: vector cache changes, TTL refreshes (sync)."""
+    def _after(self, tx: Tx, touched: list[int] | None) -> None:
+        """What a committed program left to do: vector cache changes, TTL refreshes (sync; into
+        ``touched`` when a read session refreshes them after it closes)."""
         if tx.changes:
             self._vectors_changed(tx)
-        if tx.touched and not self.read_only:
-            ids = sorted(set(tx.touched))
+        if touched is not None:
+            touched.extend(tx.touched)
+        else:
+            self._refresh_ttl(tx.touched)
+
+    def _refresh_ttl(self, touched: Iterable[int]) -> None:
+        """Push back the expiry of the items read with ``refresh_ttl`` (a write transaction of its own)."""
+        ids = sorted(set(touched))
+        if ids and not self.read_only:
             self._run(lambda _: prog.refresh_program(self.dialect, ids, self.clock()), write=True)
 
     def _embed_texts(self, texts: Mapping[bytes, str]) -> dict[bytes, Vector]:

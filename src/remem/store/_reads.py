@@ -25,12 +25,14 @@ Transaction = Callable[[], contextlib.AbstractContextManager[Execute]]
 
 class _SharedTransaction:
     """The transaction of a read session (:meth:`RememStoreBase.reading`): opened by the first batch,
-    closed at the end of the session or when a statement fails in it."""
+    closed at the end of the session or when a statement fails in it. The TTL refreshes its reads ask
+    for (``refresh_ttl``) wait in ``touched`` and run when the session ends, each a write of its own."""
 
     def __init__(self, store: RememStoreBase) -> None:
         self.store = store
         self._open: contextlib.ExitStack | None = None
         self._execute: Execute | None = None
+        self.touched: list[int] = []
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         ops = list(ops)
@@ -39,7 +41,7 @@ class _SharedTransaction:
         store = self.store
         ready = store._embed_ahead(ops, store.search_mode)  # a search's query: no database needed
         results: list[Result] = store._run(
-            store._batch_program(ops), write=False, ready=ready, transaction=self._held
+            store._batch_program(ops), write=False, ready=ready, transaction=self._held, touched=self.touched
         )
         return results
 
@@ -76,3 +78,5 @@ def shared_reads(store: RememStoreBase) -> Iterator[Reads]:
         yield shared.batch
     finally:
         shared.close()
+        touched, shared.touched = shared.touched, []
+        store._refresh_ttl(touched)  # reads done, transaction closed: no read failing later loses them

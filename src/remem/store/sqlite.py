@@ -257,11 +257,14 @@ class _SqliteBackend(RememStoreBase):
         snapshot: bool = True,
         ready: Mapping[bytes, Vector] | None = None,
         transaction: Transaction | None = None,
+        touched: list[int] | None = None,
     ) -> T:
         with self._lock:
             if self._pending:
                 self._flush_locked()
-            return super()._run(make, write=write, snapshot=snapshot, ready=ready, transaction=transaction)
+            return super()._run(
+                make, write=write, snapshot=snapshot, ready=ready, transaction=transaction, touched=touched
+            )
 
     # -------------------------------------------------- I/O hooks
 
