@@ -225,6 +225,9 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
     if stale:
         yield many(d.q(f"DELETE FROM {VECTORS} WHERE item_id = ? AND path = ?"), stale)
     if new_rows:
+        # in namespace order: on PostgreSQL each row's statement takes its namespace's change-count row
+        # lock (store schema v7), so two batches over the same namespaces take them in the same order
+        new_rows.sort(key=lambda row: (row[1], row[0], row[2]))
         yield many(
             d.q(
                 f"INSERT INTO {VECTORS} (item_id, ns_id, path, text_hash, embedding) VALUES (?, ?, ?, ?, ?) "
