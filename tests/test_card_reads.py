@@ -11,12 +11,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from langgraph.store.base import GetOp, PutOp
+from langgraph.store.base import GetOp, PutOp, SearchOp
 
 from remem import Memory
 from remem.config import Settings
 from remem.memory._effects import StoreCall, SummarizeCall, together
 from remem.server._tenancy import scoped_store
+from remem.testing import FakeEmbedder
 
 
 def _talk(memory: Memory, thread_id: str = "t1", turns: int = 12) -> Any:
@@ -59,10 +60,11 @@ class Counted:
 @pytest.mark.parametrize("served", [False, True], ids=["one-connection", "pool-tenant-view"])
 def test_a_card_and_a_search_read_in_one_transaction_on_postgres(pg_url: str, served: bool) -> None:
     """A card that writes nothing reads the thread's metadata, its tail, its summary, a search and the
-    hits' neighbours: one
-    transaction (it was seven, each with its BEGIN and COMMIT) and 11 statements (13: the tail's ids and
-    the summary are one multi-get, a search's namespaces and whether they are all of them one statement).
-    Through the server's tenant view on a pool too. A search: one transaction (three)."""
+    hits' neighbours: two transactions, the second opened after the search's query was embedded, with no
+    transaction open while the embedder runs (it was seven, each with its BEGIN and COMMIT), and 11
+    statements (13: the tail's ids and the summary are one multi-get, a search's namespaces and whether
+    they are all of them one statement). Through the server's tenant view on a pool too. A search: one
+    transaction (three)."""
     pool = {"pool_size": 2} if served else {}
     with Memory.from_url(pg_url, settings=Settings(embedder="fake"), **pool) as base:
         memory = Memory(scoped_store(base.store, "acme")) if served else base
@@ -71,7 +73,7 @@ def test_a_card_and_a_search_read_in_one_transaction_on_postgres(pg_url: str, se
         counted = Counted(base.store)
         card = thread.get_context_card(max_recent_messages=6, query="invoice budget")
         assert card.records and len(card.recent) == 6
-        assert counted.transactions == 1
+        assert counted.transactions == 2
         assert len(counted.statements) <= 11
         counted.reset()
         hits = memory.search("invoice", thread_id="t1", k=5)
@@ -122,6 +124,42 @@ def test_a_read_session_whose_connection_is_lost_reads_on_a_new_one(pg_url: str,
         assert first.value == again.value == listed.value == {"text": "kept"}
         store.put(("a",), "k2", {"text": "the store writes after the session"})
         assert store.get(("a",), "k2") is not None
+
+
+class _WatchingEmbedder(FakeEmbedder):
+    """Notes, at each call, whether the store's connection is in a transaction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conn: psycopg.Connection[Any] | None = None
+        self.seen: list[psycopg.pq.TransactionStatus] = []
+
+    def embed_array(self, texts: list[str]) -> Any:
+        if self.conn is not None:
+            self.seen.append(self.conn.info.transaction_status)
+        return super().embed_array(texts)
+
+
+@pytest.mark.postgres
+def test_a_read_sessions_query_is_embedded_with_no_transaction_open(pg_url: str) -> None:
+    """A search after other reads in a session: the session's transaction is closed before the query's
+    embedding (a remote embedder is a network round trip), and the search runs in a new one."""
+    from remem.store import PostgresStore
+
+    embedder = _WatchingEmbedder()
+    index = {"dims": embedder.dims, "embed": embedder, "fields": ["text"]}
+    with PostgresStore.from_conn_string(pg_url, index=index) as store:  # type: ignore[arg-type]
+        store.put(("a",), "k", {"text": "the hotel by the sea"})
+        assert isinstance(store.conn, psycopg.Connection)
+        embedder.conn = store.conn
+        counted = Counted(store)
+        with store.reading() as reads:
+            (got,) = reads([GetOp(("a",), "k")])
+            (hits,) = reads([SearchOp(("a",), query="a hotel")])
+            (again,) = reads([GetOp(("a",), "k")])
+        assert got is not None and again is not None and [h.key for h in hits] == ["k"]
+        assert embedder.seen == [psycopg.pq.TransactionStatus.IDLE]
+        assert counted.transactions == 2  # the get's, then the search's with the get after it
 
 
 def _end_other_sessions(pg_url: str) -> None:

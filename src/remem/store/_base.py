@@ -256,8 +256,10 @@ class RememStoreBase(BaseStore):
         committed before it began), so a flow that reads in several steps (a context card: the thread's
         metadata, its tail, its summary, a search, the hits' neighbours) pays one BEGIN and one COMMIT.
         A failed statement ends the transaction (rolled back); the next batch opens another (so a lost
-        connection is retried as a batch of its own is). Hold it only between reads: the caller closes
-        it before a write, a lease or a model call, so that no connection waits idle in a transaction."""
+        connection is retried as a batch of its own is); so does a search whose query is embedded, after
+        the session commits what it read (the embedder may be a network round trip). Hold it only between
+        reads: the caller closes it before a write, a lease or a model call, so that no connection waits
+        idle in a transaction. TTL refreshes the reads ask for run after the session ends."""
         if not self.shares_reads:
             return contextlib.nullcontext(self.batch)
         return shared_reads(self)
@@ -296,9 +298,14 @@ class RememStoreBase(BaseStore):
                 write=False,
                 snapshot=False,
             )
-        elif mode in ("hybrid", "vector"):  # searches only: their queries, no database needed
-            texts = query_texts(ops)
+        else:  # searches only: their queries, no database needed
+            texts = self._query_texts(ops, mode)
         return self._embed_texts(texts)
+
+    def _query_texts(self, ops: list[Op], mode: SearchMode) -> dict[bytes, str]:
+        """What the searches of ``ops`` embed before they run (by text hash): nothing without an index
+        or for a keyword search."""
+        return query_texts(ops) if self.plan is not None and mode in ("hybrid", "vector") else {}
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))

@@ -25,7 +25,8 @@ Transaction = Callable[[], contextlib.AbstractContextManager[Execute]]
 
 class _SharedTransaction:
     """The transaction of a read session (:meth:`RememStoreBase.reading`): opened by the first batch,
-    closed at the end of the session or when a statement fails in it. The TTL refreshes its reads ask
+    closed at the end of the session, when a statement fails in it, or before a batch whose search
+    queries are to be embedded (that batch opens another). The TTL refreshes its reads ask
     for (``refresh_ttl``) wait in ``touched`` and run when the session ends, each a write of its own."""
 
     def __init__(self, store: RememStoreBase) -> None:
@@ -39,7 +40,10 @@ class _SharedTransaction:
         if any(isinstance(op, PutOp) for op in ops):
             raise RememUsageError("a read session runs reads only; write with batch()")
         store = self.store
-        ready = store._embed_ahead(ops, store.search_mode)  # a search's query: no database needed
+        texts = store._query_texts(ops, store.search_mode)  # a search's query: no database needed
+        if texts:  # the embedder may be a network round trip: no connection waits for it in a transaction
+            self.close()
+        ready = store._embed_texts(texts)
         results: list[Result] = store._run(
             store._batch_program(ops), write=False, ready=ready, transaction=self._held, touched=self.touched
         )
