@@ -84,9 +84,19 @@ def thread_id_of(conf: Mapping[str, Any]) -> str:
     return check_label(str(conf["thread_id"]), "thread_id")
 
 
-def load_payloads(ctx: Context, tid: int, wanted: Iterable[int]) -> Program[dict[int, tuple[str, bytes]]]:
+VALUE_GONE = "a stored value of the thread is gone: the thread was pruned or deleted while this call ran"
+
+
+def load_payloads(
+    ctx: Context, tid: int, wanted: Iterable[int], *, gone_is_stale: bool = False
+) -> Program[dict[int, tuple[str, bytes]]]:
     """The serialized values (type, data) of a thread's items: from the cache, else in one query, and one
-    more for the bases (:func:`~._codec.patch_base`) of the items read that are neither read nor cached."""
+    more for the bases (:func:`~._codec.patch_base`) of the items read that are neither read nor cached.
+
+    ``gone_is_stale`` (a read outside a snapshot, whose statements may straddle a prune or a delete): an
+    item or a base no row holds is a :class:`~remem.errors.StaleCacheError`, so the read runs again in a
+    snapshot. In a snapshot a missing base is a damaged thread (``unpack_blob``'s StorageError); a missing
+    item is left out of what is returned."""
     wanted = set(wanted)
     held = ctx.cache.payloads(tid, wanted)
     missing = sorted(wanted - held.keys())
@@ -112,11 +122,15 @@ def load_payloads(ctx: Context, tid: int, wanted: Iterable[int]) -> Program[dict
             for no, data in rows:
                 known[no] = codec.unpack_blob(bytes(data), trusted_types=ctx.trusted_types)
         known.update(fetched)
+        if gone_is_stale and bases - known.keys():  # deleted after the items that name them were read
+            raise StaleCacheError(VALUE_GONE)
         for no, base, blob in patched:
             base_data = known[base][1] if base in known else None  # None: gone, which unpack_blob says
             fetched[no] = codec.unpack_blob(blob, trusted_types=ctx.trusted_types, base=base_data)
     ctx.cache.put_payloads(tid, fetched)
     held.update(fetched)
+    if gone_is_stale and len(held) < len(wanted):
+        raise StaleCacheError(VALUE_GONE)
     return held
 
 

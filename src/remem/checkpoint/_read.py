@@ -29,7 +29,6 @@ from remem.checkpoint._ops import (
     load_payloads,
     thread_id_of,
 )
-from remem.errors import StaleCacheError
 
 
 @dataclass
@@ -55,9 +54,6 @@ def _rows(ctx: Context, raw: Iterable[tuple[Any, ...]]) -> list[_Row]:
             _Row(thread_id, tid, ns, ids.shown(cid), parent, codec.decode_body(bytes(body)), metadata, epoch)
         )
     return out
-
-
-_VALUE_GONE = "a stored value of the thread is gone: the thread was pruned or deleted while this call ran"
 
 
 def _attach_writes(group: list[_Row], found: Iterable[Sequence[Any]]) -> None:
@@ -171,9 +167,7 @@ def _materialize(
                     refs.update(codec.refs_of_descriptor(w[4], plain))
         known = shared.setdefault(tid, {}) if shared is not None else {}
         refs.difference_update(known)
-        payloads[tid] = held = yield from load_payloads(ctx, tid, refs)
-        if gone_is_stale and len(held) < len(refs):
-            raise StaleCacheError(_VALUE_GONE)
+        payloads[tid] = held = yield from load_payloads(ctx, tid, refs, gone_is_stale=gone_is_stale)
         if shared is not None and refs:
             order = sorted(refs)
             known.update(zip(order, codec.loads_many(ctx.serde, [held[n] for n in order]), strict=True))
