@@ -64,9 +64,11 @@ def _first_card_work(path: Path, n: int, batch: int, scored: list[int]) -> tuple
             thread.add_messages(messages[start : start + batch])
         adds = list(scored)
         scored.clear()
-        card = thread.get_context_card()
-        assert card.summary_revision == 1
-        text = thread.summaries()[-1].text
+        thread.get_context_card()
+        # the card writes the summary whether or not it shows it (records placed first take the room)
+        (summary,) = thread.summaries()
+        assert summary.revision == 1
+        text = summary.text
         return adds, list(scored), text
 
 
