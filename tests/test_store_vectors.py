@@ -212,3 +212,33 @@ def test_sqlite_matrix_loads_a_page_at_a_time(tmp_path: Any, monkeypatch: pytest
     assert paged == whole
     assert max(read) <= 5 and sum(once) == 53 and len(once) == 1
     assert sum(read) == 53 + len(read) - 1  # each full page's last item read again by the next
+
+
+def _change_triggers(url: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'remem_vectors'::regclass AND tgname LIKE 'remem_vectors_changed_%'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+@pytest.mark.pgvector
+def test_a_pgvector_store_keeps_no_change_count_triggers(pgvector_url: str) -> None:
+    # the counts serve the exact path's in-process matrix only: pgvector's writers should not fire them
+    with PostgresStore.from_conn_string(
+        pgvector_url, index={"dims": 8, "embed": FakeEmbedder(8), "fields": ["text"]}
+    ) as store:
+        assert store.vector_kind == "pgvector"
+        store.batch([_put(("docs",), "d1", {"text": "one two"})])
+    assert _change_triggers(pgvector_url) == set()
+
+
+@pytest.mark.postgres
+def test_an_exact_store_keeps_its_change_count_triggers(pg_url: str) -> None:
+    with PostgresStore.from_conn_string(
+        pg_url, index={"dims": 8, "embed": FakeEmbedder(8), "fields": ["text"]}
+    ) as store:
+        assert store.vector_kind == "exact"
+    assert _change_triggers(pg_url) == {f"remem_vectors_changed_{e}" for e in ("insert", "update", "delete")}

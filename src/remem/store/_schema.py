@@ -134,6 +134,14 @@ _SQLITE_V6 = (
 # one another; moved once per transaction (``xact`` is the last writer's), so that a writer can tell from
 # the row, in its own transaction, whether anyone else changed the namespace since its matrix read it.
 _NEW, _OLD = "remem_new_vectors", "remem_old_vectors"
+_EMBEDDING_TYPE = (
+    "(SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+    f"'{VECTORS}'::regclass AND attname = 'embedding')"
+)
+_DROP_CHANGE_TRIGGERS = tuple(
+    f"DROP TRIGGER IF EXISTS remem_vectors_changed_{event} ON {VECTORS}"
+    for event in ("insert", "update", "delete")
+)
 _BUMP = (
     f"INSERT INTO {_CHANGES} AS c (ns_id, changes, xact) SELECT DISTINCT ns_id, 1, pg_current_xact_id() "
     "FROM {rows} ORDER BY ns_id ON CONFLICT (ns_id) DO UPDATE SET changes = c.changes + 1, "
@@ -148,16 +156,16 @@ _POSTGRES_V7 = (
     f"IF TG_OP <> 'DELETE' THEN {_BUMP.format(rows=_NEW)}; END IF; "
     f"IF TG_OP <> 'INSERT' THEN {_BUMP.format(rows=_OLD)}; END IF; RETURN NULL; END $$",
     # (run again where a database's recorded versions were carried over: triggers have no IF NOT EXISTS)
-    *(
-        f"DROP TRIGGER IF EXISTS remem_vectors_changed_{event} ON {VECTORS}"
-        for event in ("insert", "update", "delete")
-    ),
+    *_DROP_CHANGE_TRIGGERS,
+    # only where the vectors are the exact path's bytea: pgvector's index needs no in-process matrix, so its
+    # writers should neither fire the triggers nor queue on the count rows (pgvector() drops them too)
+    f"DO $$ BEGIN IF {_EMBEDDING_TYPE} = 'bytea' THEN "
     f"CREATE TRIGGER remem_vectors_changed_insert AFTER INSERT ON {VECTORS} REFERENCING NEW TABLE AS {_NEW} "
-    "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
+    "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed(); "
     f"CREATE TRIGGER remem_vectors_changed_update AFTER UPDATE ON {VECTORS} REFERENCING OLD TABLE AS {_OLD} "
-    f"NEW TABLE AS {_NEW} FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
+    f"NEW TABLE AS {_NEW} FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed(); "
     f"CREATE TRIGGER remem_vectors_changed_delete AFTER DELETE ON {VECTORS} REFERENCING OLD TABLE AS {_OLD} "
-    "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed()",
+    "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed(); END IF; END $$",
 )
 
 COMPONENT = _migrate.Component(
@@ -178,9 +186,8 @@ def pgvector(dims: int) -> _migrate.Component:
     """The migration that makes an empty ``remem_vectors`` a pgvector column of ``dims`` (PostgreSQL only:
     SQLite has nothing to do). A table that already holds vectors, or a vector column, is left as it is."""
     convert = (
-        "DO $$ BEGIN IF (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
-        f"'{VECTORS}'::regclass AND attname = 'embedding') = 'bytea' AND NOT EXISTS "
+        f"DO $$ BEGIN IF {_EMBEDDING_TYPE} = 'bytea' AND NOT EXISTS "
         f"(SELECT 1 FROM {VECTORS}) THEN ALTER TABLE {VECTORS} ALTER COLUMN embedding TYPE vector({int(dims)}) "
-        "USING NULL; END IF; END $$"
+        f"USING NULL; {'; '.join(_DROP_CHANGE_TRIGGERS)}; END IF; END $$"
     )
     return _migrate.Component("store_pgvector", sqlite=((),), postgres=((convert,),))
