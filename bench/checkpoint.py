@@ -174,10 +174,46 @@ def storage_bytes(kind: str, saver: Any, target: str) -> int:
     return int(row[0]) if row else 0
 
 
+def storage_breakdown(kind: str, target: str) -> dict[str, int]:
+    """Bytes on disk by table and by index (remem's savers): SQLite's dbstat pages, PostgreSQL's heap
+    (with TOAST, free-space and visibility maps) and each index apart."""
+    if kind == "remem-sqlite":
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(target)) as conn:
+            rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+        return {str(name): int(size) for name, size in rows}
+    if kind == "remem-postgres":
+        with psycopg.connect(target, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT relname, pg_total_relation_size(oid) - pg_indexes_size(oid) FROM pg_class"
+                " WHERE relkind = 'r' AND relname LIKE 'remem_%'"
+                " UNION ALL SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid)"
+                " FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid WHERE c.relname LIKE 'remem_%'"
+            ).fetchall()
+        return {str(name): int(size) for name, size in rows}
+    return {}
+
+
+def breakdown_table(results: list[dict[str, Any]], turns: int) -> str:
+    """Bytes a turn by table and index, for each saver with a breakdown."""
+    lines = []
+    for r in results:
+        parts = sorted(r.get("breakdown", {}).items(), key=lambda kv: -kv[1])
+        if parts:
+            lines.append(
+                f"{r['saver']}, bytes a turn at {turns}: "
+                + ", ".join(f"{n} {b / turns:,.0f}" for n, b in parts)
+            )
+    return "\n".join(lines)
+
+
 # --- measurements ------------------------------------------------------------------------------------
 
 
-def run_one(name: str, turns: int, pg_admin: str, workers: int, worker_turns: int) -> dict[str, Any]:
+def run_one(
+    name: str, turns: int, pg_admin: str, workers: int, worker_turns: int, storage_only: bool = False
+) -> dict[str, Any]:
     out: dict[str, Any] = {"saver": name}
     kind, delta = name.removesuffix(DELTA), name.endswith(DELTA)
     with contextlib.ExitStack() as stack:
@@ -205,6 +241,9 @@ def run_one(name: str, turns: int, pg_admin: str, workers: int, worker_turns: in
                 out[f"ms@{mark}"] = 1000 * sum(window) / len(window)
         out["cpu_ms"] = 1000 * sum(cpu[-20:]) / len(cpu[-20:])
         out["raw"] = sum(len(m.content.encode()) for m in graph.get_state(config).values["messages"])
+        out["breakdown"] = storage_breakdown(kind, target)
+        if storage_only:
+            return out
         graph.get_state(config)
         start = time.perf_counter()
         for _ in range(5):
@@ -321,6 +360,18 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
     return "\n".join(lines)
 
 
+def storage_table(results: list[dict[str, Any]], turns: int) -> str:
+    """The storage columns alone (``--storage-only``), with each saver against the first SQLite one."""
+    sqlite = next((r[f"bytes@{turns}"] for r in results if r["saver"].endswith("sqlite")), None)
+    head = ["saver", f"storage @{turns}", "text", "storage / text", "against the first SQLite saver"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        size = r[f"bytes@{turns}"]
+        versus = "-" if not sqlite else f"{size / sqlite:.2f}x"
+        lines.append(f"| {r['saver']} | {_mb(size)} | {_mb(r['raw'])} | {size / r['raw']:.2f}x | {versus} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -337,6 +388,11 @@ def main() -> None:
     parser.add_argument(
         "--text", choices=("english", "random"), default="english", help="the workload's words"
     )
+    parser.add_argument(
+        "--storage-only",
+        action="store_true",
+        help="only the storage columns, with bytes a turn by table and index",
+    )
     parser.add_argument("--history-child", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -348,9 +404,15 @@ def main() -> None:
     results = []
     for kind in args.savers.split(","):
         started = time.perf_counter()
-        results.append(run_one(kind.strip(), args.turns, args.pg_url, args.workers, args.worker_turns))
+        results.append(
+            run_one(kind.strip(), args.turns, args.pg_url, args.workers, args.worker_turns, args.storage_only)
+        )
         print(f"{kind}: done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    print(table(results, args.turns, args.workers, args.worker_turns))
+    if args.storage_only:
+        print(storage_table(results, args.turns))
+    else:
+        print(table(results, args.turns, args.workers, args.worker_turns))
+    print(breakdown_table(results, args.turns))
 
 
 if __name__ == "__main__":
