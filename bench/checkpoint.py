@@ -7,7 +7,7 @@ LangChain's agents), which stores a snapshot every 100 updates and the writes be
 
   bytes on disk at 100/500/N turns and against the messages' text at N, ms per turn at 10/100/500/N (mean of the 20 turns up to each; also
   this process's CPU time per turn at N, which other load on the machine disturbs less),
-  get_state at N (mean of 5),
+  get_state at N (mean of 5), time travel (get_state at the checkpoint of turn N/2 - 7, mean of 5),
   list(get_state_history) at N (time and peak RSS, each saver in its own subprocess),
   8 threads x 100 turns on one shared saver (turns per second).
 
@@ -227,11 +227,14 @@ def run_one(
         config = {"configurable": {"thread_id": "bench"}}
         times: list[float] = []
         cpu: list[float] = []
+        old: dict[str, Any] | None = None
         for turn in range(1, turns + 1):
             start, start_cpu = time.perf_counter(), time.process_time()
             graph.invoke({"messages": [{"role": "user", "content": text(rng, 40)}]}, config)
             times.append(time.perf_counter() - start)
             cpu.append(time.process_time() - start_cpu)
+            if turn == max(1, turns // 2) - 7:  # a checkpoint away from a snapshot (every 100 updates)
+                old = graph.get_state(config).config
             if turn in (100, 500, turns):
                 out[f"bytes@{turn}"] = storage_bytes(kind, saver, target)
             print(f"  {kind}: turn {turn}/{turns}", end="\r", file=sys.stderr, flush=True)
@@ -249,8 +252,14 @@ def run_one(
         for _ in range(5):
             graph.get_state(config)
         out["get_state_ms"] = 1000 * (time.perf_counter() - start) / 5
+        start = time.perf_counter()
+        for _ in range(5):
+            graph.get_state(old)
+        out["travel_ms"] = 1000 * (time.perf_counter() - start) / 5
         out["history"] = history_in_subprocess(name, target, turns)
-        out["turns_per_s"] = concurrent_turns(kind, pg_admin, workers, worker_turns, delta)
+        out["turns_per_s"] = (
+            concurrent_turns(kind, pg_admin, workers, worker_turns, delta) if workers else 0.0
+        )
     print(file=sys.stderr)
     return out
 
@@ -340,6 +349,7 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
         + [
             f"CPU ms/turn @{turns}",
             f"get_state @{turns}",
+            f"time travel @{max(1, turns // 2) - 7}",
             f"history @{turns} (time, peak RSS)",
             f"{workers}x{worker_turns} shared: turns/s",
         ]
@@ -353,7 +363,13 @@ def table(results: list[dict[str, Any]], turns: int, workers: int, worker_turns:
             + [_mb(r.get(f"bytes@{m}")) for m in dict.fromkeys(marks)]
             + [f"{r[f'bytes@{turns}'] / r['raw']:.2f}x"]
             + [f"{r[f'ms@{m}']:.1f}" for m in dict.fromkeys([m for m in (10, 100, 500, turns) if m <= turns])]
-            + [f"{r['cpu_ms']:.1f}", f"{r['get_state_ms']:.1f} ms", hist, f"{r['turns_per_s']:.1f}"]
+            + [
+                f"{r['cpu_ms']:.1f}",
+                f"{r['get_state_ms']:.1f} ms",
+                f"{r['travel_ms']:.1f} ms",
+                hist,
+                f"{r['turns_per_s']:.1f}",
+            ]
         )
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

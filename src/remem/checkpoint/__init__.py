@@ -34,11 +34,15 @@ by a test in ``tests/test_checkpoint_parity.py``:
 - ``get_delta_channel_history`` asked with the config of a tuple that ``list()`` returned (as
   ``get_state_history`` asks it) answers from that listing: what the listing read, not what another
   process wrote since (a write through this saver drops the listings of its thread; see ``_delta``);
+- ``get_delta_channel_history`` goes on from the last history it read of the thread when nothing that
+  history was read from changed (pending writes added, a prune, a delete: all seen, from any process);
+  a checkpoint put again under its own id by another process (LangGraph never does) is not among them;
 - the stock savers' internals (``MIGRATIONS``, ``_load_checkpoint_tuple``, ``search_where``) do not exist.
 
 A graph whose messages are a ``DeltaChannel`` (LangGraph's beta channel that stores a snapshot every so
 many updates and the writes between) takes the storage of a plain graph (a snapshot is stored as its
-messages' item numbers) and lists its history with the reads of a plain graph (``tests/test_checkpoint_delta.py``).
+messages' item numbers), lists its history with the reads of a plain graph (``tests/test_checkpoint_delta.py``)
+and runs a turn with about the reads of a plain graph's turn (``tests/test_checkpoint_delta_replay.py``).
 
 This module imports no database driver: each saver's backend module is imported on first use.
 """

@@ -12,7 +12,13 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT
 from remem._statements import AExecute, Program, arun
@@ -86,15 +92,15 @@ class AsyncSaver(RememSaver):
                 )
             self._is_setup = True
 
-    async def _aread_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
-    ) -> builtins.list[CheckpointTuple]:
-        return await self._run(lambda tx: _delta.ancestors(self._ctx, config, shared, depth), write=False)
+    async def _aread_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        return await self._run(lambda tx: _delta.history(self._ctx, tx, config, channels), write=False)
 
-    def _read_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
-    ) -> builtins.list[CheckpointTuple]:
-        return self._sync(self._aread_ancestors(config, shared, depth))
+    def _read_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        return self._sync(self._aread_history(config, channels))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         await self.alease_target()  # known before a turn's lease is compared with it (aiosqlite: async)
@@ -217,7 +223,7 @@ class AsyncSaver(RememSaver):
         async with self._arun_lease(config, in_transaction) as lease:
             if lease is not None:
                 await lease.averify()
-            self._forget_read(config)
+            self._forget_read(config, checkpoint["id"])
             async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
                 try:
                     return await self._run(

@@ -260,8 +260,12 @@ class RememSaver(BaseCheckpointSaver[int]):
         lease = self._turn_lease(config)
         return lease.scratch if lease is not None else None
 
-    def _forget_read(self, config: RunnableConfig) -> None:
-        self._listings.forget(str(config["configurable"].get("thread_id")))
+    def _forget_read(self, config: RunnableConfig, written: str | None = None) -> None:
+        """Before a write to ``config``'s thread (a put of the checkpoint ``written``, or pending writes)."""
+        conf = config["configurable"]
+        self._listings.forget(str(conf.get("thread_id")))
+        if written is not None:
+            self._ctx.cache.note_put(str(conf.get("thread_id")), str(conf.get("checkpoint_ns", "")), written)
         lease = self._turn_lease(config)
         if lease is not None:
             lease.scratch.pop(HEAD_READ, None)
@@ -410,31 +414,22 @@ class RememSaver(BaseCheckpointSaver[int]):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        """The base class's result, read a page of ancestors per statement (:mod:`._delta`), or from the
-        listing a tuple came from (``get_state_history``); it stops at a checkpoint seen before (a re-put
-        that made the parent chain a cycle would loop forever in the base class's walk)."""
+        """The base class's result, read as stored in one transaction (:func:`._delta.history`: a page of
+        ancestors per statement, back to the checkpoint of the last history read when nothing it was read
+        from changed), or from the listing a tuple came from (``get_state_history``). It stops at a
+        checkpoint seen before (a re-put that made the parent chain a cycle would loop forever in the base
+        class's walk)."""
         listed = self._listings.history(config, channels)
         if listed is not None:
             return listed
-        walk = _delta.walk(config, channels)
-        read: dict[str, CheckpointTuple] = {}
-        shared: dict[int, dict[int, Any]] = {}
-        depth = _delta.FIRST_PAGE
-        try:
-            wanted = next(walk)
-            while True:
-                cid = wanted["configurable"].get("checkpoint_id")
-                if not cid:
-                    tup = self.get_tuple(wanted)
-                else:
-                    if cid not in read:
-                        for t in self._read_ancestors(wanted, shared, depth):
-                            read.setdefault(t.checkpoint["id"], t)
-                        depth = min(2 * depth, _delta.ANCESTORS)
-                    tup = read.get(cid)
-                wanted = walk.send(tup)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        if not channels:
+            return {}
+        if not config["configurable"].get("checkpoint_id"):
+            latest = self.get_tuple(config)
+            if latest is None:
+                return {ch: {"writes": []} for ch in channels}
+            config = latest.config
+        return self._read_history(config, channels)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -442,34 +437,23 @@ class RememSaver(BaseCheckpointSaver[int]):
         listed = self._listings.history(config, channels)
         if listed is not None:
             return listed
-        walk = _delta.walk(config, channels)
-        read: dict[str, CheckpointTuple] = {}
-        shared: dict[int, dict[int, Any]] = {}
-        depth = _delta.FIRST_PAGE
-        try:
-            wanted = next(walk)
-            while True:
-                cid = wanted["configurable"].get("checkpoint_id")
-                if not cid:
-                    tup = await self.aget_tuple(wanted)
-                else:
-                    if cid not in read:
-                        for t in await self._aread_ancestors(wanted, shared, depth):
-                            read.setdefault(t.checkpoint["id"], t)
-                        depth = min(2 * depth, _delta.ANCESTORS)
-                    tup = read.get(cid)
-                wanted = walk.send(tup)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        if not channels:
+            return {}
+        if not config["configurable"].get("checkpoint_id"):
+            latest = await self.aget_tuple(config)
+            if latest is None:
+                return {ch: {"writes": []} for ch in channels}
+            config = latest.config
+        return await self._aread_history(config, channels)
 
-    def _read_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
-    ) -> builtins.list[CheckpointTuple]:
+    def _read_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
         raise NotImplementedError
 
-    async def _aread_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
-    ) -> builtins.list[CheckpointTuple]:
+    async def _aread_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
         raise NotImplementedError
 
     def get_next_version(self, current: Any, channel: None = None) -> Any:

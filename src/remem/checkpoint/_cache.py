@@ -1,4 +1,5 @@
-"""What a saver remembers between calls: each thread's item digests, rebuilt lists, the last checkpoint.
+"""What a saver remembers between calls: each thread's item digests, rebuilt lists, the last checkpoint,
+the last DeltaChannel history it read (:class:`Replay`).
 
 Everything here is a cache of committed rows, so it is only ever filled from the database or after a
 commit. A thread's digests are valid for one ``(tid, epoch)``: deleting or pruning a thread changes one
@@ -13,7 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Head", "SaverCache", "ThreadDigests"]
+from remem.checkpoint import _ids as ids
+
+__all__ = ["Head", "Replay", "SaverCache", "ThreadDigests"]
 
 
 WRITE_STRIPES = 64
@@ -56,6 +59,33 @@ class Head:
     descriptors: Mapping[int, Any]
 
 
+StoredWrite = tuple[str, str, Any]
+"""(task id, channel, value descriptor) of a pending write, as a history returns it but unread."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The DeltaChannel histories of one checkpoint as stored (descriptors: no value is held), and what
+    tells whether the database still gives them (see :func:`~._delta.history`).
+
+    A history depends on the checkpoints between its seed and the checkpoint's parent and on their
+    pending writes. Checkpoints are never changed in place and writes are only ever added (a prune or a
+    delete moves the thread's ``epoch`` or ``tid``), so the histories hold while ``(tid, epoch)`` and the
+    count of pending writes stored under ids in ``span`` are what they were when read."""
+
+    checkpoint_id: str
+    tid: int
+    epoch: int
+    span: tuple[str, str] | None
+    """The lowest and highest stored id of the checkpoints the histories were read from (None: none)."""
+    writes: int
+    """Pending writes stored under ids in ``span`` (any checkpoint's: a fork's too) when it was read."""
+    channels: Mapping[str, tuple[Any, tuple[StoredWrite, ...]]]
+    """Per channel: the seed's descriptor (None: no seed) and the writes after it, oldest first."""
+    names: Mapping[int, str]
+    """The channel and task path names met, by item number (an item number of a thread never changes)."""
+
+
 class SaverCache:
     """Bounded, thread-safe caches shared by all calls of one saver."""
 
@@ -69,6 +99,7 @@ class SaverCache:
         self._threads: OrderedDict[int, ThreadDigests] = OrderedDict()
         self._lists: OrderedDict[tuple[int, int], tuple[tuple[int, ...], int]] = OrderedDict()
         self._heads: OrderedDict[tuple[int, str], Head] = OrderedDict()
+        self._replays: OrderedDict[tuple[str, str], Replay] = OrderedDict()
         self._max_threads = max_threads
         self._max_lists = max_lists
         self._write_locks = [threading.Lock() for _ in range(WRITE_STRIPES)]
@@ -156,6 +187,31 @@ class SaverCache:
             while len(self._heads) > self._max_threads * 4:
                 self._heads.popitem(last=False)
 
+    def replay(self, thread_id: str, ns: str) -> Replay | None:
+        """The last history read of the (thread, namespace), if any (unchecked: its reader checks it)."""
+        with self._lock:
+            return self._replays.get((thread_id, ns))
+
+    def set_replay(self, thread_id: str, ns: str, replay: Replay) -> None:
+        """Keep ``replay`` as the (thread, namespace)'s last history: one per thread, as many threads as heads."""
+        with self._lock:
+            self._replays[(thread_id, ns)] = replay
+            self._replays.move_to_end((thread_id, ns))
+            while len(self._replays) > self._max_threads * 4:
+                self._replays.popitem(last=False)
+
+    def note_put(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Drop the (thread, namespace)'s history if a put of ``checkpoint_id`` may write one of the
+        checkpoints it was read from again (a new checkpoint's id is past them; see :class:`Replay`)."""
+        stored = ids.stored(checkpoint_id)
+        with self._lock:
+            replay = self._replays.get((thread_id, ns))
+            if replay is not None and (
+                checkpoint_id == replay.checkpoint_id
+                or (replay.span is not None and replay.span[0] <= stored <= replay.span[1])
+            ):
+                del self._replays[(thread_id, ns)]
+
     def forget(self, tid: int) -> None:
         """Drop all that is known of a thread (after it was deleted, pruned or rewritten)."""
         with self._lock:
@@ -164,3 +220,5 @@ class SaverCache:
                 del self._lists[key]
             for hkey in [k for k in self._heads if k[0] == tid]:
                 del self._heads[hkey]
+            for rkey in [k for k, r in self._replays.items() if r.tid == tid]:
+                del self._replays[rkey]

@@ -4,8 +4,14 @@ A ``DeltaChannel`` stores its value only every so many updates (a ``_DeltaSnapsh
 it at any other checkpoint from the nearest snapshot above it and the writes on the way, which it asks
 the saver for (the base class walks the parents one ``get_tuple`` each). Two ways in here, one result:
 
-- :func:`ancestors` reads a checkpoint's ancestors a page at a time (one recursive statement, then the
-  page's writes and items), which :func:`walk` steps through: ``get_state`` and time travel.
+- :func:`history` walks a checkpoint's ancestors as stored (bodies and write descriptors, a page of
+  ancestors per statement, all in one transaction) and reads only the values the history returns: the
+  seed and the writes. What it found is kept (:class:`~._cache.Replay`, descriptors only), and the next
+  walk, a turn later, stops at that checkpoint: it reads the few checkpoints written since, checks that
+  nothing the kept histories were read from changed (the thread's ``tid`` and ``epoch``, and the count of
+  pending writes under the ids they span, in the same transaction), and extends them. So a turn reads
+  what a plain graph's turn reads (every message of the state, once), not the 100-250 checkpoints back
+  to the last snapshot; another process's write to those checkpoints, a prune or a delete is seen.
 - :class:`Listings` keeps what one ``list()`` call returned. ``get_state_history`` lists the thread and
   then asks, for each listed checkpoint, the history of that very tuple's config: it is answered from
   the listing, each checkpoint's history extending its parent's, so listing N checkpoints reads and
@@ -23,88 +29,181 @@ import copy
 import functools
 import threading
 import weakref
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
+import ormsgpack
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite, writes_sort_key
 
 from remem._statements import Program
+from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ids, _read
-from remem.checkpoint._ops import Context, thread_id_of
+from remem.checkpoint._cache import Replay, StoredWrite
+from remem.checkpoint._ops import Context, Tx, load_payloads, thread_id_of
 from remem.checkpoint._snapshot import SNAPSHOT
 
-__all__ = ["ANCESTORS", "FIRST_PAGE", "ListedConfig", "Listings", "Shared", "ancestors", "replayed", "walk"]
+__all__ = ["ANCESTORS", "FIRST_PAGE", "ListedConfig", "Listings", "Shared", "history", "replayed"]
 
 FIRST_PAGE = 16
 ANCESTORS = 256
-"""Ancestors read per statement of :func:`ancestors`: :data:`FIRST_PAGE` first, twice as many each page
+"""Ancestors read per statement of :func:`history`: :data:`FIRST_PAGE` first, twice as many each page
 after, at most this many (the walk ends at the channel's last snapshot, which LangGraph writes every 100
 updates by default: a few pages read about what the walk needs, never more than twice that)."""
 
-_COLUMNS = "thread_id, tid, ns, checkpoint_id, parent_id, body, metadata, epoch"
-ANCESTORS_SQL = f"""WITH RECURSIVE chain({_COLUMNS}, depth) AS (
-    SELECT t.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, t.epoch, 0
+CHAIN_SQL = """WITH RECURSIVE chain(tid, ns, checkpoint_id, parent_id, body, epoch, depth) AS (
+    SELECT c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, t.epoch, 0
     FROM remem_cp_checkpoints c JOIN remem_cp_threads t ON t.tid = c.tid
     WHERE t.thread_id = ? AND c.ns = ? AND c.checkpoint_id = ?
   UNION ALL
-    SELECT chain.thread_id, c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, c.metadata, chain.epoch,
-        chain.depth + 1
+    SELECT c.tid, c.ns, c.checkpoint_id, c.parent_id, c.body, chain.epoch, chain.depth + 1
     FROM chain JOIN remem_cp_checkpoints c
         ON c.tid = chain.tid AND c.ns = chain.ns AND c.checkpoint_id = chain.parent_id
-    WHERE chain.depth < ?)
-SELECT {_COLUMNS} FROM chain ORDER BY depth"""
-"""A checkpoint and its ancestors, nearest first, at most :data:`ANCESTORS` of them (a parent chain
-made a cycle by a re-put ends there too)."""
+    WHERE chain.depth < ? AND chain.checkpoint_id <> ?)
+SELECT tid, checkpoint_id, parent_id, body, epoch FROM chain ORDER BY depth"""
+"""A checkpoint and its ancestors, nearest first: at most the given count of them, and none past the
+checkpoint named last (the one a kept :class:`~._cache.Replay` is of; a parent chain made a cycle by a
+re-put ends at the count too)."""
+
+_SPAN = "(SELECT count(*) FROM remem_cp_writes WHERE tid = ? AND ns = ? AND checkpoint_id BETWEEN ? AND ?)"
+COUNT_SQL = f"SELECT {_SPAN}"
+COUNT_TWO_SQL = f"SELECT {_SPAN}, {_SPAN}"
+"""Pending writes stored under the ids of one span, or of two (what a :class:`~._cache.Replay` checks)."""
 
 
-def ancestors(
-    ctx: Context, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int = ANCESTORS
-) -> Program[list[CheckpointTuple]]:
-    """The checkpoint ``config`` names (with a checkpoint id) and its ``depth`` nearest ancestors, as tuples."""
+def _span_count(ctx: Context, tid: int, ns: str, *spans: tuple[str, str] | None) -> Program[list[int]]:
+    """The pending writes stored under each span's ids (0 for None), in one statement."""
+    given = [s for s in spans if s is not None]
+    if not given:
+        return [0 for _ in spans]
+    params = tuple(x for s in given for x in (tid, ns, *s))
+    ((*counts,),) = yield ctx.q(COUNT_SQL if len(given) == 1 else COUNT_TWO_SQL, params)
+    found = iter(int(c) for c in counts)
+    return [next(found) if s is not None else 0 for s in spans]
+
+
+def _widen(span: tuple[str, str] | None, low: str, high: str) -> tuple[str, str]:
+    return (low, high) if span is None else (min(span[0], low), max(span[1], high))
+
+
+def history(
+    ctx: Context, tx: Tx, config: RunnableConfig, channels: Sequence[str]
+) -> Program[dict[str, DeltaChannelHistory]]:
+    """``BaseCheckpointSaver.get_delta_channel_history`` for ``config`` (with a checkpoint id): the same
+    result, its walk stopped at a checkpoint seen before (a re-put that made the parent chain a cycle
+    would loop forever in the base class's walk), and at the checkpoint of the kept
+    :class:`~._cache.Replay` when it is still good (see the module)."""
     conf = config["configurable"]
-    ns = str(conf.get("checkpoint_ns", ""))
-    params = (thread_id_of(conf), ns, _ids.stored(str(conf["checkpoint_id"])), depth)
-    raw = yield ctx.q(ANCESTORS_SQL, params)
-    rows = _read.rows_of(ctx, raw)
-    if not rows:
-        return []
-    return (yield from _read.materialize(ctx, rows, shared))
-
-
-Walk = Generator[RunnableConfig, CheckpointTuple | None, dict[str, DeltaChannelHistory]]
-
-
-def walk(config: RunnableConfig, channels: Sequence[str]) -> Walk:
-    """``BaseCheckpointSaver.get_delta_channel_history``'s walk (same result), as a program that yields
-    the config of each checkpoint to read and is sent its tuple; a checkpoint met twice ends it."""
-    found: dict[str, DeltaChannelHistory] = {}
-    if not channels:
-        return found
-    collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+    thread_id, ns = thread_id_of(conf), str(conf.get("checkpoint_ns", ""))
+    target = _ids.stored(str(conf["checkpoint_id"]))
+    known = ctx.cache.replay(thread_id, ns)
+    if known is not None and not set(channels) <= known.channels.keys():
+        known = None
+    stop = _ids.stored(known.checkpoint_id) if known is not None else ""
+    remaining = list(dict.fromkeys(channels))
+    collected: dict[str, list[StoredWrite]] = {ch: [] for ch in remaining}  # newest first
     seeds: dict[str, Any] = {}
-    remaining = set(channels)
-    target = yield config
-    cursor = target.parent_config if target else None
-    seen = {target.checkpoint["id"]} if target else set()
+    names: dict[int, str] = {}
+    seen = {target}
+    span: tuple[str, str] | None = None  # of the ancestors read here
+    counted: int | None = None  # the pending writes under ``span``, once counted
+    tid = epoch = -1
+    cursor: str | None = target
+    depth = FIRST_PAGE
     while cursor is not None and remaining:
-        tup = yield cursor
-        if tup is None or tup.checkpoint["id"] in seen:
-            break
-        seen.add(tup.checkpoint["id"])
-        for write in reversed(tup.pending_writes or ()):
-            if write[1] in remaining:
-                collected[write[1]].append(write)
-        for ch in [c for c in remaining if c in tup.checkpoint["channel_values"]]:
-            seeds[ch] = tup.checkpoint["channel_values"][ch]
-            remaining.discard(ch)
-        cursor = tup.parent_config
+        raw = yield ctx.q(CHAIN_SQL, (thread_id, ns, cursor, depth, stop))
+        depth = min(2 * depth, ANCESTORS)
+        if tid < 0:  # the first page: the checkpoint itself, then its ancestors
+            if not raw:
+                return {ch: {"writes": []} for ch in remaining}  # no such checkpoint
+            tid, epoch = raw[0][0], raw[0][4]
+            if known is not None and (known.tid, known.epoch) != (tid, epoch):
+                known, stop = None, ""
+            if known is not None:
+                names.update(known.names)
+            if known is not None and target == stop:
+                (count,) = yield from _span_count(ctx, tid, ns, known.span)
+                if count == known.writes:
+                    return (yield from _result(ctx, tid, channels, known.channels))
+                known, stop = None, ""
+            cursor, raw = raw[0][2], raw[1:]
+            if not raw:
+                continue  # the next page starts at the parent
+        elif not raw:
+            break  # an ancestor is gone
+        rows = [(cid, parent, codec.decode_body(bytes(body))) for _, cid, parent, body, _ in raw]
+        found = yield ctx.q(ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param([r[0] for r in rows])))
+        writes: dict[str, list[tuple[Any, ...]]] = {}
+        for cid, task_id, idx, channel, path, packed in found:
+            writes.setdefault(cid, []).append((path, task_id, idx, channel, packed))
+        wanted = {n for _, _, b in rows for n in b.descriptors} | {
+            n for ws in writes.values() for w in ws for n in (w[0], w[3])
+        }
+        wanted -= names.keys()
+        if wanted:
+            held = yield from load_payloads(ctx, tid, wanted)
+            names.update({n: str(ctx.serde.loads_typed(held[n])) for n in wanted})
+        for cid, parent, body in rows:
+            if not remaining:
+                break
+            if cid != cursor or cid in seen:
+                cursor = None  # a cycle: the walk ends (the base class's would go round it)
+                break
+            seen.add(cid)
+            span = _widen(span, cid, cid)
+            own = sorted(
+                ((names[p], _ids.shown(t), i, names[c], v) for p, t, i, c, v in writes.get(cid, ())),
+                key=lambda w: writes_sort_key(w[0], w[1], w[2]),
+            )
+            for _, task_id, _, ch, packed in reversed(own):
+                if ch in remaining:
+                    collected[ch].append((task_id, ch, ormsgpack.unpackb(bytes(packed))))
+            stored = {names[n]: d for n, d in body.descriptors.items()}
+            for ch in [c for c in remaining if c in stored]:
+                seeds[ch] = stored[ch]
+                remaining.remove(ch)
+            cursor = parent
+            if known is not None and cid == stop:
+                # The kept histories go on from here, if nothing they were read from changed since.
+                whole = span if known.span is None else _widen(span, *known.span)
+                count, now = yield from _span_count(ctx, tid, ns, known.span, whole)
+                if count == known.writes:
+                    for ch in remaining:
+                        seed, older = known.channels[ch]
+                        if seed is not None:
+                            seeds[ch] = seed
+                        collected[ch].extend(reversed(older))
+                    remaining = []
+                    span, counted = whole, now
+                known, stop = None, ""
+                break
+    result = {ch: (seeds.get(ch), tuple(reversed(collected[ch]))) for ch in collected}
+    if counted is None:
+        (counted,) = yield from _span_count(ctx, tid, ns, span)
+    replay = Replay(str(conf["checkpoint_id"]), tid, epoch, span, counted, result, names)
+    tx.after_commit.append(lambda: ctx.cache.set_replay(thread_id, ns, replay))
+    return (yield from _result(ctx, tid, channels, result))
+
+
+def _result(
+    ctx: Context, tid: int, channels: Sequence[str], stored: Any
+) -> Program[dict[str, DeltaChannelHistory]]:
+    """The histories of ``stored`` (a :attr:`~._cache.Replay.channels`), their values read."""
+    descs: list[Any] = []
     for ch in channels:
-        entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
-        if ch in seeds:
-            entry["seed"] = seeds[ch]
-        found[ch] = entry
-    return found
+        seed, writes = stored[ch]
+        descs.extend(w[2] for w in writes)
+        if seed is not None:
+            descs.append(seed)
+    values = iter((yield from _read.values_of(ctx, tid, descs)))
+    out: dict[str, DeltaChannelHistory] = {}
+    for ch in channels:
+        seed, writes = stored[ch]
+        entry: DeltaChannelHistory = {"writes": [(w[0], w[1], next(values)) for w in writes]}
+        if seed is not None:
+            entry["seed"] = next(values)
+        out[ch] = entry
+    return out
 
 
 _Key = tuple[str, str, str]

@@ -414,9 +414,47 @@ def list_page(
     return tuples, next_cursor
 
 
-rows_of = _rows
-materialize = _materialize
-"""What :mod:`._delta` reads ancestors with."""
+def _stored_lists(desc: Any, out: set[int]) -> None:
+    if isinstance(desc, list):
+        if desc[0] == 1:
+            out.add(desc[1])
+        elif desc[0] == 2:
+            for sub in desc[2::2]:
+                _stored_lists(sub, out)
+
+
+def values_of(
+    ctx: Context, tid: int, descriptors: Sequence[Any], *, gone_is_stale: bool = False
+) -> Program[list[Any]]:
+    """The values of a thread's stored descriptors, each deserialized on its own as in a tuple
+    :func:`get_tuple` reads (no object shared between two values): lists and items from the caches,
+    else read. A DeltaChannel's history (:mod:`._delta`) is read with it."""
+    wanted: set[int] = set()
+    for desc in descriptors:
+        _stored_lists(desc, wanted)
+    lists = (
+        {no: refs for no, (refs, _) in (yield from load_lists(ctx, tid, wanted)).items()} if wanted else {}
+    )
+    refs = [codec.refs_of_descriptor(desc, lists) for desc in descriptors]
+    held = yield from load_payloads(ctx, tid, {n for r in refs for n in r}, gone_is_stale=gone_is_stale)
+    flat = iter(
+        codec.loads_many(
+            ctx.serde,
+            [held[n] for desc, r in zip(descriptors, refs, strict=True) if _is_list(desc) for n in r],
+        )
+    )
+
+    def value(desc: Any) -> Any:
+        if isinstance(desc, int):
+            return ctx.serde.loads_typed(held[desc])
+        if desc[0] == 2:
+            return _snapshot.of_stored({desc[i]: value(desc[i + 1]) for i in range(1, len(desc), 2)})
+        return codec.loads_many(ctx.serde, [held[n] for n in codec.refs_of_descriptor(desc, lists)])
+
+    out = []
+    for desc, r in zip(descriptors, refs, strict=True):
+        out.append([next(flat) for _ in r] if _is_list(desc) else value(desc))
+    return out
 
 
 def list_threads(ctx: Context) -> Program[list[str]]:

@@ -12,7 +12,13 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
 
 from remem._lease import DEFAULT_LEASE_TIMEOUT
 from remem._statements import Execute, Program, run
@@ -181,7 +187,7 @@ class SyncSaver(RememSaver):
         with self._run_lease(config, in_transaction) as lease:
             if lease is not None:
                 lease.verify()
-            self._forget_read(config)
+            self._forget_read(config, checkpoint["id"])
             with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
                 try:
                     return self._run(
@@ -195,15 +201,15 @@ class SyncSaver(RememSaver):
                         raise
                     return None
 
-    def _read_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
-    ) -> builtins.list[CheckpointTuple]:
-        return self._run(lambda tx: _delta.ancestors(self._ctx, config, shared, depth), write=False)
+    def _read_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        return self._run(lambda tx: _delta.history(self._ctx, tx, config, channels), write=False)
 
-    async def _aread_ancestors(
-        self, config: RunnableConfig, shared: dict[int, dict[int, Any]], depth: int
-    ) -> builtins.list[CheckpointTuple]:
-        return await asyncio.to_thread(self._read_ancestors, config, shared, depth)
+    async def _aread_history(
+        self, config: RunnableConfig, channels: Sequence[str]
+    ) -> dict[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(self._read_history, config, channels)
 
     def _head_id(self, thread_id: str) -> str | None:
         stamp = self._run(
