@@ -282,11 +282,6 @@ class LazyLedger(Ledger):
     def _write(self, sql: str, params: tuple[Any, ...]) -> None:
         self.inner()._write(sql, params)
 
-    def _write_if_new(
-        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
-    ) -> None:
-        self.inner()._write_if_new(first, then)
-
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return self.inner()._read(sql, params)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -170,21 +170,6 @@ class PostgresLedger(Ledger):
         # A borrowed connection is the pool's: the no-flush commit is set for this transaction only,
         # pipelined with it.
         self._transact(_unflushed(sql, params))
-
-    def _write_if_new(
-        self, first: tuple[str, tuple[Any, ...]], then: Sequence[tuple[str, tuple[Any, ...]]]
-    ) -> None:
-        import psycopg
-
-        with self._connection() as conn:
-            try:
-                with conn.transaction(), conn.cursor() as cur:
-                    cur.execute(*first)
-                    if cur.fetchall():
-                        for statement in then:
-                            cur.execute(*statement)
-            except psycopg.Error as exc:
-                raise _error(exc) from exc
 
     def _transact(self, program: Program[_T]) -> _T:
         """The program in one transaction, pipelined (:func:`remem._statements.pipelined`): a hold (the
