@@ -131,38 +131,47 @@ def _lock_key(key: Key) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+@lru_cache(maxsize=16)
+def _hold_sql(dialect: str, n: int) -> tuple[str | None, str, str]:
+    """The SQL text of a hold of ``n`` keys: PostgreSQL's advisory locks (None on SQLite), the expired
+    holds' removal and the insert (the text depends on the dialect and ``n`` only: built once)."""
+    ph = _ph(dialect)
+    now = database_now(dialect)
+    locks = f"SELECT {', '.join(['pg_advisory_xact_lock(%s)'] * n)}" if dialect == "postgres" else None
+    expired = f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, n)} AND expires_at <= {now}"
+    row = f"({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {now} + {ph})"
+    insert = (
+        f"INSERT INTO {HOLDS_TABLE} (scope, key1, key2, hold, tokens, cost, expires_at) "
+        f"VALUES {', '.join([row] * n)}"
+    )
+    return locks, expired, insert
+
+
+def _insert(
+    dialect: str, keys: Sequence[Key], hold_id: str, tokens: int, cost: float, seconds: float
+) -> Statement:
+    values = (hold_id, int(tokens), float(cost), float(seconds))
+    params = tuple(value for key in keys for value in (*key, *values))
+    return Statement(_hold_sql(dialect, len(keys))[2], params, "none")
+
+
 def hold_statements(
     dialect: str, keys: Sequence[Key], hold_id: str, *, tokens: int, cost: float, seconds: float
 ) -> tuple[list[Statement], Statement, Statement]:
     """A hold's statements: what comes before its read (PostgreSQL: the scopes' advisory locks, in one
     order, then the expired holds' removal), the read (:func:`select_spent`), and the insert of the hold
     when the call fits. None needs its row count: a backend may send them without waiting on each."""
-    ph = _ph(dialect)
-    before: list[Statement] = []
-    if dialect == "postgres":  # SQLite's BEGIN IMMEDIATE serialises every writer already
-        ordered = sorted(keys)
-        locks = ", ".join(["pg_advisory_xact_lock(%s)"] * len(ordered))
-        before.append(Statement(f"SELECT {locks}", tuple(_lock_key(k) for k in ordered), "none"))
+    before, read = _reading(dialect, keys)
+    return before, read, _insert(dialect, keys, hold_id, tokens, cost, seconds)
+
+
+def _reading(dialect: str, keys: Sequence[Key]) -> tuple[list[Statement], Statement]:
+    locks, expired, _ = _hold_sql(dialect, len(keys))
     flat = tuple(value for key in keys for value in key)
-    now = database_now(dialect)
-    before.append(
-        Statement(
-            f"DELETE FROM {HOLDS_TABLE} WHERE {_matching(dialect, len(keys))} AND expires_at <= {now}",
-            flat,
-            "none",
-        )
-    )
-    row = f"({ph}, {ph}, {ph}, {ph}, {ph}, {ph}, {now} + {ph})"
-    params: list[Any] = []
-    for key in keys:
-        params += [*key, hold_id, int(tokens), float(cost), float(seconds)]
-    insert = Statement(
-        f"INSERT INTO {HOLDS_TABLE} (scope, key1, key2, hold, tokens, cost, expires_at) "
-        f"VALUES {', '.join([row] * len(keys))}",
-        tuple(params),
-        "none",
-    )
-    return before, Statement(*select_spent(dialect, keys)), insert
+    before = [Statement(expired, flat, "none")]
+    if locks is not None:  # SQLite's BEGIN IMMEDIATE serialises every writer already
+        before.insert(0, Statement(locks, tuple(_lock_key(k) for k in sorted(keys)), "none"))
+    return before, Statement(_select_spent_sql(dialect, len(keys)), flat + flat)
 
 
 More = Callable[[Mapping[str, Totals]], tuple[int, float]]
@@ -184,7 +193,7 @@ def hold(
     """Hold ``tokens`` and ``cost`` (and ``more`` of what was read) of every key for ``seconds`` when
     ``fits`` says the call fits in what the keys spent and hold; returns whether it held, and what was
     read (before this hold)."""
-    before, read, _ = hold_statements(dialect, keys, hold_id, tokens=tokens, cost=cost, seconds=seconds)
+    before, read = _reading(dialect, keys)
     for statement in before:  # noqa: UP028 (each is sent its rows, which a list cannot take)
         yield statement
     rows = yield read
@@ -192,10 +201,7 @@ def hold(
     if not fits(spent):
         return False, spent
     extra_tokens, extra_cost = more(spent) if more is not None else (0, 0.0)
-    _, _, insert = hold_statements(
-        dialect, keys, hold_id, tokens=tokens + extra_tokens, cost=cost + extra_cost, seconds=seconds
-    )
-    yield insert
+    yield _insert(dialect, keys, hold_id, tokens + extra_tokens, cost + extra_cost, seconds)
     return True, spent
 
 
@@ -280,8 +286,7 @@ class Renewals:
 
 def settle(dialect: str, record: tuple[str, tuple[Any, ...]], hold_id: str) -> Program[None]:
     """Write a paid call's ledger row (``record``: its statement, which adds the row to its running totals)
-    and remove its hold, together: no moment counts the call twice, or not at all."""
-    if dialect == "postgres":  # as the ledger's own records: no wait for the WAL's flush
-        yield Statement("SET LOCAL synchronous_commit = off", (), "none")
+    and remove its hold, together: no moment counts the call twice, or not at all. (remem's PostgreSQL
+    ledger settles in one statement of its own, :func:`remem.usage._sql.settle_postgres`.)"""
     yield Statement(*record, fetch="none")
     yield from release(dialect, hold_id)
