@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -97,6 +97,8 @@ class TurnRules:
     drop_precheck: Callable[[str], None] | None = None
     """Called with the thread id once the turn ended, however it ended: a hold the precheck took and no
     model call took is released (:meth:`remem.usage.Gate.drop_precheck`)."""
+    adrop_precheck: Callable[[str], Awaitable[None]] | None = None
+    """Async version of ``drop_precheck`` (:func:`arun_turn` awaits it; None: ``drop_precheck`` is called)."""
 
 
 def rules_of(graph: Any) -> TurnRules | None:
@@ -305,7 +307,9 @@ async def arun_turn(
                 raise exc from None
             raise _what_was_kept(exc, messages, lambda: snapshot) from exc
         finally:
-            if rules.drop_precheck is not None:  # a dict entry, and I/O only for a hold no call took
+            if rules.adrop_precheck is not None:  # a dict entry, and I/O (off the loop) only for a hold
+                await rules.adrop_precheck(thread_id)  # that no call took
+            elif rules.drop_precheck is not None:
                 rules.drop_precheck(thread_id)
         if _INTERRUPTS in result:
             _check_waiting(await graph.aget_state(config))

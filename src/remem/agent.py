@@ -545,7 +545,13 @@ def build_agent(
     graph.add_edge("delete_messages", END)
     compiled = graph.compile(checkpointer=checkpointer, store=store)
     compiled.name = f"remem-agent[{chosen.name}]"
-    rules = TurnRules(s.thread_lease_timeout, nodes.precheck, nodes.ledger, nodes.gate.drop_precheck)
+    rules = TurnRules(
+        s.thread_lease_timeout,
+        nodes.precheck,
+        nodes.ledger,
+        nodes.gate.drop_precheck,
+        nodes.gate.adrop_precheck,
+    )
     setattr(compiled, TURN_RULES_ATTRIBUTE, rules)
     if chosen_ledger is not None and chosen_ledger is not ledger:  # opened here: closed with the graph
         weakref.finalize(compiled, chosen_ledger.close)

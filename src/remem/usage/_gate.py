@@ -43,6 +43,7 @@ The rules, the same on every path:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -295,6 +296,14 @@ class Gate:
             checked = self._checked.pop(thread_id, None)
         if checked is not None:
             self._release(checked.hold)
+
+    async def adrop_precheck(self, thread_id: str) -> None:
+        """Async version of :meth:`drop_precheck`: the release, the only I/O (a hold no call took), runs
+        in a worker thread, never on the event loop."""
+        with self._lock:
+            checked = self._checked.pop(thread_id, None)
+        if checked is not None and checked.hold is not None:
+            await asyncio.to_thread(self._release, checked.hold)
 
     def _prechecked(self, call: Call, budgets: Budgets) -> _Checked | None:
         """The precheck of this very call (same turn, messages, budgets and held scopes): the thread's
