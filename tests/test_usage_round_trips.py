@@ -1,7 +1,7 @@
 """What the ledger costs a model call on PostgreSQL, counted in the messages its connection sends (issue 22,
 point 5): libpq's trace of the ledger's own connection, each ``Query`` (a simple-protocol message), ``Flush``
 (a pipeline wanting rows) or lone ``Sync`` (the end of an extended-protocol message) a round trip the call
-waits for (the rule of tests/test_checkpoint_round_trips.py).
+waits for (tests/pg_trace.py, shared with tests/test_checkpoint_round_trips.py).
 
 Before: the hold was a transaction of eight round trips (BEGIN, one advisory lock per scope, the expired
 holds' removal, the read, the insert, COMMIT) and the settle one of five (BEGIN, SET LOCAL, the row, the
@@ -13,9 +13,6 @@ The guarantees stay those of tests/test_budget_processes.py (which runs the same
 
 from __future__ import annotations
 
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -26,53 +23,11 @@ from remem import Settings, build_agent, run_turn
 from remem.models import ScriptedChatModel
 from remem.usage import Budgets, open_ledger
 from remem.usage._records import UsageEvent
+from tests.pg_trace import traced
 
 pytestmark = pytest.mark.postgres
 
 USER = "maya"
-
-
-class Trace:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    @property
-    def round_trips(self) -> int:
-        sent = [line.split("\t")[2] for line in self.lines if line.startswith("F\t")]
-        follows = [*sent[1:], ""]
-        return sum(
-            m in ("Query", "Flush") or (m == "Sync" and nxt != "Flush")
-            for m, nxt in zip(sent, follows, strict=True)
-        )
-
-    @property
-    def writes(self) -> int:
-        """Transactions that wrote: each ends with a COMMIT, or is one write statement in autocommit."""
-        writes, open_ = 0, False
-        for line in self.lines:
-            if not line.startswith("F\t") or line.split("\t")[2] not in ("Query", "Parse"):
-                continue
-            if "BEGIN" in line:
-                open_ = True
-            if "COMMIT" in line:
-                writes, open_ = writes + 1, False
-            elif not open_ and ("INSERT" in line or "DELETE" in line):
-                writes += 1
-        return writes
-
-
-@contextmanager
-def traced(conn: Any) -> Iterator[Trace]:
-    trace = Trace()
-    with tempfile.TemporaryFile("w+") as out:
-        conn.pgconn.trace(out.fileno())
-        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            yield trace
-        finally:
-            conn.pgconn.untrace()
-            out.seek(0)
-            trace.lines = out.read().splitlines()
 
 
 def _inner(ledger: Any) -> Any:
