@@ -5,7 +5,6 @@ usual way. Counted with libpq's protocol trace, never timed."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,32 +17,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from remem._lease import _postgres as lease_sessions
 from remem.checkpoint import AsyncPostgresSaver, PostgresSaver
 from remem.checkpoint._ops import FROM_HEAD, RUN_KEY
+from tests.pg_trace import round_trips, traced
 
 pytestmark = pytest.mark.postgres
-
-
-@contextmanager
-def traced(conn: psycopg.Connection[Any]) -> Iterator[list[str]]:
-    """The frontend messages ``conn`` sends inside the block."""
-    with tempfile.TemporaryFile("w+") as out:
-        conn.pgconn.trace(out.fileno())
-        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE)
-        sent: list[str] = []
-        try:
-            yield sent
-        finally:
-            conn.pgconn.untrace()
-            out.seek(0)
-            sent.extend(line.split("\t")[2].strip() for line in out if line.startswith("F\t"))
-
-
-def round_trips(sent: list[str]) -> int:
-    """Waits for the server: a simple Query, a Flush (a pipeline wanting rows), a lone Sync."""
-    follows = [*sent[1:], ""]
-    return sum(
-        m in ("Query", "Flush") or (m == "Sync" and nxt != "Flush")
-        for m, nxt in zip(sent, follows, strict=True)
-    )
 
 
 def _checkpoint(n: int, messages: list[str]) -> Any:
