@@ -102,7 +102,7 @@ def test_forget_and_threads_take_ids_with_dots(
         memory.thread(thread, user_id=user).add_messages([{"role": "user", "content": "kites", "id": "h1"}])
         memory.thread("other.thread", user_id="bob").add_messages([{"role": "user", "content": "boats"}])
         memory.store.put(user_memories(user), "m1", {"content": "maya likes kites", "user_id": user})
-    runner = CliRunner()
+    runner = CliRunner(env={"REMEM_EMBEDDER": "fake"})  # the embedder that made the store's vectors
     listed = runner.invoke(main, ["threads", "--db", url, "--json"])
     assert listed.exit_code == 0, listed.output
     assert {t["thread"] for t in json.loads(listed.output)["threads"]} == {thread, "other.thread"}

@@ -95,7 +95,7 @@ def test_the_vector_table_is_a_migration(pg_url: str) -> None:
     with PostgresStore.from_conn_string(pg_url) as store:  # no index: the table is there all the same
         store.put(NS, "k", {"text": "x"})
     assert _vector_column(pg_url) == "bytea"
-    assert _components(pg_url) == [("store", v) for v in range(1, 8)]
+    assert _components(pg_url) == [("store", v) for v in range(1, 9)]
     index: dict[str, Any] = {"dims": 8, "embed": FakeEmbedder(8), "fields": ["text"]}
     with PostgresStore.from_conn_string(pg_url, index=index) as store:  # PG15 here has no pgvector
         store.put(NS, "v", {"text": "a vector"})

@@ -125,7 +125,7 @@ def test_a_database_set_up_by_the_old_runner_opens_without_running_migrations_ag
         store.setup()  # migration 1 again would fail: remem_ns exists
         store.put(NS, "k", {"text": "tea"})
         assert store.get(NS, "k").value == {"text": "tea"}
-    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7]
+    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7, 8]
     expected = (
         {"namespaces": [], "threads": ["chat-{user_id}"]}
         if with_journal
@@ -145,10 +145,10 @@ def test_data_written_before_the_runner_keeps_working(backend: tuple[_migrate.Di
         store.put(NS, "k2", {"text": "more"})
         assert [h.key for h in store.search(NS, query="rivers")] == ["k"]  # re-indexed by migration 3
     assert registered_user_data(url)["namespaces"] == ["crm.{user_id}"]
-    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7]
+    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7, 8]
     with _open(dialect, url) as store:  # carried over once: the next setup reads remem_schema only
         store.setup()
-    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7]
+    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_a_store_schema_from_a_newer_remem_is_refused(backend: tuple[_migrate.Dialect, str]) -> None:
@@ -163,4 +163,4 @@ def test_a_store_schema_from_a_newer_remem_is_refused(backend: tuple[_migrate.Di
     with pytest.raises(SchemaTooNewError, match="upgrade remem") as info, _open(dialect, url):
         pass  # from_conn_string sets the store up: opening it is refused
     assert isinstance(info.value, StorageError) and "version 99" in str(info.value)
-    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7, 99]
+    assert _versions(dialect, url) == [1, 2, 3, 4, 5, 6, 7, 8, 99]

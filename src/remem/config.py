@@ -32,7 +32,7 @@ __all__ = ["STRATEGY_NAMES", "Settings", "check_summary_sizes", "environment_war
 
 STRATEGY_NAMES = ("filter", "delete", "trim", "summary")
 TOKEN_COUNTERS = ("approximate", "o200k", "cl100k")
-EMBEDDERS = ("minilm", "e5", "fake")
+EMBEDDERS = ("auto", "minilm", "e5", "fake")
 EMBED_TURNS = ("inline", "queue")
 BUDGET_ACTIONS = ("error", "refuse", "approve", "compact")  # remem.usage._breach says what each does
 DEFAULT_CONFIG_FILE = "remem.toml"
@@ -86,8 +86,10 @@ class Settings:
         30.0, "seconds a turn or append waits for another one on the same thread (then ThreadBusyError)"
     )
     embedder: str = _setting(
-        "minilm",
-        "embedding model for semantic search: minilm (English), e5 (multilingual, remem[e5]), fake (tests)",
+        "auto",
+        "embedding model for semantic search: auto (a new store's first texts choose: e5 for Chinese, "
+        "Japanese, Korean where remem[e5] is installed, else minilm; then recorded), minilm (English), "
+        "e5 (multilingual, remem[e5]), fake (tests)",
         choices=EMBEDDERS,
     )
     embed_turns: str = _setting(

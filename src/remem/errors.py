@@ -10,6 +10,7 @@ configuration is wrong, 1 otherwise; a thread or item that is not there is 1).
     ├── ApprovalPendingError                a model call waits for a yes/no (the run paused; nothing sent)
     ├── RememUsageError (ValueError)        the caller can fix it
     │   ├── ConfigError                     a setting or URL is wrong
+    │   │   └── EmbedderMismatchError       the store's vectors were made by another embedder
     │   ├── InvalidMessagesError            a message list is malformed or not provider-valid
     │   ├── NotFoundError                   a thread, checkpoint or item does not exist
     │   ├── BudgetExceededError             a token or cost budget would be passed
@@ -40,6 +41,7 @@ __all__ = [
     "ArgumentTypeError",
     "BudgetExceededError",
     "ConfigError",
+    "EmbedderMismatchError",
     "ErasureConflictError",
     "ErasureIncompleteError",
     "ExtractionError",
@@ -88,6 +90,15 @@ class RememUsageError(RememError, ValueError):
 
 class ConfigError(RememUsageError):
     """A setting, a configuration file or a URL is wrong."""
+
+
+class EmbedderMismatchError(ConfigError):
+    """A store's vectors were made by another embedder than the one it was opened with: vectors of two
+    models do not compare, even at the same dims. ``stored`` and ``configured`` describe the two."""
+
+    def __init__(self, message: str, *, stored: str = "", configured: str = "") -> None:
+        super().__init__(message)
+        self.stored, self.configured = stored, configured
 
 
 class InvalidMessagesError(RememUsageError):

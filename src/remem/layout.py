@@ -59,6 +59,7 @@ __all__ = [
     "SCHEMA_TABLE",
     "STOCK_CHECKPOINT_TABLES",
     "STORE_LEGACY_TABLES",
+    "STORE_META_TABLE",
     "STORE_MIGRATIONS_TABLE",
     "STORE_TABLES",
     "STORE_TERMS_TABLE",
@@ -147,6 +148,7 @@ STORE_TERMS_TABLE: Final = STORE_TABLES[2]  # the keyword index: one row per (wo
 STORE_TERM_DOCS_TABLE: Final = STORE_TABLES[4]  # one row per indexed item: its length and words
 STORE_VECTOR_CHANGES_TABLE: Final = "remem_vector_changes"  # counts of vector changes (PG: per namespace)
 STORE_VECTOR_BLOCKS_TABLE: Final = "remem_vector_blocks"  # SQLite: a namespace's vectors packed many to a row
+STORE_META_TABLE: Final = "remem_store_meta"  # the store's own records (which embedder made its vectors)
 STORE_LEGACY_TABLES: Final = ("remem_fts", "remem_reindex")  # schema v1's FTS5 index; items queued by v3
 STOCK_CHECKPOINT_TABLES: Final = ("checkpoints", "writes")  # LangGraph's stock SqliteSaver (not remem's)
 SCHEMA_TABLE: Final = "remem_schema"  # the one migration record of every component (remem._migrate)
@@ -167,6 +169,7 @@ TABLES: Final = frozenset(
         *STORE_LEGACY_TABLES,
         STORE_VECTOR_CHANGES_TABLE,
         STORE_VECTOR_BLOCKS_TABLE,
+        STORE_META_TABLE,
         ERASURE_JOURNAL_TABLE,
         ERASURE_REGISTRY_TABLE,
         SCHEMA_TABLE,

@@ -222,8 +222,8 @@ def park_command(job_id: str | None, kind: str | None, reason: str, database_url
               help="A thread whose messages are embedded and indexed again (repeatable).")  # fmt: skip
 @db_option
 def reindex_command(threads: tuple[str, ...], database_url: str | None) -> None:
-    """Queue the re-indexing of threads: a worker embeds and indexes their messages again with its embedder
-    (after switching `embedder`: vectors of two embedders do not compare). Run `remem worker` or drain.
+    """Queue the re-indexing of threads: a worker embeds and indexes the messages that have no vector yet
+    (turns stored unindexed). Run `remem worker` or drain. To switch embedders, `remem store reembed`.
 
     Example: remem queue reindex --thread support-42 --db sqlite:///.remem/remem.db && remem queue drain
     """

@@ -1,4 +1,4 @@
-"""Commands for the long-term store: ``remem forget`` and ``remem store stats``."""
+"""Commands for the long-term store: ``remem forget``, ``remem store stats`` and ``remem store reembed``."""
 
 from __future__ import annotations
 
@@ -203,6 +203,31 @@ def stats_command(url: str | None, database_url: str | None, as_json: bool) -> N
     show_table(f"store in {db.shown}", ["", "count"], counts.items())
     if stats["by_root"]:
         show_table("items by root label", ["root", "items"], stats["by_root"].items())
+
+
+@store_group.command("reembed")
+@db_option
+def reembed_command(database_url: str | None) -> None:
+    """Embed every stored vector again with the configured embedder and record it as the store's: after
+    switching `embedder` (a store refuses to be opened with another model than the one that made its
+    vectors). Searches rank the items not yet done poorly until it ends: run it while the store is idle.
+
+    Example: REMEM_EMBEDDER=e5 remem store reembed --db sqlite:///.remem/remem.db
+    """
+    from remem.cli._render import say
+    from remem.cli._sources import inspect_database
+    from remem.config import load_settings
+    from remem.errors import NotFoundError
+    from remem.memory._backends import index_config
+    from remem.store import open_store
+
+    db = inspect_database(_url(database_url))
+    if not db.has_store:
+        raise NotFoundError(f"{db.shown} holds no memory store; check --db (nothing to re-embed)")
+    settings = load_settings()
+    with open_store(db.url) as store:  # no index: its record may name the old model
+        done = store.reembed(index_config(settings), progress=lambda n: say(f"  {n} items so far"))
+    say(f"re-embedded: {done} item(s) with the {settings.embedder} embedder, now the store's")
 
 
 def _database_url(given: str | None, positional: str | None) -> str:

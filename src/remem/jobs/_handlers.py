@@ -63,7 +63,8 @@ def enqueue_embedding(
 
 def enqueue_reindex(queue: JobQueue, thread_id: str, *, user_id: str | None = None) -> str:
     """Queue the re-indexing of every message of ``thread_id`` with the worker's embedder (one live job per
-    thread): after switching ``embedder``, or for turns that were stored without their vectors."""
+    thread): for turns that were stored without their vectors (a text whose vector is stored is not
+    embedded again: switching embedders is ``store.reembed``, ``remem store reembed``)."""
     return queue.enqueue(
         REINDEX_JOB,
         {"thread_id": thread_id},

@@ -29,6 +29,10 @@ def _embedder(settings: Settings) -> Any:
         from remem.embeddings import CachedEmbedder, E5Embedder
 
         return CachedEmbedder(E5Embedder())
+    if settings.embedder == "auto":
+        from remem.embeddings import AutoEmbedder
+
+        return AutoEmbedder()
     from remem.embeddings import default_embedder
 
     return default_embedder()

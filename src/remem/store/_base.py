@@ -23,7 +23,7 @@ from remem._lease_target import LeaseTarget
 from remem._statements import Execute, Program, Retry, retrying, run
 from remem.embeddings import embed_array
 from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
-from remem.store import _compact, _delete, _rows, _search, _write
+from remem.store import _compact, _delete, _embedder, _rows, _search, _write
 from remem.store import _core as core
 from remem.store import _program as prog
 from remem.store._compact import Compaction
@@ -504,6 +504,67 @@ class RememStoreBase(BaseStore):
         stopped = not self._sweeper.is_alive()
         self._sweeper = None if stopped else self._sweeper
         return stopped
+
+    def reembed(
+        self,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        *,
+        batch_items: int = 256,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Embed every stored vector again with ``index``'s embedder (default: the store's own) and record
+        it as the store's: how to switch models (:mod:`remem.store._embedder`). A store whose record names
+        another model refuses to open with an index, so open it without one and pass the new ``index``::
+
+            with SqliteStore.from_conn_string("memory.db") as store:
+                store.reembed({"dims": 384, "embed": CachedEmbedder(E5Embedder())})
+
+        Items are done ``batch_items`` at a time, each page embedded outside a transaction and written in
+        one; the first page's transaction rewrites the record, so writers and searches with the old model
+        are refused from then on. Until it ends, the vectors not yet done are the old model's: searches
+        rank them poorly (run it while the store is idle); run it again if it stopped (it redoes all).
+        ``progress(done)`` is called after each page with the items done so far. Returns that count."""
+        plan = IndexPlan.from_config(index) if index else self.plan
+        if plan is None:
+            raise ConfigError("reembed needs an embedder: pass index={'dims': ..., 'embed': ...}")
+        self._check_writable(True)
+        after, done, first = 0, 0, True
+        while True:
+            items = self._reembed_page(plan, after, batch_items, first)
+            first = False
+            if not items:
+                return done
+            after, done = max(items), done + len(items)
+            if progress is not None:
+                progress(done)
+
+    def _reembed_page(self, plan: IndexPlan, after: int, batch_items: int, first: bool) -> set[int]:
+        """Embed again the vectors of the next page of items after ``after`` and write them (on the first
+        page, with the record rewritten, even where the store has no vector); returns the page's items."""
+        page = self._run(
+            lambda _: _embedder.reembed_page_program(self.dialect, after, batch_items), write=False
+        )
+        texts = _embedder.reembed_texts(page)
+        wanted = {_rows.core_hash(t): t for *_, t in texts if t is not None}
+        matrix = _embed(plan, list(wanted.values())) if wanted else np.zeros((0, plan.dims), np.float32)
+        _write.check_dims(plan, matrix)
+        vectors = dict(zip(wanted, matrix, strict=True))
+        if texts or first:
+            self._run(
+                lambda tx: _embedder.reembed_write_program(self.dialect, tx, plan, texts, vectors, first),
+                write=True,
+            )
+        return {item_id for item_id, *_ in texts}
+
+    async def areembed(
+        self,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        *,
+        batch_items: int = 256,
+        progress: Callable[[int], None] | None = None,
+    ) -> int:
+        """Async version of :meth:`reembed`."""
+        return await asyncio.to_thread(self.reembed, index, batch_items=batch_items, progress=progress)
 
     def stats(self) -> dict[str, Any]:
         """Counts of items, namespaces, vectors and items per root label."""

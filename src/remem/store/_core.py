@@ -19,6 +19,7 @@ from langgraph.store.base import (
     tokenize_path,
 )
 
+from remem.embeddings import EmbedderIdentity, embedder_identity
 from remem.errors import ConfigError, InvalidFilterError, NamespaceError, RememUsageError
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
@@ -274,12 +275,18 @@ def plan_filter(filter: Mapping[str, Any]) -> Pushdown:
 
 @dataclass
 class IndexPlan:
-    """The validated ``index`` config: which fields are embedded and how many dims."""
+    """The validated ``index`` config: which fields are embedded and how many dims, and which embedder
+    makes the vectors (``identity``, what the store records: :mod:`remem.store._embedder`)."""
 
     dims: int
     embed: Any
     fields: list[tuple[str, Any]] = field(default_factory=list)
     distance: str = "cosine"  # index["distance_type"]: cosine, inner_product or l2
+
+    @property
+    def identity(self) -> EmbedderIdentity:
+        """The embedder's identity (read each time: an ``AutoEmbedder`` names its model once it chose)."""
+        return embedder_identity(self.embed, self.dims)
 
     @classmethod
     def from_config(cls, index: IndexConfig | Mapping[str, Any] | None) -> IndexPlan | None:

@@ -13,6 +13,8 @@ table's changes (PostgreSQL's count is v7's). Version 6 is SQLite's vector
 blocks (:mod:`remem.store._blocks`): many vectors of a namespace in one row, for the matrix to load.
 Version 7 is PostgreSQL's count of each namespace's vector changes, for the exact path's in-process matrix
 (:mod:`remem.store._vector_cache`; SQLite has nothing to do: its count is v5's).
+Version 8 is the store's own records (``remem_store_meta``): which embedder made its vectors
+(:mod:`remem.store._embedder`), not an item, so no listing, search, stats or erasure sees it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from remem import _migrate
 from remem.layout import (
     STORE_LEGACY_TABLES,
+    STORE_META_TABLE,
     STORE_MIGRATIONS_TABLE,
     STORE_TABLES,
     STORE_TERM_DOCS_TABLE,
@@ -28,7 +31,7 @@ from remem.layout import (
     STORE_VECTOR_CHANGES_TABLE,
 )
 
-__all__ = ["BLOCKS", "COMPONENT", "ITEMS", "NS", "VECTORS", "statements"]
+__all__ = ["BLOCKS", "COMPONENT", "ITEMS", "META", "NS", "VECTORS", "statements"]
 
 NS, ITEMS, _TERMS, VECTORS, _DOCS = STORE_TABLES
 """The store's table names, as remem.layout names them (every store module takes them from here)."""
@@ -168,11 +171,17 @@ _POSTGRES_V7 = (
     "FOR EACH STATEMENT EXECUTE FUNCTION remem_vectors_changed(); END IF; END $$",
 )
 
+# v8 (both): the store's own records, one row per name: "embedder" is the identity of the embedder that made
+# the store's vectors (remem.embeddings.EmbedderIdentity as JSON), written with the first vector write (a
+# store written before v8 is recorded when it is next opened with an index; see remem.store._embedder).
+META = STORE_META_TABLE
+_V8 = (f"CREATE TABLE IF NOT EXISTS {META} (name TEXT PRIMARY KEY, value TEXT NOT NULL)",)
+
 COMPONENT = _migrate.Component(
     "store",
     # SQLite's vector table is in v1
-    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5, _SQLITE_V6, ()),
-    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, (), (), _POSTGRES_V7),
+    sqlite=(_SQLITE_V1, _MOVED_V2, _SQLITE_V3, (), _SQLITE_V5, _SQLITE_V6, (), _V8),
+    postgres=(_POSTGRES_V1, _MOVED_V2, _POSTGRES_V3, _POSTGRES_V4, (), (), _POSTGRES_V7, _V8),
     legacy=_migrate.Legacy(STORE_MIGRATIONS_TABLE, "v", offset=1),  # it numbered its first migration 0
 )
 

@@ -12,9 +12,9 @@ from langgraph.store.base import (
 
 from remem.errors import ConfigError, RememUsageError
 from remem.store import _core as core
+from remem.store import _embedder, _text
 from remem.store import _fusion as fusion
 from remem.store import _keyword as kw
-from remem.store import _text
 from remem.store._core import IndexPlan, ScoredItem, SearchMode
 from remem.store._exec import Hits, Program, Rows, Statement, Tx, Vector
 from remem.store._rows import _ITEM_COLS, _LIVE, Dialect, _rows_by_id, _touch, core_hash
@@ -80,20 +80,29 @@ def search_program(
     keyword: Hits = []
     vector: Hits = []
     ns_ids: list[int] | None = None
+    # a query vector is compared only with vectors of its own model: the store's record is read in this
+    # transaction (with the namespaces where there is a prefix, in the same statement)
+    checks = plan is not None and mode in ("hybrid", "vector")
     if prefix:
         ns_where, params = d.ns_condition(prefix, "path")
         outside, _ = d.ns_condition(prefix, "o.path")
+        record, record_params = _embedder.stored_value(d) if checks else ("NULL", [])
         # with, in the same statement, whether the prefix covers every namespace (then no need to filter):
         # no namespace outside it, which a scan finds at its first such row (a count read them all)
         found = yield Statement(
             d.q(
-                f"SELECT id, NOT EXISTS (SELECT 1 FROM {NS} o WHERE NOT {outside}) FROM {NS} WHERE {ns_where}"
+                f"SELECT id, NOT EXISTS (SELECT 1 FROM {NS} o WHERE NOT {outside}), {record} "
+                f"FROM {NS} WHERE {ns_where}"
             ),
-            [*params, *params],
+            [*params, *record_params, *params],
         )
         if not found:
             return []
+        if checks and plan is not None:
+            _embedder.check(plan, found[0][2])
         ns_ids = None if found[0][1] else [int(r[0]) for r in found]
+    elif checks and plan is not None:
+        yield from _embedder.check_program(d, plan)
     if mode in ("hybrid", "keyword"):
         terms = _text.query_terms(op.query)
         if terms:

@@ -17,6 +17,7 @@ from langgraph.store.base import (
 
 from remem.errors import ConfigError, RememUsageError
 from remem.store import _core as core
+from remem.store import _embedder
 from remem.store import _keyword as kw
 from remem.store._core import IndexPlan, SearchMode
 from remem.store._exec import Program, Statement, Tx, VecChanged, Vector, many
@@ -151,6 +152,8 @@ def put_program(d: Dialect, tx: Tx, plan: IndexPlan | None, puts: list[PutOp], n
     if late:  # changed since the texts were embedded ahead (another writer): nothing written, run again
         tx.unembedded.update(late)
         return None
+    if to_embed and plan is not None:  # new vectors: the store's embedder is recorded, or is this one
+        yield from _embedder.record_program(d, plan)
     if deletes:
         doomed = yield from _rows_by_key(
             d, [(core.ns_path(op.namespace), op.key) for op in deletes], None, "i.id"

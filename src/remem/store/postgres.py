@@ -36,7 +36,7 @@ try:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError:  # pragma: no cover - the dev environment has the extra
     raise MissingDependencyError.for_extra("psycopg", "postgres") from None
-from remem.store import _delete, _search, _write
+from remem.store import _delete, _embedder, _search, _write
 from remem.store import _schema as schema
 from remem.store._async import AsyncStore
 from remem.store._base import (
@@ -157,6 +157,8 @@ class _PostgresBackend(RememStoreBase):
             self.dialect = PostgresDialect(
                 "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
             )
+            if self.plan is not None:
+                yield from _embedder.open_program(self.dialect, self.plan, True, self._where())
             return
         # the runner takes remem's advisory lock first: the pgvector choice below is made under it too
         yield from (_migrate.upgrade(schema.COMPONENT, "postgres"))
@@ -172,6 +174,8 @@ class _PostgresBackend(RememStoreBase):
             "pgvector" if kind.startswith("vector") else "exact", keyword_budget=self.keyword_budget
         )
         yield from _write.reindex_program(self.dialect)
+        if self.plan is not None:
+            yield from _embedder.open_program(self.dialect, self.plan, False, self._where())
 
     # -------------------------------------------------- connections
 

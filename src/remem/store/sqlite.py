@@ -35,7 +35,7 @@ from remem._statements import Execute, drive, execute
 from remem._url import display_url, parse_database_url
 from remem.errors import ConfigError, NotFoundError, StorageError
 from remem.layout import STORE_VECTOR_CHANGES_TABLE
-from remem.store import _blocks, _rows, _write
+from remem.store import _blocks, _embedder, _rows, _write
 from remem.store import _core as core
 from remem.store import _schema as schema
 from remem.store._async import AsyncStore
@@ -176,6 +176,8 @@ class _SqliteBackend(RememStoreBase):
             check_read_only_schema(
                 drive(_migrate.check(schema.COMPONENT, "sqlite"), self._execute), self._where()
             )
+            if self.plan is not None:
+                drive(_embedder.open_program(self.dialect, self.plan, True, self._where()), self._execute)
             return
         _sqlite.enable_wal(c)
         c.execute("PRAGMA synchronous = NORMAL")
@@ -191,6 +193,8 @@ class _SqliteBackend(RememStoreBase):
         c.execute("BEGIN IMMEDIATE")
         drive(_migrate.upgrade(schema.COMPONENT, "sqlite"), self._execute)
         drive(_write.reindex_program(self.dialect), self._execute)
+        if self.plan is not None:
+            drive(_embedder.open_program(self.dialect, self.plan, False, self._where()), self._execute)
         c.execute("COMMIT")
 
     # -------------------------------------------------- group commit
