@@ -176,7 +176,8 @@ class _State(TypedDict):
 
 
 def _store(path: Path) -> Any:
-    index = {"dims": 32, "embed": FakeEmbedder(32), "fields": ["content"]}
+    # the embedder of the workers' embedder="fake" (a store refuses another model than its vectors')
+    index = {"dims": 64, "embed": FakeEmbedder(64), "fields": ["content"]}
     return SqliteStore.from_conn_string(path, index=index)
 
 
