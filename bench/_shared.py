@@ -57,6 +57,22 @@ class DiskCache:
         return self.embed_array([text])[0].tolist()  # type: ignore[no-any-return]
 
 
+BEAM_ANSWERS = (
+    "answer",
+    "ideal_answer",
+    "preference_being_tested",
+    "instruction_being_tested",
+    "ideal_summary",
+)
+"""A BEAM question's fields that say what its source turns hold, the first one it has: the answer, or
+for preference and instruction following the preference or instruction stated."""
+
+
+def _beam_answer(question: dict[str, Any]) -> str:
+    """What a BEAM question's source turns should show (``BEAM_ANSWERS``), or ""."""
+    return next((str(question[k]) for k in BEAM_ANSWERS if question.get(k)), "")
+
+
 def _beam_ids(refs: Any) -> list[int]:
     if isinstance(refs, dict):  # knowledge updates: the updated turn answers; else every listed turn
         refs = refs.get(
@@ -98,7 +114,10 @@ def load_beam(path: Path) -> dict[str, Any]:
                 for q in asked:
                     answers = [f"{cid}-{i}" for i in _beam_ids(q.get("source_chat_ids", []))]
                     if answers:  # abstention questions have no source turn
-                        questions.append({"question": q["question"], "type": kind, "answers": answers})
+                        questions.append(
+                            {"question": q["question"], "type": kind, "answers": answers,
+                             "answer": _beam_answer(q)}
+                        )  # fmt: skip
         convs.append({"id": cid, "turns": turns, "questions": questions})
     if not convs:
         sys.exit(f"no BEAM chats (folders with chat.json) under {path}")
@@ -137,8 +156,9 @@ def load_realtalk(path: Path) -> dict[str, Any]:
             answers = [f"{cid}-{e}" for e in q.get("evidence", []) if e in ids]
             if answers:
                 questions.append(
-                    {"question": q["question"], "type": f"category {q.get('category')}", "answers": answers}
-                )
+                    {"question": q["question"], "type": f"category {q.get('category')}", "answers": answers,
+                     "answer": str(q.get("answer") or "")}
+                )  # fmt: skip
         convs.append({"id": cid, "turns": turns, "questions": questions})
     if not convs:
         sys.exit(f"no REALTALK chats (Chat_*.json files) under {path}")
@@ -162,7 +182,7 @@ def from_eval(dataset: dict[str, Any], name: str) -> dict[str, Any]:
         ]
         questions = [
             {"question": q["question"], "type": f"{conv.get('language') or ''} {q['category']}".strip(),
-             "answers": list(q["evidence"])}
+             "answers": list(q["evidence"]), "answer": str(q.get("answer") or "")}
             for q in conv["questions"]
             if q["evidence"]
         ]  # fmt: skip
