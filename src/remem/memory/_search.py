@@ -135,6 +135,48 @@ def _by_rank(lists: Sequence[Sequence[MemoryRecord]]) -> list[MemoryRecord]:
     return out
 
 
+CARD_DEAL = "f"
+"""How a card's candidates are ordered before they are placed (:func:`deal`): ``"f"``, the fused order
+alone; ``"fkv"``: places dealt in turn from the fused order, the keyword side's own and the vector
+side's. Chosen leave-one-set-out with ``CARD_NEIGHBOURS`` and ``_card.RECORD_MAX_TOKENS`` (the card table
+of ``bench/retrieval.py``): every fold chose the fused order ("fkv" showed the evidence of 0.4 point more
+of REALTALK's questions and 2.8 fewer of BEAM's, whose evidence the vector side ranks lower than fusion)."""
+
+
+def deal(ranked: Sequence[MemoryRecord], pattern: str) -> list[MemoryRecord]:
+    """``ranked`` (the fused order) reordered so that each side's best records come early: place after
+    place taken in turn from the orders ``pattern`` names (``f`` fused, ``k`` keyword, ``v`` vector, by
+    the ranks each side gave in the store's ``signals``), skipping records taken; then the rest in fused
+    order. A record one side ranks high and the other misses is not left below the fused top."""
+    if set(pattern) <= {"f"}:
+        return list(ranked)
+    orders = {
+        "f": list(ranked),
+        "k": sorted(
+            (r for r in ranked if "keyword_rank" in r.signals), key=lambda r: r.signals["keyword_rank"]
+        ),
+        "v": sorted(
+            (r for r in ranked if "vector_rank" in r.signals), key=lambda r: r.signals["vector_rank"]
+        ),
+    }
+    at = dict.fromkeys(orders, 0)
+    out: list[MemoryRecord] = []
+    taken: set[str] = set()
+    while len(out) < len(ranked):
+        moved = False
+        for side in pattern:
+            order = orders[side]
+            while at[side] < len(order) and order[at[side]].id in taken:
+                at[side] += 1
+            if at[side] < len(order):
+                out.append(order[at[side]])
+                taken.add(out[-1].id)
+                moved = True
+        if not moved:
+            break
+    return [*out, *(r for r in ranked if r.id not in taken)]
+
+
 def search_plan(
     query: str,
     *,
@@ -146,6 +188,7 @@ def search_plan(
     metadata_filter: Mapping[str, Any] | None = None,
     diverse: bool = False,
     only_matches: bool = False,
+    sides: str = "f",
 ) -> Flow[list[MemoryRecord]]:
     """Hybrid search over a thread's messages and a user's long-term memories, best first.
 
@@ -223,7 +266,7 @@ def search_plan(
             dated = found
         else:
             lists.append(found)
-    ranked = _by_rank(lists)
+    ranked = deal(_by_rank(lists), sides)
     if when.has_range:  # said within the dates asked about: first, in their order, then the others
         inside: dict[str, MemoryRecord] = {}
         for r in (*ranked, *dated):
@@ -348,51 +391,76 @@ def _latest_user_message(thread_id: str, info: ThreadInfo) -> Flow[StoredMessage
     return found[0] if found else None
 
 
-def _partner_seq(record: MemoryRecord) -> int | None:
-    """The turn that completes a message hit's exchange: a reply's question, anyone else's answer."""
+CARD_NEIGHBOURS = "exchange"
+"""Which turns beside a message hit come with it into a card (placed next to it, charged to the budget):
+``"exchange"``, the other half of its question and answer (``_exchange``); ``"partner"``: that turn (a
+reply's question, anyone else's answer) whenever it says something; ``"next"``: the turn after it;
+``"both"``: the turns before and after it (each only if it says something). Chosen leave-one-set-out
+(see ``CARD_DEAL``): every fold chose "exchange"; "both" showed the evidence as often on REALTALK and
+the multilingual set and 8 points less often on BEAM, whose long neighbours take the room of hits."""
+
+
+def _neighbour_seqs(record: MemoryRecord, mode: str) -> tuple[int, ...]:
+    """The places of the turns that come with a message hit (``CARD_NEIGHBOURS``)."""
     if record.type != "message" or record.seq < 0 or record.role in ("system", "tool"):
-        return None
-    return record.seq - 1 if record.role == "assistant" else record.seq + 1
+        return ()
+    if mode == "both":
+        return (record.seq - 1, record.seq + 1)
+    if mode == "next":
+        return (record.seq + 1,)
+    return (record.seq - 1 if record.role == "assistant" else record.seq + 1,)
 
 
 def _exchange(hit: MemoryRecord, neighbour: MemoryRecord) -> bool:
     """Whether ``neighbour`` completes ``hit`` as a question and its answer: one of them asks, and the
     neighbour says something (a "Thanks for sharing!" after a statement is no evidence)."""
     asks = "?" in hit.content or "?" in neighbour.content
-    return asks and not is_chit_chat(neighbour.content.split(": ", 1)[-1])
+    return asks and _says_something(neighbour)
+
+
+def _says_something(record: MemoryRecord) -> bool:
+    return not is_chit_chat(record.content.split(": ", 1)[-1])
 
 
 def _with_neighbours(
-    thread_id: str, info: ThreadInfo, records: Sequence[MemoryRecord], exclude: frozenset[str]
+    thread_id: str,
+    info: ThreadInfo,
+    records: Sequence[MemoryRecord],
+    exclude: frozenset[str],
+    mode: str = "exchange",
 ) -> Flow[list[list[MemoryRecord]]]:
-    """Each record with the neighbouring turn of its exchange (the question with its answer), when that
-    turn is in the thread, not excluded, and the two make a question and its answer (``_exchange``);
-    two reads for all of them."""
-    seqs = {r.id: s for r in records if (s := _partner_seq(r)) is not None and 0 <= s < info.message_count}
-    numbers = sorted({s // ORDER_CHUNK for s in seqs.values()})
+    """Each record with the turns beside it that come along (``CARD_NEIGHBOURS``: by default the
+    neighbouring turn of its exchange, when the two make a question and its answer), when those turns
+    are in the thread and not excluded; two reads for all of them."""
+    seqs = {r.id: [s for s in _neighbour_seqs(r, mode) if 0 <= s < info.message_count] for r in records}
+    numbers = sorted({s // ORDER_CHUNK for found in seqs.values() for s in found})
     chunks: dict[int, list[str]] = {}
     if numbers:
         items = yield StoreCall([GetOp(order_ns(thread_id), chunk_key(n)) for n in numbers])
         chunks = {n: item.value["ids"] if item else [] for n, item in zip(numbers, items, strict=True)}
-    partner_ids: dict[str, str] = {}
-    for record_id, seq in seqs.items():
-        ids = chunks.get(seq // ORDER_CHUNK, [])
-        if seq % ORDER_CHUNK < len(ids) and ids[seq % ORDER_CHUNK] not in exclude:
-            partner_ids[record_id] = ids[seq % ORDER_CHUNK]
-    wanted = sorted(set(partner_ids.values()))
-    partners: dict[str, MemoryRecord] = {}
+    neighbour_ids: dict[str, list[str]] = {}
+    for record_id, found in seqs.items():
+        for seq in found:
+            ids = chunks.get(seq // ORDER_CHUNK, [])
+            if seq % ORDER_CHUNK < len(ids) and ids[seq % ORDER_CHUNK] not in exclude:
+                neighbour_ids.setdefault(record_id, []).append(ids[seq % ORDER_CHUNK])
+    wanted = sorted({i for found in neighbour_ids.values() for i in found})
+    neighbours: dict[str, MemoryRecord] = {}
     if wanted:
         items = yield StoreCall([GetOp(messages_ns(thread_id), i) for i in wanted])
-        partners = {
+        neighbours = {
             i: record_from_message(item.value, 0.0) for i, item in zip(wanted, items, strict=True) if item
         }
     groups: list[list[MemoryRecord]] = []
     for r in records:
-        partner = partners.get(partner_ids.get(r.id, ""))
-        if partner is not None and partner.id != r.id and _exchange(r, partner):
-            groups.append([r, partner])
-        else:
-            groups.append([r])
+        group = [r]
+        for i in neighbour_ids.get(r.id, []):
+            n = neighbours.get(i)
+            if n is None or n.id == r.id:
+                continue
+            if _exchange(r, n) if mode == "exchange" else _says_something(n):
+                group.append(n)
+        groups.append(group)
     return groups
 
 
@@ -457,12 +525,15 @@ def context_card_plan(
             exclude=frozenset(exclude),
             metadata_filter=metadata_filter,
             diverse=True,
+            sides=CARD_DEAL,
         )
     recent, records = yield from together(recent_read, searching)
     groups: list[list[MemoryRecord]] = []
     if searched:
         if types is None and not metadata_filter:  # a neighbour is shown only where any message may be
-            groups = yield from _with_neighbours(thread_id, info, records, frozenset(exclude))
+            groups = yield from _with_neighbours(
+                thread_id, info, records, frozenset(exclude), CARD_NEIGHBOURS
+            )
         else:
             groups = [[r] for r in records]
     parts = CardParts(
