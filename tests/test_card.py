@@ -117,7 +117,7 @@ def test_external_tail_card_never_contains_the_tail(memory: Memory) -> None:
     assert records, "earlier messages are recalled"
     assert {r.get("record_id") for r in records}.isdisjoint({"u3", "a3"})
     for r in records:
-        assert r.get("type") and r.get("status") == "active"
+        assert r.get("type") and r.get("status") is None  # active: no status label
 
 
 def test_self_contained_card_holds_the_tail_as_recent_messages(memory: Memory) -> None:

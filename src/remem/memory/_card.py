@@ -1,8 +1,9 @@
 """Context cards: the argument rules, and rendering as escaped XML within a token budget. Pure.
 
 A card is data, never instructions: every text that came from memory is XML-escaped (a stored
-``</context_card>`` stays text), each recalled record carries its record id and type, and the card is
-sent in a user-role message (:meth:`ContextCard.to_message`), never in the system role.
+``</context_card>`` stays text), each recalled record carries its record id and type (and its status
+when it is not ``active``: the label took 8 tokens of every record, about a sixth of a short turn's),
+and the card is sent in a user-role message (:meth:`ContextCard.to_message`), never in the system role.
 
 Rules (those of the Oracle Agent Memory guide):
 
@@ -149,11 +150,13 @@ class Recall:
         return mark_derived(HumanMessage(content=self.content, name=RECALL_MESSAGE_NAME), source="recall")
 
 
-RECORD_MAX_TOKENS = 60
+RECORD_MAX_TOKENS = 90
 """The most tokens one record takes in a card or a recall: a longer text is shown by its sentences that
 hold the most of the query's words (``excerpt``), so that one long turn cannot take the room of many
-pieces of evidence. Chosen leave-one-set-out with ``SUMMARY_MIN_SHARE`` (``bench/retrieval.py``'s card
-table: 60, 80, 120 or 160 tokens; on every fold 60, where BEAM's long turns are 12 records a card at 160)."""
+pieces of evidence. Chosen leave-one-set-out (``bench/retrieval.py``'s card table, 60, 90 or 120 tokens,
+by the share of questions whose evidence the card shows, an excerpt counting only when it keeps the
+turn's sentence nearest the answer): every fold chose 90. At 60, the cards of BEAM's first two chats held
+the answer turn of 92% of questions but showed its evidence for 64% (78% at 90)."""
 
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -204,7 +207,8 @@ def _record_line(
     r: MemoryRecord, count: TextCounter | None = None, terms: frozenset[str] = frozenset()
 ) -> str:
     labels = f'record_id="{attribute(r.id)}" type="{attribute(r.type)}"'
-    labels += f' status="{attribute(r.status)}"'
+    if r.status != "active":  # a card's records are active unless they say otherwise
+        labels += f' status="{attribute(r.status)}"'
     if r.speaker:
         labels += f' speaker="{attribute(r.speaker)}"'
     if date := readable_date(r.timestamp):
@@ -320,8 +324,8 @@ def render_card(
     """Render the card so that it fits ``token_budget``; returns the XML and the parts it holds.
 
     Evidence first. Recent messages come first (the oldest go when they alone pass the budget). Then
-    the relevant records, in rank order: each with the neighbouring turn it came with (``groups``: the
-    hit first, then its question or answer), or alone when the pair does not fit; placing stops at the
+    the relevant records, in rank order: each with the neighbouring turns it came with (``groups``: the
+    hit first, then its question or answer, or the turns beside it), or alone when the group does not fit; placing stops at the
     first record that does not fit, so a bigger budget holds every record a smaller one holds. While
     records are placed, the summary keeps ``SUMMARY_MIN_SHARE`` of the budget (or its length, if less);
     then the topics if they fit, then the summary, in what is left up to ``SUMMARY_MAX_SHARE`` of the
