@@ -41,6 +41,7 @@ from remem.server._guard import (
     api_key_of,
     send_json,
 )
+from remem.server._lean import LeanRoutes
 from remem.server._services import Principal, Services
 from remem.server._shared_limit import SharedRateLimiter
 from remem.server.keys import KeyCache
@@ -332,6 +333,9 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
         return Response(body, media_type=content_type)
 
     metrics.watch(lambda: holder["services"].pools() if "services" in holder else {})
+    app.add_middleware(
+        LeanRoutes, api=app, routes=_v1.router.routes, hot=_v1.HOT
+    )  # inside the guard: after the key and the limit
     app.add_middleware(Guard, options=options, holder=holder, metrics=metrics, limiter=limiter)
     _v1.register(app)
     _inspect.register(app)

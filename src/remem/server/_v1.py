@@ -23,6 +23,12 @@ from remem.server._tenancy import checkpoint_thread
 __all__ = ["register"]
 
 router = APIRouter(prefix="/v1", route_class=JSONRoute)  # one thread-pool hop a request
+HOT = (
+    ("POST", "/v1/threads/{thread_id}/messages"),
+    ("POST", "/v1/threads/{thread_id}/card"),
+    ("POST", "/v1/search"),
+)
+"""The routes an agent calls every turn, answered by :class:`~remem.server._lean.LeanRoutes`."""
 MAX_PAGE = 1000
 ROLE_NAMES = ("user", "assistant", "system", "tool", "human", "ai", "developer")
 ThreadId = Annotated[str, Field(min_length=1, max_length=512)]
