@@ -1,6 +1,6 @@
 """The hot endpoints (an add, a card, a search: ``_v1.HOT``) are answered by ``server/_lean.LeanRoutes``,
 not by FastAPI's router and dependency solver, behind the same guard: these tests pin what makes that
-path fast (no dependency solving, one trip to the pool) and that
+path fast (no dependency solving, one trip to the pool, the answer written from the dataclasses) and that
 it answers as FastAPI did, byte for byte (the same app built with no hot route is the reference), with the
 same key, tenant, size and rate rules. Counts and bytes, never times."""
 
@@ -163,6 +163,28 @@ def test_a_hot_request_solves_no_dependency_and_goes_to_the_pool_once(
         assert solved == []
         assert _send(c, "GET", "/v1/threads/t1", None, None, key).status_code == 200
         assert solved == ["/v1/threads/t1"]  # the counter counts: a route that is not hot solves
+
+
+def test_the_card_is_written_as_as_json_would_write_it(tmp_path: Path) -> None:
+    from remem.server._v1 import as_json
+
+    db = f"sqlite:///{tmp_path / 'card.db'}"  # no keys: the server reads the database as the library
+    with _app(db) as c:
+        for n in range(4):
+            batch = [
+                {"id": f"u{n}", "role": "user", "content": f"the invoice {n} for the garden"},
+                {"id": f"a{n}", "role": "assistant", "content": "noted", "metadata": {"n": n, "ok": [1.5]}},
+            ]
+            assert c.post(ADD, json={"messages": batch, "user_id": "u1"}).status_code == 200
+        card = c.post("/v1/threads/t1/card", json={"max_recent_messages": 3, "query": "invoice"})
+        found = c.post("/v1/search", json={"query": "invoice", "thread_id": "t1"})
+    with Memory.from_url(db, settings=SETTINGS) as memory:
+        thread = memory.get_thread("t1")
+        expected = thread.get_context_card(max_recent_messages=3, query="invoice")
+        records = memory.search("invoice", thread_id="t1")
+    assert card.content == pydantic_core.to_json(as_json(expected), inf_nan_mode="null")
+    assert expected.records and expected.recent
+    assert found.content == pydantic_core.to_json({"results": as_json(records)}, inf_nan_mode="null")
 
 
 def test_the_lean_path_keeps_keys_and_tenants(tmp_path: Path) -> None:

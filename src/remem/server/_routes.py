@@ -9,7 +9,9 @@ bytes): one trip to a thread a request instead of two, and no serialising on the
 uvicorn with httptools and uvloop, a sync FastAPI endpoint cost about 0.17-0.45 ms more CPU a request than
 an async one, the executor's trip about 0.03. The return annotation still describes the answer in the
 OpenAPI document (FastAPI reads it through the wrapper). For endpoints whose return annotation is a JSON
-value (a dict, a list, ``Any``), never a model that filters fields.
+value (a dict, a list, ``Any``), never a model that filters fields. A dataclass in the answer (a card, its
+records) is written by pydantic's serialiser as :func:`remem.server._v1.as_json` would turn it into JSON
+(its fields in order, tuples as lists), with no Python walk over it first.
 """
 
 from __future__ import annotations

@@ -213,7 +213,7 @@ def add_messages(request: Request, thread_id: ThreadId, body: AddMessages) -> di
     stored = _memory(request)._open_and_add(
         thread_id, _message_dicts(body.messages), user_id=body.user_id, agent_id=body.agent_id
     )
-    return {"messages": as_json(stored)}
+    return {"messages": stored}  # dataclasses: JSONRoute writes them as as_json would, in Rust
 
 
 @router.get("/threads/{thread_id}/messages", tags=["threads"])
@@ -248,7 +248,7 @@ def context_card(request: Request, thread_id: ThreadId, body: CardRequest | None
     """The thread's context card (``content`` is the escaped XML to send as a user-role message)."""
     body = body or CardRequest()
     thread = _memory(request)._unread_thread(thread_id)  # the card reads the thread (404 when missing)
-    return as_json(thread.get_context_card(**body.model_dump()))
+    return thread.get_context_card(**body.model_dump())  # as JSONRoute writes it: as_json's bytes
 
 
 @router.post("/threads/{thread_id}/recall", tags=["threads"])
@@ -304,7 +304,7 @@ def search(request: Request, body: SearchRequest) -> dict[str, Any]:
     records = _memory(request).search(
         body.query, user_id=body.user_id, thread_id=body.thread_id, types=body.types, k=body.k
     )
-    return {"results": as_json(records)}
+    return {"results": records}
 
 
 @router.post("/forget", tags=["erasure"])
