@@ -26,6 +26,10 @@ with the adds that were acknowledged: lost, duplicated and out-of-order messages
     python bench/service.py --only-sqlite                   # no PostgreSQL
     python bench/service.py --clients 1 --turns 50          # latency with no queueing
 
+With more than one client, the library and one server process (SQLite; PostgreSQL, 1 worker) are also
+measured with 1 client, as extra rows (``, 1 client``; ``--no-single``: not): what the transport costs a
+request with nothing queued, next to the targets' numbers, which are the N clients'.
+
 Prints one Markdown table (turns per second, p50 / p95 / p99 per endpoint in ms, error rate, messages lost /
 duplicated / out of order, CPU seconds used during the measured turns, in all and per turn: the clients (each
 client process's own; in-process, this process, the library included), the ``remem serve`` process tree, and
@@ -502,12 +506,22 @@ def postgres(admin_url: str) -> Iterator[tuple[str, str]]:
         yield url, url.partition("?")[0].rsplit("/", 1)[1]
 
 
+ONE_CLIENT = ", 1 client"  # the suffix of the extra rows with one client (no queueing)
+
+
 def run_all(args: argparse.Namespace) -> list[Outcome]:
     outcomes = []
+    alone = argparse.Namespace(**{**vars(args), "clients": 1})
+    extra = args.clients > 1 and not args.no_single  # one client too: the transport's own cost a request
     folder = Path(tempfile.mkdtemp(prefix="remem-bench-service-"))
     try:
         outcomes.append(in_process("library in-process, SQLite", f"sqlite:///{folder / 'local.db'}", args))
         outcomes.append(served("remem serve, SQLite, 1 process", f"sqlite:///{folder / 'served.db'}", args))
+        if extra:
+            name = "library in-process, SQLite" + ONE_CLIENT
+            outcomes.append(in_process(name, f"sqlite:///{folder / 'local1.db'}", alone))
+            name = "remem serve, SQLite, 1 process" + ONE_CLIENT
+            outcomes.append(served(name, f"sqlite:///{folder / 'served1.db'}", alone))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if args.only_sqlite:
@@ -518,6 +532,13 @@ def run_all(args: argparse.Namespace) -> list[Outcome]:
         with postgres(args.pg_url) as (url, name):
             label = f"remem serve, PostgreSQL, {workers} worker{'s' if workers > 1 else ''}"
             outcomes.append(served(label, url, args, workers=workers, database=name))
+    if extra:
+        with postgres(args.pg_url) as (url, name):
+            label = "library in-process, PostgreSQL" + ONE_CLIENT
+            outcomes.append(in_process(label, url, alone, database=name))
+        with postgres(args.pg_url) as (url, name):
+            label = "remem serve, PostgreSQL, 1 worker" + ONE_CLIENT
+            outcomes.append(served(label, url, alone, workers=1, database=name))
     return outcomes
 
 
@@ -624,6 +645,14 @@ def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
                 print(
                     f"- {served_name}: HTTP adds {extra:+.1f} ms p50 to {endpoint} (target <= 3 ms): {verdict}"
                 )
+    for served_name, local_name in pairs:  # not the target's numbers: the same with nothing queued
+        one_served, one_local = by_name.get(served_name + ONE_CLIENT), by_name.get(local_name + ONE_CLIENT)
+        if one_served and one_local:
+            extras = ", ".join(
+                f"{endpoint} {p50(one_served, endpoint) - p50(one_local, endpoint):+.1f}"
+                for endpoint in ENDPOINTS
+            )
+            print(f"  - with 1 client (no queueing), {served_name} minus the library, ms p50: {extras}")
     one, two = (by_name.get(f"remem serve, PostgreSQL, {w}") for w in ("1 worker", "2 workers"))
     if one and two:
         ratio = (two.turns / two.seconds) / (one.turns / one.seconds)
@@ -682,6 +711,9 @@ def main() -> None:
     )
     parser.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--only-sqlite", action="store_true", help="skip every PostgreSQL setup")
+    parser.add_argument(
+        "--no-single", action="store_true", help="no extra rows with 1 client (library and 1 server process)"
+    )
     parser.add_argument("--json", help="also write the raw results to this file")
     args = parser.parse_args()
     if args.clients < 1 or args.turns < 1 or args.connections < 1:
