@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from remem.store._exec import Program, Rows, Statement
 from remem.store._schema import BLOCKS, VECTORS
-from remem.store._vectors import VectorMatrix
+from remem.store._vectors import VectorMatrix, float_rows, id_column
 
 __all__ = ["BLOCK_ROWS", "LOAD_PAGE", "Loaded", "load_program", "pack_program"]
 
@@ -120,10 +120,7 @@ def load_program(ns_ids: Sequence[int], dims: int, into: VectorMatrix) -> Progra
 
 def _arrays(rows: Rows) -> Loaded:
     """(gap, ns_id, item_id, embedding) rows as a part of a load."""
-    items = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
-    ns = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-    vecs = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-    return items, ns, vecs
+    return id_column(rows, 2), id_column(rows, 1), float_rows(rows, 3)
 
 
 def pack_program(ns_ids: Sequence[int], dims: int) -> Program[int]:

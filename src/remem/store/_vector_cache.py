@@ -22,9 +22,9 @@ import numpy as np
 
 from remem.layout import STORE_VECTOR_CHANGES_TABLE
 from remem.store._core import IndexPlan
-from remem.store._exec import Hits, Program, Rows, Statement, VecChanged, Vector
+from remem.store._exec import Hits, Program, Statement, VecChanged, Vector
 from remem.store._schema import VECTORS
-from remem.store._vectors import VectorMatrix, top_items
+from remem.store._vectors import VectorMatrix, float_rows, id_column, with_rows
 
 __all__ = ["RunCache", "VectorCache"]
 
@@ -72,11 +72,7 @@ class RunCache:
             with cache.lock:
                 cache.matrix.drop(stale)
                 if rows:
-                    cache.matrix.add(
-                        np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-                        np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows)),
-                        _vectors(rows, 2),
-                    )
+                    cache.matrix.add(id_column(rows, 0), id_column(rows, 1), float_rows(rows, 2))
                 cache.held.update({n: counts.get(n, 0) for n in stale})
         self.fresh.update({n: counts.get(n, 0) for n in wanted})
         with cache.lock:
@@ -98,10 +94,7 @@ class RunCache:
                 f"SELECT item_id, embedding FROM {VECTORS} WHERE item_id = ANY(%s) AND octet_length(embedding) = %s",
                 [others, cache.plan.dims * 4],
             )
-            if rows:
-                items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                more = top_items(items, _vectors(rows, 1), query, k, cache.plan.distance)
-                hits = sorted([*hits, *more], key=lambda h: -h[1])
+            return with_rows(hits, rows, query, k, cache.plan.distance)
         return hits[:k]
 
     def finishing(self, changes: list[VecChanged]) -> Program[None]:
@@ -160,8 +153,3 @@ def _counts(ns_ids: Iterable[int] | None) -> Program[dict[int, int]]:
     else:
         rows = yield Statement(f"SELECT ns_id, changes FROM {table} WHERE ns_id = ANY(%s)", [list(ns_ids)])
     return {int(r[0]): int(r[1]) for r in rows}
-
-
-def _vectors(rows: Rows, column: int) -> Vector:
-    vecs: Vector = np.frombuffer(b"".join(bytes(r[column]) for r in rows), dtype=np.float32)
-    return vecs.reshape(len(rows), -1)

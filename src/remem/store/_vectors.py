@@ -16,7 +16,8 @@ namespaces a search touches, from their blocks (:mod:`remem.store._blocks`), and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,31 @@ def similarity(
     squared = norms * norms - 2 * dots + float(query @ query)
     negative: npt.NDArray[np.float32] = -np.sqrt(np.maximum(squared, 0)).astype(np.float32)
     return negative
+
+
+def float_rows(rows: Sequence[Sequence[Any]], column: int) -> npt.NDArray[np.float32]:
+    """The float32 vectors that ``column`` of ``rows`` holds as their stored bytes, one matrix row each."""
+    joined = b"".join(bytes(r[column]) for r in rows)
+    return np.frombuffer(joined, dtype=np.float32).reshape(len(rows), -1)
+
+
+def id_column(rows: Sequence[Sequence[Any]], column: int = 0) -> npt.NDArray[np.int64]:
+    """The ids in ``column`` of ``rows`` as an int64 array."""
+    return np.fromiter((r[column] for r in rows), dtype=np.int64, count=len(rows))
+
+
+def with_rows(
+    hits: list[tuple[int, float]],
+    rows: Sequence[Sequence[Any]],
+    query: npt.NDArray[np.float32],
+    k: int,
+    metric: str = "cosine",
+) -> list[tuple[int, float]]:
+    """The ``k`` best of ``hits`` (the items a matrix held, scored there) and of the (item id, embedding)
+    ``rows`` read for the others: how a search scores a few given items without loading a namespace."""
+    if rows:
+        hits = [*hits, *top_items(id_column(rows), float_rows(rows, 1), query, k, metric)]
+    return sorted(hits, key=lambda h: -h[1])[:k]
 
 
 def top_items(

@@ -44,7 +44,7 @@ from remem.store._core import SearchMode
 from remem.store._exec import Hits, Program, Rows, Statement, Tx, Vector
 from remem.store._reads import Transaction
 from remem.store._schema import VECTORS
-from remem.store._vectors import FEW_NAMESPACES, VectorMatrix, top_items
+from remem.store._vectors import FEW_NAMESPACES, VectorMatrix, with_rows
 
 __all__ = ["AsyncSqliteStore", "SqliteStore"]
 
@@ -389,12 +389,7 @@ class _MatrixSearch:
                 "AND length(embedding) = ?",
                 (json.dumps(others), store.plan.dims * 4),
             )
-            if rows:
-                items = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
-                hits = sorted([*hits, *top_items(items, vecs, query, k, matrix.metric)], key=lambda h: -h[1])[
-                    :k
-                ]
+            hits = with_rows(hits, rows, query, k, matrix.metric)
         return hits
 
     def _matrix(self, ns_ids: Sequence[int] | None) -> Program[VectorMatrix]:
