@@ -17,7 +17,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
-from remem.checkpoint import PostgresSaver, SqliteSaver
+from remem.checkpoint import PostgresSaver, SqliteSaver, _ids
 from remem.checkpoint import postgres as postgres_module
 from remem.checkpoint import sqlite as sqlite_module
 from remem.checkpoint._sql import SCHEMA
@@ -128,7 +128,7 @@ def test_a_fresh_process_first_write_reads_what_it_shares_not_the_whole_thread(
 
 
 def _as_v2(kind: str, where: str) -> None:
-    """What the schema was before v3: no digest index (nor v4's fencing tokens), versions 3 and 4 not
+    """What the schema was before v3: no digest index (nor v4's fencing tokens, nor v8's short ids), versions 3 and up not
     recorded."""
     drop = (
         "DROP INDEX remem_cp_items_digest",
@@ -137,13 +137,31 @@ def _as_v2(kind: str, where: str) -> None:
     )
     if kind == "sqlite":
         conn = sqlite3.connect(where, isolation_level=None)
+        _ids_as_given(conn, "?")
         for statement in drop:
             conn.execute(statement)
         conn.close()
         return
     with psycopg.connect(where, autocommit=True) as pg:
+        _ids_as_given(pg, "%s")
         for statement in drop:
             pg.execute(statement)
+
+
+def _ids_as_given(conn: Any, ph: str) -> None:
+    """Every stored id back in the form LangGraph gave it, as a database from before schema v8 held it
+    (v8, run again, stores them short; v10's ts is read against the id as given)."""
+    tables = {
+        "remem_cp_checkpoints": ("checkpoint_id", "parent_id"),
+        "remem_cp_writes": ("checkpoint_id", "task_id"),
+    }
+    for table, (first, second) in tables.items():
+        for old, other in conn.execute(f"SELECT DISTINCT {first}, {second} FROM {table}").fetchall():
+            conn.execute(
+                f"UPDATE {table} SET {first} = {ph}, {second} = {ph}"
+                f" WHERE {first} = {ph} AND {second} IS NOT DISTINCT FROM {ph}",
+                (_ids.shown(old), _ids.maybe_shown(other), old, other),
+            )
 
 
 def _has_digest_index(kind: str, where: str) -> bool:

@@ -4,8 +4,10 @@ saver that wrote them and by a fresh one; and the pure list-delta and reference 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +212,68 @@ def test_a_long_snapshot_is_compressed_and_a_v6_list_row_still_reads() -> None:
     assert codec.decode_list_row(9, None, plain) == row  # what v6 wrote
     assert len(codec.encode_list_row(row)) < len(plain) // 20
     assert codec.decode_list_row(9, None, codec.encode_list_row(row)) == row
+
+
+_sources = st.one_of(st.sampled_from(["input", "loop", "update", "fork"]), leaf)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    head=st.lists(st.sampled_from(["source", "step", "parents"]), unique=True),
+    source=_sources,
+    step=leaf,
+    parents=st.one_of(st.dictionaries(st.text(max_size=6), st.text(max_size=8), max_size=3), leaf),
+    rest=st.dictionaries(st.text(max_size=6), leaf, max_size=3),
+)
+def test_metadata_round_trips_compact_or_not(
+    head: list[str], source: Any, step: Any, parents: Any, rest: dict[str, Any]
+) -> None:
+    """Schema v10: metadata of any shape reads back as the serializer gave it (bytes and value), in the
+    short array form exactly when it starts with source, step and parents as LangGraph writes them."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    safe = JsonPlusSerializer(pickle_fallback=False, allowed_msgpack_modules=None)
+    given_values = {"source": source, "step": step, "parents": parents}
+    metadata = {k: given_values[k] for k in head} | {k: v for k, v in rest.items() if k not in given_values}
+    blob = codec.encode_metadata(safe, metadata)
+    assert codec.unpack_blob(blob, trusted_types=False) == safe.dumps_typed(metadata)
+    decoded = codec.decode_metadata(safe, blob, trusted_types=False)
+    assert decoded == metadata and list(decoded) == list(metadata)
+    assert len(blob) <= len(codec.item_blob(*safe.dumps_typed(metadata)))
+
+
+def test_langgraph_metadata_is_stored_in_a_few_bytes() -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    safe = JsonPlusSerializer(pickle_fallback=False, allowed_msgpack_modules=None)
+    for source, step in (("input", -1), ("loop", 57), ("update", 1200), ("fork", 3)):
+        blob = codec.encode_metadata(safe, {"source": source, "step": step, "parents": {}})
+        assert len(blob) <= 7  # v9 (zstd with remem's dictionary): 15-18
+    blob = codec.encode_metadata(safe, {"source": "loop", "step": 1, "parents": {}, "user": "ann"})
+    assert codec.decode_metadata(safe, blob, trusted_types=False)["user"] == "ann"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    moment=st.datetimes(
+        min_value=datetime(1971, 1, 1), max_value=datetime(2400, 1, 1), timezones=st.just(UTC)
+    ),
+    apart=st.integers(-(10**9), 10**9),
+    other_id=st.one_of(st.uuids().map(str), st.text(max_size=40)),
+)
+def test_a_checkpoint_ts_round_trips_against_its_id(moment: datetime, apart: int, other_id: str) -> None:
+    """Schema v10: ts stored as an offset from the moment in a uuid6 id reads back exactly, however far
+    apart the two are; any other id, or a ts not in LangGraph's form, is stored as before."""
+    ts = moment.isoformat()
+    at = moment + timedelta(microseconds=apart)
+    ticks = (at - datetime(1582, 10, 15, tzinfo=UTC)) // timedelta(microseconds=1) * 10 + apart % 10
+    # a uuid6 as langgraph.checkpoint.base.id.uuid6 makes it (its clock is the machine's: set it here)
+    v6 = str(uuid.UUID(int=(ticks >> 12) << 80 | 6 << 76 | (ticks & 0xFFF) << 64 | 2 << 62 | 12345))
+    assert v6[14] == "6"
+    assert abs(codec._id_micros(str(uuid6())) - time.time() * 1e6) < 60e6  # langgraph's own: now
+    for cid in (v6, other_id):
+        for value in (ts, moment.replace(tzinfo=None).isoformat(), "not a moment"):
+            stored = codec._encode_ts(value, cid)
+            assert codec._decode_ts(ormsgpack.unpackb(ormsgpack.packb(stored)), cid) == value
+    if abs(apart) < 2**15:
+        assert len(ormsgpack.packb(codec._encode_ts(ts, v6))) <= 4  # v9: 9 bytes

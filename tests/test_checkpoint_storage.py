@@ -259,6 +259,9 @@ def test_random_words_cost_bounded_bytes_per_message(
 
             ((items,),) = execute(Statement("SELECT sum(length(data)) FROM remem_cp_items"))
             ((meta,),) = execute(Statement("SELECT sum(length(metadata)) FROM remem_cp_checkpoints"))
+            ((body, rows),) = execute(
+                Statement("SELECT sum(length(body)), COUNT(*) FROM remem_cp_checkpoints")
+            )
             ctx = saver._ctx
             ((tid, *_),) = execute(ctx.q(_sql.FIND_THREAD, ("t",)))
             patched = execute(ctx.q(ctx.dialect.patched_items(), (tid, _codec.PATCHED_HEAD)))
@@ -268,6 +271,10 @@ def test_random_words_cost_bounded_bytes_per_message(
     # LangGraph gave it an id); v6, the second copy compressed after the first: 0.95 / 0.94
     assert items / text < 1.05
     assert meta / text < 0.1
+    # v10: metadata as a short array (v9: 16.9 bytes a checkpoint), ts as an offset from the id's moment
+    # (v9: a body of 50.3 bytes a checkpoint)
+    assert meta / rows <= 6
+    assert body / rows <= 46
     assert len(patched) >= 25  # nearly every turn's message (a fresh saver knows no base for its first)
     # v9: the messages' list gets a row when its appended tail passes TAIL_MAX items, not at every step
     # (v8: 52 rows for these 30 turns)
@@ -388,3 +395,83 @@ def test_a_value_stored_after_a_base_keeps_it_through_prunes_and_reads_in_a_fres
         pytest.raises(StorageError, match="gone while another one needs it"),
     ):
         chat(damaged).get_state(_cfg("t"))
+
+
+def _sql_of(saver: Any, text: str, params: tuple[Any, ...] = (), write: bool = False) -> Any:
+    with saver._transaction(write) as execute:
+        return execute(saver._ctx.q(text, params, "all" if not write else "none"))
+
+
+def _as_v9(saver: Any) -> None:
+    """Turn the saver's database back into what schema v9 held: metadata compressed as any value, ts in
+    microseconds since the epoch, PostgreSQL's digest index on the whole digest, v10 not recorded."""
+    import ormsgpack
+
+    from remem.checkpoint import _ids
+
+    serde = saver._ctx.serde
+    for tid, ns, cid, body, meta in _sql_of(
+        saver, "SELECT tid, ns, checkpoint_id, body, metadata FROM remem_cp_checkpoints"
+    ):
+        fields = ormsgpack.unpackb(bytes(body), option=ormsgpack.OPT_NON_STR_KEYS)
+        moment = datetime.fromisoformat(_codec._decode_ts(fields[1], _ids.shown(cid)))
+        fields[1] = (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+        old_body = ormsgpack.packb(fields, option=ormsgpack.OPT_NON_STR_KEYS)
+        value = _codec.decode_metadata(serde, bytes(meta), trusted_types=False)
+        old_meta = _codec.item_blob(*serde.dumps_typed(value))
+        _sql_of(
+            saver,
+            "UPDATE remem_cp_checkpoints SET body = ?, metadata = ? WHERE tid = ? AND ns = ? AND checkpoint_id = ?",
+            (old_body, old_meta, tid, ns, cid),
+            write=True,
+        )
+    if saver._ctx.dialect.name == "postgres":
+        _sql_of(saver, "DROP INDEX remem_cp_items_digest", write=True)
+        _sql_of(saver, "CREATE INDEX remem_cp_items_digest ON remem_cp_items (tid, digest)", write=True)
+    _sql_of(saver, "DELETE FROM remem_schema WHERE component = 'checkpoint' AND version >= 10", write=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_v9_database_reads_as_before_and_goes_on_sharing_its_items(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with open_saver(kind, tmp_path, request) as saver:
+        graph = chat(saver)
+        talk(graph, "t", 4)
+        saver.put_writes(
+            graph.get_state(_cfg("t")).config, [("messages", [HumanMessage("pending")])], "task-1"
+        )
+        history = [
+            (s.config, s.parent_config, s.values, s.metadata, s.created_at)
+            for s in graph.get_state_history(_cfg("t"))
+        ]
+        head = saver.get_tuple(_cfg("t"))
+        _as_v9(saver)
+        ((meta,),) = _sql_of(saver, "SELECT min(length(metadata)) FROM remem_cp_checkpoints")
+        assert meta > 10  # as v9 wrote it
+    with open_saver(kind, tmp_path, request) as migrated:
+        graph = chat(migrated)
+        assert [
+            (s.config, s.parent_config, s.values, s.metadata, s.created_at)
+            for s in graph.get_state_history(_cfg("t"))
+        ] == history
+        assert migrated.get_tuple(_cfg("t")) == head
+        versions = _sql_of(migrated, "SELECT version FROM remem_schema WHERE component = 'checkpoint'")
+        assert sorted(v for (v,) in versions) == list(range(1, _sql.SCHEMA.latest + 1))
+        if kind == "postgres":
+            ((definition,),) = _sql_of(
+                migrated, "SELECT indexdef FROM pg_indexes WHERE indexname = 'remem_cp_items_digest'"
+            )
+            assert "bigint" in definition
+    with open_saver(kind, tmp_path, request) as fresh:  # a fresh process finds the shared items by digest
+        graph = chat(fresh)
+        ((items,),) = _sql_of(fresh, "SELECT COUNT(*) FROM remem_cp_items")
+        talk(graph, "t", 1, start=4)
+        assert len(graph.get_state(_cfg("t")).values["messages"]) == 10
+        ((after,),) = _sql_of(fresh, "SELECT COUNT(*) FROM remem_cp_items")
+        assert after == items + 3  # the turn's own: the user's message as sent and with its id, the reply
+        ((meta,),) = _sql_of(
+            fresh,
+            "SELECT max(length(metadata)) FROM remem_cp_checkpoints WHERE seq = (SELECT max(seq) FROM remem_cp_checkpoints)",
+        )
+        assert meta <= 7

@@ -89,9 +89,20 @@ BASE_MIN = 64
 # First byte of a stored item: how the rest is encoded. zlib (2, 7) is what schema v4 wrote; it is read,
 # no longer written. _MSGPACK_ZB (schema v6): the base's item number (a varint), then zstd with remem's
 # dictionary followed by the base's data.
-_MSGPACK, _MSGPACK_Z, _NULL, _BYTES, _BYTEARRAY, _OTHER, _OTHER_Z, _MSGPACK_ZD, _OTHER_ZD, _MSGPACK_ZB = (
-    range(1, 11)
-)
+# _META (schema v10): checkpoint metadata in its usual shape, as a short array (:func:`encode_metadata`).
+(
+    _MSGPACK,
+    _MSGPACK_Z,
+    _NULL,
+    _BYTES,
+    _BYTEARRAY,
+    _OTHER,
+    _OTHER_Z,
+    _MSGPACK_ZD,
+    _OTHER_ZD,
+    _MSGPACK_ZB,
+    _META,
+) = range(1, 12)
 _CODES = {"msgpack": _MSGPACK, "null": _NULL, "bytes": _BYTES, "bytearray": _BYTEARRAY}
 _NAMES = {code: name for name, code in _CODES.items()}
 _REFUSED_TYPES = frozenset({"pickle", "json"})
@@ -207,6 +218,8 @@ _DAMAGED_VALUE = (
 
 def _unpack(blob: bytes, trusted_types: bool) -> tuple[str, bytes]:
     code = blob[0]
+    if code == _META:
+        return "msgpack", _expand_metadata(blob[1:])
     if code == _MSGPACK_ZD:
         return "msgpack", _zdict.decompress(blob[1:])
     if code == _MSGPACK_Z:
@@ -346,7 +359,26 @@ def refs_of_descriptor(desc: Any, lists: Mapping[int, Sequence[int]]) -> list[in
     return [*lists[desc[1]], *decode_refs(desc[2:])]
 
 
-def _encode_ts(ts: str) -> str | int:
+_GREGORIAN = 0x01B21DD213814000
+"""A uuid's clock (100 ns ticks since 1582-10-15) at the Unix epoch."""
+
+
+def _id_micros(checkpoint_id: str) -> int | None:
+    """The moment (microseconds since the Unix epoch) a version 6 uuid carries, as LangGraph's checkpoint
+    ids are (langgraph.checkpoint.base.id.uuid6); None for any other id."""
+    if len(checkpoint_id) != 36 or checkpoint_id[14] != "6":
+        return None
+    try:
+        n = int(checkpoint_id.replace("-", ""), 16)
+    except ValueError:
+        return None
+    return (((n >> 80) << 12 | (n >> 64) & 0x0FFF) - _GREGORIAN) // 10
+
+
+def _encode_ts(ts: str, checkpoint_id: str) -> str | int | list[int]:
+    """A checkpoint's ``ts``: the moment in microseconds, or (schema v10) ``[offset]`` from the moment in its
+    uuid6 id (taken a few microseconds apart: one to three bytes, not nine); as given when either would not
+    give it back exactly."""
     try:
         moment = datetime.fromisoformat(ts)
     except (TypeError, ValueError):
@@ -354,11 +386,21 @@ def _encode_ts(ts: str) -> str | int:
     if moment.tzinfo is not UTC and moment.utcoffset() != timedelta(0):
         return ts
     micros = (moment - _EPOCH) // timedelta(microseconds=1)
-    return micros if _decode_ts(micros) == ts else ts
+    if _decode_ts(micros, checkpoint_id) != ts:
+        return ts
+    base = _id_micros(checkpoint_id)
+    return micros if base is None else [micros - base]
 
 
-def _decode_ts(ts: str | int) -> str:
-    return ts if isinstance(ts, str) else (_EPOCH + timedelta(microseconds=ts)).isoformat()
+def _decode_ts(ts: str | int | list[int], checkpoint_id: str) -> str:
+    if isinstance(ts, str):
+        return ts
+    if isinstance(ts, list):
+        base = _id_micros(checkpoint_id)
+        if base is None or len(ts) != 1 or type(ts[0]) is not int:
+            raise StorageError(_DAMAGED_BODY)
+        ts = base + ts[0]
+    return (_EPOCH + timedelta(microseconds=ts)).isoformat()
 
 
 _BODY_KEYS = ("v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels")
@@ -381,7 +423,7 @@ class RawBody:
     """A checkpoint row's body as stored: names are item numbers (see :func:`resolve_body`)."""
 
     v: int
-    ts: str | int
+    ts: str | int | list[int]
     versions: dict[int, Any]
     seen: dict[int, dict[int, Any]]
     updated: list[int] | None
@@ -395,9 +437,9 @@ class RawBody:
         refs.update(self.updated or ())
         return refs
 
-    @property
-    def created(self) -> str:
-        return _decode_ts(self.ts)
+    def created(self, checkpoint_id: str) -> str:
+        """The checkpoint's ``ts`` (its id is part of how it is stored)."""
+        return _decode_ts(self.ts, checkpoint_id)
 
 
 def encode_body(
@@ -412,7 +454,7 @@ def encode_body(
     return ormsgpack.packb(
         [
             checkpoint.get("v", 1),
-            _encode_ts(checkpoint["ts"]),
+            _encode_ts(checkpoint["ts"], checkpoint["id"]),
             {names[k]: v for k, v in checkpoint.get("channel_versions", {}).items()},
             {
                 names[n]: {names[c]: v for c, v in seen.items()}
@@ -452,7 +494,7 @@ def resolve_body(
     checkpoint: dict[str, Any] = {
         "v": raw.v,
         "id": checkpoint_id,
-        "ts": raw.created,
+        "ts": raw.created(checkpoint_id),
         "channel_versions": {names[k]: v for k, v in raw.versions.items()},
         "versions_seen": {names[n]: {names[c]: v for c, v in seen.items()} for n, seen in raw.seen.items()},
         "updated_channels": None if raw.updated is None else [names[c] for c in raw.updated],
@@ -462,8 +504,50 @@ def resolve_body(
     return checkpoint, {names[k]: d for k, d in raw.descriptors.items()}
 
 
+_META_KEYS = ("source", "step", "parents")
+_SOURCES = ("input", "loop", "update", "fork")
+
+
 def encode_metadata(serde: SerializerProtocol, metadata: Mapping[str, Any]) -> bytes:
-    return item_blob(*serde.dumps_typed(dict(metadata)))
+    """A checkpoint's metadata as stored. Metadata that starts with LangGraph's ``source``, ``step`` and
+    ``parents`` (in that order, serialized as plain msgpack) is stored as the array of its values, the
+    source as its number among :data:`_SOURCES`, the other keys after (schema v10): 5-7 bytes where zstd
+    leaves 15-18. Only when the array gives back the serializer's bytes exactly; else as any value."""
+    type_, data = serde.dumps_typed(dict(metadata))
+    if type_ == "msgpack" and list(metadata)[:3] == list(_META_KEYS) and type(metadata["source"]) is str:
+        source, step, parents, *rest = metadata.values()
+        code = _SOURCES.index(source) if source in _SOURCES else source
+        pairs = zip(list(metadata)[3:], rest, strict=True)
+        compact = [code, step, parents, *(x for pair in pairs for x in pair)]
+        try:
+            packed = ormsgpack.packb(compact)
+        except (TypeError, ormsgpack.MsgpackEncodeError):
+            packed = b""
+        if packed and _expand_metadata(packed) == data:
+            return bytes([_META]) + packed
+    return item_blob(type_, data)
+
+
+def _expand_metadata(packed: bytes) -> bytes:
+    """The serializer's bytes of metadata stored by :func:`encode_metadata` as an array."""
+    try:
+        code, step, parents, *rest = ormsgpack.unpackb(packed)
+        source = _SOURCES[code] if type(code) is int else code
+        value = {
+            "source": source,
+            "step": step,
+            "parents": parents,
+            **dict(zip(rest[::2], rest[1::2], strict=True)),
+        }
+        return ormsgpack.packb(value)
+    except (
+        TypeError,
+        ValueError,
+        IndexError,
+        ormsgpack.MsgpackDecodeError,
+        ormsgpack.MsgpackEncodeError,
+    ) as exc:
+        raise StorageError(_DAMAGED_VALUE) from exc
 
 
 def decode_metadata(serde: SerializerProtocol, blob: bytes, *, trusted_types: bool) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def prune_thread(ctx: Context, tx: Tx, thread_id: str, doomed: Picker) -> Progra
         (ns, ids.shown(cid)): (ids.maybe_shown(parent_id), run_id, codec.decode_body(bytes(body)), seq or 0)
         for ns, cid, parent_id, run_id, body, seq in raw
     }
-    gone = doomed([(ns, cid, v[1], v[2].created, v[3]) for (ns, cid), v in decoded.items()])
+    gone = doomed([(ns, cid, v[1], v[2].created(cid), v[3]) for (ns, cid), v in decoded.items()])
     if not gone:
         return 0
     keys = [(ns, ids.stored(cid)) for ns, cid in sorted(gone)]

@@ -56,6 +56,16 @@ FENCE_TABLE = _fence.CREATE
 # the ones stored before turned into it in SQL.
 # v9: a list that grew by a few items since its stored row is described by that row and the items appended
 # (_codec.TAIL_MAX), not a new row, which an older remem would read without them; tables as before.
+# v10: checkpoint metadata in its usual shape stored as a short array, and a checkpoint's ts as an offset
+# from the moment in its uuid6 id (_codec.encode_metadata, _encode_ts), which an older remem cannot read.
+# PostgreSQL's digest index keys the digest's first 8 bytes as a bigint (_DIGEST_PREFIX), not the whole
+# 16-byte bytea: its entries are 28 bytes, not 44 (a lookup checks the whole digest on the row it finds).
+# (a digest shorter than 8 bytes, which remem never writes, is padded with zeros as digests_param pads it)
+_DIGEST_PREFIX = "(('x' || encode(substring(digest || '\\x0000000000000000'::bytea from 1 for 8), 'hex'))::bit(64)::bigint)"
+_PG_DIGEST_INDEX = (
+    "DROP INDEX IF EXISTS remem_cp_items_digest",
+    f"CREATE INDEX remem_cp_items_digest ON remem_cp_items (tid, {_DIGEST_PREFIX})",
+)
 
 _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -90,6 +100,7 @@ _SQLITE_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (),
     (),
     _ids.migration("sqlite"),
+    (),
     (),
 )
 
@@ -135,6 +146,7 @@ _POSTGRES_MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (),
     _ids.migration("postgres"),
     (),
+    _PG_DIGEST_INDEX,
 )
 
 _THREADS, _ITEMS, _LISTS, _CHECKPOINTS, _WRITES = CHECKPOINT_TABLES  # the names live in remem.layout
@@ -279,13 +291,17 @@ class Dialect:
         if self.name == "sqlite":
             marks = ", ".join("?" * DIGESTS_RUN)
             return f"SELECT item_no, digest FROM remem_cp_items WHERE tid = ? AND digest IN ({marks})"
-        return "SELECT item_no, digest FROM remem_cp_items WHERE tid = ? AND digest = ANY(?)"
+        return (
+            "SELECT item_no, digest FROM remem_cp_items"
+            f" WHERE tid = ? AND {_DIGEST_PREFIX} = ANY(?) AND digest = ANY(?)"
+        )
 
     def digests_param(self, tid: int, digests: Sequence[bytes]) -> tuple[Any, ...]:
         """The parameters of :meth:`items_with_digests` for at most :data:`DIGESTS_RUN` digests (a short
         run repeats its first, so that the statement text stays one)."""
         if self.name != "sqlite":
-            return (tid, list(digests))
+            prefixes = [int.from_bytes((d + bytes(8))[:8], "big", signed=True) for d in digests]
+            return (tid, prefixes, list(digests))
         return (tid, *digests, *[digests[0]] * (DIGESTS_RUN - len(digests)))
 
     def patched_items(self) -> str:
