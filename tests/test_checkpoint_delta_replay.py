@@ -17,10 +17,12 @@ written since. Pinned here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +238,131 @@ def test_the_async_saver_reads_the_same_histories(tmp_path: Path) -> None:
         graph = _graph(fresh, every=3)
         assert got[-1] == graph.get_state(CONFIG).values
         assert [len(s["items"]) for s in got] == sorted({len(s["items"]) for s in got})
+
+
+# --- a put through the same saver while a history read runs (real threads, the order forced) -----------
+
+
+def _reput_setup(saver: Any) -> tuple[Any, Any, Any]:
+    """The head's config, a checkpoint between the root and the head, and a parent for it further back:
+    put again under that parent, the checkpoint makes the head's history skip some writes."""
+    graph = _graph(saver, every=100)
+    _turns(graph, 6)
+    head = saver.get_tuple(CONFIG)
+    listed = [saver.get_tuple(t.config) for t in saver.list(CONFIG)]  # newest first
+    return head.config, listed[len(listed) // 2], listed[-2]
+
+
+def _paused_reads(saver: Any, reader: str) -> tuple[threading.Event, threading.Event]:
+    """The first read transaction of the thread named ``reader`` waits, once committed and before what
+    it found is kept, until ``go`` is set; ``read`` is set when it gets there."""
+    read, go = threading.Event(), threading.Event()
+    transaction = saver._transaction
+
+    @contextlib.contextmanager
+    def paused(write: bool, snapshot: bool = True) -> Iterator[Any]:
+        with transaction(write, snapshot) as run_one:
+            yield run_one
+        if not write and threading.current_thread().name == reader and not read.is_set():
+            read.set()
+            assert go.wait(30)
+
+    saver._transaction = paused
+    return read, go
+
+
+def _fresh_history(db: str, config: Any) -> Any:
+    with SqliteSaver.from_conn_string(db) as fresh:
+        return fresh.get_delta_channel_history(config=config, channels=["items"])
+
+
+def test_a_reput_while_a_history_read_runs_leaves_no_stale_history(tmp_path: Path) -> None:
+    """The reader reads the rows from before the re-put and would keep them after it committed."""
+    db = str(tmp_path / "race.sqlite")
+    with SqliteSaver.from_conn_string(db) as saver:
+        head, middle, further = _reput_setup(saver)
+        before = saver.get_delta_channel_history(config=head, channels=["items"])
+        saver._ctx.cache._replays.clear()  # the reader below walks the whole chain and keeps it
+        read, go = _paused_reads(saver, "reader")
+        seen: list[Any] = []
+        reader = threading.Thread(
+            name="reader",
+            target=lambda: seen.append(saver.get_delta_channel_history(config=head, channels=["items"])),
+        )
+        reader.start()
+        assert read.wait(30)  # the reader has read, and keeps nothing yet
+        saver.put(further.config, middle.checkpoint, middle.metadata, {})  # committed
+        go.set()
+        reader.join(30)
+        assert seen == [before]  # what its snapshot held
+        got = saver.get_delta_channel_history(config=head, channels=["items"])
+        want = _fresh_history(db, head)
+        assert got == want != before
+
+
+def test_a_reput_before_a_history_reads_its_rows_is_not_hidden_by_the_kept_one(tmp_path: Path) -> None:
+    """The reader takes the kept history, then the re-put commits, then the reader reads: the kept
+    history is not what its snapshot holds, and the reader reads the chain anew."""
+    db = str(tmp_path / "use.sqlite")
+    with SqliteSaver.from_conn_string(db) as saver:
+        head, middle, further = _reput_setup(saver)
+        before = saver.get_delta_channel_history(config=head, channels=["items"])
+        assert saver._ctx.cache.replay("t", "") is not None
+        taken, go = threading.Event(), threading.Event()
+        watch = saver._ctx.cache.watch
+
+        def paused_watch(*args: Any) -> Any:
+            out = watch(*args)
+            if threading.current_thread().name == "reader":
+                taken.set()
+                assert go.wait(30)
+            return out
+
+        saver._ctx.cache.watch = paused_watch
+        seen: list[Any] = []
+        reader = threading.Thread(
+            name="reader",
+            target=lambda: seen.append(saver.get_delta_channel_history(config=head, channels=["items"])),
+        )
+        reader.start()
+        assert taken.wait(30)
+        saver.put(further.config, middle.checkpoint, middle.metadata, {})
+        go.set()
+        reader.join(30)
+        want = _fresh_history(db, head)
+        assert seen == [want] and want != before
+        assert saver.get_delta_channel_history(config=head, channels=["items"]) == want
+
+
+def test_the_async_saver_keeps_no_history_read_before_a_reput(tmp_path: Path) -> None:
+    db = str(tmp_path / "arace.sqlite")
+    with SqliteSaver.from_conn_string(db) as saver:
+        head, middle, further = _reput_setup(saver)
+
+    async def run() -> tuple[Any, Any, Any]:
+        async with AsyncSqliteSaver.from_conn_string(db) as saver:
+            before = await saver.aget_delta_channel_history(config=head, channels=["items"])
+            saver._ctx.cache._replays.clear()
+            read, go = asyncio.Event(), asyncio.Event()
+            transaction = saver._transaction
+
+            @contextlib.asynccontextmanager
+            async def paused(write: bool, snapshot: bool = True) -> AsyncIterator[Any]:
+                async with transaction(write, snapshot) as run_one:
+                    yield run_one
+                if not write and not read.is_set():
+                    read.set()
+                    await go.wait()
+
+            saver._transaction = paused
+            reader = asyncio.create_task(saver.aget_delta_channel_history(config=head, channels=["items"]))
+            await read.wait()
+            await saver.aput(further.config, middle.checkpoint, middle.metadata, {})
+            go.set()
+            seen = await reader
+            got = await saver.aget_delta_channel_history(config=head, channels=["items"])
+            return before, seen, got
+
+    before, seen, got = asyncio.run(run())
+    assert seen == before
+    assert got == _fresh_history(db, head) != before

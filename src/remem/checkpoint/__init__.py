@@ -36,7 +36,8 @@ by a test in ``tests/test_checkpoint_parity.py``:
   process wrote since (a write through this saver drops the listings of its thread; see ``_delta``);
 - ``get_delta_channel_history`` goes on from the last history it read of the thread when nothing that
   history was read from changed (pending writes added, a prune, a delete: all seen, from any process);
-  a checkpoint put again under its own id by another process (LangGraph never does) is not among them;
+  a checkpoint put again under its own id through this saver is seen too, even by a history read running
+  at that moment (``_cache.Watch``), but one put again so by another process (LangGraph never does) is not;
 - the stock savers' internals (``MIGRATIONS``, ``_load_checkpoint_tuple``, ``search_where``) do not exist.
 
 A graph whose messages are a ``DeltaChannel`` (LangGraph's beta channel that stores a snapshot every so

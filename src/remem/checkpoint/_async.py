@@ -223,19 +223,19 @@ class AsyncSaver(RememSaver):
         async with self._arun_lease(config, in_transaction) as lease:
             if lease is not None:
                 await lease.averify()
-            self._forget_read(config, checkpoint["id"])
-            async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
-                try:
-                    return await self._run(
-                        lambda tx: _write.put(
-                            self._ctx, tx, config, checkpoint, metadata, new_versions, lease
-                        ),
-                        write=True,
-                    )
-                except StaleCacheError:
-                    if lease is None or not lease.in_transaction:
-                        raise
-                    return None
+            with self._putting(config, checkpoint["id"]):
+                async with self._write_locks[stripe(ops.thread_id_of(config["configurable"]))]:
+                    try:
+                        return await self._run(
+                            lambda tx: _write.put(
+                                self._ctx, tx, config, checkpoint, metadata, new_versions, lease
+                            ),
+                            write=True,
+                        )
+                    except StaleCacheError:
+                        if lease is None or not lease.in_transaction:
+                            raise
+                        return None
 
     async def _ahead_id(self, thread_id: str) -> str | None:
         stamp = await self._run(

@@ -260,12 +260,25 @@ class RememSaver(BaseCheckpointSaver[int]):
         lease = self._turn_lease(config)
         return lease.scratch if lease is not None else None
 
-    def _forget_read(self, config: RunnableConfig, written: str | None = None) -> None:
-        """Before a write to ``config``'s thread (a put of the checkpoint ``written``, or pending writes)."""
+    @contextlib.contextmanager
+    def _putting(self, config: RunnableConfig, written: str) -> Iterator[None]:
+        """Around a put of the checkpoint ``written`` to ``config``'s thread, from before its first
+        statement to after its commit or failure: what was read of the thread is dropped, and a history
+        read running meanwhile keeps nothing it may have read from the rows the put replaces
+        (:meth:`~._cache.SaverCache.begin_put`)."""
+        conf = config["configurable"]
+        key = (str(conf.get("thread_id")), str(conf.get("checkpoint_ns", "")), written)
+        self._forget_read(config)
+        self._ctx.cache.begin_put(*key)
+        try:
+            yield
+        finally:
+            self._ctx.cache.end_put(*key)
+
+    def _forget_read(self, config: RunnableConfig) -> None:
+        """Before a write to ``config``'s thread (a put, :meth:`_putting`, or pending writes)."""
         conf = config["configurable"]
         self._listings.forget(str(conf.get("thread_id")))
-        if written is not None:
-            self._ctx.cache.note_put(str(conf.get("thread_id")), str(conf.get("checkpoint_ns", "")), written)
         lease = self._turn_lease(config)
         if lease is not None:
             lease.scratch.pop(HEAD_READ, None)

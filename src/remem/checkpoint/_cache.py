@@ -9,14 +9,15 @@ of them, and a stale cache is then dropped instead of pointing at removed rows.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from remem.checkpoint import _ids as ids
 
-__all__ = ["Head", "Replay", "SaverCache", "ThreadDigests"]
+__all__ = ["Head", "Replay", "SaverCache", "ThreadDigests", "Watch"]
 
 
 WRITE_STRIPES = 64
@@ -85,6 +86,30 @@ class Replay:
     names: Mapping[int, str]
     """The channel and task path names met, by item number (an item number of a thread never changes)."""
 
+    def read_from(self, stored_id: str) -> bool:
+        """Whether a put of the checkpoint ``stored_id`` (its stored id) may write again one that these
+        histories depend on: the checkpoint they are of, or one in ``span`` (a new checkpoint's id is past
+        them)."""
+        return stored_id == ids.stored(self.checkpoint_id) or (
+            self.span is not None and self.span[0] <= stored_id <= self.span[1]
+        )
+
+
+class Watch:
+    """One running history read of a (thread, namespace) (:meth:`SaverCache.watch`): the stored ids of the
+    checkpoints this saver's puts wrote to it while the read ran, which tell whether what the read used
+    or found may be stale. Held weakly by the cache: a read that never ends leaves nothing behind."""
+
+    __slots__ = ("__weakref__", "key", "puts")
+
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key
+        self.puts: list[str] = []
+
+    def spoiled(self, replay: Replay) -> bool:
+        """Whether a put during the read may have written a checkpoint ``replay`` depends on."""
+        return any(replay.read_from(p) for p in self.puts)
+
 
 class SaverCache:
     """Bounded, thread-safe caches shared by all calls of one saver."""
@@ -100,6 +125,8 @@ class SaverCache:
         self._lists: OrderedDict[tuple[int, int], tuple[tuple[int, ...], int]] = OrderedDict()
         self._heads: OrderedDict[tuple[int, str], Head] = OrderedDict()
         self._replays: OrderedDict[tuple[str, str], Replay] = OrderedDict()
+        self._watches: weakref.WeakSet[Watch] = weakref.WeakSet()
+        self._putting: Counter[tuple[str, str]] = Counter()
         self._max_threads = max_threads
         self._max_lists = max_lists
         self._write_locks = [threading.Lock() for _ in range(WRITE_STRIPES)]
@@ -192,25 +219,61 @@ class SaverCache:
         with self._lock:
             return self._replays.get((thread_id, ns))
 
-    def set_replay(self, thread_id: str, ns: str, replay: Replay) -> None:
-        """Keep ``replay`` as the (thread, namespace)'s last history: one per thread, as many threads as heads."""
+    def watch(self, thread_id: str, ns: str) -> tuple[Replay | None, Watch]:
+        """A history read begins: the kept history it may go on from (None while a put of the thread's
+        namespace that may write a checkpoint again is under way, :meth:`begin_put`), and the
+        :class:`Watch` that collects the puts made while it runs."""
+        key = (thread_id, ns)
+        watch = Watch(key)
         with self._lock:
-            self._replays[(thread_id, ns)] = replay
-            self._replays.move_to_end((thread_id, ns))
+            self._watches.add(watch)
+            return (None if self._putting[key] else self._replays.get(key)), watch
+
+    def set_replay(self, thread_id: str, ns: str, replay: Replay, watch: Watch | None = None) -> bool:
+        """Keep ``replay`` as the (thread, namespace)'s last history: one per thread, as many threads as
+        heads. Not kept (False) when ``watch``, the read that found it, saw a put that may have written one
+        of its checkpoints again, or while such a put is under way: the read may have seen the rows from
+        before it, and would then hide the new ones from every later read."""
+        key = (thread_id, ns)
+        with self._lock:
+            if watch is not None:
+                self._watches.discard(watch)
+                if self._putting[key] or watch.spoiled(replay):
+                    return False
+            self._replays[key] = replay
+            self._replays.move_to_end(key)
             while len(self._replays) > self._max_threads * 4:
                 self._replays.popitem(last=False)
+            return True
 
-    def note_put(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
-        """Drop the (thread, namespace)'s history if a put of ``checkpoint_id`` may write one of the
-        checkpoints it was read from again (a new checkpoint's id is past them; see :class:`Replay`)."""
-        stored = ids.stored(checkpoint_id)
+    def begin_put(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """Before this saver's put of ``checkpoint_id`` starts: drops the (thread, namespace)'s history if
+        the put may write one of the checkpoints it was read from again (see :class:`Replay`), and, until
+        :meth:`end_put`, no history of it is handed out or kept. Every :meth:`begin_put` has its
+        :meth:`end_put`, after the put's commit or its failure."""
         with self._lock:
-            replay = self._replays.get((thread_id, ns))
-            if replay is not None and (
-                checkpoint_id == replay.checkpoint_id
-                or (replay.span is not None and replay.span[0] <= stored <= replay.span[1])
-            ):
-                del self._replays[(thread_id, ns)]
+            self._putting[(thread_id, ns)] += 1
+            self._noted(thread_id, ns, ids.stored(checkpoint_id))
+
+    def end_put(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
+        """After the put :meth:`begin_put` announced committed (or failed): what it wrote is now what
+        the database gives, so a history read before it and kept meanwhile is dropped again, and the
+        reads under way that may have seen the rows from before it keep nothing."""
+        key = (thread_id, ns)
+        with self._lock:
+            self._putting[key] -= 1
+            if self._putting[key] <= 0:
+                del self._putting[key]
+            self._noted(thread_id, ns, ids.stored(checkpoint_id))
+
+    def _noted(self, thread_id: str, ns: str, stored: str) -> None:
+        key = (thread_id, ns)
+        for watch in list(self._watches):
+            if watch.key == key:
+                watch.puts.append(stored)
+        replay = self._replays.get(key)
+        if replay is not None and replay.read_from(stored):
+            del self._replays[key]
 
     def forget(self, tid: int) -> None:
         """Drop all that is known of a thread (after it was deleted, pruned or rewritten)."""

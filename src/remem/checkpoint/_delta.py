@@ -12,6 +12,12 @@ the saver for (the base class walks the parents one ``get_tuple`` each). Two way
   pending writes under the ids they span, in the same transaction), and extends them. So a turn reads
   what a plain graph's turn reads (every message of the state, once), not the 100-250 checkpoints back
   to the last snapshot; another process's write to those checkpoints, a prune or a delete is seen.
+  A put through this saver that writes one of those checkpoints again (its id in the span) drops the
+  kept histories before it starts and after it commits, and a history read that ran meanwhile neither
+  keeps what it found nor answers from a kept history it took before the put
+  (:class:`~._cache.Watch`): its snapshot may hold the rows from either side of the put. The same put
+  by another process is not seen (no row of a checkpoint is read from the span; LangGraph never puts a
+  checkpoint twice): a version per thread row bumped by such a put would cover it.
 - :class:`Listings` keeps what one ``list()`` call returned. ``get_state_history`` lists the thread and
   then asks, for each listed checkpoint, the history of that very tuple's config: it is answered from
   the listing, each checkpoint's history extending its parent's, so listing N checkpoints reads and
@@ -39,7 +45,7 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, Pend
 from remem._statements import Program
 from remem.checkpoint import _codec as codec
 from remem.checkpoint import _ids, _read
-from remem.checkpoint._cache import Replay, StoredWrite
+from remem.checkpoint._cache import Replay, StoredWrite, Watch
 from remem.checkpoint._ops import Context, Tx, load_payloads, thread_id_of
 from remem.checkpoint._snapshot import SNAPSHOT
 
@@ -95,10 +101,40 @@ def history(
     :class:`~._cache.Replay` when it is still good (see the module)."""
     conf = config["configurable"]
     thread_id, ns = thread_id_of(conf), str(conf.get("checkpoint_ns", ""))
-    target = _ids.stored(str(conf["checkpoint_id"]))
-    known = ctx.cache.replay(thread_id, ns)
+    known, watch = ctx.cache.watch(thread_id, ns)
     if known is not None and not set(channels) <= known.channels.keys():
         known = None
+    found = yield from _walk(ctx, config, channels, known)
+    if found is not None and found[3] and known is not None and watch.spoiled(known):
+        # A put through this saver wrote one of the checkpoints the kept histories were read from again
+        # while this read ran: they may not be what this read's snapshot holds, so it reads them anew.
+        found = yield from _walk(ctx, config, channels, None)
+    if found is None:
+        return {ch: {"writes": []} for ch in dict.fromkeys(channels)}  # no such checkpoint
+    tid, stored, replay, _ = found
+    if replay is not None:
+        tx.after_commit.append(functools.partial(_keep, ctx, thread_id, ns, replay, watch))
+    return (yield from _result(ctx, tid, channels, stored))
+
+
+def _keep(ctx: Context, thread_id: str, ns: str, replay: Replay, watch: Watch) -> None:
+    ctx.cache.set_replay(thread_id, ns, replay, watch)
+
+
+_Walked = tuple[int, dict[str, tuple[Any, tuple[StoredWrite, ...]]], "Replay | None", bool]
+"""What :func:`_walk` found: the thread's tid, the histories as stored, the :class:`~._cache.Replay` to
+keep (None: the one kept was still good), and whether the kept one was used."""
+
+
+def _walk(
+    ctx: Context, config: RunnableConfig, channels: Sequence[str], known: Replay | None
+) -> Program[_Walked | None]:
+    """The histories of :func:`history` as stored (None: no such checkpoint), going on from ``known``
+    where it is still good."""
+    conf = config["configurable"]
+    thread_id, ns = thread_id_of(conf), str(conf.get("checkpoint_ns", ""))
+    target = _ids.stored(str(conf["checkpoint_id"]))
+    used = False
     stop = _ids.stored(known.checkpoint_id) if known is not None else ""
     remaining = list(dict.fromkeys(channels))
     collected: dict[str, list[StoredWrite]] = {ch: [] for ch in remaining}  # newest first
@@ -115,7 +151,7 @@ def history(
         depth = min(2 * depth, ANCESTORS)
         if tid < 0:  # the first page: the checkpoint itself, then its ancestors
             if not raw:
-                return {ch: {"writes": []} for ch in remaining}  # no such checkpoint
+                return None
             tid, epoch = raw[0][0], raw[0][4]
             if known is not None and (known.tid, known.epoch) != (tid, epoch):
                 known, stop = None, ""
@@ -124,7 +160,7 @@ def history(
             if known is not None and target == stop:
                 (count,) = yield from _span_count(ctx, tid, ns, known.span)
                 if count == known.writes:
-                    return (yield from _result(ctx, tid, channels, known.channels))
+                    return tid, dict(known.channels), None, True
                 known, stop = None, ""
             cursor, raw = raw[0][2], raw[1:]
             if not raw:
@@ -174,15 +210,13 @@ def history(
                             seeds[ch] = seed
                         collected[ch].extend(reversed(older))
                     remaining = []
-                    span, counted = whole, now
+                    span, counted, used = whole, now, True
                 known, stop = None, ""
                 break
     result = {ch: (seeds.get(ch), tuple(reversed(collected[ch]))) for ch in collected}
     if counted is None:
         (counted,) = yield from _span_count(ctx, tid, ns, span)
-    replay = Replay(str(conf["checkpoint_id"]), tid, epoch, span, counted, result, names)
-    tx.after_commit.append(lambda: ctx.cache.set_replay(thread_id, ns, replay))
-    return (yield from _result(ctx, tid, channels, result))
+    return tid, result, Replay(str(conf["checkpoint_id"]), tid, epoch, span, counted, result, names), used
 
 
 def _result(

@@ -187,8 +187,10 @@ class SyncSaver(RememSaver):
         with self._run_lease(config, in_transaction) as lease:
             if lease is not None:
                 lease.verify()
-            self._forget_read(config, checkpoint["id"])
-            with self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])):
+            with (
+                self._putting(config, checkpoint["id"]),
+                self._ctx.cache.write_lock(ops.thread_id_of(config["configurable"])),
+            ):
                 try:
                     return self._run(
                         lambda tx: _write.put(
