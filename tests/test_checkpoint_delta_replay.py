@@ -26,11 +26,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import remem
 from remem.checkpoint import AsyncSqliteSaver, PostgresSaver, SqliteSaver
 from remem.checkpoint import _codec as codec
+from tests.pg_trace import traced
 from tests.test_checkpoint_delta import Counted, _graph
 
 CONFIG = {"configurable": {"thread_id": "t"}}
@@ -366,3 +368,42 @@ def test_the_async_saver_keeps_no_history_read_before_a_reput(tmp_path: Path) ->
     before, seen, got = asyncio.run(run())
     assert seen == before
     assert got == _fresh_history(db, head) != before
+
+
+# --- PostgreSQL: a turn's history in one round trip --------------------------------------------------
+
+
+def _history_trips(saver: Any, conn: Any) -> list[int]:
+    """The round trips of each history read the saver makes, as they come."""
+    out: list[int] = []
+    read = saver._read_history
+
+    def traced_read(*args: Any) -> Any:
+        with traced(conn) as sent:
+            found = read(*args)
+        out.append(sent.round_trips)
+        return found
+
+    saver._read_history = traced_read
+    return out
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("every", [100, 4])
+def test_a_turns_history_on_postgres_is_one_round_trip(pg_url: str, every: int) -> None:
+    """The chain since the kept history, its pending writes and the check of the kept span are one
+    statement, outside a transaction (its snapshot is the statement's); a read that needs more (a new
+    snapshot passed, a value not cached) runs again in a snapshot."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        graph = _graph(saver, every=every)
+        _turns(graph, 3)
+        trips = _history_trips(saver, conn)
+        _turns(graph, 8, "more")
+        got = graph.get_state(CONFIG).values
+        with _open("postgres", pg_url) as fresh:
+            assert got == _graph(fresh, every=every).get_state(CONFIG).values
+    # eight turns and the get_state (less those whose head holds a snapshot): one trip each, and once one
+    # more (psycopg prepares the statement)
+    assert len(trips) == (9 if every == 100 else 7) and sum(trips) <= len(trips) + 1, trips

@@ -95,7 +95,11 @@ class AsyncSaver(RememSaver):
     async def _aread_history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory]:
-        return await self._run(lambda tx: _delta.history(self._ctx, tx, config, channels), write=False)
+        return await self._run(
+            lambda tx: _delta.history(self._ctx, tx, config, channels),
+            write=False,
+            snapshot=not _delta.one_statement(self._ctx, config, channels),
+        )
 
     def _read_history(
         self, config: RunnableConfig, channels: Sequence[str]

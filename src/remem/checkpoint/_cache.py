@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,7 +126,8 @@ class SaverCache:
         self._heads: OrderedDict[tuple[int, str], Head] = OrderedDict()
         self._replays: OrderedDict[tuple[str, str], Replay] = OrderedDict()
         self._watches: weakref.WeakSet[Watch] = weakref.WeakSet()
-        self._putting: Counter[tuple[str, str]] = Counter()
+        self._putting: dict[tuple[str, str], list[str]] = {}
+        """The stored ids of the checkpoints this saver's puts under way write, by (thread, namespace)."""
         self._max_threads = max_threads
         self._max_lists = max_lists
         self._write_locks = [threading.Lock() for _ in range(WRITE_STRIPES)]
@@ -220,14 +221,17 @@ class SaverCache:
             return self._replays.get((thread_id, ns))
 
     def watch(self, thread_id: str, ns: str) -> tuple[Replay | None, Watch]:
-        """A history read begins: the kept history it may go on from (None while a put of the thread's
-        namespace that may write a checkpoint again is under way, :meth:`begin_put`), and the
+        """A history read begins: the kept history it may go on from (None while a put that may write one
+        of its checkpoints again is under way, :meth:`begin_put`), and the
         :class:`Watch` that collects the puts made while it runs."""
         key = (thread_id, ns)
         watch = Watch(key)
         with self._lock:
             self._watches.add(watch)
-            return (None if self._putting[key] else self._replays.get(key)), watch
+            replay = self._replays.get(key)
+            if replay is not None and self._put_under_way(key, replay):
+                replay = None
+            return replay, watch
 
     def set_replay(self, thread_id: str, ns: str, replay: Replay, watch: Watch | None = None) -> bool:
         """Keep ``replay`` as the (thread, namespace)'s last history: one per thread, as many threads as
@@ -238,7 +242,7 @@ class SaverCache:
         with self._lock:
             if watch is not None:
                 self._watches.discard(watch)
-                if self._putting[key] or watch.spoiled(replay):
+                if self._put_under_way(key, replay) or watch.spoiled(replay):
                     return False
             self._replays[key] = replay
             self._replays.move_to_end(key)
@@ -249,10 +253,10 @@ class SaverCache:
     def begin_put(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """Before this saver's put of ``checkpoint_id`` starts: drops the (thread, namespace)'s history if
         the put may write one of the checkpoints it was read from again (see :class:`Replay`), and, until
-        :meth:`end_put`, no history of it is handed out or kept. Every :meth:`begin_put` has its
+        :meth:`end_put`, no history such a put may write again is handed out or kept. Every :meth:`begin_put` has its
         :meth:`end_put`, after the put's commit or its failure."""
         with self._lock:
-            self._putting[(thread_id, ns)] += 1
+            self._putting.setdefault((thread_id, ns), []).append(ids.stored(checkpoint_id))
             self._noted(thread_id, ns, ids.stored(checkpoint_id))
 
     def end_put(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
@@ -261,10 +265,14 @@ class SaverCache:
         reads under way that may have seen the rows from before it keep nothing."""
         key = (thread_id, ns)
         with self._lock:
-            self._putting[key] -= 1
-            if self._putting[key] <= 0:
-                del self._putting[key]
+            under_way = self._putting.get(key, [])
+            under_way.remove(ids.stored(checkpoint_id))
+            if not under_way:
+                self._putting.pop(key, None)
             self._noted(thread_id, ns, ids.stored(checkpoint_id))
+
+    def _put_under_way(self, key: tuple[str, str], replay: Replay) -> bool:
+        return any(replay.read_from(p) for p in self._putting.get(key, ()))
 
     def _noted(self, thread_id: str, ns: str, stored: str) -> None:
         key = (thread_id, ns)

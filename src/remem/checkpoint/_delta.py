@@ -36,7 +36,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
@@ -48,8 +48,20 @@ from remem.checkpoint import _ids, _read
 from remem.checkpoint._cache import Replay, StoredWrite, Watch
 from remem.checkpoint._ops import Context, Tx, load_payloads, thread_id_of
 from remem.checkpoint._snapshot import SNAPSHOT
+from remem.errors import StaleCacheError
 
-__all__ = ["ANCESTORS", "FIRST_PAGE", "ListedConfig", "Listings", "Shared", "history", "replayed"]
+T = TypeVar("T")
+
+__all__ = [
+    "ANCESTORS",
+    "FIRST_PAGE",
+    "ListedConfig",
+    "Listings",
+    "Shared",
+    "history",
+    "one_statement",
+    "replayed",
+]
 
 FIRST_PAGE = 16
 ANCESTORS = 256
@@ -70,6 +82,33 @@ SELECT tid, checkpoint_id, parent_id, body, epoch FROM chain ORDER BY depth"""
 """A checkpoint and its ancestors, nearest first: at most the given count of them, and none past the
 checkpoint named last (the one a kept :class:`~._cache.Replay` is of; a parent chain made a cycle by a
 re-put ends at the count too)."""
+
+_CHAIN_CTE = CHAIN_SQL.rsplit("\n", 1)[0]
+CHAIN_WITH_WRITES_SQL = f"""{_CHAIN_CTE}{{counts}}
+SELECT r.tid, r.checkpoint_id, r.parent_id, r.body, r.epoch, w.*{{counted}}
+FROM chain r CROSS JOIN LATERAL (SELECT array_agg(checkpoint_id), array_agg(task_id), array_agg(idx),
+    array_agg(channel), array_agg(task_path), array_agg(value) FROM remem_cp_writes w
+    WHERE w.tid = r.tid AND w.ns = r.ns AND w.checkpoint_id = r.checkpoint_id) w{{joined}}
+ORDER BY r.depth"""
+_COUNTS_CTE = """,
+head AS (SELECT tid, ns FROM chain WHERE depth = 0),
+counts AS (SELECT
+    (SELECT count(*) FROM remem_cp_writes x JOIN head ON x.tid = head.tid AND x.ns = head.ns
+        WHERE x.checkpoint_id BETWEEN ? AND ?) AS kept,
+    (SELECT count(*) FROM remem_cp_writes x JOIN head ON x.tid = head.tid AND x.ns = head.ns
+        WHERE x.checkpoint_id BETWEEN least(?, (SELECT min(checkpoint_id) FROM chain WHERE depth > 0))
+            AND greatest(?, (SELECT max(checkpoint_id) FROM chain WHERE depth > 0))) AS whole,
+    (SELECT count(*) FROM remem_cp_writes x JOIN head ON x.tid = head.tid AND x.ns = head.ns
+        WHERE x.checkpoint_id BETWEEN (SELECT min(checkpoint_id) FROM chain WHERE depth > 0)
+            AND (SELECT max(checkpoint_id) FROM chain WHERE depth > 0)) AS page)"""
+CHAIN_WRITES_SQL = CHAIN_WITH_WRITES_SQL.format(counts="", counted="", joined="")
+CHAIN_WRITES_COUNTS_SQL = CHAIN_WITH_WRITES_SQL.format(
+    counts=_COUNTS_CTE, counted=", counts.kept, counts.whole, counts.page", joined=" CROSS JOIN counts"
+)
+"""PostgreSQL: :data:`CHAIN_SQL` with each ancestor's pending writes as arrays of their columns, and (the
+first page of a walk that may go on from a kept :class:`~._cache.Replay`) the pending writes under the
+kept span, under it widened to the ancestors read, and under the ancestors' span alone: a turn's history in one statement, whose snapshot
+the check and the rows share (SQLite runs the three statements, in process)."""
 
 _SPAN = "(SELECT count(*) FROM remem_cp_writes WHERE tid = ? AND ns = ? AND checkpoint_id BETWEEN ? AND ?)"
 COUNT_SQL = f"SELECT {_SPAN}"
@@ -92,13 +131,50 @@ def _widen(span: tuple[str, str] | None, low: str, high: str) -> tuple[str, str]
     return (low, high) if span is None else (min(span[0], low), max(span[1], high))
 
 
+def one_statement(ctx: Context, config: RunnableConfig, channels: Sequence[str]) -> bool:
+    """Whether :func:`history` of ``config`` is run outside a snapshot, as one statement: on PostgreSQL,
+    when a kept history of the thread's namespace may be gone on from (its values then usually come from
+    the caches). Any other read runs in one ``REPEATABLE READ`` transaction."""
+    if ctx.dialect.name != "postgres":
+        return False
+    conf = config["configurable"]
+    kept = ctx.cache.replay(thread_id_of(conf), str(conf.get("checkpoint_ns", "")))
+    return kept is not None and kept.span is not None and set(channels) <= kept.channels.keys()
+
+
 def history(
     ctx: Context, tx: Tx, config: RunnableConfig, channels: Sequence[str]
 ) -> Program[dict[str, DeltaChannelHistory]]:
     """``BaseCheckpointSaver.get_delta_channel_history`` for ``config`` (with a checkpoint id): the same
     result, its walk stopped at a checkpoint seen before (a re-put that made the parent chain a cycle
     would loop forever in the base class's walk), and at the checkpoint of the kept
-    :class:`~._cache.Replay` when it is still good (see the module)."""
+    :class:`~._cache.Replay` when it is still good (see the module).
+
+    Outside a snapshot (``tx.snapshot`` False, :func:`one_statement`) a read that needs a second
+    statement raises :class:`~remem.errors.StaleCacheError` before making it: the saver runs it again in
+    a snapshot (two statements outside one could straddle another process's write)."""
+    program = _history(ctx, tx, config, channels)
+    return (yield from (program if tx.snapshot else _alone(program)))
+
+
+def _alone(program: Program[T]) -> Program[T]:
+    """``program``, stopped at its second statement with :class:`~remem.errors.StaleCacheError`."""
+    try:
+        statement = next(program)
+    except StopIteration as done:
+        return cast("T", done.value)
+    rows = yield statement
+    try:
+        program.send(rows)
+    except StopIteration as done:
+        return cast("T", done.value)
+    program.close()
+    raise StaleCacheError("a history read outside a snapshot needs a second statement")
+
+
+def _history(
+    ctx: Context, tx: Tx, config: RunnableConfig, channels: Sequence[str]
+) -> Program[dict[str, DeltaChannelHistory]]:
     conf = config["configurable"]
     thread_id, ns = thread_id_of(conf), str(conf.get("checkpoint_ns", ""))
     known, watch = ctx.cache.watch(thread_id, ns)
@@ -143,12 +219,24 @@ def _walk(
     seen = {target}
     span: tuple[str, str] | None = None  # of the ancestors read here
     counted: int | None = None  # the pending writes under ``span``, once counted
+    page: tuple[tuple[str, str], int] | None = None  # the first page's ancestors' span, and its count
     tid = epoch = -1
     cursor: str | None = target
     depth = FIRST_PAGE
+    folded = ctx.dialect.name == "postgres"
     while cursor is not None and remaining:
-        raw = yield ctx.q(CHAIN_SQL, (thread_id, ns, cursor, depth, stop))
+        params: tuple[Any, ...] = (thread_id, ns, cursor, depth, stop)
+        counts = folded and tid < 0 and known is not None and known.span is not None
+        if counts:
+            assert known is not None and known.span is not None
+            params += (*known.span, *known.span)
+        text = (CHAIN_WRITES_COUNTS_SQL if counts else CHAIN_WRITES_SQL) if folded else CHAIN_SQL
+        raw = yield ctx.q(text, params)
         depth = min(2 * depth, ANCESTORS)
+        # (kept, whole): the pending writes under the kept span, and under it widened to this page's ancestors
+        precounted = (int(raw[0][11]), int(raw[0][12])) if counts and raw else None
+        if counts and len(raw) > 1:  # the ancestors' span, for a walk that ends on this page
+            page = ((min(r[1] for r in raw[1:]), max(r[1] for r in raw[1:])), int(raw[0][13]))
         if tid < 0:  # the first page: the checkpoint itself, then its ancestors
             if not raw:
                 return None
@@ -158,7 +246,11 @@ def _walk(
             if known is not None:
                 names.update(known.names)
             if known is not None and target == stop:
-                (count,) = yield from _span_count(ctx, tid, ns, known.span)
+                (count,) = (
+                    precounted[:1]
+                    if precounted is not None
+                    else (yield from _span_count(ctx, tid, ns, known.span))
+                )
                 if count == known.writes:
                     return tid, dict(known.channels), None, True
                 known, stop = None, ""
@@ -167,8 +259,13 @@ def _walk(
                 continue  # the next page starts at the parent
         elif not raw:
             break  # an ancestor is gone
-        rows = [(cid, parent, codec.decode_body(bytes(body))) for _, cid, parent, body, _ in raw]
-        found = yield ctx.q(ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param([r[0] for r in rows])))
+        rows = [(r[1], r[2], codec.decode_body(bytes(r[3]))) for r in raw]
+        if folded:
+            found: Any = [w for r in raw if r[5] is not None for w in zip(*r[5:11], strict=True)]
+        else:
+            found = yield ctx.q(
+                ctx.dialect.writes_in(), (tid, ns, ctx.dialect.list_param([r[0] for r in rows]))
+            )
         writes: dict[str, list[tuple[Any, ...]]] = {}
         for cid, task_id, idx, channel, path, packed in found:
             writes.setdefault(cid, []).append((path, task_id, idx, channel, packed))
@@ -202,7 +299,12 @@ def _walk(
             if known is not None and cid == stop:
                 # The kept histories go on from here, if nothing they were read from changed since.
                 whole = span if known.span is None else _widen(span, *known.span)
-                count, now = yield from _span_count(ctx, tid, ns, known.span, whole)
+                # a stop on the first page ends it: the statement's widened span is this one
+                count, now = (
+                    precounted
+                    if precounted is not None
+                    else (yield from _span_count(ctx, tid, ns, known.span, whole))
+                )
                 if count == known.writes:
                     for ch in remaining:
                         seed, older = known.channels[ch]
@@ -214,6 +316,15 @@ def _walk(
                 known, stop = None, ""
                 break
     result = {ch: (seeds.get(ch), tuple(reversed(collected[ch]))) for ch in collected}
+    if (
+        counted is None
+        and page is not None
+        and span is not None
+        and page[0][0] <= span[0] <= span[1] <= page[0][1]
+    ):
+        # The walk ended on its first page: the page's span is counted already (a wider span than the
+        # walk read holds the histories too, and is checked as well).
+        span, counted = page
     if counted is None:
         (counted,) = yield from _span_count(ctx, tid, ns, span)
     return tid, result, Replay(str(conf["checkpoint_id"]), tid, epoch, span, counted, result, names), used

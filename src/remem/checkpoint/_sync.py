@@ -206,7 +206,11 @@ class SyncSaver(RememSaver):
     def _read_history(
         self, config: RunnableConfig, channels: Sequence[str]
     ) -> dict[str, DeltaChannelHistory]:
-        return self._run(lambda tx: _delta.history(self._ctx, tx, config, channels), write=False)
+        return self._run(
+            lambda tx: _delta.history(self._ctx, tx, config, channels),
+            write=False,
+            snapshot=not _delta.one_statement(self._ctx, config, channels),
+        )
 
     async def _aread_history(
         self, config: RunnableConfig, channels: Sequence[str]
