@@ -239,3 +239,22 @@ def test_the_lean_path_keeps_the_size_cap_and_the_rate_limit(tmp_path: Path) -> 
     assert [a.status_code for a in answers[:3]] == [200, 200, 200]
     assert answers[-1].status_code == 429 and int(answers[-1].headers["retry-after"]) >= 1
     assert answers[-1].json()["error"] == "RateLimited"
+
+
+def test_the_admin_rule_holds_under_a_root_path(tmp_path: Path) -> None:
+    """The guard decides by the path the routes match: under a root path (a proxy's prefix) a tenant's
+    key still cannot reach key management, and the hot endpoints still answer (before, the guard read
+    the raw path, so ``/api/v1/keys`` was no admin path to it while the router served it as one)."""
+    from remem.server import ServerOptions, create_app
+
+    db = f"sqlite:///{tmp_path / 'root.db'}"
+    a, _, admin = _keys(db)
+    app = create_app(ServerOptions(db, rate_limit=0), settings=SETTINGS)
+    with TestClient(app, base_url="http://127.0.0.1", root_path="/api") as c:
+        made = c.post("/api/v1/keys", json={"admin": True}, headers={"X-Api-Key": a})
+        assert made.status_code == 403 and "admin key" in made.json()["detail"]
+        assert c.get("/api/v1/keys", headers={"X-Api-Key": a}).status_code == 403
+        assert c.get("/api/v1/threads", headers={"X-Api-Key": admin}).status_code == 403
+        assert c.get("/api/v1/keys", headers={"X-Api-Key": admin}).status_code == 200
+        added = c.post("/api/" + ADD.lstrip("/"), json={"messages": MESSAGES}, headers={"X-Api-Key": a})
+        assert added.status_code == 200, added.text

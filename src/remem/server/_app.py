@@ -39,6 +39,7 @@ from remem.server._guard import (
     Scope,
     Send,
     api_key_of,
+    route_path,
     send_json,
 )
 from remem.server._lean import LeanRoutes
@@ -143,7 +144,7 @@ class Guard:
             )
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope["path"]
+        path = route_path(scope)  # as the routes see it: the admin rule must hold under a root path
         if path in PUBLIC_PATHS or path in _ui.PUBLIC:
             await self.app(scope, receive, send)
             return

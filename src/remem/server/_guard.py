@@ -30,6 +30,7 @@ __all__ = [
     "Scope",
     "Send",
     "api_key_of",
+    "route_path",
     "send_json",
 ]
 
@@ -104,6 +105,18 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def route_path(scope: Scope) -> str:
+    """The path the app's routes match: without the app's root path (Starlette's ``get_route_path``). The
+    guard decides by this path too, so a rule on ``/v1/keys`` holds under any root path."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    if path == root:
+        return ""
+    return path[len(root) :] if path[len(root)] == "/" else path
 
 
 def api_key_of(headers: Any) -> str | None:

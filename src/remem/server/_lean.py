@@ -33,22 +33,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
 from remem.errors import ConfigError
-from remem.server._guard import Receive, Scope, Send
+from remem.server._guard import Receive, Scope, Send, route_path
 
 __all__ = ["LeanRoutes"]
 
 _UNSET: Any = PydanticUndefined  # FastAPI's mark of a request without a body (``fastapi._compat.Undefined``)
-
-
-def _route_path(scope: Scope) -> str:
-    """The path a route matches: without the app's root path (Starlette's ``get_route_path``)."""
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    if not root or not path.startswith(root):
-        return path
-    if path == root:
-        return ""
-    return path[len(root) :] if path[len(root)] == "/" else path
 
 
 class _Hot:
@@ -88,7 +77,7 @@ class _Hot:
         """The path's parameters when the request is this route's (as Starlette's ``Route.matches``)."""
         if scope["method"] not in self.methods:
             return None
-        found = self.regex.match(_route_path(scope))
+        found = self.regex.match(route_path(scope))
         if found is None:
             return None
         return {k: self.convertors[k].convert(v) for k, v in found.groupdict().items()}
