@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import json
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -236,6 +237,22 @@ def _on_hangup(services: Services) -> None:
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.run_in_executor(None, reload))
 
 
+@contextlib.contextmanager
+def _start_up_heap_frozen() -> Iterator[None]:
+    """The objects alive once the server has started (its modules, the app, the pools: some 150,000) kept
+    out of the garbage collector's full collections while it serves (``gc.freeze``), and given back to it
+    at shutdown. A full collection walks every tracked object: on PostgreSQL, one took 118-146 ms of the
+    worker's CPU and came once in 60 turns (add, card, search; 2.0-2.4 ms a turn), where the library in a
+    process of its own had none in the same turns; frozen, a full collection walks only what requests made
+    since (some 4,700 objects)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _limiter(options: ServerOptions) -> RateLimiter | SharedRateLimiter:
     """The per-key rate limit: in the database on PostgreSQL (several workers or machines draw from one
     bucket), in this process on SQLite (one process serves it)."""
@@ -267,7 +284,8 @@ def create_app(options: ServerOptions, *, settings: Settings | None = None) -> A
             app.state.services = services
             _on_hangup(services)
             async with mcp_endpoint.running():
-                yield
+                with _start_up_heap_frozen():
+                    yield
         finally:
             if isinstance(limiter, SharedRateLimiter):
                 await limiter.close()
