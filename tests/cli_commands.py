@@ -62,6 +62,7 @@ WRITING = {
     ("queue", "retry"),
     ("queue", "park"),
     ("queue", "reindex"),
+    ("store", "reembed"),
 }
 CHAT_INPUT = "/state\n/nonsense\n/exit\n"
 # chat needs a configured model to start; it is never called (the session only runs local commands).

@@ -221,7 +221,7 @@ def reembed_command(database_url: str | None) -> None:
     from remem.memory._backends import index_config
     from remem.store import open_store
 
-    db = inspect_database(_url(database_url))
+    db = inspect_database(_url(database_url), for_writing=True)  # never a private copy: it writes
     if not db.has_store:
         raise NotFoundError(f"{db.shown} holds no memory store; check --db (nothing to re-embed)")
     settings = load_settings()
