@@ -17,10 +17,11 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 
-from remem.checkpoint import PostgresSaver, SqliteSaver, _ids
+from remem.checkpoint import PostgresSaver, SqliteSaver
 from remem.checkpoint import postgres as postgres_module
 from remem.checkpoint import sqlite as sqlite_module
 from remem.checkpoint._sql import SCHEMA
+from tests.savers import ids_as_given
 
 SHORT, LONG = 200, 2000
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -137,31 +138,15 @@ def _as_v2(kind: str, where: str) -> None:
     )
     if kind == "sqlite":
         conn = sqlite3.connect(where, isolation_level=None)
-        _ids_as_given(conn, "?")
+        ids_as_given(conn, "?")
         for statement in drop:
             conn.execute(statement)
         conn.close()
         return
     with psycopg.connect(where, autocommit=True) as pg:
-        _ids_as_given(pg, "%s")
+        ids_as_given(pg, "%s")
         for statement in drop:
             pg.execute(statement)
-
-
-def _ids_as_given(conn: Any, ph: str) -> None:
-    """Every stored id back in the form LangGraph gave it, as a database from before schema v8 held it
-    (v8, run again, stores them short; v10's ts is read against the id as given)."""
-    tables = {
-        "remem_cp_checkpoints": ("checkpoint_id", "parent_id"),
-        "remem_cp_writes": ("checkpoint_id", "task_id"),
-    }
-    for table, (first, second) in tables.items():
-        for old, other in conn.execute(f"SELECT DISTINCT {first}, {second} FROM {table}").fetchall():
-            conn.execute(
-                f"UPDATE {table} SET {first} = {ph}, {second} = {ph}"
-                f" WHERE {first} = {ph} AND {second} IS NOT DISTINCT FROM {ph}",
-                (_ids.shown(old), _ids.maybe_shown(other), old, other),
-            )
 
 
 def _has_digest_index(kind: str, where: str) -> bool:

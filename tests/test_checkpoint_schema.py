@@ -16,9 +16,10 @@ from psycopg.rows import dict_row
 
 from remem import _migrate, _statements
 from remem._lease import carry_lease, thread_lease
-from remem.checkpoint import PostgresSaver, SqliteSaver, _ids, checkpointer_from_url, list_threads
+from remem.checkpoint import PostgresSaver, SqliteSaver, checkpointer_from_url, list_threads
 from remem.checkpoint._sql import SCHEMA
 from remem.errors import ConfigError, NotFoundError, SchemaTooNewError, StorageError
+from tests.savers import ids_as_given
 
 CONFIG = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 TOY_V1 = ("CREATE TABLE toy (a INTEGER)",)
@@ -116,7 +117,7 @@ def _step(saver: Any) -> Any:
 def _as_released(conn: Any, dialect: str) -> None:
     """Turn a fresh checkpoint database into what remem 0.1 left: its own remem_cp_migrations table."""
     ph = "?" if dialect == "sqlite" else "%s"
-    _ids_as_given(conn, ph)  # v8 came later
+    ids_as_given(conn, ph)  # v8 came later
     conn.execute("DROP TABLE remem_thread_fences")  # v4 came later
     conn.execute("DROP INDEX remem_cp_items_digest")  # v3 came later
     conn.execute("DROP INDEX remem_cp_checkpoints_seq")  # v2's insertion order came later
@@ -124,22 +125,6 @@ def _as_released(conn: Any, dialect: str) -> None:
     conn.execute("DROP TABLE remem_schema")
     conn.execute("CREATE TABLE remem_cp_migrations (version INTEGER PRIMARY KEY)")
     conn.execute(f"INSERT INTO remem_cp_migrations (version) VALUES ({ph})", (1,))
-
-
-def _ids_as_given(conn: Any, ph: str) -> None:
-    """Every stored id back in the form LangGraph gave it, as a database from before schema v8 held it
-    (v8, run again, stores them short; v10's ts is read against the id as given)."""
-    tables = {
-        "remem_cp_checkpoints": ("checkpoint_id", "parent_id"),
-        "remem_cp_writes": ("checkpoint_id", "task_id"),
-    }
-    for table, (first, second) in tables.items():
-        for old, other in conn.execute(f"SELECT DISTINCT {first}, {second} FROM {table}").fetchall():
-            conn.execute(
-                f"UPDATE {table} SET {first} = {ph}, {second} = {ph}"
-                f" WHERE {first} = {ph} AND {second} IS NOT DISTINCT FROM {ph}",
-                (_ids.shown(old), _ids.maybe_shown(other), old, other),
-            )
 
 
 def test_a_database_of_the_released_format_keeps_working(tmp_path: Path) -> None:
