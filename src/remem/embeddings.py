@@ -98,17 +98,30 @@ def _same_model(a: EmbedderIdentity, b: EmbedderIdentity) -> bool:
     return (a.model, a.prefix) == (b.model, b.prefix)
 
 
+def _chooser(embedder: Any) -> Any:
+    """The embedder that chooses its model (:class:`AutoEmbedder`) behind any wrappers, None where none."""
+    for _ in range(8):
+        if isinstance(embedder, AutoEmbedder):
+            return embedder
+        embedder = getattr(embedder, "inner", None)
+        if embedder is None:
+            return None
+    return None
+
+
 def adopt_identity(embedder: Any, identity: EmbedderIdentity) -> bool:
     """Let an embedder that chooses its model (:class:`AutoEmbedder`, behind any wrappers) take the one a
     store recorded; False where it cannot (another embedder, or one that chose another model)."""
-    for _ in range(8):
-        adopt = getattr(embedder, "adopt", None)
-        if callable(adopt):
-            return bool(adopt(identity))
-        embedder = getattr(embedder, "inner", None)
-        if embedder is None:
-            return False
-    return False
+    chooser = _chooser(embedder)
+    return chooser is not None and chooser.adopt(identity)
+
+
+def rechoose_identity(embedder: Any, identity: EmbedderIdentity) -> bool:
+    """Let an :class:`AutoEmbedder` (behind any wrappers) that chose a model no store recorded for it
+    (another process recorded its own first) take the one recorded instead; False where it cannot. What it
+    embedded before is the other model's: embed again."""
+    chooser = _chooser(embedder)
+    return chooser is not None and chooser.rechoose(identity)
 
 
 def embedder_identity(embedder: Any, dims: int) -> EmbedderIdentity:
@@ -487,6 +500,7 @@ class AutoEmbedder(Embeddings):
 
     def __init__(self) -> None:
         self._chosen: Any = None
+        self._recorded = False  # a store's record named the choice: it is fixed
         self._lock = threading.Lock()
 
     @property
@@ -499,12 +513,33 @@ class AutoEmbedder(Embeddings):
         yet (or the same was)."""
         with self._lock:
             if self._chosen is not None:
-                return _same_model(embedder_identity(self._chosen, self.dims), identity)
-            if _same_model(identity, MINILM):
-                self._chosen = default_embedder()
-            elif _same_model(identity, E5):
-                self._chosen = CachedEmbedder(E5Embedder())
-            return self._chosen is not None
+                same = _same_model(embedder_identity(self._chosen, self.dims), identity)
+                self._recorded = self._recorded or same
+                return same
+            return self._take(identity)
+
+    def rechoose(self, identity: EmbedderIdentity) -> bool:
+        """Take the model a store recorded in place of one chosen from texts that no store recorded (another
+        process, or another store object, recorded its own first); False where the choice was recorded
+        or ``identity`` is no model this embedder chooses between."""
+        with self._lock:
+            if self._recorded or self._chosen is None:
+                return False
+            if _same_model(embedder_identity(self._chosen, self.dims), identity):
+                return False
+            before, self._chosen = self._chosen, None
+            if not self._take(identity):
+                self._chosen = before
+                return False
+            return True
+
+    def _take(self, identity: EmbedderIdentity) -> bool:
+        if _same_model(identity, MINILM):
+            self._chosen = default_embedder()
+        elif _same_model(identity, E5):
+            self._chosen = CachedEmbedder(E5Embedder())
+        self._recorded = self._chosen is not None
+        return self._recorded
 
     def _choose(self, texts: Sequence[str]) -> Any:
         with self._lock:

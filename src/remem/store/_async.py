@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from langgraph.store.base import Op, PutOp, Result
 
 from remem._statements import AExecute, Program, Retry, aretrying, arun, cancelling
+from remem.store import _embedder, _rows, _write
 from remem.store import _program as prog
-from remem.store import _rows, _write
 from remem.store._base import Fence, RememStoreBase, query_texts
 from remem.store._core import SearchMode
 from remem.store._exec import Tx, Vector
@@ -113,12 +113,19 @@ class AsyncStore(RememStoreBase):
         ready: Mapping[bytes, Vector] | None,
     ) -> T:
         self._check_writable(write)
+        rechosen = False
         async with self._async_lock():
             while True:
                 tx = Tx(self._vectors(), ready or {})
-                result = await arun(
-                    self._in_transaction(make(tx), tx), lambda: self._atransaction(write, snapshot)
-                )
+                try:
+                    result = await arun(
+                        self._in_transaction(make(tx), tx), lambda: self._atransaction(write, snapshot)
+                    )
+                except _embedder.Rechosen:
+                    if rechosen:
+                        raise
+                    rechosen, ready = True, {}  # what was embedded ahead is the other model's
+                    continue
                 if not tx.unembedded:
                     break
                 # it stopped before writing: embed outside the transaction, run it again

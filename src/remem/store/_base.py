@@ -180,10 +180,17 @@ class RememStoreBase(BaseStore):
     ) -> T:
         self._check_writable(write)
         opened = transaction or (lambda: self._transaction(write, snapshot))
+        rechosen = False
         with self._serial():
             while True:
                 tx = Tx(self._vectors(), ready or {})
-                result = run(self._in_transaction(make(tx), tx), opened)
+                try:
+                    result = run(self._in_transaction(make(tx), tx), opened)
+                except _embedder.Rechosen:
+                    if rechosen:
+                        raise
+                    rechosen, ready = True, {}  # what was embedded ahead is the other model's
+                    continue
                 if not tx.unembedded:
                     break
                 # it stopped before writing: embed outside the transaction, run it again

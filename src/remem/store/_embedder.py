@@ -28,7 +28,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from remem.embeddings import MINILM, EmbedderIdentity, adopt_identity
+from remem.embeddings import MINILM, EmbedderIdentity, adopt_identity, rechoose_identity
 from remem.errors import EmbedderMismatchError
 from remem.store import _core as core
 from remem.store._core import IndexPlan
@@ -38,6 +38,7 @@ from remem.store._schema import ITEMS, META, VECTORS
 
 __all__ = [
     "EMBEDDER",
+    "Rechosen",
     "check",
     "check_program",
     "open_program",
@@ -56,28 +57,47 @@ EMBEDDER = "embedder"
 logger = logging.getLogger(__name__)
 
 
+class Rechosen(EmbedderMismatchError):
+    """An automatic embedder (``embedder="auto"``) had chosen a model no store recorded for it, and the
+    store's record names the other one (another process, or another store object, wrote first): it took
+    the recorded model, so whatever it embedded ahead is the other model's. The run stops before writing;
+    the driver embeds again and runs it once more (raised again, it is the mismatch it says)."""
+
+
 def stored_value(d: Dialect) -> tuple[str, list[str]]:
     """A scalar subquery that reads the record (None where there is none) and its parameters, for a
     statement to carry it as a column."""
     return f"(SELECT value FROM {META} WHERE name = ?)", [EMBEDDER]
 
 
-def read_program(d: Dialect) -> Program[EmbedderIdentity | None]:
-    """The stored record, None where no vector was written yet."""
-    rows = yield Statement(d.q(f"SELECT value FROM {META} WHERE name = ?"), [EMBEDDER])
+def read_program(d: Dialect, share: bool = False) -> Program[EmbedderIdentity | None]:
+    """The stored record, None where no vector was written yet; ``share``: held until the transaction
+    ends on PostgreSQL (a writer's: a re-embedding's rewrite of the record waits for it to commit, so no
+    vector of the old model is committed after it)."""
+    lock = " FOR SHARE" if share and d.name == "postgres" else ""
+    rows = yield Statement(d.q(f"SELECT value FROM {META} WHERE name = ?{lock}"), [EMBEDDER])
     return EmbedderIdentity.from_json(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
-def check(plan: IndexPlan, stored: EmbedderIdentity | str | None, where: str = "this store") -> None:
+def check(
+    plan: IndexPlan, stored: EmbedderIdentity | str | None, where: str = "this store", rechoose: bool = False
+) -> None:
     """Refuse ``plan``'s embedder where the store's vectors were made by another (``stored``: the record,
-    as read or as its JSON; None: no record yet)."""
+    as read or as its JSON; None: no record yet). ``rechoose``: a run that embedded ahead, where an
+    automatic choice no record named takes the recorded model and the run starts again (:class:`Rechosen`)."""
     if isinstance(stored, str):
         stored = EmbedderIdentity.from_json(stored)
-    if stored is None or stored == plan.identity:
+    if stored is None:
+        return
+    if stored == plan.identity:
+        adopt_identity(plan.embed, stored)  # (an automatic choice a record names is fixed)
         return
     if stored.dims == plan.dims and adopt_identity(plan.embed, stored) and stored == plan.identity:
         return  # an embedder that chooses its model (embedder="auto") took the recorded one
-    raise EmbedderMismatchError(
+    error = (
+        Rechosen if rechoose and stored.dims == plan.dims and rechoose_identity(plan.embed, stored) else None
+    )
+    raise (error or EmbedderMismatchError)(
         f"{where} holds vectors made by {stored.describe()}, and it was opened with "
         f"{plan.identity.describe()}: vectors of two models do not compare. Open it with the embedder "
         "that made them (REMEM_EMBEDDER / embedder=, or index['embed']), or re-embed it with the new one: "
@@ -87,9 +107,11 @@ def check(plan: IndexPlan, stored: EmbedderIdentity | str | None, where: str = "
     )
 
 
-def check_program(d: Dialect, plan: IndexPlan, where: str = "this store") -> Program[None]:
+def check_program(
+    d: Dialect, plan: IndexPlan, where: str = "this store", rechoose: bool = False
+) -> Program[None]:
     """Refuse ``plan``'s embedder if the record names another (a search, before its vector side)."""
-    check(plan, (yield from read_program(d)), where)
+    check(plan, (yield from read_program(d)), where, rechoose)
 
 
 def write_program(d: Dialect, identity: EmbedderIdentity) -> Program[None]:
@@ -104,11 +126,11 @@ def write_program(d: Dialect, identity: EmbedderIdentity) -> Program[None]:
 def record_program(d: Dialect, plan: IndexPlan, where: str = "this store") -> Program[None]:
     """In a transaction that writes vectors ``plan``'s embedder made: record it if the store has no record
     yet, and refuse it if the record names another. One statement once the record is there."""
-    stored = yield from read_program(d)
+    stored = yield from read_program(d, share=True)
     if stored is None:
         yield from write_program(d, plan.identity)
-        stored = yield from read_program(d)  # (another writer's, if it committed first)
-    check(plan, stored, where)
+        stored = yield from read_program(d, share=True)  # (another writer's, if it committed first)
+    check(plan, stored, where, rechoose=True)
 
 
 def open_program(d: Dialect, plan: IndexPlan, read_only: bool, where: str = "this store") -> Program[None]:
@@ -179,6 +201,9 @@ def reembed_write_program(
     vector); the first page records ``plan``'s embedder as the store's, the others check that nobody
     recorded another since."""
     if first:
+        # an automatic embedder that chose nothing (no text to embed) takes the default, MiniLM: the record
+        # names a model, never the embedder that chooses one
+        adopt_identity(plan.embed, MINILM)
         yield Statement(
             d.q(
                 f"INSERT INTO {META} (name, value) VALUES (?, ?) "
@@ -187,6 +212,7 @@ def reembed_write_program(
             [EMBEDDER, plan.identity.to_json()],
             "none",
         )
+        adopt_identity(plan.embed, plan.identity)  # (the choice is the record's now)
     else:
         yield from check_program(d, plan)
     updates: list[tuple[Any, ...]] = []

@@ -99,10 +99,10 @@ def search_program(
         if not found:
             return []
         if checks and plan is not None:
-            _embedder.check(plan, found[0][2])
+            _embedder.check(plan, found[0][2], rechoose=True)
         ns_ids = None if found[0][1] else [int(r[0]) for r in found]
     elif checks and plan is not None:
-        yield from _embedder.check_program(d, plan)
+        yield from _embedder.check_program(d, plan, rechoose=True)
     if mode in ("hybrid", "keyword"):
         terms = _text.query_terms(op.query)
         if terms:
