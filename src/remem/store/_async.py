@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 from langgraph.store.base import Op, PutOp, Result
 
 from remem._statements import AExecute, Program, Retry, aretrying, arun, cancelling
-from remem.store import _embedder, _rows, _write
+from remem.errors import EmbedderMismatchError
 from remem.store import _program as prog
+from remem.store import _rows, _write
 from remem.store._base import Fence, RememStoreBase, query_texts
 from remem.store._core import SearchMode
 from remem.store._exec import Tx, Vector
@@ -113,7 +114,7 @@ class AsyncStore(RememStoreBase):
         ready: Mapping[bytes, Vector] | None,
     ) -> T:
         self._check_writable(write)
-        rechosen = False
+        rechosen, identity = False, self.plan.identity if self.plan is not None else None
         async with self._async_lock():
             while True:
                 tx = Tx(self._vectors(), ready or {})
@@ -121,10 +122,12 @@ class AsyncStore(RememStoreBase):
                     result = await arun(
                         self._in_transaction(make(tx), tx), lambda: self._atransaction(write, snapshot)
                     )
-                except _embedder.Rechosen:
-                    if rechosen:
+                except EmbedderMismatchError:
+                    if rechosen or self.plan is None or self.plan.identity == identity:
                         raise
-                    rechosen, ready = True, {}  # what was embedded ahead is the other model's
+                    # an automatic embedder took the model another process recorded: what was embedded
+                    # ahead is the other model's
+                    rechosen, ready = True, {}
                     continue
                 if not tx.unembedded:
                     break

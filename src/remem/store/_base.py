@@ -22,7 +22,14 @@ from langgraph.store.base import BaseStore, IndexConfig, Op, PutOp, Result, Sear
 from remem._lease_target import LeaseTarget
 from remem._statements import Execute, Program, Retry, retrying, run
 from remem.embeddings import embed_array
-from remem.errors import ConfigError, ModelError, NotFoundError, RememUsageError, StorageError
+from remem.errors import (
+    ConfigError,
+    EmbedderMismatchError,
+    ModelError,
+    NotFoundError,
+    RememUsageError,
+    StorageError,
+)
 from remem.store import _compact, _delete, _embedder, _rows, _search, _write
 from remem.store import _core as core
 from remem.store import _program as prog
@@ -180,16 +187,18 @@ class RememStoreBase(BaseStore):
     ) -> T:
         self._check_writable(write)
         opened = transaction or (lambda: self._transaction(write, snapshot))
-        rechosen = False
+        rechosen, identity = False, self.plan.identity if self.plan is not None else None
         with self._serial():
             while True:
                 tx = Tx(self._vectors(), ready or {})
                 try:
                     result = run(self._in_transaction(make(tx), tx), opened)
-                except _embedder.Rechosen:
-                    if rechosen:
+                except EmbedderMismatchError:
+                    if rechosen or self.plan is None or self.plan.identity == identity:
                         raise
-                    rechosen, ready = True, {}  # what was embedded ahead is the other model's
+                    # an automatic embedder took the model another process recorded: what was embedded
+                    # ahead is the other model's
+                    rechosen, ready = True, {}
                     continue
                 if not tx.unembedded:
                     break

@@ -10,7 +10,7 @@ an erasure leaves it (the vectors it describes go with their items); it goes wit
 - A write that embeds vectors runs :func:`record_program` in its transaction: the record is inserted if
   absent (two first writers in two processes: one inserts, the other finds it), then read back and
   compared, so the one of another model fails and rolls back (an automatic choice no record named takes
-  the recorded model and the write runs again: :class:`Rechosen`). On PostgreSQL it is read ``FOR SHARE``,
+  the recorded model and the write runs again). On PostgreSQL it is read ``FOR SHARE``,
   so a re-embedding's rewrite of the record waits for the writers under way.
 - Opening a store with an index (setup) runs :func:`open_program`: a record of another model is refused
   there, before anything is read or written. A store written before v8 has vectors and no record: the
@@ -40,7 +40,6 @@ from remem.store._schema import ITEMS, META, VECTORS
 
 __all__ = [
     "EMBEDDER",
-    "Rechosen",
     "check",
     "check_program",
     "open_program",
@@ -57,13 +56,6 @@ EMBEDDER = "embedder"
 """The name of the record in ``remem_store_meta``."""
 
 logger = logging.getLogger(__name__)
-
-
-class Rechosen(EmbedderMismatchError):
-    """An automatic embedder (``embedder="auto"``) had chosen a model no store recorded for it, and the
-    store's record names the other one (another process, or another store object, wrote first): it took
-    the recorded model, so whatever it embedded ahead is the other model's. The run stops before writing;
-    the driver embeds again and runs it once more (raised again, it is the mismatch it says)."""
 
 
 def stored_value(d: Dialect) -> tuple[str, list[str]]:
@@ -86,7 +78,8 @@ def check(
 ) -> None:
     """Refuse ``plan``'s embedder where the store's vectors were made by another (``stored``: the record,
     as read or as its JSON; None: no record yet). ``rechoose``: a run that embedded ahead, where an
-    automatic choice no record named takes the recorded model and the run starts again (:class:`Rechosen`)."""
+    automatic choice no record named takes the recorded model, and the error raised then stops the run:
+    the driver sees the embedder's identity changed, and runs it once more with everything embedded again."""
     if isinstance(stored, str):
         stored = EmbedderIdentity.from_json(stored)
     if stored is None:
@@ -96,10 +89,9 @@ def check(
         return
     if stored.dims == plan.dims and adopt_identity(plan.embed, stored) and stored == plan.identity:
         return  # an embedder that chooses its model (embedder="auto") took the recorded one
-    error = (
-        Rechosen if rechoose and stored.dims == plan.dims and rechoose_identity(plan.embed, stored) else None
-    )
-    raise (error or EmbedderMismatchError)(
+    if rechoose and stored.dims == plan.dims:
+        rechoose_identity(plan.embed, stored)
+    raise EmbedderMismatchError(
         f"{where} holds vectors made by {stored.describe()}, and it was opened with "
         f"{plan.identity.describe()}: vectors of two models do not compare. Open it with the embedder "
         "that made them (REMEM_EMBEDDER / embedder=, or index['embed']), or re-embed it with the new one: "
